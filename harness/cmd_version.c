@@ -1,0 +1,42 @@
+/* kvbench version: the build and the libraries it runs on, so a result can be
+ * traced to the code that made it. */
+#include <cblas.h>
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+#include <stdio.h>
+#include <utf8proc.h>
+#include <zip.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "cli.h"
+#include "version.h"
+
+static const kb_option options[] = {
+    {"libraries", NULL, "also list the versions of the libraries kvbench uses"},
+    {NULL, NULL, NULL},
+};
+
+static int run(const kb_args *a)
+{
+    printf("kvbench %s (%s)\n", KB_VERSION, KB_GIT_VERSION);
+    if (!kb_flag(a, "libraries"))
+        return KB_EXIT_OK;
+    char pcre[64] = "?";
+    pcre2_config(PCRE2_CONFIG_VERSION, pcre);
+    printf("cJSON %s\n", cJSON_Version());
+    printf("%s\n", curl_version());
+    printf("PCRE2 %s\n", pcre);
+    printf("utf8proc %s\n", utf8proc_version());
+    printf("libzip %s\n", zip_libzip_version());
+    printf("OpenBLAS %s\n", openblas_get_config());
+    return KB_EXIT_OK;
+}
+
+const kb_command kb_cmd_version = {
+    .name = "version",
+    .summary = "print the kvbench version (and with --libraries, its libraries')",
+    .usage = "kvbench version [--libraries]",
+    .options = options,
+    .run = run,
+};

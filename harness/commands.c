@@ -1,0 +1,41 @@
+/* The registry of subcommands. A subcommand that is not implemented yet has
+ * run == NULL: it is listed, and invoking it says so and exits 2. */
+#include <stddef.h>
+
+#include "cli.h"
+
+extern const kb_command kb_cmd_version;
+
+#define PENDING(NAME, SUMMARY, USAGE, WHERE)                                          \
+    static const kb_command pending_##NAME = {                                        \
+        .name = #NAME, .summary = SUMMARY, .usage = USAGE, .max_positional = 64,      \
+        .pending = WHERE }
+
+PENDING(run, "run a matrix of eviction configs over LongBench tasks (resumable)",
+        "kvbench run CONFIG.json [options]", "issue 9 (runner)");
+PENDING(score, "score prediction files with LongBench's metrics",
+        "kvbench score FILE.jsonl|DIR [options]", "issue 8 (scorers)");
+PENDING(report, "build scores.csv, summary.md and report.html from runs",
+        "kvbench report RUN... [options]", "issue 9 (runner)");
+PENDING(fetch, "download LongBench data or a model from the Hugging Face hub",
+        "kvbench fetch longbench|model [NAME] [options]", "issue 7 (datasets)");
+PENDING(generate, "greedy generation from one prompt, with or without eviction",
+        "kvbench generate --model DIR (--prompt TEXT | --prompt-file F | --tokens IDS) [options]",
+        "issue 3 (engine)");
+PENDING(tokenize, "encode or decode text with a model's tokenizer",
+        "kvbench tokenize --model DIR (--text T | --file F | --jsonl F) [options]",
+        "issue 4 (tokenizer)");
+PENDING(bench, "measure throughput of the model, tokenizer, loader or scorers",
+        "kvbench bench model|tokenizer|... [options]", "issues 3, 4, 7, 8");
+
+const kb_command *const kb_commands[] = {
+    &pending_run,
+    &pending_score,
+    &pending_report,
+    &pending_fetch,
+    &pending_generate,
+    &pending_tokenize,
+    &pending_bench,
+    &kb_cmd_version,
+    NULL,
+};
