@@ -1,0 +1,33 @@
+/* Attention statistics: the only coupling between the model and eviction.
+ *
+ * When asked, each layer's attention reports the post-softmax probabilities
+ * it computed, reduced the way eviction policies consume them: per query
+ * head, the column sums over all query rows of the call, and over the last W
+ * query rows for each requested window W (SnapKV's observation window). In a
+ * decode step (one query row) both are that single row.
+ *
+ * Columns are cache slots after this call's tokens were appended (n_keys =
+ * the layer's cache length during the attention). The caller owns the
+ * buffers; the forward writes them.
+ */
+#ifndef KV_ATTN_STATS_H
+#define KV_ATTN_STATS_H
+
+#include <stdbool.h>
+
+#define KV_MAX_WINDOWS 8
+
+typedef struct kv_attn_stats_request {
+    bool col_sums;                  /* sums over all query rows of the call */
+    int n_windows;                  /* distinct window sizes, each > 0 */
+    int windows[KV_MAX_WINDOWS];    /* sums over the last windows[i] rows */
+} kv_attn_stats_request;
+
+typedef struct kv_attn_stats {
+    int n_heads;                    /* query heads */
+    int n_keys;                     /* columns: cache slots during the attention */
+    float *col_sums;                /* [n_heads][n_keys], when requested */
+    float *win_sums[KV_MAX_WINDOWS];/* [n_heads][n_keys] per requested window */
+} kv_attn_stats;
+
+#endif

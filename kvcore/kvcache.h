@@ -1,0 +1,54 @@
+/* The KV cache: per layer, keys and values of every kept token plus the
+ * absolute (RoPE) position each one was written at.
+ *
+ * Layout per layer: k and v are [slot][kv_head][head_dim] floats, row-major,
+ * so one slot is one contiguous row of n_kv_heads * head_dim floats and
+ * compaction moves whole rows. Slots stay in the order tokens arrived.
+ * Layers are independent: eviction compacts each one on its own, so layers
+ * may hold different numbers of slots.
+ */
+#ifndef KV_KVCACHE_H
+#define KV_KVCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+typedef struct kv_cache_layer {
+    float *k;        /* [cap][n_kv_heads * head_dim] */
+    float *v;        /* [cap][n_kv_heads * head_dim] */
+    int32_t *pos;    /* [cap] absolute position of the token in each slot */
+    int len;         /* slots in use */
+    int cap;         /* slots allocated */
+} kv_cache_layer;
+
+typedef struct kv_cache {
+    int n_layers, n_kv_heads, head_dim;
+    int next_pos;    /* position the next appended token gets */
+    kv_cache_layer *layers;
+} kv_cache;
+
+/* An empty cache with room for `cap` slots per layer (it grows on demand). */
+kv_cache *kv_cache_new(int n_layers, int n_kv_heads, int head_dim, int cap, kv_error *err);
+void kv_cache_free(kv_cache *c);
+
+/* A deep copy holding max(len, cap_hint) slots per layer: the fork that
+ * lets one prefill serve many eviction configs. */
+kv_cache *kv_cache_fork(const kv_cache *c, int cap_hint, kv_error *err);
+
+/* Makes room for n more slots in every layer. */
+int kv_cache_reserve(kv_cache *c, int n, kv_error *err);
+
+/* Floats in one slot row (n_kv_heads * head_dim). */
+static inline int kv_cache_row(const kv_cache *c) { return c->n_kv_heads * c->head_dim; }
+
+/* Keeps only the slots listed in keep[0..n_keep) of one layer, which must be
+ * strictly ascending; survivors move down in order (slot keep[i] becomes i). */
+int kv_cache_compact(kv_cache *c, int layer, const int *keep, int n_keep, kv_error *err);
+
+/* Gives memory above `cap` slots per layer back to the allocator, so a
+ * compressed cache costs only what it holds. */
+int kv_cache_shrink(kv_cache *c, int cap, kv_error *err);
+
+#endif
