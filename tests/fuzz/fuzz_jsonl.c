@@ -1,0 +1,30 @@
+/* Fuzz target: the JSONL line reader over arbitrary bytes. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "jsonl.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char path[] = "/tmp/kvbfuzz-jsonl-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return 0;
+    if (write(fd, data, size) != (ssize_t)size) {
+        close(fd);
+        unlink(path);
+        return 0;
+    }
+    close(fd);
+    lb_jsonl *r = lb_jsonl_open(path);
+    size_t total = 0;
+    while (r && lb_jsonl_next(r) == 1)
+        total += r->len + 1;
+    if (total > size + 1)
+        abort(); /* a reader cannot return more bytes than the file has */
+    lb_jsonl_close(r);
+    unlink(path);
+    return 0;
+}
