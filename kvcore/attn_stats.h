@@ -8,7 +8,8 @@
  *
  * Columns are cache slots after this call's tokens were appended (n_keys =
  * the layer's cache length during the attention). The caller owns the
- * buffers; the forward writes them.
+ * buffers; the forward writes them. Sums are double: eviction ranks tokens
+ * by them, and near-ties must not flip with summation order.
  */
 #ifndef KV_ATTN_STATS_H
 #define KV_ATTN_STATS_H
@@ -26,8 +27,8 @@ typedef struct kv_attn_stats_request {
 typedef struct kv_attn_stats {
     int n_heads;                    /* query heads */
     int n_keys;                     /* columns: cache slots during the attention */
-    float *col_sums;                /* [n_heads][n_keys], when requested */
-    float *win_sums[KV_MAX_WINDOWS];/* [n_heads][n_keys] per requested window */
+    double *col_sums;               /* [n_heads][n_keys], when requested */
+    double *win_sums[KV_MAX_WINDOWS];/* [n_heads][n_keys] per requested window */
 } kv_attn_stats;
 
 #endif
