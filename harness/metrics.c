@@ -221,15 +221,16 @@ static bool is_ascii_punct(unsigned char c)
            (c >= '{' && c <= '~');
 }
 
-/* Does s[at..) start with the word w (ASCII) bounded by non-word characters?
- * `prev_word` tells whether the character before `at` is a word character. */
+/* The length of the article (a, an, the) at s[at..) when it stands between
+ * \b boundaries, else 0. `prev_word`: the character before `at` is \w. */
 static size_t article_at(const char *s, size_t n, size_t at, bool prev_word)
 {
-    static const char *const articles[] = {"a", "an", "the"};
-    if (prev_word)
+    if (prev_word || (s[at] != 'a' && s[at] != 't'))
         return 0;
+    static const char *const articles[] = {"a", "an", "the"};
+    static const size_t lens[] = {1, 2, 3};
     for (int k = 0; k < 3; k++) {
-        size_t len = strlen(articles[k]);
+        size_t len = lens[k];
         if (n - at < len || memcmp(s + at, articles[k], len) != 0)
             continue;
         size_t after = at + len;
@@ -261,6 +262,11 @@ static int normalize_answer(kb_metrics *m, const char *s, size_t n, kb_text *out
             out->data[out->len++] = ' ';
             i += skip;
             prev_word = true; /* the article's last letter, for the next \b */
+            continue;
+        }
+        if ((unsigned char)t[i] < 0x80) { /* the common case, without decoding */
+            prev_word = kb_py_isword((unsigned char)t[i]);
+            out->data[out->len++] = t[i++];
             continue;
         }
         size_t at = i;

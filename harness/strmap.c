@@ -68,6 +68,12 @@ kb_strmap_entry *kb_strmap_upsert(kb_strmap *m, const char *key, size_t len, int
 
 void kb_strmap_clear(kb_strmap *m)
 {
+    /* A map that grew big once (a long summary) and now holds a few words (a
+     * short answer) would be memset in full on every clear: give it back. */
+    if (m->cap > 1024 && m->count < m->cap / 16) {
+        kb_strmap_free(m);
+        return;
+    }
     if (m->count)
         memset(m->slots, 0, m->cap * sizeof *m->slots);
     m->count = 0;

@@ -30,7 +30,7 @@ kb_strmap_entry *kb_strmap_find(const kb_strmap *m, const char *key, size_t len)
 kb_strmap_entry *kb_strmap_upsert(kb_strmap *m, const char *key, size_t len, int64_t init,
                                   int *added);
 
-/* Empties the map and keeps its memory. */
+/* Empties the map (keeping its memory unless it is mostly unused). */
 void kb_strmap_clear(kb_strmap *m);
 void kb_strmap_free(kb_strmap *m);
 

@@ -291,6 +291,13 @@ int kb_py_lower(const char *s, size_t n, kb_text *out)
     if (kb_text_reserve(out, n + 8) < 0)
         return -1;
     for (size_t i = 0; i < n;) {
+        if ((unsigned char)s[i] < 0x80) { /* ASCII, the common case */
+            if (out->len + 2 > out->cap && kb_text_reserve(out, 1) < 0)
+                return -1;
+            char c = s[i++];
+            out->data[out->len++] = (char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
+            continue;
+        }
         size_t at = i;
         uint32_t cp = kb_utf8_next(s, n, &i);
         if (kb_text_reserve(out, 8) < 0)
@@ -317,6 +324,12 @@ int kb_utf8_sanitize(const char *s, size_t n, kb_text *out)
     out->len = 0;
     if (kb_text_reserve(out, n + 4) < 0)
         return -1;
+    if (kb_utf8_valid(s, n)) { /* the usual case: a plain copy */
+        memcpy(out->data, s, n);
+        out->len = n;
+        out->data[n] = '\0';
+        return 0;
+    }
     for (size_t i = 0; i < n;) {
         uint32_t cp = kb_utf8_next(s, n, &i);
         if (kb_text_reserve(out, 4) < 0)

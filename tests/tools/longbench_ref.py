@@ -233,6 +233,7 @@ def main():
             groups.setdefault(ds, []).append(r)
         for ds, rs in sorted(groups.items()):
             classes = rs[-1].get("all_classes")
+            t1 = time.perf_counter()
             total = 0.0
             for r in rs:
                 s = score_line(ds, r.get("pred", r.get("prediction")), r["answers"], classes)
@@ -242,7 +243,9 @@ def main():
                     print(json.dumps({"id": r.get("id", r.get("_id")), "dataset": ds,
                                       "score": s}))
             if not per_line:
-                print("%-22s %5d %8.2f" % (ds, len(rs), round(100 * total / len(rs), 2)))
+                dt = time.perf_counter() - t1
+                print("%-22s %5d %8.2f %10.1f ms %10.0f preds/s" % (
+                    ds, len(rs), round(100 * total / len(rs), 2), dt * 1e3, len(rs) / dt))
     sys.stderr.write("scored %d predictions in %.3f s\n" % (n, time.perf_counter() - t0))
 
 
