@@ -1,6 +1,7 @@
 /* kvbench score: LongBench's eval.py over prediction files, with its exact
  * numbers (LONGBENCH.md §3-5). */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "file.h"
 #include "jieba.h"
 #include "metrics.h"
 #include "score.h"
@@ -15,6 +17,8 @@
 static const kb_option options[] = {
     {"e", NULL, "LongBench-E: also score by length bucket (0-4k, 4-8k, 8k+), as eval.py --e"},
     {"per-line", NULL, "print {\"id\", \"dataset\", \"score\"} per prediction (JSON Lines)"},
+    {"v2", NULL,
+     "LongBench v2 results (response/pred, answer, difficulty, length): accuracy as result.py"},
     {"csv", "PATH", "where to write the per-task CSV (default: DIR/scores.csv or FILE.scores.csv)"},
     {"jieba", "DIR",
      "jieba's data folder for the Chinese tasks (default: $KVBENCH_JIEBA_DIR "
@@ -128,8 +132,106 @@ static int write_csv(const char *path, const kb_task_scores *t)
     return fclose(f) == 0 ? 0 : -1;
 }
 
+/* The v2 result files of path: itself, or its *.jsonl / *.json files in name order. */
+static int v2_files(const char *path, char ***files, size_t *n)
+{
+    struct stat st;
+    *files = NULL;
+    *n = 0;
+    if (stat(path, &st) != 0)
+        return -1;
+    if (!S_ISDIR(st.st_mode)) {
+        *files = malloc(sizeof **files);
+        if (!*files || !((*files)[0] = strdup(path)))
+            return -1;
+        *n = 1;
+        return 0;
+    }
+    struct dirent **list;
+    int count = scandir(path, &list, NULL, alphasort);
+    if (count < 0)
+        return -1;
+    *files = calloc((size_t)count + 1, sizeof **files);
+    for (int i = 0; i < count; i++) {
+        const char *name = list[i]->d_name;
+        size_t len = strlen(name);
+        bool json = (len > 5 && strcmp(name + len - 5, ".json") == 0) ||
+                    (len > 6 && strcmp(name + len - 6, ".jsonl") == 0);
+        if (*files && json && name[0] != '.')
+            (*files)[(*n)++] = kv_path_join(path, name);
+        free(list[i]);
+    }
+    free(list);
+    return *files ? 0 : -1;
+}
+
+static void v2_cell(FILE *f, double x, const char *sep)
+{
+    if (isnan(x))
+        fprintf(f, "%sNaN", sep);
+    else
+        fprintf(f, "%s%.1f", sep, x);
+}
+
+/* result.py's table: one row per results file. */
+static int run_v2(const kb_args *a)
+{
+    const char *path = a->positional[0];
+    char **files;
+    size_t n;
+    if (v2_files(path, &files, &n) < 0) {
+        kb_error("%s: cannot list the LongBench v2 result files", path);
+        return KB_EXIT_FAIL;
+    }
+    char *csv_path = kb_arg(a, "csv") ? strdup(kb_arg(a, "csv")) : default_csv(path);
+    FILE *csv = csv_path ? fopen(csv_path, "w") : NULL;
+    int status = csv ? KB_EXIT_OK : KB_EXIT_FAIL;
+    if (!csv)
+        kb_error("cannot write %s", csv_path ? csv_path : "the CSV file");
+    else
+        fprintf(csv, "file,n,overall,easy,hard,short,medium,long\n");
+    printf("%-30s %5s %8s %8s %8s %8s %8s %8s\n", "file", "n", "overall", "easy", "hard", "short",
+           "medium", "long");
+    for (size_t i = 0; i < n && status == KB_EXIT_OK; i++) {
+        kb_v2_item *items;
+        size_t count;
+        kv_error err;
+        if (kb_v2_read(files[i], &items, &count, &err) < 0) {
+            kb_error("%s", err.msg);
+            status = KB_EXIT_FAIL;
+            break;
+        }
+        kb_v2_accuracy acc = kb_v2_score(items, count);
+        double cells[] = {acc.overall, acc.easy, acc.hard, acc.short_, acc.medium, acc.long_};
+        const char *base = strrchr(files[i], '/') ? strrchr(files[i], '/') + 1 : files[i];
+        printf("%-30s %5zu", base, count);
+        fprintf(csv, "%s,%zu", base, count);
+        for (int c = 0; c < 6; c++) {
+            if (isnan(cells[c]))
+                printf(" %8s", "NaN");
+            else
+                printf(" %8.1f", cells[c]);
+            v2_cell(csv, cells[c], ",");
+        }
+        printf("\n");
+        fprintf(csv, "\n");
+        free(items);
+    }
+    if (csv && fclose(csv) != 0 && status == KB_EXIT_OK) {
+        kb_error("cannot write %s", csv_path);
+        status = KB_EXIT_FAIL;
+    }
+    for (size_t i = 0; i < n; i++)
+        free(files[i]);
+    free(files);
+    free(csv_path);
+    return status;
+}
+
 static int run(const kb_args *a)
 {
+    if (kb_flag(a, "v2"))
+        return run_v2(a);
     const char *path = a->positional[0];
     kv_error err;
     kb_predictions preds = {0};
@@ -174,14 +276,15 @@ done:
 const kb_command kb_cmd_score = {
     .name = "score",
     .summary = "score prediction files with LongBench's metrics",
-    .usage = "kvbench score FILE.jsonl|DIR [--e] [--per-line] [--csv PATH] [--jieba DIR]",
+    .usage = "kvbench score FILE.jsonl|DIR [--e] [--per-line] [--v2] [--csv PATH] [--jieba DIR]",
     .description =
         "Scores LongBench prediction files exactly as LongBench's eval.py does. A line holds\n"
         "\"pred\" (or \"prediction\"), \"answers\", \"all_classes\" and, for --e, \"length\"; the "
         "task\n"
         "is the file name up to its first '.' (qasper.jsonl), or a line's \"dataset\". A folder\n"
         "scores every *.jsonl in it, so LongBench's pred/<model>/ gives result.json's numbers.\n"
-        "Chinese tasks need jieba's data (apt-get install python3-jieba).",
+        "Chinese tasks need jieba's data (apt-get install python3-jieba). With --v2, the files\n"
+        "are LongBench v2 results and the accuracies are result.py's.",
     .options = options,
     .min_positional = 1,
     .max_positional = 1,

@@ -489,3 +489,102 @@ kb_v2_accuracy kb_v2_score(const kb_v2_item *items, size_t n)
                             pct1(right[2], count[2]), pct1(right[3], count[3]),
                             pct1(right[4], count[4]), pct1(right[5], count[5])};
 }
+
+/* One v2 item from its JSON object. */
+static int v2_item(const cJSON *o, kb_v2_item *it, const char *where, kv_error *err)
+{
+    const cJSON *answer = cJSON_GetObjectItemCaseSensitive(o, "answer");
+    const cJSON *difficulty = cJSON_GetObjectItemCaseSensitive(o, "difficulty");
+    const cJSON *length = cJSON_GetObjectItemCaseSensitive(o, "length");
+    const cJSON *response = cJSON_GetObjectItemCaseSensitive(o, "response");
+    const cJSON *pred = cJSON_GetObjectItemCaseSensitive(o, "pred");
+    if (!cJSON_IsString(answer) || strlen(answer->valuestring) != 1 ||
+        !cJSON_IsString(difficulty) || !cJSON_IsString(length))
+        return kv_fail(err,
+                       "%s: a LongBench v2 line needs \"answer\" (A-D), \"difficulty\" and "
+                       "\"length\"",
+                       where);
+    it->answer = answer->valuestring[0];
+    it->hard = strcmp(difficulty->valuestring, "easy") != 0;
+    it->length = strcmp(length->valuestring, "short") == 0    ? 0
+                 : strcmp(length->valuestring, "medium") == 0 ? 1
+                                                              : 2;
+    it->pred = 0;
+    if (cJSON_IsString(response))
+        it->pred = kb_v2_extract_answer(response->valuestring);
+    else if (cJSON_IsString(pred) && strlen(pred->valuestring) == 1 &&
+             strchr("ABCD", pred->valuestring[0]))
+        it->pred = pred->valuestring[0];
+    else if (cJSON_IsString(pred))
+        it->pred = kb_v2_extract_answer(pred->valuestring);
+    return 0;
+}
+
+static int v2_push(kb_v2_item **items, size_t *n, size_t *cap)
+{
+    if (*n < *cap)
+        return 0;
+    size_t c = *cap ? *cap * 2 : 64;
+    kb_v2_item *v = realloc(*items, c * sizeof *v);
+    if (!v)
+        return -1;
+    *items = v;
+    *cap = c;
+    return 0;
+}
+
+int kb_v2_read(const char *path, kb_v2_item **items, size_t *n, kv_error *err)
+{
+    *items = NULL;
+    *n = 0;
+    size_t cap = 0, len;
+    char *text;
+    if (kv_file_read(path, &text, &len, err) < 0)
+        return -1;
+    int rc = 0;
+    char where[4200];
+    /* result.py: json.load() the whole file, else one object per line */
+    cJSON *all = cJSON_ParseWithLength(text, len);
+    if (cJSON_IsArray(all)) {
+        const cJSON *o;
+        size_t k = 0;
+        cJSON_ArrayForEach(o, all)
+        {
+            snprintf(where, sizeof where, "%s: item %zu", path, ++k);
+            if ((rc = v2_push(items, n, &cap)) < 0) {
+                rc = kv_fail(err, "out of memory");
+                break;
+            }
+            if ((rc = v2_item(o, &(*items)[*n], where, err)) < 0)
+                break;
+            (*n)++;
+        }
+    } else {
+        long lineno = 0;
+        for (char *line = text; rc == 0 && line < text + len;) {
+            char *nl = memchr(line, '\n', (size_t)(text + len - line));
+            size_t l = nl ? (size_t)(nl - line) : (size_t)(text + len - line);
+            lineno++;
+            if (l > 0 && strspn(line, " \t\r") < l) {
+                snprintf(where, sizeof where, "%s:%ld", path, lineno);
+                cJSON *o = cJSON_ParseWithLength(line, l);
+                if (!o)
+                    rc = kv_fail(err, "%s: not valid JSON", where);
+                else if (v2_push(items, n, &cap) < 0)
+                    rc = kv_fail(err, "out of memory");
+                else if ((rc = v2_item(o, &(*items)[*n], where, err)) == 0)
+                    (*n)++;
+                cJSON_Delete(o);
+            }
+            line += l + 1;
+        }
+    }
+    cJSON_Delete(all);
+    free(text);
+    if (rc < 0) {
+        free(*items);
+        *items = NULL;
+        *n = 0;
+    }
+    return rc;
+}

@@ -104,4 +104,10 @@ typedef struct kb_v2_accuracy {
 
 kb_v2_accuracy kb_v2_score(const kb_v2_item *items, size_t n);
 
+/* Reads a LongBench v2 prediction file (JSON Lines, or one JSON array as
+ * pred.py's result files may be): per item "answer", "difficulty", "length",
+ * and the model's "response" (the letter is extracted from it) or "pred" (a
+ * letter, or text to extract it from). */
+int kb_v2_read(const char *path, kb_v2_item **items, size_t *n, kv_error *err);
+
 #endif

@@ -169,3 +169,33 @@ Test(score, cli_refuses_chinese_tasks_without_jieba)
     tu_rmtree(dir);
     free(dir);
 }
+
+Test(score, cli_v2_accuracy_like_result_py)
+{
+    char *dir = tu_mkdtemp();
+    write_file(
+        dir, "model.jsonl",
+        "{\"_id\": \"1\", \"difficulty\": \"easy\", \"length\": \"short\", \"answer\": \"A\", "
+        "\"response\": \"**The correct answer is (A)**\"}\n"
+        "{\"_id\": \"2\", \"difficulty\": \"hard\", \"length\": \"long\", \"answer\": \"B\", "
+        "\"response\": \"The correct answer is C\"}\n"
+        "{\"_id\": \"3\", \"difficulty\": \"hard\", \"length\": \"medium\", \"answer\": \"D\", "
+        "\"pred\": \"D\"}\n");
+    write_file(dir, "array.json",
+               "[{\"difficulty\": \"easy\", \"length\": \"long\", \"answer\": \"B\", \"response\": "
+               "\"no idea\"}]");
+    tu_result r = tu_kvbench("score", "--v2", dir, NULL);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    /* model: 2 of 3 right; easy 1/1, hard 1/2, short 1/1, medium 1/1, long 0/1 */
+    cr_expect(strstr(r.out, "model.jsonl"), "%s", r.out);
+    cr_expect(strstr(r.out, "66.7    100.0     50.0    100.0    100.0      0.0"), "%s", r.out);
+    cr_expect(strstr(r.out, "array.json"), "%s", r.out);
+    char csv[4096];
+    snprintf(csv, sizeof csv, "%s/scores.csv", dir);
+    char *text = tu_slurp(csv, NULL);
+    cr_expect(strstr(text, "array.json,1,0.0,0.0,NaN,NaN,NaN,0.0"), "%s", text);
+    free(text);
+    tu_result_free(&r);
+    tu_rmtree(dir);
+    free(dir);
+}
