@@ -377,8 +377,9 @@ typedef struct work {
     size_t *dag_at;
     double *route_p;
     size_t *route_x;
-    double *v;         /* Viterbi: [t][state] */
-    unsigned char *bp; /* back pointers */
+    double *v;           /* Viterbi: [t][state] */
+    unsigned char *bp;   /* Viterbi back pointers: [t][state] */
+    unsigned char *path; /* the best state sequence */
     size_t cap, dag_cap;
 } work;
 
@@ -408,7 +409,10 @@ static int work_reserve(work *w, size_t n)
     unsigned char *bp = realloc(w->bp, cap * N_STATES);
     if (bp)
         w->bp = bp;
-    if (!off || !cp || !dag_at || !rp || !rx || !v || !bp)
+    unsigned char *path = realloc(w->path, cap);
+    if (path)
+        w->path = path;
+    if (!off || !cp || !dag_at || !rp || !rx || !v || !bp || !path)
         return -1;
     w->cap = cap;
     return 0;
@@ -424,6 +428,7 @@ static void work_free(work *w)
     free(w->route_x);
     free(w->v);
     free(w->bp);
+    free(w->path);
 }
 
 /* Emits code points [a, b) of the current block as one token. */
@@ -490,17 +495,14 @@ static int viterbi_cut(const kb_jieba *j, work *w, size_t a, size_t b)
     }
     double pe = v[(n - 1) * N_STATES + E], ps = v[(n - 1) * N_STATES + S];
     int state = pe > ps ? E : S;
-    /* Walk the back pointers into bp row 0 (reused as the state path). */
-    unsigned char *path = w->bp; /* path[t] overwrites bp[t*4+0] after it is read */
     for (size_t t = n; t-- > 0;) {
-        int here = state;
+        w->path[t] = (unsigned char)state;
         if (t > 0)
-            state = w->bp[t * N_STATES + here];
-        path[t * N_STATES + 1] = (unsigned char)here;
+            state = w->bp[t * N_STATES + state];
     }
     size_t begin = 0, next = 0;
     for (size_t t = 0; t < n; t++) {
-        int pos = path[t * N_STATES + 1];
+        int pos = w->path[t];
         if (pos == B) {
             begin = t;
         } else if (pos == E) {

@@ -30,7 +30,10 @@ struct kb_metrics {
     kb_text t1, t2, t3, t4; /* normalisation stages */
     kb_spans sp1, sp2;      /* tokens */
     kb_strmap map;
-    u32vec a, b, ids, words_h, words_r, sent_h, sent_r, aux1, aux2, aux3, aux4;
+    u32vec a, b;             /* code points for difflib */
+    u32vec words_h, words_r; /* rouge: word ids of hypothesis and reference */
+    u32vec sent_h, sent_r;   /* rouge: where each sentence's words end */
+    u32vec row1, row2;       /* rouge: rolling LCS rows */
     uint32_t *table;
     size_t table_cap;
     uint64_t stamp;
@@ -156,8 +159,8 @@ void kb_metrics_free(kb_metrics *m)
     kb_spans_free(&m->sp1);
     kb_spans_free(&m->sp2);
     kb_strmap_free(&m->map);
-    u32vec *vecs[] = {&m->a,      &m->b,    &m->ids,  &m->words_h, &m->words_r, &m->sent_h,
-                      &m->sent_r, &m->aux1, &m->aux2, &m->aux3,    &m->aux4};
+    u32vec *vecs[] = {&m->a,      &m->b,      &m->words_h, &m->words_r,
+                      &m->sent_h, &m->sent_r, &m->row1,    &m->row2};
     for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++)
         vec_free(vecs[i]);
     free(m->table);
@@ -426,7 +429,7 @@ static int recon_lcs(kb_metrics *m, const uint32_t *x, size_t nx, const uint32_t
         return 1; /* every path to row or column 0 is at least that long */
     size_t r0 = nx > budget ? nx - budget : 0, c0 = ny > budget ? ny - budget : 0;
     size_t w = ny - c0 + 1, h = nx - r0 + 1;
-    if (vec_reserve(&m->aux1, ny + 1) < 0 || vec_reserve(&m->aux2, ny + 1) < 0)
+    if (vec_reserve(&m->row1, ny + 1) < 0 || vec_reserve(&m->row2, ny + 1) < 0)
         return -1;
     if (w * h > m->table_cap) {
         uint32_t *t = realloc(m->table, w * h * sizeof *t);
@@ -435,7 +438,7 @@ static int recon_lcs(kb_metrics *m, const uint32_t *x, size_t nx, const uint32_t
         m->table = t;
         m->table_cap = w * h;
     }
-    uint32_t *prev = m->aux1.v, *cur = m->aux2.v;
+    uint32_t *prev = m->row1.v, *cur = m->row2.v;
     memset(prev, 0, (ny + 1) * sizeof *prev);
     if (r0 == 0)
         memcpy(m->table, prev + c0, w * sizeof *prev);

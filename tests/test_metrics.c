@@ -319,6 +319,39 @@ Test(metrics, jieba_segments_like_jieba)
     expect_cut("a\r\nb", "a|\r\n|b");
 }
 
+/* 1,500 random mixed strings segmented by jieba 0.42.1 itself
+ * (tests/tools/make_jieba_cases.py). */
+Test(metrics, jieba_matches_python_jieba_on_random_text)
+{
+    if (!with_jieba())
+        cr_skip_test("jieba's data is absent (apt-get install python3-jieba)");
+    char *path = tu_source("tests/data/scorers/jieba_cases.jsonl");
+    char *text = tu_slurp(path, NULL), *save;
+    int lines = 0, wrong = 0;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        cJSON *o = cJSON_Parse(line);
+        cr_assert(o);
+        const char *s = cJSON_GetObjectItem(o, "text")->valuestring;
+        const cJSON *want = cJSON_GetObjectItem(o, "tokens");
+        kb_spans sp = {0};
+        cr_assert_eq(kb_jieba_cut(jieba, s, strlen(s), &sp), 0);
+        bool same = sp.n == (size_t)cJSON_GetArraySize(want);
+        for (size_t i = 0; same && i < sp.n; i++) {
+            const char *w = cJSON_GetArrayItem(want, (int)i)->valuestring;
+            same = strlen(w) == sp.v[i].len && memcmp(w, s + sp.v[i].off, sp.v[i].len) == 0;
+        }
+        if (!same && wrong++ < 5)
+            cr_log_error("segmentation differs from jieba's for: %s", s);
+        kb_spans_free(&sp);
+        cJSON_Delete(o);
+        lines++;
+    }
+    cr_expect_eq(lines, 1500);
+    cr_expect_eq(wrong, 0, "%d of %d strings segmented differently", wrong, lines);
+    free(text);
+    free(path);
+}
+
 Test(metrics, chinese_metrics_refuse_without_jieba)
 {
     kb_metrics *bare;
