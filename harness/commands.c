@@ -5,6 +5,7 @@
 #include "cli.h"
 
 extern const kb_command kb_cmd_version;
+extern const kb_command kb_cmd_score;
 
 #define PENDING(NAME, SUMMARY, USAGE, WHERE)                                          \
     static const kb_command pending_##NAME = {                                        \
@@ -13,8 +14,6 @@ extern const kb_command kb_cmd_version;
 
 PENDING(run, "run a matrix of eviction configs over LongBench tasks (resumable)",
         "kvbench run CONFIG.json [options]", "issue 9 (runner)");
-PENDING(score, "score prediction files with LongBench's metrics",
-        "kvbench score FILE.jsonl|DIR [options]", "issue 8 (scorers)");
 PENDING(report, "build scores.csv, summary.md and report.html from runs",
         "kvbench report RUN... [options]", "issue 9 (runner)");
 PENDING(fetch, "download LongBench data or a model from the Hugging Face hub",
@@ -30,7 +29,7 @@ PENDING(bench, "measure throughput of the model, tokenizer, loader or scorers",
 
 const kb_command *const kb_commands[] = {
     &pending_run,
-    &pending_score,
+    &kb_cmd_score,
     &pending_report,
     &pending_fetch,
     &pending_generate,

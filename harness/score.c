@@ -1,0 +1,590 @@
+#include "score.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "file.h"
+#include "jsonl.h"
+
+/* eval.py's dataset2metric; first_line: the tasks whose prediction is cut
+ * to its first line (trec, triviaqa, samsum, lsht). */
+static const struct {
+    const char *dataset;
+    kb_metric metric;
+    bool first_line;
+} tasks[] = {
+    {"narrativeqa", KB_QA_F1, false},
+    {"qasper", KB_QA_F1, false},
+    {"multifieldqa_en", KB_QA_F1, false},
+    {"multifieldqa_zh", KB_QA_F1_ZH, false},
+    {"hotpotqa", KB_QA_F1, false},
+    {"2wikimqa", KB_QA_F1, false},
+    {"musique", KB_QA_F1, false},
+    {"dureader", KB_ROUGE_ZH, false},
+    {"gov_report", KB_ROUGE, false},
+    {"qmsum", KB_ROUGE, false},
+    {"multi_news", KB_ROUGE, false},
+    {"vcsum", KB_ROUGE_ZH, false},
+    {"trec", KB_CLASSIFICATION, true},
+    {"triviaqa", KB_QA_F1, true},
+    {"samsum", KB_ROUGE, true},
+    {"lsht", KB_CLASSIFICATION, true},
+    {"passage_retrieval_en", KB_RETRIEVAL, false},
+    {"passage_count", KB_COUNT, false},
+    {"passage_retrieval_zh", KB_RETRIEVAL_ZH, false},
+    {"lcc", KB_CODE_SIM, false},
+    {"repobench-p", KB_CODE_SIM, false},
+};
+
+int kb_task_metric(const char *dataset, kb_metric *metric, bool *first_line)
+{
+    size_t len = strlen(dataset);
+    if (len > 2 && strcmp(dataset + len - 2, "_e") == 0)
+        len -= 2;
+    for (size_t i = 0; i < sizeof tasks / sizeof tasks[0]; i++)
+        if (strlen(tasks[i].dataset) == len && strncmp(tasks[i].dataset, dataset, len) == 0) {
+            *metric = tasks[i].metric;
+            *first_line = tasks[i].first_line;
+            return 0;
+        }
+    return -1;
+}
+
+int kb_score_prediction(kb_metrics *m, const char *dataset, const char *pred,
+                        const char *const *answers, size_t n_answers, const kb_classes *classes,
+                        double *score, kv_error *err)
+{
+    kb_metric metric;
+    bool first_line;
+    *score = 0.0;
+    if (kb_task_metric(dataset, &metric, &first_line) < 0)
+        return kv_fail(err, "'%s' is not a LongBench task (no metric for it)", dataset);
+    char *line = NULL;
+    if (first_line) {
+        /* pred.lstrip('\n').split('\n')[0]: only U+000A; '\r' and spaces stay */
+        while (*pred == '\n')
+            pred++;
+        size_t len = strcspn(pred, "\n");
+        line = malloc(len + 1);
+        if (!line)
+            return kv_fail(err, "out of memory");
+        memcpy(line, pred, len);
+        line[len] = '\0';
+        pred = line;
+    }
+    int rc = 0;
+    for (size_t k = 0; k < n_answers && rc == 0; k++) {
+        double s;
+        rc = kb_metric_score(m, metric, pred, answers[k], classes, &s, err);
+        if (rc == 0 && s > *score)
+            *score = s;
+    }
+    free(line);
+    return rc;
+}
+
+double kb_py_round(double x, int ndigits)
+{
+    if (!isfinite(x))
+        return x;
+    /* glibc prints the exact binary value rounded half-to-even, which is what
+     * CPython's round() computes with its correctly rounded dtoa. */
+    char buf[512];
+    snprintf(buf, sizeof buf, "%.*f", ndigits, x);
+    return strtod(buf, NULL);
+}
+
+/* numpy's pairwise_sum for float64 (8 accumulators, blocks of 128). */
+static double pairwise_sum(const double *a, size_t n)
+{
+    if (n < 8) {
+        double res = -0.0;
+        for (size_t i = 0; i < n; i++)
+            res += a[i];
+        return res;
+    }
+    if (n <= 128) {
+        double r[8];
+        for (int j = 0; j < 8; j++)
+            r[j] = a[j];
+        size_t i;
+        for (i = 8; i < n - (n % 8); i += 8)
+            for (int j = 0; j < 8; j++)
+                r[j] += a[i + j];
+        double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++)
+            res += a[i];
+        return res;
+    }
+    size_t n2 = n / 2;
+    n2 -= n2 % 8;
+    return pairwise_sum(a, n2) + pairwise_sum(a + n2, n - n2);
+}
+
+double kb_np_mean(const double *v, size_t n)
+{
+    if (n == 0)
+        return NAN;
+    return (0.0 + pairwise_sum(v, n)) / (double)n;
+}
+
+double kb_np_round2(double x)
+{
+    return rint(x * 100.0) / 100.0;
+}
+
+const char *const kb_bucket_names[KB_N_BUCKETS] = {"0-4k", "4-8k", "8k+"};
+
+int kb_bucket_of(long length)
+{
+    return length < 4000 ? KB_BUCKET_0_4K : length < 8000 ? KB_BUCKET_4_8K : KB_BUCKET_8K_PLUS;
+}
+
+/* ---- reading prediction files ------------------------------------------------ */
+
+static void prediction_free(kb_prediction *p)
+{
+    free(p->id);
+    free(p->dataset);
+    free(p->pred);
+    for (size_t k = 0; k < p->n_answers; k++)
+        free(p->answers[k]);
+    free(p->answers);
+    for (size_t k = 0; k < p->n_classes; k++)
+        free(p->classes[k]);
+    free(p->classes);
+    free(p->where);
+}
+
+void kb_predictions_free(kb_predictions *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        prediction_free(&p->v[i]);
+    free(p->v);
+    *p = (kb_predictions){0};
+}
+
+/* A JSON array of strings into a malloc'd char* array. */
+static int string_list(const cJSON *arr, char ***out, size_t *n, const char *where, const char *key,
+                       kv_error *err)
+{
+    if (!cJSON_IsArray(arr))
+        return kv_fail(err, "%s: \"%s\" must be a list of strings", where, key);
+    size_t count = (size_t)cJSON_GetArraySize(arr);
+    *out = calloc(count ? count : 1, sizeof **out);
+    if (!*out)
+        return kv_fail(err, "out of memory");
+    *n = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr)
+    {
+        if (!cJSON_IsString(it))
+            return kv_fail(err, "%s: \"%s\" must be a list of strings", where, key);
+        if (!((*out)[(*n)++] = strdup(it->valuestring)))
+            return kv_fail(err, "out of memory");
+    }
+    return 0;
+}
+
+static char *dataset_from_path(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    return strndup(base, strcspn(base, ".")); /* eval.py: filename.split('.')[0] */
+}
+
+static int parse_line(const cJSON *o, kb_prediction *p, const char *path, kv_error *err)
+{
+    const char *where = p->where;
+    if (!cJSON_IsObject(o))
+        return kv_fail(err, "%s: not a JSON object", where);
+    const cJSON *pred = cJSON_GetObjectItemCaseSensitive(o, "pred");
+    if (!pred)
+        pred = cJSON_GetObjectItemCaseSensitive(o, "prediction");
+    if (!cJSON_IsString(pred))
+        return kv_fail(err, "%s: no \"pred\" (or \"prediction\") string", where);
+    if (!(p->pred = strdup(pred->valuestring)))
+        return kv_fail(err, "out of memory");
+    const cJSON *answers = cJSON_GetObjectItemCaseSensitive(o, "answers");
+    if (!answers)
+        return kv_fail(err, "%s: no \"answers\" list", where);
+    if (string_list(answers, &p->answers, &p->n_answers, where, "answers", err) < 0)
+        return -1;
+    const cJSON *classes = cJSON_GetObjectItemCaseSensitive(o, "all_classes");
+    if (classes && !cJSON_IsNull(classes) &&
+        string_list(classes, &p->classes, &p->n_classes, where, "all_classes", err) < 0)
+        return -1;
+    const cJSON *length = cJSON_GetObjectItemCaseSensitive(o, "length");
+    p->length = cJSON_IsNumber(length) ? (long)length->valuedouble : -1;
+    const cJSON *dataset = cJSON_GetObjectItemCaseSensitive(o, "dataset");
+    p->dataset = cJSON_IsString(dataset) ? strdup(dataset->valuestring) : dataset_from_path(path);
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
+    if (!id)
+        id = cJSON_GetObjectItemCaseSensitive(o, "_id");
+    if (cJSON_IsString(id))
+        p->id = strdup(id->valuestring);
+    else if (cJSON_IsNumber(id) && asprintf(&p->id, "%.17g", id->valuedouble) < 0)
+        p->id = NULL;
+    if (!p->dataset)
+        return kv_fail(err, "out of memory");
+    return 0;
+}
+
+static int push(kb_predictions *p, kb_prediction **out)
+{
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 256;
+        kb_prediction *v = realloc(p->v, cap * sizeof *v);
+        if (!v)
+            return -1;
+        p->v = v;
+        p->cap = cap;
+    }
+    *out = &p->v[p->n++];
+    **out = (kb_prediction){.length = -1};
+    return 0;
+}
+
+int kb_predictions_read(kb_predictions *p, const char *path, kv_error *err)
+{
+    lb_jsonl *r = lb_jsonl_open(path);
+    if (!r)
+        return kv_fail(err, "%s: %s", path, strerror(errno));
+    int rc = 0, got;
+    while (rc == 0 && (got = lb_jsonl_next(r)) == 1) {
+        kb_prediction *pr;
+        if (push(p, &pr) < 0) {
+            rc = kv_fail(err, "out of memory");
+            break;
+        }
+        if (asprintf(&pr->where, "%s:%ld", path, r->lineno) < 0) {
+            pr->where = NULL;
+            rc = kv_fail(err, "out of memory");
+            break;
+        }
+        cJSON *o = cJSON_ParseWithLength(r->line, r->len);
+        if (!o)
+            rc = kv_fail(err, "%s: not valid JSON", pr->where);
+        else
+            rc = parse_line(o, pr, path, err);
+        cJSON_Delete(o);
+    }
+    if (rc == 0 && got < 0)
+        rc = kv_fail(err, "%s: read error: %s", path, strerror(errno));
+    lb_jsonl_close(r);
+    return rc;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int kb_predictions_read_path(kb_predictions *p, const char *path, kv_error *err)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return kv_fail(err, "%s: %s", path, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return kb_predictions_read(p, path, err);
+    DIR *d = opendir(path);
+    if (!d)
+        return kv_fail(err, "%s: %s", path, strerror(errno));
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (e->d_name[0] == '.' || len < 5 || strcmp(e->d_name + len - 5, "jsonl") != 0)
+            continue; /* eval.py: filename.endswith("jsonl") */
+        if (n == cap) {
+            cap = cap ? cap * 2 : 32;
+            char **v = realloc(names, cap * sizeof *v);
+            if (!v) {
+                rc = kv_fail(err, "out of memory");
+                break;
+            }
+            names = v;
+        }
+        if (!(names[n++] = strdup(e->d_name)))
+            rc = kv_fail(err, "out of memory");
+    }
+    closedir(d);
+    if (rc == 0 && n == 0)
+        rc = kv_fail(err, "%s: no *.jsonl prediction files in this folder", path);
+    if (n)
+        qsort(names, n, sizeof *names, cmp_str);
+    for (size_t i = 0; i < n; i++) {
+        char *file = rc == 0 && names[i] ? kv_path_join(path, names[i]) : NULL;
+        if (rc == 0)
+            rc = file ? kb_predictions_read(p, file, err) : kv_fail(err, "out of memory");
+        free(file);
+        free(names[i]);
+    }
+    free(names);
+    return rc;
+}
+
+/* ---- scoring ------------------------------------------------------------------ */
+
+static int cmp_task(const void *a, const void *b)
+{
+    return strcmp(((const kb_task_score *)a)->dataset, ((const kb_task_score *)b)->dataset);
+}
+
+/* The distinct datasets of p, sorted, with their metric. */
+static int collect_tasks(const kb_predictions *p, kb_task_scores *out, kv_error *err)
+{
+    out->v = NULL;
+    out->n = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        bool seen = false;
+        for (size_t t = 0; t < out->n && !seen; t++)
+            seen = strcmp(out->v[t].dataset, p->v[i].dataset) == 0;
+        if (seen)
+            continue;
+        kb_metric metric;
+        bool first_line;
+        if (kb_task_metric(p->v[i].dataset, &metric, &first_line) < 0)
+            return kv_fail(err,
+                           "%s: '%s' is not a LongBench task; name the file after its task "
+                           "(e.g. qasper.jsonl) or give each line a \"dataset\"",
+                           p->v[i].where, p->v[i].dataset);
+        kb_task_score *v = realloc(out->v, (out->n + 1) * sizeof *v);
+        if (!v)
+            return kv_fail(err, "out of memory");
+        out->v = v;
+        out->v[out->n++] = (kb_task_score){.dataset = p->v[i].dataset, .metric = metric};
+    }
+    if (out->n)
+        qsort(out->v, out->n, sizeof *out->v, cmp_task);
+    return 0;
+}
+
+static int score_task(kb_metrics *m, kb_predictions *p, kb_task_score *t, kv_error *err)
+{
+    /* eval.py passes the all_classes of the file's last line to every line. */
+    kb_classes classes = {NULL, 0}, *cls = NULL;
+    for (size_t i = 0; i < p->n; i++)
+        if (strcmp(p->v[i].dataset, t->dataset) == 0) {
+            classes = (kb_classes){(const char *const *)p->v[i].classes, p->v[i].n_classes};
+            cls = p->v[i].classes ? &classes : NULL;
+        }
+    double total = 0.0;
+    double *bucket[KB_N_BUCKETS] = {0};
+    int rc = 0;
+    for (int b = 0; b < KB_N_BUCKETS && rc == 0; b++)
+        if (!(bucket[b] = malloc((p->n ? p->n : 1) * sizeof **bucket)))
+            rc = kv_fail(err, "out of memory");
+    for (size_t i = 0; i < p->n && rc == 0; i++) {
+        kb_prediction *pr = &p->v[i];
+        if (strcmp(pr->dataset, t->dataset) != 0)
+            continue;
+        if (t->refused) {
+            pr->score = NAN;
+            t->n++;
+            continue;
+        }
+        rc = kb_score_prediction(m, pr->dataset, pr->pred, (const char *const *)pr->answers,
+                                 pr->n_answers, cls, &pr->score, err);
+        if (rc < 0)
+            rc = kv_fail_prefix(err, pr->where);
+        total += pr->score;
+        t->n++;
+        int b = kb_bucket_of(pr->length);
+        bucket[b][t->bucket_n[b]++] = pr->score;
+    }
+    if (rc == 0) {
+        t->score = t->refused || t->n == 0 ? NAN : kb_py_round(100 * total / (double)t->n, 2);
+        for (int b = 0; b < KB_N_BUCKETS; b++)
+            t->bucket[b] =
+                t->refused ? NAN : kb_np_round2(100 * kb_np_mean(bucket[b], t->bucket_n[b]));
+    }
+    for (int b = 0; b < KB_N_BUCKETS; b++)
+        free(bucket[b]);
+    return rc;
+}
+
+int kb_score_predictions(kb_metrics *m, kb_predictions *p, kb_task_scores *out, kv_error *err)
+{
+    if (collect_tasks(p, out, err) < 0) {
+        kb_task_scores_free(out);
+        return -1;
+    }
+    for (size_t t = 0; t < out->n; t++) {
+        out->v[t].refused = kb_metric_needs_jieba(out->v[t].metric) && !kb_metrics_has_jieba(m);
+        if (score_task(m, p, &out->v[t], err) < 0) {
+            kb_task_scores_free(out);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void kb_task_scores_free(kb_task_scores *t)
+{
+    free(t->v);
+    *t = (kb_task_scores){0};
+}
+
+/* ---- LongBench v2 ---------------------------------------------------------------- */
+
+static char search_letter(const char *pattern, const char *s)
+{
+    int code;
+    PCRE2_SIZE at;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, 0, &code, &at, NULL);
+    pcre2_match_data *md = re ? pcre2_match_data_create_from_pattern(re, NULL) : NULL;
+    char letter = 0;
+    if (md && pcre2_match(re, (PCRE2_SPTR)s, strlen(s), 0, 0, md, NULL) >= 2)
+        letter = s[pcre2_get_ovector_pointer(md)[2]];
+    pcre2_match_data_free(md);
+    pcre2_code_free(re);
+    return letter;
+}
+
+char kb_v2_extract_answer(const char *response)
+{
+    char *s = malloc(strlen(response) + 1);
+    if (!s)
+        return 0;
+    size_t n = 0;
+    for (const char *p = response; *p; p++) /* response.replace('*', '') */
+        if (*p != '*')
+            s[n++] = *p;
+    s[n] = '\0';
+    char letter = search_letter("The correct answer is \\(([A-D])\\)", s);
+    if (!letter)
+        letter = search_letter("The correct answer is ([A-D])", s);
+    free(s);
+    return letter;
+}
+
+static double pct1(int right, int n)
+{
+    return n ? kb_py_round(100.0 * right / n, 1) : NAN;
+}
+
+kb_v2_accuracy kb_v2_score(const kb_v2_item *items, size_t n)
+{
+    int right[6] = {0}, count[6] = {0}; /* overall, easy, hard, short, medium, long */
+    for (size_t i = 0; i < n; i++) {
+        int ok = items[i].pred && items[i].pred == items[i].answer;
+        int groups[3] = {0, items[i].hard ? 2 : 1, 3 + (items[i].length > 2 ? 2 : items[i].length)};
+        for (int g = 0; g < 3; g++) {
+            right[groups[g]] += ok;
+            count[groups[g]]++;
+        }
+    }
+    return (kb_v2_accuracy){pct1(right[0], count[0]), pct1(right[1], count[1]),
+                            pct1(right[2], count[2]), pct1(right[3], count[3]),
+                            pct1(right[4], count[4]), pct1(right[5], count[5])};
+}
+
+/* One v2 item from its JSON object. */
+static int v2_item(const cJSON *o, kb_v2_item *it, const char *where, kv_error *err)
+{
+    const cJSON *answer = cJSON_GetObjectItemCaseSensitive(o, "answer");
+    const cJSON *difficulty = cJSON_GetObjectItemCaseSensitive(o, "difficulty");
+    const cJSON *length = cJSON_GetObjectItemCaseSensitive(o, "length");
+    const cJSON *response = cJSON_GetObjectItemCaseSensitive(o, "response");
+    const cJSON *pred = cJSON_GetObjectItemCaseSensitive(o, "pred");
+    if (!cJSON_IsString(answer) || strlen(answer->valuestring) != 1 ||
+        !cJSON_IsString(difficulty) || !cJSON_IsString(length))
+        return kv_fail(err,
+                       "%s: a LongBench v2 line needs \"answer\" (A-D), \"difficulty\" and "
+                       "\"length\"",
+                       where);
+    it->answer = answer->valuestring[0];
+    it->hard = strcmp(difficulty->valuestring, "easy") != 0;
+    it->length = strcmp(length->valuestring, "short") == 0    ? 0
+                 : strcmp(length->valuestring, "medium") == 0 ? 1
+                                                              : 2;
+    it->pred = 0;
+    if (cJSON_IsString(response))
+        it->pred = kb_v2_extract_answer(response->valuestring);
+    else if (cJSON_IsString(pred) && strlen(pred->valuestring) == 1 &&
+             strchr("ABCD", pred->valuestring[0]))
+        it->pred = pred->valuestring[0];
+    else if (cJSON_IsString(pred))
+        it->pred = kb_v2_extract_answer(pred->valuestring);
+    return 0;
+}
+
+static int v2_push(kb_v2_item **items, size_t *n, size_t *cap)
+{
+    if (*n < *cap)
+        return 0;
+    size_t c = *cap ? *cap * 2 : 64;
+    kb_v2_item *v = realloc(*items, c * sizeof *v);
+    if (!v)
+        return -1;
+    *items = v;
+    *cap = c;
+    return 0;
+}
+
+int kb_v2_read(const char *path, kb_v2_item **items, size_t *n, kv_error *err)
+{
+    *items = NULL;
+    *n = 0;
+    size_t cap = 0, len;
+    char *text;
+    if (kv_file_read(path, &text, &len, err) < 0)
+        return -1;
+    int rc = 0;
+    char where[4200];
+    /* result.py: json.load() the whole file, else one object per line */
+    cJSON *all = cJSON_ParseWithLength(text, len);
+    if (cJSON_IsArray(all)) {
+        const cJSON *o;
+        size_t k = 0;
+        cJSON_ArrayForEach(o, all)
+        {
+            snprintf(where, sizeof where, "%s: item %zu", path, ++k);
+            if ((rc = v2_push(items, n, &cap)) < 0) {
+                rc = kv_fail(err, "out of memory");
+                break;
+            }
+            if ((rc = v2_item(o, &(*items)[*n], where, err)) < 0)
+                break;
+            (*n)++;
+        }
+    } else {
+        long lineno = 0;
+        for (char *line = text; rc == 0 && line < text + len;) {
+            char *nl = memchr(line, '\n', (size_t)(text + len - line));
+            size_t l = nl ? (size_t)(nl - line) : (size_t)(text + len - line);
+            lineno++;
+            if (l > 0 && strspn(line, " \t\r") < l) {
+                snprintf(where, sizeof where, "%s:%ld", path, lineno);
+                cJSON *o = cJSON_ParseWithLength(line, l);
+                if (!o)
+                    rc = kv_fail(err, "%s: not valid JSON", where);
+                else if (v2_push(items, n, &cap) < 0)
+                    rc = kv_fail(err, "out of memory");
+                else if ((rc = v2_item(o, &(*items)[*n], where, err)) == 0)
+                    (*n)++;
+                cJSON_Delete(o);
+            }
+            line += l + 1;
+        }
+    }
+    cJSON_Delete(all);
+    free(text);
+    if (rc < 0) {
+        free(*items);
+        *items = NULL;
+        *n = 0;
+    }
+    return rc;
+}

@@ -1,0 +1,113 @@
+/* Scoring predictions the way LongBench's eval.py does (LONGBENCH.md §3):
+ * the metric of each task, the first-line rule, the maximum over answers,
+ * per-task means with Python's round(x, 2), and LongBench-E's length buckets
+ * with numpy's mean and rounding. Also LongBench v2's answer extraction and
+ * accuracy (§7).
+ */
+#ifndef KB_SCORE_H
+#define KB_SCORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "error.h"
+#include "metrics.h"
+
+/* eval.py's dataset2metric, and whether only the first line of the
+ * prediction is scored. A trailing "_e" (LongBench-E) is ignored. -1 when
+ * the dataset is not a LongBench task. */
+int kb_task_metric(const char *dataset, kb_metric *metric, bool *first_line);
+
+/* One prediction of `dataset`: first-line rule, then the best score over
+ * the answers (0 when there are none). */
+int kb_score_prediction(kb_metrics *m, const char *dataset, const char *pred,
+                        const char *const *answers, size_t n_answers, const kb_classes *classes,
+                        double *score, kv_error *err);
+
+/* Python's round(x, ndigits): the nearest decimal, ties to even on the exact
+ * binary value. */
+double kb_py_round(double x, int ndigits);
+/* numpy's np.mean(v) (pairwise summation); NaN for n == 0. */
+double kb_np_mean(const double *v, size_t n);
+/* numpy's round(x, 2) on a float64: rint(x * 100) / 100. */
+double kb_np_round2(double x);
+
+enum { KB_BUCKET_0_4K, KB_BUCKET_4_8K, KB_BUCKET_8K_PLUS, KB_N_BUCKETS };
+extern const char *const kb_bucket_names[KB_N_BUCKETS]; /* "0-4k", "4-8k", "8k+" */
+/* LongBench-E's bucket of a sample of `length` words/characters. */
+int kb_bucket_of(long length);
+
+/* One prediction line, as read from a prediction file. */
+typedef struct kb_prediction {
+    char *id;      /* "id" or "_id", NULL when absent */
+    char *dataset; /* "dataset", else the file name up to its first '.' */
+    char *pred;    /* "pred" (LongBench) or "prediction" */
+    char **answers;
+    size_t n_answers;
+    char **classes; /* "all_classes"; NULL when null or absent */
+    size_t n_classes;
+    long length;  /* "length", -1 when absent */
+    char *where;  /* "file:line" for messages */
+    double score; /* filled by kb_score_predictions */
+} kb_prediction;
+
+typedef struct kb_predictions {
+    kb_prediction *v;
+    size_t n, cap;
+} kb_predictions;
+
+/* Appends the lines of a prediction file (JSON Lines). */
+int kb_predictions_read(kb_predictions *p, const char *path, kv_error *err);
+/* A file, or every *.jsonl file of a folder (in name order). */
+int kb_predictions_read_path(kb_predictions *p, const char *path, kv_error *err);
+void kb_predictions_free(kb_predictions *p);
+
+/* The score of one task. */
+typedef struct kb_task_score {
+    const char *dataset; /* points into the predictions */
+    kb_metric metric;
+    size_t n;
+    double score; /* round(100 * mean, 2) */
+    size_t bucket_n[KB_N_BUCKETS];
+    double bucket[KB_N_BUCKETS]; /* round(100 * np.mean, 2); NaN when empty */
+    bool refused;                /* a Chinese task without jieba's data */
+} kb_task_score;
+
+typedef struct kb_task_scores {
+    kb_task_score *v;
+    size_t n;
+} kb_task_scores;
+
+/* Scores every prediction (filling ->score) and each task, tasks in name
+ * order. Like eval.py, a task's class list is that of its last line.
+ * Predictions of a Chinese task are refused (task->refused, scores NaN) when
+ * `m` has no jieba data; other failures stop with -1. */
+int kb_score_predictions(kb_metrics *m, kb_predictions *p, kb_task_scores *out, kv_error *err);
+void kb_task_scores_free(kb_task_scores *t);
+
+/* LongBench v2: the letter in "The correct answer is (X)" / "... is X" after
+ * removing '*', or 0 when there is none. */
+char kb_v2_extract_answer(const char *response);
+
+/* result.py's accuracies, in percent rounded to 1 decimal (NaN for an empty
+ * group): overall, easy, hard, short, medium, long. */
+typedef struct kb_v2_item {
+    char pred;   /* extracted letter, 0 for none */
+    char answer; /* 'A'..'D' */
+    bool hard;   /* difficulty != "easy" */
+    int length;  /* 0 short, 1 medium, 2 long */
+} kb_v2_item;
+
+typedef struct kb_v2_accuracy {
+    double overall, easy, hard, short_, medium, long_;
+} kb_v2_accuracy;
+
+kb_v2_accuracy kb_v2_score(const kb_v2_item *items, size_t n);
+
+/* Reads a LongBench v2 prediction file (JSON Lines, or one JSON array as
+ * pred.py's result files may be): per item "answer", "difficulty", "length",
+ * and the model's "response" (the letter is extracted from it) or "pred" (a
+ * letter, or text to extract it from). */
+int kb_v2_read(const char *path, kb_v2_item **items, size_t *n, kv_error *err);
+
+#endif
