@@ -5,6 +5,7 @@
 #include "cli.h"
 
 extern const kb_command kb_cmd_version;
+extern const kb_command kb_cmd_merge;
 
 #define PENDING(NAME, SUMMARY, USAGE, WHERE)                                          \
     static const kb_command pending_##NAME = {                                        \
@@ -32,6 +33,7 @@ const kb_command *const kb_commands[] = {
     &pending_run,
     &pending_score,
     &pending_report,
+    &kb_cmd_merge,
     &pending_fetch,
     &pending_generate,
     &pending_tokenize,
