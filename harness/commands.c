@@ -6,6 +6,7 @@
 
 extern const kb_command kb_cmd_version;
 extern const kb_command kb_cmd_merge;
+extern const kb_command kb_cmd_report;
 
 #define PENDING(NAME, SUMMARY, USAGE, WHERE)                                          \
     static const kb_command pending_##NAME = {                                        \
@@ -16,8 +17,6 @@ PENDING(run, "run a matrix of eviction configs over LongBench tasks (resumable)"
         "kvbench run CONFIG.json [options]", "issue 9 (runner)");
 PENDING(score, "score prediction files with LongBench's metrics",
         "kvbench score FILE.jsonl|DIR [options]", "issue 8 (scorers)");
-PENDING(report, "build scores.csv, summary.md and report.html from runs",
-        "kvbench report RUN... [options]", "issue 9 (runner)");
 PENDING(fetch, "download LongBench data or a model from the Hugging Face hub",
         "kvbench fetch longbench|model [NAME] [options]", "issue 7 (datasets)");
 PENDING(generate, "greedy generation from one prompt, with or without eviction",
@@ -32,7 +31,7 @@ PENDING(bench, "measure throughput of the model, tokenizer, loader or scorers",
 const kb_command *const kb_commands[] = {
     &pending_run,
     &pending_score,
-    &pending_report,
+    &kb_cmd_report,
     &kb_cmd_merge,
     &pending_fetch,
     &pending_generate,
