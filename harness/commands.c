@@ -5,16 +5,15 @@
 #include "cli.h"
 
 extern const kb_command kb_cmd_version;
-extern const kb_command kb_cmd_merge;
+extern const kb_command kb_cmd_run;
 extern const kb_command kb_cmd_report;
+extern const kb_command kb_cmd_merge;
 
 #define PENDING(NAME, SUMMARY, USAGE, WHERE)                                          \
     static const kb_command pending_##NAME = {                                        \
         .name = #NAME, .summary = SUMMARY, .usage = USAGE, .max_positional = 64,      \
         .pending = WHERE }
 
-PENDING(run, "run a matrix of eviction configs over LongBench tasks (resumable)",
-        "kvbench run CONFIG.json [options]", "issue 9 (runner)");
 PENDING(score, "score prediction files with LongBench's metrics",
         "kvbench score FILE.jsonl|DIR [options]", "issue 8 (scorers)");
 PENDING(fetch, "download LongBench data or a model from the Hugging Face hub",
@@ -29,7 +28,7 @@ PENDING(bench, "measure throughput of the model, tokenizer, loader or scorers",
         "kvbench bench model|tokenizer|... [options]", "issues 3, 4, 7, 8");
 
 const kb_command *const kb_commands[] = {
-    &pending_run,
+    &kb_cmd_run,
     &pending_score,
     &kb_cmd_report,
     &kb_cmd_merge,

@@ -838,7 +838,7 @@ static double cy(const chart *c, double score)
 static void chart_axes(FILE *f, const chart *c, const long *budgets, size_t nb, const char *ylabel)
 {
     double step = c->y1 - c->y0 > 50 ? 10 : c->y1 - c->y0 > 20 ? 5 : 2;
-    for (double y = c->y0; y <= c->y1 + 1e-9; y += step)
+    for (double y = ceil(c->y0 / step) * step; y <= c->y1 + 1e-9; y += step)
         fprintf(f,
                 "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' class='grid'/>"
                 "<text x='%.1f' y='%.1f' class='tick' text-anchor='end'>%g</text>\n",
@@ -895,10 +895,17 @@ static void svg_budget_chart(FILE *f, const pivot *p)
         goto out;
     }
     qsort(budgets, nb, sizeof *budgets, cmp_long);
+    /* zoom on the data: the differences between methods are a few points */
+    double ymin = ymax;
+    for (size_t i = 0; i < np; i++)
+        ymin = fmin(ymin, pts[i].score);
+    if (p->full >= 0 && !isnan(row_mean(p, (size_t)p->full, NULL)))
+        ymin = fmin(ymin, row_mean(p, (size_t)p->full, NULL));
+    double lo = fmax(0, floor((ymin - 2) / 5) * 5), hi = ceil((ymax + 1) / 5) * 5;
     chart c = {.x0 = log2((double)budgets[0]),
                .x1 = log2((double)budgets[nb - 1]),
-               .y0 = 0,
-               .y1 = fmax(10, ceil(ymax / 10) * 10),
+               .y0 = lo,
+               .y1 = hi > lo ? hi : lo + 5,
                .left = 60,
                .top = 20,
                .width = 560,
@@ -992,7 +999,13 @@ static void delta_colour(double d, double range, char out[8])
 
 static void svg_heatmap(FILE *f, const pivot *p)
 {
-    const double cell_w = 58, cell_h = 24, left = 240, top = 120;
+    const double cell_w = 58, cell_h = 24, top = 120;
+    /* room for the longest config name at ~6.5 px per character */
+    size_t longest = 8;
+    for (size_t c = 0; c < p->nc; c++)
+        if (strlen(p->configs[c]) > longest)
+            longest = strlen(p->configs[c]);
+    const double left = 16 + 6.5 * (double)longest;
     size_t cols = p->nt + 1; /* the tasks, then the average */
     double range = 5;
     for (size_t c = 0; p->full >= 0 && c < p->nc; c++)

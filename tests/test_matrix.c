@@ -321,3 +321,37 @@ Test(matrix, load_prefixes_the_file_name)
     tu_rmtree(dir);
     free(dir);
 }
+
+Test(matrix, run_dry_run_shows_the_plan_and_errors_name_the_key)
+{
+    char *nightly = tu_source("configs/nightly.json");
+    tu_result r = tu_kvbench("run", nightly, "--dry-run", "--shard", "1/4", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "run nightly -> results/nightly/shards/1-of-4\n"), "%s", r.out);
+    cr_assert(strstr(r.out, "16 tasks:"));
+    cr_assert(strstr(r.out, "30 configs (one prefill per sample, shared by all):"));
+    cr_assert(strstr(r.out, "  snapkv_s32_r64_i1952_normsum "), "%s", r.out);
+    tu_result_free(&r);
+    r = tu_kvbench("run", nightly, "--dry-run", "--shard", "4/4", NULL);
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "need 0 <= I < N"), "%s", r.err);
+    tu_result_free(&r);
+    free(nightly);
+
+    char *dir = tu_mkdtemp();
+    char path[512];
+    snprintf(path, sizeof path, "%s/x.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"model\": \"m\", \"tasks\": [\"trec\"], \"sweep\": {\"algorithm\": [\"h2o\"], "
+          "\"intermediate_size\": [64, -1]}}",
+          f);
+    fclose(f);
+    r = tu_kvbench("run", path, "--dry-run", NULL);
+    cr_assert_eq(r.status, 1);
+    cr_assert(strstr(r.err, "x.json: sweep{algorithm=h2o,intermediate_size=-1}.intermediate_size: "
+                            "must be >= 0"),
+              "%s", r.err);
+    tu_result_free(&r);
+    tu_rmtree(dir);
+    free(dir);
+}

@@ -311,3 +311,29 @@ Test(report, several_runs_need_an_output_and_missing_scores_are_explained)
     tu_rmtree(out);
     free(out);
 }
+
+Test(report, sixteen_english_tasks_give_the_en16_average)
+{
+    char *example = tu_source("tests/data/report/example");
+    char *out = tu_mkdtemp();
+    tu_result r = tu_kvbench("report", example, "--output", out, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    char *csv = read_in(out, "scores.csv");
+    cr_assert_eq(count(csv, "\n"), 1 + 30 * 16);
+    char *md = read_in(out, "summary.md");
+    cr_assert(strstr(md, "| **EN16** | Δ full |"), "16 English tasks: EN16");
+    /* the full row of the example is the PyramidKV FullKV row; its mean is 41.46 */
+    cr_assert(strstr(md, "| **41.46** | – |"), "%.300s", md);
+    char *html = read_in(out, "report.html");
+    cr_assert(strstr(html, "<h3>EN16 score vs KV cache budget</h3>"));
+    /* 7 series: h2o/snapkv x sum/norm_sum, streaming, snapkv+kvcrush, snapkv+criticalkv */
+    cr_assert_eq(count(html, "<polyline"), 7);
+    cr_assert_eq(count(html, "class='cell'"), 30 * 17);
+    free(csv);
+    free(md);
+    free(html);
+    tu_rmtree(out);
+    free(out);
+    free(example);
+}
