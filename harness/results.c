@@ -514,7 +514,14 @@ static int split_lines(const char *path, const char *data, size_t len, kb_pred_l
             kb_pred_lines_free(out);
             return kv_fail(err, "%s:%ld: blank line inside a prediction file", path, lineno);
         }
-        cJSON *j = nl && !blank(s, n) ? cJSON_ParseWithLength(s, n) : NULL;
+        /* a NUL byte is never part of JSON text; it is what a crash can leave */
+        bool parsable = nl && !blank(s, n) && !memchr(s, '\0', n);
+        const char *end = NULL;
+        cJSON *j = parsable ? cJSON_ParseWithLengthOpts(s, n, &end, false) : NULL;
+        if (j && !blank(end, n - (size_t)(end - s))) { /* "{...} junk" is not a line */
+            cJSON_Delete(j);
+            j = NULL;
+        }
         if (!j || !valid_line(j)) {
             cJSON_Delete(j);
             if (last) { /* what an interruption leaves: redo that sample */

@@ -209,7 +209,8 @@ Test(results, damage_before_the_last_line_is_an_error)
     cr_assert_geq(asprintf(&pdir, "%s/predictions/full", dir), 0);
     cr_assert_eq(kb_mkdirs(pdir, &err), 0);
     FILE *f = fopen(path, "w");
-    fputs("{\"id\": \"a\", \"index\": 0}\n{\"id\": \"b\", \"ind\n{\"id\": \"c\", \"index\": 2}\n",
+    fputs("{\"id\": \"a\", \"index\": 0}\n{\"id\": \"b\", \"index\": 1} junk\n"
+          "{\"id\": \"c\", \"index\": 2}\n",
           f);
     fclose(f);
     kb_pred_file pf;
@@ -232,7 +233,8 @@ Test(results, damage_before_the_last_line_is_an_error)
  * child is killed at random points; the parent resumes until complete. */
 enum { KILL_SAMPLES = 60 };
 
-static void produce(const char *dir, const kb_matrix *m, const char *const *configs, int n_cfg)
+static void produce(const char *dir, const kb_matrix *m, const char *const *configs, int n_cfg,
+                    int report_fd)
 {
     kb_run_info info = info_for(m, "h", 0, 1);
     kb_run run;
@@ -252,6 +254,8 @@ static void produce(const char *dir, const kb_matrix *m, const char *const *conf
             if (kb_pred_file_append(&pf[c], j, &err) < 0)
                 _exit(5);
             cJSON_Delete(j);
+            if (report_fd >= 0 && write(report_fd, "x", 1) != 1)
+                _exit(6);
         }
     for (int c = 0; c < n_cfg; c++)
         kb_pred_file_close(&pf[c]);
@@ -264,31 +268,48 @@ Test(results, sigkill_at_random_points_then_resume_equals_uninterrupted)
     kb_matrix m;
     matrix_from(&m, "{\"name\": \"h2o\", \"algorithm\": \"h2o\"}");
     char *ref = tu_mkdtemp(), *dir = tu_mkdtemp();
-    produce(ref, &m, configs, 2);
-    srand((unsigned)time(NULL));
+    produce(ref, &m, configs, 2, -1);
+    unsigned seed = (unsigned)time(NULL);
+    srand(seed);
+    /* The child reports every line it commits; the parent lets a random number
+     * of lines through (at most half of what is left, so there is work left),
+     * waits a random few microseconds (to also land inside a write), then
+     * SIGKILLs it. */
+    long left = KILL_SAMPLES * 2;
     int kills = 0;
-    for (int attempt = 0; attempt < 30; attempt++) {
+    while (left > 1 && kills < 12) {
+        int fds[2];
+        cr_assert_eq(pipe(fds), 0);
         pid_t pid = fork();
         if (pid == 0) {
-            produce(dir, &m, configs, 2);
+            close(fds[0]);
+            produce(dir, &m, configs, 2, fds[1]);
             _exit(0);
         }
-        usleep((useconds_t)(rand() % 3000));
+        close(fds[1]);
+        long let = rand() % (left / 2 + 1);
+        char c;
+        for (long i = 0; i < let && read(fds[0], &c, 1) == 1; i++)
+            left--;
+        usleep((useconds_t)(rand() % 300));
         kill(pid, SIGKILL);
         int st;
         waitpid(pid, &st, 0);
-        if (WIFEXITED(st)) {
-            cr_assert_eq(WEXITSTATUS(st), 0, "producer failed with %d", WEXITSTATUS(st));
-            break; /* it finished before the kill */
+        while (read(fds[0], &c, 1) == 1) /* lines committed before the kill landed */
+            left--;
+        close(fds[0]);
+        if (WIFEXITED(st)) { /* it finished the rest before the kill landed */
+            cr_assert_eq(WEXITSTATUS(st), 0, "producer failed (seed %u)", seed);
+            break;
         }
         kills++;
     }
-    produce(dir, &m, configs, 2); /* the final, uninterrupted resume */
-    cr_assert_gt(kills, 0);
+    produce(dir, &m, configs, 2, -1); /* the final, uninterrupted resume */
+    cr_assert_geq(kills, 1);
     for (int c = 0; c < 2; c++) {
         char *a = file_of(ref, configs[c], "trec"), *b = file_of(dir, configs[c], "trec");
         char *x = tu_slurp(a, NULL), *y = tu_slurp(b, NULL);
-        cr_assert_str_eq(x, y, "%s differs after %d kills", configs[c], kills);
+        cr_assert_str_eq(x, y, "%s differs after %d kills (seed %u)", configs[c], kills, seed);
         free(a), free(b), free(x), free(y);
     }
     kb_matrix_free(&m);
