@@ -124,6 +124,14 @@ static void draw(kb_progress *p, bool force)
     fflush(p->o.out);
 }
 
+void kb_progress_set_total(kb_progress *p, long total_tasks, long total_samples)
+{
+    if (!p)
+        return;
+    p->total_tasks = total_tasks;
+    p->total_samples = total_samples;
+}
+
 void kb_progress_task(kb_progress *p, const char *task, long index)
 {
     if (!p)

@@ -26,6 +26,9 @@ typedef struct kb_progress_opts {
 kb_progress *kb_progress_new(const kb_progress_opts *o, long total_tasks, long total_samples);
 void kb_progress_free(kb_progress *p);
 
+/* Sets the totals once they are known (the runner counts before it starts). */
+void kb_progress_set_total(kb_progress *p, long total_tasks, long total_samples);
+
 /* A task starts (index is 1-based). */
 void kb_progress_task(kb_progress *p, const char *task, long index);
 /* n samples were already done on disk (resume). */

@@ -8,6 +8,16 @@
  *   hash.h      kb_hash_model (the model hash in run.json)
  *   taskset.h   task groups/categories (stand-in: back it with datasets/tasks.h)
  *   kb_runner_plan_print below (`kvbench run CONFIG --dry-run`)
+ *   kb_runner_run below: steps 2 (run folder) to 4 (scores, report) over a
+ *               backend of callbacks, tested with a fake engine
+ *               (tests/test_runner.c: one prefill per sample for N configs,
+ *               same predictions as separate runs, stop + resume, shards)
+ *
+ * So wiring = writing one kb_runner_backend adapter (task_open/next/close from
+ * the datasets loader, prefill/decode/prefill_free from engine + eviction,
+ * scorer from the scorers) and calling kb_runner_run from cmd_run.c in place
+ * of its "not wired in yet" error, with a SIGINT/SIGTERM handler that sets the
+ * stop flag (the one static a signal handler needs).
  *
  * WIRING (the lead, once engine/tokenizer/eviction/datasets/scorers are merged)
  *
@@ -78,10 +88,13 @@
 #ifndef KB_RUNNER_H
 #define KB_RUNNER_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 
 #include "matrix.h"
+#include "progress.h"
+#include "report.h"
 #include "results.h"
 
 /* Command-line overrides of the matrix file. NULL / 0: keep the file's. */
@@ -99,5 +112,71 @@ int kb_runner_apply_options(kb_matrix *m, const kb_runner_options *o);
 /* What a run would do, for `--dry-run`: the run folder, the tasks with their
  * settings, and every config with its name, hash, budget and parameters. */
 void kb_runner_plan_print(FILE *f, const kb_matrix *m, const kb_runner_options *o);
+
+/* ---- the driver loop, engine-agnostic ------------------------------------
+ *
+ * kb_runner_run implements steps 2 (run folder) to 4 (scores, report) of the
+ * design above over a backend of callbacks; the lead's adapters turn the
+ * engine, eviction, datasets and scorers into one. tests/test_runner.c drives
+ * it with a fake backend (shared prefill counted, resume, shards, report). */
+
+/* One LongBench sample as the runner needs it; the backend owns everything. */
+typedef struct kb_sample {
+    const char *id; /* "_id" */
+    long index;     /* position in the task's file order, from 0 */
+    const cJSON *answers;
+    const cJSON *all_classes; /* may be NULL */
+    long length;
+    void *data; /* the backend's own (the record, for prompt building) */
+} kb_sample;
+
+/* What decoding one config produced. text is malloc'd by the backend and
+ * freed by the runner. */
+typedef struct kb_decode_result {
+    char *text;
+    long kept_tokens; /* KV entries per layer after the prefill eviction */
+    long generated_tokens;
+} kb_decode_result;
+
+typedef struct kb_runner_backend {
+    void *ctx;
+    /* Opens a task's samples in file order (the runner applies the limit and
+     * the shard); *n_samples: how many there are (for progress; -1 unknown). */
+    int (*task_open)(void *ctx, const kb_task_spec *task, void **iter, long *n_samples,
+                     kv_error *err);
+    /* 1 with *s filled (valid until the next call), 0 at the end, <0 error. */
+    int (*task_next)(void *ctx, void *iter, kb_sample *s, kv_error *err);
+    void (*task_close)(void *ctx, void *iter);
+    /* Builds the prompt and prefills ONCE with full attention, collecting the
+     * statistics that all `configs` need; *state keeps the cache for decode. */
+    int (*prefill)(void *ctx, const kb_task_spec *task, const kb_sample *s,
+                   const kb_config *const *configs, size_t n_configs, void **state,
+                   long *prompt_tokens, kv_error *err);
+    /* Forks the prefilled cache, compresses it under cfg (params NULL: the
+     * full cache) and decodes greedily. Must leave *state as it was. */
+    int (*decode)(void *ctx, void *state, const kb_task_spec *task, const kb_sample *s,
+                  const kb_config *cfg, kb_decode_result *out, kv_error *err);
+    void (*prefill_free)(void *ctx, void *state);
+    /* Scores a task's lines after the run (NULL: no scores.json, no report). */
+    kb_task_scorer scorer;
+    void *scorer_ctx;
+} kb_runner_backend;
+
+typedef struct kb_runner_stats {
+    long samples_done;    /* processed by this call */
+    long samples_skipped; /* already on disk for every config */
+    long prefills;
+    long decodes;
+    bool stopped; /* *stop was set: stopped between samples, resumable */
+} kb_runner_stats;
+
+/* Runs the matrix (apply kb_runner_apply_options first). version and
+ * model_hash go to run.json. stop (may be NULL) is polled between samples:
+ * set it from SIGINT/SIGTERM. progress may be NULL. When the run is complete
+ * and unsharded and the backend has a scorer, writes scores.json and the
+ * report into the run folder. */
+int kb_runner_run(const kb_matrix *m, const kb_runner_options *o, const char *version,
+                  const char *model_hash, const kb_runner_backend *b, volatile sig_atomic_t *stop,
+                  kb_progress *progress, kb_runner_stats *stats, kv_error *err);
 
 #endif
