@@ -10,6 +10,7 @@
 
 static const kb_option options[] = {
     {"output", "DIR", "write the merged run here (default: RUN when given RUN with RUN/shards/)"},
+    {"allow-unfinished", NULL, "merge shards that have not finished (a partial run)"},
     {NULL, NULL, NULL},
 };
 
@@ -70,7 +71,7 @@ static int run(const kb_args *a)
     } else {
         kv_error err = {{0}};
         size_t n_files = 0;
-        if (kb_run_merge(dirs, n, output, &n_files, &err) < 0) {
+        if (kb_run_merge(dirs, n, output, kb_flag(a, "allow-unfinished"), &n_files, &err) < 0) {
             kb_error("merge: %s", err.msg);
             rc = KB_EXIT_FAIL;
         } else {

@@ -340,6 +340,34 @@ static int resume_run_json(cJSON *old, const cJSON *now, const char *path, kv_er
     return 0;
 }
 
+/* "finished": the UTC time the run (or shard) completed, null while it runs. */
+static bool set_finished(cJSON *run_json, bool finished)
+{
+    cJSON *v;
+    if (finished) {
+        char when[32];
+        time_t now = time(NULL);
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+        v = cJSON_CreateString(when);
+    } else {
+        v = cJSON_CreateNull();
+    }
+    if (!v)
+        return false;
+    if (cJSON_GetObjectItemCaseSensitive(run_json, "finished"))
+        return cJSON_ReplaceItemInObjectCaseSensitive(run_json, "finished", v);
+    return cJSON_AddItemToObject(run_json, "finished", v);
+}
+
+int kb_run_mark_finished(kb_run *run, kv_error *err)
+{
+    char *path = path2(run->dir, "run.json");
+    int rc = path && set_finished(run->json, true) ? write_json_atomic(path, run->json, err)
+                                                   : kv_fail(err, "out of memory");
+    free(path);
+    return rc;
+}
+
 int kb_run_open(const char *dir, const kb_run_info *info, kb_run *run, kv_error *err)
 {
     memset(run, 0, sizeof *run);
@@ -366,6 +394,10 @@ int kb_run_open(const char *dir, const kb_run_info *info, kb_run *run, kv_error 
         kb_run_close(&old);
         if (rc < 0)
             goto out;
+    }
+    if (!set_finished(now, false)) { /* running (again) */
+        rc = kv_fail(err, "out of memory");
+        goto out;
     }
     if ((rc = write_json_atomic(path, now, err)) < 0)
         goto out;
@@ -726,7 +758,7 @@ typedef struct shard_in {
     long index;
 } shard_in;
 
-static int check_shards(shard_in *s, size_t n, kv_error *err)
+static int check_shards(shard_in *s, size_t n, bool allow_unfinished, kv_error *err)
 {
     long count = shard_field(s[0].run.json, "count");
     if (count <= 1)
@@ -751,6 +783,12 @@ static int check_shards(shard_in *s, size_t n, kv_error *err)
         if (bad)
             rc = kv_fail(err, "%s and %s have a different %s: they are not shards of one run",
                          s[0].run.dir, s[i].run.dir, bad);
+        else if (!allow_unfinished &&
+                 !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(b, "finished")))
+            rc = kv_fail(err,
+                         "%s: shard %ld/%ld has not finished (run it to the end, or merge "
+                         "with --allow-unfinished)",
+                         s[i].run.dir, s[i].index, count);
         else if (s[i].index < 0 || s[i].index >= count || seen[s[i].index])
             rc = kv_fail(err, "%s: shard %ld/%ld is given twice or out of range", s[i].run.dir,
                          s[i].index, count);
@@ -771,6 +809,14 @@ static cJSON *merged_run_json(shard_in *s, size_t n, kv_error *err)
         return NULL;
     }
     cJSON_ReplaceItemInObjectCaseSensitive(out, "shard", cJSON_CreateNull());
+    bool all_finished = true;
+    for (size_t i = 0; i < n; i++)
+        all_finished &= cJSON_IsString(cJSON_GetObjectItemCaseSensitive(s[i].run.json, "finished"));
+    if (!set_finished(out, all_finished)) {
+        kv_fail(err, "out of memory");
+        cJSON_Delete(out);
+        return NULL;
+    }
     cJSON *configs = (cJSON *)matrix_list(out, "configs");
     cJSON *tasks = (cJSON *)matrix_list(out, "tasks");
     if (!cJSON_IsArray(configs) || !cJSON_IsArray(tasks)) {
@@ -952,7 +998,7 @@ static int merge_predictions(shard_in *s, size_t n, const char *out_dir, size_t 
 }
 
 int kb_run_merge(const char *const *shard_dirs, size_t n_shards, const char *out_dir,
-                 size_t *n_files, kv_error *err)
+                 bool allow_unfinished, size_t *n_files, kv_error *err)
 {
     *n_files = 0;
     if (n_shards == 0)
@@ -964,7 +1010,7 @@ int kb_run_merge(const char *const *shard_dirs, size_t n_shards, const char *out
     for (size_t i = 0; i < n_shards && rc == 0; i++)
         rc = kb_run_load(shard_dirs[i], &s[i].run, err);
     if (rc == 0)
-        rc = check_shards(s, n_shards, err);
+        rc = check_shards(s, n_shards, allow_unfinished, err);
     cJSON *merged = rc == 0 ? merged_run_json(s, n_shards, err) : NULL;
     if (rc == 0 && !merged)
         rc = -1;

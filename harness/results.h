@@ -61,6 +61,10 @@ char *kb_run_dir(const char *output, const char *run_name, const kb_shard *shard
  * atomically), so a matrix can grow between nights. */
 int kb_run_open(const char *dir, const kb_run_info *info, kb_run *run, kv_error *err);
 
+/* Records in run.json that the run (or shard) completed: "finished" is the
+ * UTC time, null while it runs. kb_run_open resets it (a rerun may add work). */
+int kb_run_mark_finished(kb_run *run, kv_error *err);
+
 /* Reads run.json of a finished or running run, checking nothing. */
 int kb_run_load(const char *dir, kb_run *run, kv_error *err);
 void kb_run_close(kb_run *run);
@@ -140,12 +144,13 @@ void kb_pred_lines_free(kb_pred_lines *l);
 
 /* Joins the shard folders (each with run.json and predictions/) into out_dir:
  * refuses shards of different models, protocols, shard counts or config
- * hashes, an incomplete or repeated shard set, and a line in the wrong shard;
+ * hashes, an incomplete or repeated shard set, a shard that has not finished
+ * (unless allow_unfinished), and a line in the wrong shard;
  * writes each (config, task) file sorted by sample index, and a run.json
  * without the shard. Lines are copied verbatim. *n_files receives the number
  * of prediction files written. */
 int kb_run_merge(const char *const *shard_dirs, size_t n_shards, const char *out_dir,
-                 size_t *n_files, kv_error *err);
+                 bool allow_unfinished, size_t *n_files, kv_error *err);
 
 /* mkdir -p. */
 int kb_mkdirs(const char *path, kv_error *err);

@@ -273,8 +273,10 @@ int kb_runner_run(const kb_matrix *m, const kb_runner_options *o, const char *ve
         kb_progress_set_total(progress, (long)m->n_tasks, total);
     for (size_t i = 0; rc == 0 && i < m->n_tasks && !stats->stopped; i++)
         rc = run_task(&L, &m->tasks[i], (long)i + 1);
-    if (rc == 0 && !stats->stopped)
+    if (rc == 0 && !stats->stopped) {
         kb_progress_finish(progress);
+        rc = kb_run_mark_finished(&L.run, err);
+    }
     if (rc == 0 && !stats->stopped && o->shard.count <= 1 && b->scorer)
         rc = score_and_report(&L);
     kb_run_close(&L.run);

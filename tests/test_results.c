@@ -335,6 +335,7 @@ static void write_shard(const char *out, const kb_matrix *m, const char *hash, l
                 append(&pf, s, m->configs[c].name);
         kb_pred_file_close(&pf);
     }
+    cr_assert_eq(kb_run_mark_finished(&run, &err), 0, "%s", err.msg);
     kb_run_close(&run);
     free(dir);
 }
@@ -365,7 +366,7 @@ Test(results, merged_shards_equal_an_unsharded_run)
     char **dirs = shard_list(out, 3);
     char *merged = kb_run_dir(out, "r", NULL);
     size_t n_files = 0;
-    cr_assert_eq(kb_run_merge((const char *const *)dirs, 3, merged, &n_files, &err), 0, "%s",
+    cr_assert_eq(kb_run_merge((const char *const *)dirs, 3, merged, false, &n_files, &err), 0, "%s",
                  err.msg);
     cr_assert_eq(n_files, 2);
     char *refdir = kb_run_dir(ref, "r", NULL);
@@ -397,11 +398,19 @@ Test(results, merged_shards_equal_an_unsharded_run)
     free(ref);
 }
 
-static void expect_merge_refused(char **dirs, long n, const char *out, const char *needle)
+static void expect_merge_refused_if(char **dirs, long n, const char *out, bool allow_unfinished,
+                                    const char *needle)
 {
     size_t n_files;
-    cr_assert_lt(kb_run_merge((const char *const *)dirs, (size_t)n, out, &n_files, &err), 0);
+    cr_assert_lt(
+        kb_run_merge((const char *const *)dirs, (size_t)n, out, allow_unfinished, &n_files, &err),
+        0);
     cr_assert(strstr(err.msg, needle), "wanted \"%s\" in: %s", needle, err.msg);
+}
+
+static void expect_merge_refused(char **dirs, long n, const char *out, const char *needle)
+{
+    expect_merge_refused_if(dirs, n, out, true, needle);
 }
 
 Test(results, merge_refuses_inconsistent_shards)
@@ -428,6 +437,15 @@ Test(results, merge_refuses_inconsistent_shards)
     write_shard(out, &m, "h", 1, 2, 6);
     char *twice[2] = {dirs[0], dirs[0]};
     expect_merge_refused(twice, 2, merged, "given twice");
+    /* a shard still running (reopened: "finished" is reset) */
+    kb_run_info again = info_for(&m, "h", 1, 2);
+    kb_run running;
+    cr_assert_eq(kb_run_open(dirs[1], &again, &running, &err), 0, "%s", err.msg);
+    kb_run_close(&running);
+    expect_merge_refused_if(dirs, 2, merged, false, "shard 1/2 has not finished");
+    size_t n_files;
+    cr_assert_eq(kb_run_merge((const char *const *)dirs, 2, merged, true, &n_files, &err), 0, "%s",
+                 err.msg);
     /* a line in the wrong shard */
     char *bad = file_of(dirs[1], "h2o", "trec");
     FILE *f = fopen(bad, "a");
@@ -437,7 +455,8 @@ Test(results, merge_refuses_inconsistent_shards)
     fclose(f);
     expect_merge_refused(dirs, 2, merged, "sample index 100 belongs to shard 0, not 1");
     /* and through the CLI: exit 1 with the reason */
-    tu_result r = tu_kvbench("merge", dirs[0], dirs[1], "--output", merged, NULL);
+    tu_result r =
+        tu_kvbench("merge", dirs[0], dirs[1], "--output", merged, "--allow-unfinished", NULL);
     cr_assert_eq(r.status, 1);
     cr_assert(strstr(r.err, "kvbench: merge: ") && strstr(r.err, "belongs to shard 0"), "%s",
               r.err);

@@ -2,9 +2,13 @@
  * all configs, the same predictions as separate runs, clean stop + resume,
  * shards + merge, limits, and scores/report written at the end. */
 #include <criterion/criterion.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "file.h"
 #include "runner.h"
@@ -15,6 +19,7 @@ typedef struct fake {
     long stop_after_decodes; /* 0: never */
     volatile sig_atomic_t *stop;
     size_t last_n_configs; /* configs the last prefill was asked for */
+    int report_fd;         /* > 0: one byte per decode, for the kill test */
 } fake;
 
 typedef struct fake_iter {
@@ -106,6 +111,8 @@ static int f_decode(void *ctx, void *state, const kb_task_spec *t, const kb_samp
     out->text = strdup(text);
     out->kept_tokens = cfg->budget < 0 ? st->prompt_tokens : cfg->budget;
     out->generated_tokens = 2;
+    if (f->report_fd > 0 && write(f->report_fd, "d", 1) != 1)
+        _exit(7);
     return 0;
 }
 
@@ -332,7 +339,7 @@ Test(runner, shards_then_merge_equal_one_run)
     cr_assert_eq(prefills, 12, "every sample in exactly one shard");
     char *merged = kb_run_dir(out, "r", NULL);
     size_t n_files;
-    cr_assert_eq(kb_run_merge((const char *const *)dirs, 3, merged, &n_files, &err), 0, "%s",
+    cr_assert_eq(kb_run_merge((const char *const *)dirs, 3, merged, false, &n_files, &err), 0, "%s",
                  err.msg);
     cr_assert_eq(n_files, 6);
     char *rdir = kb_run_dir(ref, "r", NULL);
@@ -379,4 +386,61 @@ Test(runner, limits_and_a_grown_matrix)
     kb_matrix_free(&m);
     tu_rmtree(out);
     free(out);
+}
+
+Test(runner, sigkill_at_random_points_then_rerun_equals_an_uninterrupted_run)
+{
+    char *out = tu_mkdtemp(), *ref = tu_mkdtemp();
+    kb_matrix m, mref;
+    matrix(&m, out, THREE, "");
+    matrix(&mref, ref, THREE, "");
+    fake fr = {0};
+    run(&mref, (kb_shard){0, 1}, &fr);
+    unsigned seed = (unsigned)time(NULL);
+    srand(seed);
+    long left = 36; /* decodes */
+    int kills = 0;
+    while (left > 1 && kills < 8) {
+        int fds[2];
+        cr_assert_eq(pipe(fds), 0);
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(fds[0]);
+            fake f = {.report_fd = fds[1]};
+            kb_runner_options o = {.shard = {0, 1}};
+            kb_runner_backend b = backend(&f);
+            kb_runner_stats st;
+            _exit(kb_runner_run(&m, &o, "test", "hash0", &b, NULL, NULL, &st, &err) == 0 ? 0 : 9);
+        }
+        close(fds[1]);
+        long let = rand() % (left / 2 + 1);
+        char c;
+        for (long i = 0; i < let && read(fds[0], &c, 1) == 1; i++)
+            left--;
+        usleep((useconds_t)(rand() % 300));
+        kill(pid, SIGKILL);
+        int st;
+        waitpid(pid, &st, 0);
+        while (read(fds[0], &c, 1) == 1)
+            left--;
+        close(fds[0]);
+        if (WIFEXITED(st)) {
+            cr_assert_eq(WEXITSTATUS(st), 0, "seed %u", seed);
+            break;
+        }
+        kills++;
+    }
+    fake g = {0};
+    run(&m, (kb_shard){0, 1}, &g); /* the rerun that completes */
+    cr_assert_geq(kills, 1);
+    char *dir = kb_run_dir(out, "r", NULL), *rdir = kb_run_dir(ref, "r", NULL);
+    expect_same_predictions(rdir, dir, &m);
+    free(dir);
+    free(rdir);
+    kb_matrix_free(&m);
+    kb_matrix_free(&mref);
+    tu_rmtree(out);
+    tu_rmtree(ref);
+    free(out);
+    free(ref);
 }
