@@ -85,6 +85,10 @@ static int row_from_json(const cJSON *o, kb_score_row *r, const char *path, size
     double score = num(o, "score"), n = num(o, "n");
     if (!config || !task || !metric || isnan(score) || isnan(n))
         return kv_fail(err, "%s: rows[%zu]: needs config, task, metric, score and n", path, i);
+    if (!(score >= 0 && score <= 100))
+        return kv_fail(err, "%s: rows[%zu].score: must be a percentage (0 to 100)", path, i);
+    if (!(n >= 0 && n <= 1e15) || n != floor(n))
+        return kv_fail(err, "%s: rows[%zu].n: must be a count", path, i);
     r->config = strdup(config);
     r->task = strdup(task);
     r->metric = strdup(metric);
@@ -582,6 +586,19 @@ int kb_report_write_csv(FILE *f, const kb_report_run *runs, size_t n)
 
 /* ---- Markdown ---------------------------------------------------------- */
 
+/* A table cell's text: '|' would end the cell and a newline the row. */
+static void md_text(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '|')
+            fputs("\\|", f);
+        else if (*s == '\n' || *s == '\r')
+            fputc(' ', f);
+        else
+            fputc(*s, f);
+    }
+}
+
 static void md_num(FILE *f, double v)
 {
     if (isnan(v))
@@ -601,8 +618,11 @@ static void md_delta(FILE *f, double v)
 static void md_table(FILE *f, const pivot *p)
 {
     fputs("| config | budget |", f);
-    for (size_t t = 0; t < p->nt; t++)
-        fprintf(f, " %s |", p->tasks[t]);
+    for (size_t t = 0; t < p->nt; t++) {
+        fputc(' ', f);
+        md_text(f, p->tasks[t]);
+        fputs(" |", f);
+    }
     for (int c = 0; kb_task_categories[c]; c++)
         if (category_present(p, kb_task_categories[c]))
             fprintf(f, " %s |", kb_task_categories[c]);
@@ -616,7 +636,9 @@ static void md_table(FILE *f, const pivot *p)
     double full_avg = p->full >= 0 ? row_mean(p, (size_t)p->full, NULL) : NAN;
     for (size_t c = 0; c < p->nc; c++) {
         long budget = config_budget(p->run, p->configs[c]);
-        fprintf(f, "| %s |", p->configs[c]);
+        fputs("| ", f);
+        md_text(f, p->configs[c]);
+        fputs(" |", f);
         if (budget >= 0)
             fprintf(f, " %ld |", budget);
         else
@@ -661,7 +683,11 @@ static void md_timing(FILE *f, const kb_report_run *run)
           f);
     for (size_t i = 0; i < run->n_rows; i++) {
         const kb_score_row *r = &run->rows[i];
-        fprintf(f, "| %s | %s | %ld |", r->config, r->task, r->n);
+        fputs("| ", f);
+        md_text(f, r->config);
+        fputs(" | ", f);
+        md_text(f, r->task);
+        fprintf(f, " | %ld |", r->n);
         md_num(f, r->prompt_tokens);
         md_num(f, r->kept_tokens);
         md_num(f, r->prefill_s);
@@ -838,11 +864,15 @@ static double cy(const chart *c, double score)
 static void chart_axes(FILE *f, const chart *c, const long *budgets, size_t nb, const char *ylabel)
 {
     double step = c->y1 - c->y0 > 50 ? 10 : c->y1 - c->y0 > 20 ? 5 : 2;
-    for (double y = ceil(c->y0 / step) * step; y <= c->y1 + 1e-9; y += step)
+    double first = ceil(c->y0 / step) * step;
+    /* scores are percentages, so at most ~50 ticks; counted, never open-ended */
+    for (int k = 0; k <= 60 && first + k * step <= c->y1 + 1e-9; k++) {
+        double y = first + k * step;
         fprintf(f,
                 "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' class='grid'/>"
                 "<text x='%.1f' y='%.1f' class='tick' text-anchor='end'>%g</text>\n",
                 c->left, c->left + c->width, cy(c, y), cy(c, y), c->left - 6, cy(c, y) + 4, y);
+    }
     for (size_t i = 0; i < nb; i++)
         fprintf(f,
                 "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' class='grid'/>"

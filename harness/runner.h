@@ -68,8 +68,13 @@
  *           if the stop flag is set: close files, exit 130 (rerun resumes)
  *       Order matters for "resume == uninterrupted": samples in file order, configs
  *       in matrix order; each file only ever grows by appending in sample order.
- *       Count prefills (a counter in the engine or here) so the shared-prefill test
+ *       Count prefills (kb_runner_stats.prefills does) so the shared-prefill test
  *       can assert one prefill per sample for N configs.
+ *       REQUIREMENT on the backend: a config's prediction must not depend on which
+ *       other configs share the prefill (a sample killed half-way is redone for
+ *       the configs it lacks only; the statistics collected for a union of configs
+ *       must give each config exactly what it would get alone). The shared-prefill
+ *       test "N configs == N separate runs" is what checks this on the real engine.
  *
  *  4. After the loop (unsharded runs; for shards: after `kvbench merge`):
  *       kb_scores_from_predictions(dir, scorer_adapter, ctx, &rows, &n, &err)
