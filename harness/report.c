@@ -1027,7 +1027,17 @@ static void delta_colour(double d, double range, char out[8])
     snprintf(out, 8, "#%02x%02x%02x", r, g, b);
 }
 
-static void svg_heatmap(FILE *f, const pivot *p)
+static bool is_regression(const kb_change *ch, size_t n, const char *config, const char *task)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ch[i].after < ch[i].before && strcmp(ch[i].config, config) == 0 &&
+            strcmp(ch[i].task, task) == 0)
+            return true;
+    return false;
+}
+
+/* Cells that regressed against the baseline get a dark red outline. */
+static void svg_heatmap(FILE *f, const pivot *p, const kb_change *ch, size_t n_ch)
 {
     const double cell_w = 58, cell_h = 24, top = 120;
     /* room for the longest config name at ~6.5 px per character */
@@ -1087,6 +1097,11 @@ static void svg_heatmap(FILE *f, const pivot *p)
             if (!isnan(s) && !isnan(base) && (int)c != p->full)
                 fprintf(f, " (%+.2f vs full)", s - base);
             fputs("</title></rect>\n", f);
+            if (t < p->nt && is_regression(ch, n_ch, p->configs[c], p->tasks[t]))
+                fprintf(f,
+                        "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' class='regcell'>"
+                        "<title>regression against the baseline</title></rect>\n",
+                        x + 1.5, y + 1.5, cell_w - 3, cell_h - 3);
             if (!isnan(s))
                 fprintf(f, "<text x='%.1f' y='%.1f' class='val' text-anchor='middle'>%.1f</text>\n",
                         x + cell_w / 2, y + cell_h / 2 + 4, s);
@@ -1103,15 +1118,6 @@ static void svg_heatmap(FILE *f, const pivot *p)
             "class='legend'>%.1f above</text>\n</svg>\n",
             left, ly - 11, lo, left + 20, ly, range, left + 260, ly - 11, hi, left + 280, ly,
             range);
-}
-
-static bool is_regression(const kb_change *ch, size_t n, const char *config, const char *task)
-{
-    for (size_t i = 0; i < n; i++)
-        if (ch[i].after < ch[i].before && strcmp(ch[i].config, config) == 0 &&
-            strcmp(ch[i].task, task) == 0)
-            return true;
-    return false;
 }
 
 static void html_num(FILE *f, double v, bool bad)
@@ -1256,7 +1262,7 @@ static const char css[] =
     "svg .frame{fill:none;stroke:#999}svg .tick{font-size:11px;fill:#444}"
     "svg .axis{font-size:12px;fill:#222}svg .legend{font-size:12px;fill:#222}"
     "svg .full{stroke:#222;stroke-width:2;stroke-dasharray:6 4}svg .cell{stroke:#fff}"
-    "svg .val{font-size:11px;fill:#111}";
+    "svg .val{font-size:11px;fill:#111}svg .regcell{fill:none;stroke:#67001f;stroke-width:3}";
 
 int kb_report_write_html(FILE *f, const kb_report_run *runs, size_t n, const kb_report_options *opt)
 {
@@ -1300,7 +1306,7 @@ int kb_report_write_html(FILE *f, const kb_report_run *runs, size_t n, const kb_
         fprintf(f, "</h2>\n<h3>%s score vs KV cache budget</h3>\n", avg_label(&p));
         svg_budget_chart(f, &p);
         fputs("<h3>Per-task scores (colour: difference to the full cache)</h3>\n", f);
-        svg_heatmap(f, &p);
+        svg_heatmap(f, &p, ch, n_ch);
         fputs("<h3>Scores (LongBench %)</h3>\n", f);
         html_table(f, &p, ch, n_ch);
         if (opt && opt->baseline)

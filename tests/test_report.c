@@ -267,6 +267,7 @@ Test(report, comparing_two_runs_flags_regressions_beyond_the_threshold)
     cr_assert(strstr(md, "| improvement | h2o_s32_r16_i16 | trec | 33.33 | 35.83 | +2.50 |"));
     char *html = read_in(now, "report.html");
     cr_assert(strstr(html, "<td class='num reg'>61.67</td>"), "the regressed cell is marked");
+    cr_assert_eq(count(html, "class='regcell'"), 1, "and outlined in the heatmap");
     cr_assert(strstr(html, "(baseline)"));
     free(md);
     free(html);
