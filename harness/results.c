@@ -310,7 +310,29 @@ static int union_by_name(cJSON *into, const cJSON *from, const char *field,
 }
 
 static const char *const config_keys[] = {"hash", NULL};
-static const char *const task_keys[] = {"limit", "max_length", "max_new_tokens", NULL};
+/* What makes a task's predictions different. Not "limit": the first N
+ * samples come out the same whatever N is, so a run may grow its limit. */
+static const char *const task_keys[] = {"max_length", "max_new_tokens", NULL};
+static const char *const shard_task_keys[] = {"limit", "max_length", "max_new_tokens", NULL};
+
+/* After a resume run.json records the limits asked for now. */
+static int update_limits(cJSON *old_tasks, const cJSON *now_tasks, kv_error *err)
+{
+    for (const cJSON *t = now_tasks ? now_tasks->child : NULL; t; t = t->next) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "task");
+        cJSON *have =
+            cJSON_IsString(name) ? (cJSON *)find_named(old_tasks, "task", name->valuestring) : NULL;
+        const cJSON *limit = cJSON_GetObjectItemCaseSensitive(t, "limit");
+        if (!have || !limit)
+            continue;
+        cJSON *copy = cJSON_Duplicate(limit, true);
+        if (!copy || !cJSON_ReplaceItemInObjectCaseSensitive(have, "limit", copy)) {
+            cJSON_Delete(copy);
+            return kv_fail(err, "out of memory");
+        }
+    }
+    return 0;
+}
 
 /* Checks an existing run.json against this run and merges the matrices. */
 static int resume_run_json(cJSON *old, const cJSON *now, const char *path, kv_error *err)
@@ -337,7 +359,7 @@ static int resume_run_json(cJSON *old, const cJSON *now, const char *path, kv_er
         union_by_name(old_tasks, matrix_list(now, "tasks"), "task", task_keys, "task", path, err) <
             0)
         return -1;
-    return 0;
+    return update_limits(old_tasks, matrix_list(now, "tasks"), err);
 }
 
 /* "finished": the UTC time the run (or shard) completed, null while it runs. */
@@ -829,8 +851,8 @@ static cJSON *merged_run_json(shard_in *s, size_t n, kv_error *err)
         snprintf(what, sizeof what, "%s/run.json", s[i].run.dir);
         if (union_by_name(configs, matrix_list(s[i].run.json, "configs"), "name", config_keys,
                           "config", what, err) < 0 ||
-            union_by_name(tasks, matrix_list(s[i].run.json, "tasks"), "task", task_keys, "task",
-                          what, err) < 0) {
+            union_by_name(tasks, matrix_list(s[i].run.json, "tasks"), "task", shard_task_keys,
+                          "task", what, err) < 0) {
             cJSON_Delete(out);
             return NULL;
         }

@@ -139,6 +139,37 @@ Test(results, run_json_records_and_resume_checks)
     free(dir);
 }
 
+Test(results, a_run_may_grow_its_limit_but_not_change_its_prompts)
+{
+    char *dir = tu_mkdtemp();
+    kb_matrix m;
+    const char *texts[] = {
+        "{\"name\": \"r\", \"model\": \"m\", \"limit\": 5, \"tasks\": [\"trec\"]}",
+        "{\"name\": \"r\", \"model\": \"m\", \"limit\": 10, \"tasks\": [\"trec\"]}",
+        "{\"name\": \"r\", \"model\": \"m\", \"limit\": 10, \"max_length\": 100, "
+        "\"tasks\": [\"trec\"]}",
+    };
+    kb_run run;
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(kb_matrix_parse(texts[i], NULL, NULL, &m, &err), 0, "%s", err.msg);
+        kb_run_info info = info_for(&m, "h", 0, 1);
+        int rc = kb_run_open(dir, &info, &run, &err);
+        if (i < 2) {
+            cr_assert_eq(rc, 0, "%s", err.msg);
+            const cJSON *t = cJSON_GetArrayItem(
+                cJSON_GetObjectItem(cJSON_GetObjectItem(run.json, "matrix"), "tasks"), 0);
+            cr_assert_eq(cJSON_GetObjectItem(t, "limit")->valuedouble, i == 0 ? 5 : 10);
+            kb_run_close(&run);
+        } else {
+            cr_assert_lt(rc, 0);
+            cr_assert(strstr(err.msg, "task \"trec\" has a different max_length"), "%s", err.msg);
+        }
+        kb_matrix_free(&m);
+    }
+    tu_rmtree(dir);
+    free(dir);
+}
+
 Test(results, truncated_last_line_is_dropped_and_redone)
 {
     char *dir = tu_mkdtemp();
