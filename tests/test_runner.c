@@ -344,6 +344,16 @@ Test(runner, shards_then_merge_equal_one_run)
     cr_assert_eq(n_files, 6);
     char *rdir = kb_run_dir(ref, "r", NULL);
     expect_same_predictions(rdir, merged, &m);
+    /* the same command unsharded on the merged run: nothing left to do but
+     * the scores and the report */
+    fake g = {0};
+    kb_runner_stats st = run(&m, (kb_shard){0, 1}, &g);
+    cr_assert_eq(g.prefills, 0);
+    cr_assert_eq(st.samples_skipped, 12);
+    char *scores;
+    cr_assert_geq(asprintf(&scores, "%s/scores.json", merged), 0);
+    cr_assert(kv_file_exists(scores));
+    free(scores);
     for (int i = 0; i < 3; i++)
         free(dirs[i]);
     free(rdir);
