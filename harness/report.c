@@ -439,14 +439,42 @@ static double row_mean(const pivot *p, size_t c, const char *category)
     return k ? sum / (double)k : NAN;
 }
 
-/* "EN16" when exactly the 16 English tasks are there (the number papers
- * print), else "Avg" over whatever tasks the run has. */
-static const char *avg_label(const pivot *p)
+static bool has_en16(const pivot *p)
 {
     size_t en = 0;
     for (size_t t = 0; t < p->nt; t++)
         en += kb_task_in_en16(p->tasks[t]);
-    return en == 16 && p->nt == 16 ? "EN16" : "Avg";
+    return en == 16;
+}
+
+/* Runs with all 16 English tasks get more tasks too (e.g. zh): the "Avg"
+ * column over everything is then printed beside the EN16 headline. */
+static bool extra_avg(const pivot *p)
+{
+    return has_en16(p) && p->nt > 16;
+}
+
+/* The headline number of a row: the EN16 mean when the run has the 16
+ * English tasks (the number papers print), else the mean of all its tasks. */
+static double headline(const pivot *p, size_t c)
+{
+    if (!has_en16(p))
+        return row_mean(p, c, NULL);
+    double sum = 0;
+    size_t k = 0;
+    for (size_t t = 0; t < p->nt; t++) {
+        double s = cell_score(p, c, t);
+        if (kb_task_in_en16(p->tasks[t]) && !isnan(s)) {
+            sum += s;
+            k++;
+        }
+    }
+    return k ? sum / (double)k : NAN;
+}
+
+static const char *avg_label(const pivot *p)
+{
+    return has_en16(p) ? "EN16" : "Avg";
 }
 
 static bool category_present(const pivot *p, const char *cat)
@@ -626,14 +654,16 @@ static void md_table(FILE *f, const pivot *p)
     for (int c = 0; kb_task_categories[c]; c++)
         if (category_present(p, kb_task_categories[c]))
             fprintf(f, " %s |", kb_task_categories[c]);
+    if (extra_avg(p))
+        fprintf(f, " Avg (%zu) |", p->nt);
     fprintf(f, " **%s** | Δ full |\n|---|--:|", avg_label(p));
     for (size_t t = 0; t < p->nt; t++)
         fputs("--:|", f);
     for (int c = 0; kb_task_categories[c]; c++)
         if (category_present(p, kb_task_categories[c]))
             fputs("--:|", f);
-    fputs("--:|--:|\n", f);
-    double full_avg = p->full >= 0 ? row_mean(p, (size_t)p->full, NULL) : NAN;
+    fputs(extra_avg(p) ? "--:|--:|--:|\n" : "--:|--:|\n", f);
+    double full_avg = p->full >= 0 ? headline(p, (size_t)p->full) : NAN;
     for (size_t c = 0; c < p->nc; c++) {
         long budget = config_budget(p->run, p->configs[c]);
         fputs("| ", f);
@@ -648,7 +678,9 @@ static void md_table(FILE *f, const pivot *p)
         for (int k = 0; kb_task_categories[k]; k++)
             if (category_present(p, kb_task_categories[k]))
                 md_num(f, row_mean(p, c, kb_task_categories[k]));
-        double avg = row_mean(p, c, NULL);
+        if (extra_avg(p))
+            md_num(f, row_mean(p, c, NULL));
+        double avg = headline(p, c);
         if (isnan(avg))
             fputs(" – |", f);
         else
@@ -907,7 +939,7 @@ static void svg_budget_chart(FILE *f, const pivot *p)
     double ymax = 0;
     for (size_t c = 0; c < p->nc; c++) {
         long b = config_budget(p->run, p->configs[c]);
-        double avg = row_mean(p, c, NULL);
+        double avg = headline(p, c);
         if (!isnan(avg) && avg > ymax)
             ymax = avg;
         if (b <= 0 || isnan(avg) || (int)c == p->full)
@@ -929,8 +961,8 @@ static void svg_budget_chart(FILE *f, const pivot *p)
     double ymin = ymax;
     for (size_t i = 0; i < np; i++)
         ymin = fmin(ymin, pts[i].score);
-    if (p->full >= 0 && !isnan(row_mean(p, (size_t)p->full, NULL)))
-        ymin = fmin(ymin, row_mean(p, (size_t)p->full, NULL));
+    if (p->full >= 0 && !isnan(headline(p, (size_t)p->full)))
+        ymin = fmin(ymin, headline(p, (size_t)p->full));
     double lo = fmax(0, floor((ymin - 2) / 5) * 5), hi = ceil((ymax + 1) / 5) * 5;
     chart c = {.x0 = log2((double)budgets[0]),
                .x1 = log2((double)budgets[nb - 1]),
@@ -951,14 +983,14 @@ static void svg_budget_chart(FILE *f, const pivot *p)
     chart_axes(f, &c, budgets, nb, avg_label(p));
     double legend_y = 30;
     if (p->full >= 0) {
-        double y = cy(&c, row_mean(p, (size_t)p->full, NULL));
+        double y = cy(&c, headline(p, (size_t)p->full));
         fprintf(f,
                 "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' class='full'><title>full cache: "
                 "%.2f</title></line>\n"
                 "<line x1='640' x2='664' y1='%.1f' y2='%.1f' class='full'/><text x='670' "
                 "y='%.1f' class='legend'>full cache (%.2f)</text>\n",
-                c.left, c.left + c.width, y, y, row_mean(p, (size_t)p->full, NULL), legend_y,
-                legend_y, legend_y + 4, row_mean(p, (size_t)p->full, NULL));
+                c.left, c.left + c.width, y, y, headline(p, (size_t)p->full), legend_y, legend_y,
+                legend_y + 4, headline(p, (size_t)p->full));
         legend_y += 20;
     }
     /* one polyline per distinct series, in order of first appearance */
@@ -1073,10 +1105,10 @@ static void svg_heatmap(FILE *f, const pivot *p, const kb_change *ch, size_t n_c
         html_esc(f, p->configs[c]);
         fputs("</text>\n", f);
         for (size_t t = 0; t < cols; t++) {
-            double s = t < p->nt ? cell_score(p, c, t) : row_mean(p, c, NULL);
+            double s = t < p->nt ? cell_score(p, c, t) : headline(p, c);
             double base = p->full < 0 ? NAN
                           : t < p->nt ? cell_score(p, (size_t)p->full, t)
-                                      : row_mean(p, (size_t)p->full, NULL);
+                                      : headline(p, (size_t)p->full);
             char fill[8] = "#eeeeee";
             if (!isnan(s) && !isnan(base) && (int)c != p->full)
                 delta_colour(s - base, range, fill);
@@ -1139,8 +1171,10 @@ static void html_table(FILE *f, const pivot *p, const kb_change *ch, size_t n_ch
     for (int k = 0; kb_task_categories[k]; k++)
         if (category_present(p, kb_task_categories[k]))
             fprintf(f, "<th class='cat'>%s</th>", kb_task_categories[k]);
+    if (extra_avg(p))
+        fprintf(f, "<th>Avg (%zu)</th>", p->nt);
     fprintf(f, "<th>%s</th><th>Δ full</th></tr>\n", avg_label(p));
-    double full_avg = p->full >= 0 ? row_mean(p, (size_t)p->full, NULL) : NAN;
+    double full_avg = p->full >= 0 ? headline(p, (size_t)p->full) : NAN;
     for (size_t c = 0; c < p->nc; c++) {
         long b = config_budget(p->run, p->configs[c]);
         fputs("<tr><td>", f);
@@ -1154,7 +1188,9 @@ static void html_table(FILE *f, const pivot *p, const kb_change *ch, size_t n_ch
         for (int k = 0; kb_task_categories[k]; k++)
             if (category_present(p, kb_task_categories[k]))
                 html_num(f, row_mean(p, c, kb_task_categories[k]), false);
-        double avg = row_mean(p, c, NULL);
+        if (extra_avg(p))
+            html_num(f, row_mean(p, c, NULL), false);
+        double avg = headline(p, c);
         fprintf(f, "<td class='num avg'>%.2f</td>", avg);
         if ((int)c == p->full || isnan(full_avg))
             fputs("<td class='num'>–</td>", f);
