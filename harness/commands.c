@@ -6,16 +6,15 @@
 
 extern const kb_command kb_cmd_version;
 extern const kb_command kb_cmd_score;
+extern const kb_command kb_cmd_run;
+extern const kb_command kb_cmd_report;
+extern const kb_command kb_cmd_merge;
 
 #define PENDING(NAME, SUMMARY, USAGE, WHERE)                                          \
     static const kb_command pending_##NAME = {                                        \
         .name = #NAME, .summary = SUMMARY, .usage = USAGE, .max_positional = 64,      \
         .pending = WHERE }
 
-PENDING(run, "run a matrix of eviction configs over LongBench tasks (resumable)",
-        "kvbench run CONFIG.json [options]", "issue 9 (runner)");
-PENDING(report, "build scores.csv, summary.md and report.html from runs",
-        "kvbench report RUN... [options]", "issue 9 (runner)");
 PENDING(fetch, "download LongBench data or a model from the Hugging Face hub",
         "kvbench fetch longbench|model [NAME] [options]", "issue 7 (datasets)");
 PENDING(generate, "greedy generation from one prompt, with or without eviction",
@@ -28,9 +27,10 @@ PENDING(bench, "measure throughput of the model, tokenizer, loader or scorers",
         "kvbench bench model|tokenizer|... [options]", "issues 3, 4, 7, 8");
 
 const kb_command *const kb_commands[] = {
-    &pending_run,
+    &kb_cmd_run,
     &kb_cmd_score,
-    &pending_report,
+    &kb_cmd_report,
+    &kb_cmd_merge,
     &pending_fetch,
     &pending_generate,
     &pending_tokenize,

@@ -1,0 +1,100 @@
+/* kvbench merge: join the outputs of `kvbench run --shard i/n` into one run. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "file.h"
+#include "results.h"
+
+static const kb_option options[] = {
+    {"output", "DIR", "write the merged run here (default: RUN when given RUN with RUN/shards/)"},
+    {"allow-unfinished", NULL, "merge shards that have not finished (a partial run)"},
+    {NULL, NULL, NULL},
+};
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* RUN/shards/<i>-of-<n> folders, sorted; 0 when RUN has no shards/. */
+static int shard_folders(const char *run, char ***out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    char *dir = kv_path_join(run, "shards");
+    DIR *d = dir ? opendir(dir) : NULL;
+    if (!d) {
+        free(dir);
+        return 0;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char **g = realloc(*out, (*n + 1) * sizeof *g);
+        if (!g)
+            break;
+        *out = g;
+        if (!(g[*n] = kv_path_join(dir, e->d_name)))
+            break;
+        (*n)++;
+    }
+    closedir(d);
+    free(dir);
+    qsort(*out, *n, sizeof **out, cmp_str);
+    return 0;
+}
+
+static int run(const kb_args *a)
+{
+    const char *output = kb_arg(a, "output");
+    char **found = NULL;
+    size_t n_found = 0;
+    const char *const *dirs = a->positional;
+    size_t n = (size_t)a->n_positional;
+    if (n == 1) {
+        shard_folders(a->positional[0], &found, &n_found);
+        if (n_found) {
+            dirs = (const char *const *)found;
+            n = n_found;
+            if (!output)
+                output = a->positional[0];
+        }
+    }
+    int rc = KB_EXIT_OK;
+    if (!output) {
+        kb_error("merge: give --output DIR (or a run folder that holds shards/)");
+        rc = KB_EXIT_USAGE;
+    } else {
+        kv_error err = {{0}};
+        size_t n_files = 0;
+        if (kb_run_merge(dirs, n, output, kb_flag(a, "allow-unfinished"), &n_files, &err) < 0) {
+            kb_error("merge: %s", err.msg);
+            rc = KB_EXIT_FAIL;
+        } else {
+            printf("merged %zu shards into %s (%zu prediction files)\n", n, output, n_files);
+        }
+    }
+    for (size_t i = 0; i < n_found; i++)
+        free(found[i]);
+    free(found);
+    return rc;
+}
+
+const kb_command kb_cmd_merge = {
+    .name = "merge",
+    .summary = "join the shards of a run (kvbench run --shard i/n) into one run folder",
+    .usage = "kvbench merge RUN | SHARD_DIR... --output DIR",
+    .description =
+        "Checks that the shards belong to one run (same model hash, protocol, shard count and\n"
+        "config hashes; every shard 0..n-1 present once; every line in its own shard), then\n"
+        "writes each predictions/<config>/<task>.jsonl sorted by sample index, so the merged\n"
+        "run equals an unsharded one line for line. Lines are copied verbatim.",
+    .options = options,
+    .min_positional = 1,
+    .max_positional = KB_MAX_POSITIONAL,
+    .run = run,
+};

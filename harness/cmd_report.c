@@ -1,0 +1,103 @@
+/* kvbench report: scores.csv, summary.md and report.html from run folders. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli.h"
+#include "report.h"
+
+static const kb_option options[] = {
+    {"baseline", "RUN", "compare with this run (e.g. last night's) and flag regressions"},
+    {"threshold", "POINTS", "a drop of at least this many points is a regression (default 1.0)"},
+    {"output", "DIR", "where to write (default: the run folder; needed for several runs)"},
+    {"fail-on-regression", NULL, "exit 1 when a regression is found (for nightly jobs)"},
+    {NULL, NULL, NULL},
+};
+
+static int run(const kb_args *a)
+{
+    double threshold = 1.0;
+    if (kb_arg_double(a, "threshold", 0, 100, &threshold) < 0)
+        return KB_EXIT_USAGE;
+    const char *output = kb_arg(a, "output");
+    if (!output && a->n_positional > 1) {
+        kb_error("report: several runs need --output DIR");
+        return KB_EXIT_USAGE;
+    }
+    if (!output)
+        output = a->positional[0];
+    size_t n = (size_t)a->n_positional;
+    kb_report_run *runs = calloc(n, sizeof *runs);
+    kb_report_run baseline = {0};
+    kv_error err = {{0}};
+    int rc = KB_EXIT_OK;
+    if (!runs) {
+        kb_error("report: out of memory");
+        return KB_EXIT_FAIL;
+    }
+    size_t loaded = 0;
+    for (; loaded < n; loaded++)
+        if (kb_report_run_load(a->positional[loaded], &runs[loaded], &err) < 0) {
+            kb_error("report: %s", err.msg);
+            rc = KB_EXIT_FAIL;
+            break;
+        }
+    const char *base_dir = kb_arg(a, "baseline");
+    bool have_base = false;
+    if (rc == KB_EXIT_OK && base_dir) {
+        if (kb_report_run_load(base_dir, &baseline, &err) < 0) {
+            kb_error("report: baseline: %s", err.msg);
+            rc = KB_EXIT_FAIL;
+        }
+        have_base = rc == KB_EXIT_OK;
+    }
+    kb_report_options opt = {.baseline = have_base ? &baseline : NULL, .threshold = threshold};
+    if (rc == KB_EXIT_OK && kb_report_write(output, runs, n, &opt, &err) < 0) {
+        kb_error("report: %s", err.msg);
+        rc = KB_EXIT_FAIL;
+    }
+    if (rc == KB_EXIT_OK) {
+        printf("wrote %s/scores.csv, %s/summary.md, %s/report.html\n", output, output, output);
+        size_t regressions = 0;
+        for (size_t i = 0; have_base && i < n; i++) {
+            kb_change *ch = NULL;
+            size_t n_ch = 0;
+            kb_report_compare(&runs[i], &baseline, threshold, &ch, &n_ch);
+            for (size_t j = 0; j < n_ch; j++)
+                if (ch[j].after < ch[j].before) {
+                    regressions++;
+                    printf("regression: %s %s %s: %.2f -> %.2f (%+.2f)\n", runs[i].name,
+                           ch[j].config, ch[j].task, ch[j].before, ch[j].after,
+                           ch[j].after - ch[j].before);
+                }
+            free(ch);
+        }
+        if (have_base)
+            printf("%zu regression%s of at least %.2f points against %s\n", regressions,
+                   regressions == 1 ? "" : "s", threshold, baseline.name);
+        if (regressions && kb_flag(a, "fail-on-regression"))
+            rc = KB_EXIT_FAIL;
+    }
+    for (size_t i = 0; i < loaded; i++)
+        kb_report_run_free(&runs[i]);
+    free(runs);
+    if (have_base)
+        kb_report_run_free(&baseline);
+    return rc;
+}
+
+const kb_command kb_cmd_report = {
+    .name = "report",
+    .summary = "build scores.csv, summary.md and report.html from runs",
+    .usage = "kvbench report RUN... [--baseline RUN] [--threshold POINTS] [--output DIR]",
+    .description =
+        "Reads run.json and scores.json of each run folder (the runner writes scores.json\n"
+        "after scoring) and writes scores.csv (one row per model x config x task), summary.md\n"
+        "(configs x tasks with category and EN16 averages and the delta to the full cache)\n"
+        "and report.html (self-contained: inline SVG charts of score vs cache budget and a\n"
+        "per-task heatmap; opens with no network). With --baseline, (config, task) scores\n"
+        "that dropped by at least --threshold points are listed and highlighted.",
+    .options = options,
+    .min_positional = 1,
+    .max_positional = KB_MAX_POSITIONAL,
+    .run = run,
+};

@@ -1,0 +1,1359 @@
+#include "report.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "file.h"
+#include "matrix.h"
+#include "results.h"
+#include "taskset.h"
+
+/* ---- scores.json ------------------------------------------------------- */
+
+static cJSON *row_json(const kb_score_row *r)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddStringToObject(o, "config", r->config) ||
+        !cJSON_AddStringToObject(o, "task", r->task) ||
+        !cJSON_AddStringToObject(o, "metric", r->metric) ||
+        !cJSON_AddNumberToObject(o, "score", r->score) ||
+        !cJSON_AddNumberToObject(o, "n", (double)r->n) ||
+        !cJSON_AddNumberToObject(o, "mean_prompt_tokens", r->prompt_tokens) ||
+        !cJSON_AddNumberToObject(o, "mean_kept_tokens", r->kept_tokens) ||
+        !cJSON_AddNumberToObject(o, "mean_prefill_s", r->prefill_s) ||
+        !cJSON_AddNumberToObject(o, "mean_decode_s", r->decode_s)) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+int kb_scores_save(const char *dir, const kb_score_row *rows, size_t n, kv_error *err)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *a = o ? cJSON_AddArrayToObject(o, "rows") : NULL;
+    for (size_t i = 0; a && i < n; i++) {
+        cJSON *r = row_json(&rows[i]);
+        if (!r || !cJSON_AddItemToArray(a, r)) {
+            cJSON_Delete(r);
+            a = NULL;
+        }
+    }
+    char *text = a ? cJSON_Print(o) : NULL;
+    cJSON_Delete(o);
+    char *path = kv_path_join(dir, "scores.json");
+    int rc = text && path ? kb_write_atomic(path, text, strlen(text), err)
+                          : kv_fail(err, "out of memory");
+    free(text);
+    free(path);
+    return rc;
+}
+
+static void row_free(kb_score_row *r)
+{
+    free(r->config);
+    free(r->task);
+    free(r->metric);
+}
+
+void kb_score_rows_free(kb_score_row *rows, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        row_free(&rows[i]);
+    free(rows);
+}
+
+static double num(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static const char *str(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static int row_from_json(const cJSON *o, kb_score_row *r, const char *path, size_t i, kv_error *err)
+{
+    memset(r, 0, sizeof *r);
+    const char *config = str(o, "config"), *task = str(o, "task"), *metric = str(o, "metric");
+    double score = num(o, "score"), n = num(o, "n");
+    if (!config || !task || !metric || isnan(score) || isnan(n))
+        return kv_fail(err, "%s: rows[%zu]: needs config, task, metric, score and n", path, i);
+    if (!(score >= 0 && score <= 100))
+        return kv_fail(err, "%s: rows[%zu].score: must be a percentage (0 to 100)", path, i);
+    if (!(n >= 0 && n <= 1e15) || n != floor(n))
+        return kv_fail(err, "%s: rows[%zu].n: must be a count", path, i);
+    r->config = strdup(config);
+    r->task = strdup(task);
+    r->metric = strdup(metric);
+    if (!r->config || !r->task || !r->metric) {
+        row_free(r);
+        return kv_fail(err, "out of memory");
+    }
+    r->score = score;
+    r->n = (long)n;
+    r->prompt_tokens = num(o, "mean_prompt_tokens");
+    r->kept_tokens = num(o, "mean_kept_tokens");
+    r->prefill_s = num(o, "mean_prefill_s");
+    r->decode_s = num(o, "mean_decode_s");
+    return 0;
+}
+
+static int load_scores(const char *dir, kb_report_run *run, kv_error *err)
+{
+    char *path = kv_path_join(dir, "scores.json");
+    char *text = NULL;
+    size_t len;
+    if (!path)
+        return kv_fail(err, "out of memory");
+    if (!kv_file_exists(path)) {
+        kv_fail(err,
+                "%s: missing: the runner writes it after scoring (run `kvbench run` to the end, "
+                "or `kvbench score` the predictions)",
+                path);
+        free(path);
+        return -1;
+    }
+    int rc = kv_file_read(path, &text, &len, err);
+    cJSON *o = rc == 0 ? cJSON_Parse(text) : NULL;
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(o, "rows");
+    if (rc == 0 && !cJSON_IsArray(rows))
+        rc = kv_fail(err, "%s: not a scores file (no \"rows\" list)", path);
+    size_t n = rc == 0 ? (size_t)cJSON_GetArraySize(rows) : 0;
+    if (rc == 0 && n && !(run->rows = calloc(n, sizeof *run->rows)))
+        rc = kv_fail(err, "out of memory");
+    size_t i = 0;
+    for (const cJSON *r = rows ? rows->child : NULL; r && rc == 0; r = r->next, i++) {
+        rc = row_from_json(r, &run->rows[i], path, i, err);
+        run->n_rows += rc == 0;
+    }
+    cJSON_Delete(o);
+    free(text);
+    free(path);
+    return rc;
+}
+
+static char *dup_or(const char *s, const char *dflt)
+{
+    return strdup(s ? s : dflt);
+}
+
+int kb_report_run_load(const char *dir, kb_report_run *out, kv_error *err)
+{
+    memset(out, 0, sizeof *out);
+    kb_run run;
+    if (kb_run_load(dir, &run, err) < 0)
+        return -1;
+    const char *slash = strrchr(dir, '/');
+    const char *base = slash && slash[1] ? slash + 1 : dir;
+    out->dir = strdup(dir);
+    out->name = strdup(base);
+    if (out->name) {
+        size_t l = strlen(out->name);
+        while (l > 1 && out->name[l - 1] == '/')
+            out->name[--l] = '\0';
+    }
+    out->kvbench_version = dup_or(kb_run_string(&run, "kvbench_version"), "?");
+    out->model = dup_or(kb_run_string(&run, "model"), "?");
+    out->model_hash = dup_or(kb_run_string(&run, "model_hash"), "?");
+    out->protocol = dup_or(kb_run_string(&run, "protocol"), "?");
+    const cJSON *configs = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(run.json, "matrix"), "configs");
+    out->configs = configs ? cJSON_Duplicate(configs, true) : cJSON_CreateArray();
+    kb_run_close(&run);
+    if (!out->dir || !out->name || !out->kvbench_version || !out->model || !out->model_hash ||
+        !out->protocol || !out->configs) {
+        kb_report_run_free(out);
+        return kv_fail(err, "out of memory");
+    }
+    if (load_scores(dir, out, err) < 0) {
+        kb_report_run_free(out);
+        return -1;
+    }
+    return 0;
+}
+
+void kb_report_run_free(kb_report_run *run)
+{
+    free(run->name);
+    free(run->dir);
+    free(run->kvbench_version);
+    free(run->model);
+    free(run->model_hash);
+    free(run->protocol);
+    cJSON_Delete(run->configs);
+    kb_score_rows_free(run->rows, run->n_rows);
+    memset(run, 0, sizeof *run);
+}
+
+/* ---- rows from predictions --------------------------------------------- */
+
+static int config_rank(const cJSON *configs, const char *name)
+{
+    int i = 0;
+    for (const cJSON *c = configs ? configs->child : NULL; c; c = c->next, i++)
+        if (str(c, "name") && strcmp(str(c, "name"), name) == 0)
+            return i;
+    return 1 << 20;
+}
+
+static int cmp_rows(const void *a, const void *b, void *configs)
+{
+    const kb_score_row *x = a, *y = b;
+    int cx = config_rank(configs, x->config), cy = config_rank(configs, y->config);
+    if (cx != cy)
+        return cx < cy ? -1 : 1;
+    int c = strcmp(x->config, y->config);
+    if (c)
+        return c;
+    int tx = kb_task_order(x->task), ty = kb_task_order(y->task);
+    if (tx != ty)
+        return tx < ty ? -1 : 1;
+    return strcmp(x->task, y->task);
+}
+
+static void sort_rows(kb_score_row *rows, size_t n, const cJSON *configs)
+{
+    qsort_r(rows, n, sizeof *rows, cmp_rows, (void *)configs);
+}
+
+static double mean_field(const kb_pred_lines *l, const char *key)
+{
+    double sum = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        double v = num(l->json[i], key);
+        if (!isnan(v)) {
+            sum += v;
+            k++;
+        }
+    }
+    return k ? sum / (double)k : NAN;
+}
+
+static int score_file(const char *path, const char *config, const char *task, kb_task_scorer scorer,
+                      void *ctx, kb_score_row *r, kv_error *err)
+{
+    memset(r, 0, sizeof *r);
+    kb_pred_lines l;
+    if (kb_pred_lines_read(path, &l, err) < 0)
+        return -1;
+    double score = 0;
+    const char *metric = "?";
+    char msg[512] = "";
+    int rc = scorer(task, (const cJSON *const *)l.json, l.n, &score, &metric, msg, sizeof msg, ctx);
+    if (rc < 0)
+        kv_fail(err, "%s: %s", path, msg[0] ? msg : "the scorer failed");
+    if (rc == 0) {
+        r->config = strdup(config);
+        r->task = strdup(task);
+        r->metric = strdup(metric);
+        if (!r->config || !r->task || !r->metric) {
+            row_free(r);
+            rc = kv_fail(err, "out of memory");
+        }
+        r->score = score;
+        r->n = (long)l.n;
+        r->prompt_tokens = mean_field(&l, "prompt_tokens");
+        r->kept_tokens = mean_field(&l, "kept_tokens");
+        r->prefill_s = mean_field(&l, "prefill_s");
+        r->decode_s = mean_field(&l, "decode_s");
+    }
+    kb_pred_lines_free(&l);
+    return rc;
+}
+
+int kb_scores_from_predictions(const char *dir, kb_task_scorer scorer, void *ctx,
+                               kb_score_row **rows, size_t *n, kv_error *err)
+{
+    *rows = NULL;
+    *n = 0;
+    kb_run run;
+    if (kb_run_load(dir, &run, err) < 0)
+        return -1;
+    char *preds = kv_path_join(dir, "predictions");
+    DIR *d = preds ? opendir(preds) : NULL;
+    int rc = d ? 0 : kv_fail(err, "%s: cannot open", preds ? preds : dir);
+    size_t cap = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char *cdir = kv_path_join(preds, e->d_name);
+        DIR *cd = cdir ? opendir(cdir) : NULL;
+        struct dirent *f;
+        while (rc == 0 && cd && (f = readdir(cd)) != NULL) {
+            size_t len = strlen(f->d_name);
+            if (len <= 6 || strcmp(f->d_name + len - 6, ".jsonl") != 0)
+                continue;
+            if (*n == cap) {
+                cap = cap ? 2 * cap : 32;
+                kb_score_row *g = realloc(*rows, cap * sizeof *g);
+                if (!g) {
+                    rc = kv_fail(err, "out of memory");
+                    break;
+                }
+                *rows = g;
+            }
+            char *task = strndup(f->d_name, len - 6);
+            char *path = kv_path_join(cdir, f->d_name);
+            rc = task && path ? score_file(path, e->d_name, task, scorer, ctx, &(*rows)[*n], err)
+                              : kv_fail(err, "out of memory");
+            *n += rc == 0;
+            free(task);
+            free(path);
+        }
+        if (cd)
+            closedir(cd);
+        free(cdir);
+    }
+    if (d)
+        closedir(d);
+    free(preds);
+    const cJSON *configs = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(run.json, "matrix"), "configs");
+    if (rc == 0)
+        sort_rows(*rows, *n, configs);
+    kb_run_close(&run);
+    if (rc < 0) {
+        kb_score_rows_free(*rows, *n);
+        *rows = NULL;
+        *n = 0;
+    }
+    return rc;
+}
+
+/* ---- the pivot: configs x tasks ---------------------------------------- */
+
+typedef struct pivot {
+    const kb_report_run *run;
+    const char **configs; /* run.json order; configs with rows only */
+    size_t nc;
+    const char **tasks; /* LongBench order */
+    size_t nt;
+    const kb_score_row **cell; /* [c * nt + t], NULL when missing */
+    int full;                  /* row of the full cache, -1 when absent */
+} pivot;
+
+static bool in_list(const char **list, size_t n, const char *s)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(list[i], s) == 0)
+            return true;
+    return false;
+}
+
+static size_t index_of(const char **list, size_t n, const char *s)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(list[i], s) == 0)
+            return i;
+    return n;
+}
+
+static int cmp_task_names(const void *a, const void *b)
+{
+    const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+    int tx = kb_task_order(x), ty = kb_task_order(y);
+    return tx != ty ? (tx < ty ? -1 : 1) : strcmp(x, y);
+}
+
+static void pivot_free(pivot *p)
+{
+    free(p->configs);
+    free(p->tasks);
+    free(p->cell);
+    memset(p, 0, sizeof *p);
+}
+
+static int pivot_build(pivot *p, const kb_report_run *run)
+{
+    memset(p, 0, sizeof *p);
+    p->run = run;
+    p->full = -1;
+    size_t n = run->n_rows ? run->n_rows : 1;
+    p->configs = calloc(n + (size_t)cJSON_GetArraySize(run->configs), sizeof *p->configs);
+    p->tasks = calloc(n, sizeof *p->tasks);
+    if (!p->configs || !p->tasks) {
+        pivot_free(p);
+        return -1;
+    }
+    /* configs in run.json order first, then any that only scores.json names */
+    for (const cJSON *c = run->configs->child; c; c = c->next) {
+        const char *name = str(c, "name");
+        for (size_t i = 0; name && i < run->n_rows; i++)
+            if (strcmp(run->rows[i].config, name) == 0 && !in_list(p->configs, p->nc, name)) {
+                p->configs[p->nc++] = name;
+                break;
+            }
+    }
+    for (size_t i = 0; i < run->n_rows; i++) {
+        if (!in_list(p->configs, p->nc, run->rows[i].config))
+            p->configs[p->nc++] = run->rows[i].config;
+        if (!in_list(p->tasks, p->nt, run->rows[i].task))
+            p->tasks[p->nt++] = run->rows[i].task;
+    }
+    qsort(p->tasks, p->nt, sizeof *p->tasks, cmp_task_names);
+    p->cell = calloc(p->nc * p->nt + 1, sizeof *p->cell);
+    if (!p->cell) {
+        pivot_free(p);
+        return -1;
+    }
+    for (size_t i = 0; i < run->n_rows; i++) {
+        size_t c = index_of(p->configs, p->nc, run->rows[i].config);
+        size_t t = index_of(p->tasks, p->nt, run->rows[i].task);
+        p->cell[c * p->nt + t] = &run->rows[i];
+    }
+    p->full = (int)index_of(p->configs, p->nc, "full");
+    if ((size_t)p->full == p->nc)
+        p->full = -1;
+    return 0;
+}
+
+static double cell_score(const pivot *p, size_t c, size_t t)
+{
+    const kb_score_row *r = p->cell[c * p->nt + t];
+    return r ? r->score : NAN;
+}
+
+/* Mean over the tasks of a category (NULL: all tasks); NAN when none. */
+static double row_mean(const pivot *p, size_t c, const char *category)
+{
+    double sum = 0;
+    size_t k = 0;
+    for (size_t t = 0; t < p->nt; t++) {
+        if (category && strcmp(kb_task_category(p->tasks[t]), category) != 0)
+            continue;
+        double s = cell_score(p, c, t);
+        if (!isnan(s)) {
+            sum += s;
+            k++;
+        }
+    }
+    return k ? sum / (double)k : NAN;
+}
+
+static bool has_en16(const pivot *p)
+{
+    size_t en = 0;
+    for (size_t t = 0; t < p->nt; t++)
+        en += kb_task_in_en16(p->tasks[t]);
+    return en == 16;
+}
+
+/* Runs with all 16 English tasks get more tasks too (e.g. zh): the "Avg"
+ * column over everything is then printed beside the EN16 headline. */
+static bool extra_avg(const pivot *p)
+{
+    return has_en16(p) && p->nt > 16;
+}
+
+/* The headline number of a row: the EN16 mean when the run has the 16
+ * English tasks (the number papers print), else the mean of all its tasks. */
+static double headline(const pivot *p, size_t c)
+{
+    if (!has_en16(p))
+        return row_mean(p, c, NULL);
+    double sum = 0;
+    size_t k = 0;
+    for (size_t t = 0; t < p->nt; t++) {
+        double s = cell_score(p, c, t);
+        if (kb_task_in_en16(p->tasks[t]) && !isnan(s)) {
+            sum += s;
+            k++;
+        }
+    }
+    return k ? sum / (double)k : NAN;
+}
+
+static const char *avg_label(const pivot *p)
+{
+    return has_en16(p) ? "EN16" : "Avg";
+}
+
+static bool category_present(const pivot *p, const char *cat)
+{
+    for (size_t t = 0; t < p->nt; t++)
+        if (strcmp(kb_task_category(p->tasks[t]), cat) == 0)
+            return true;
+    return false;
+}
+
+static const cJSON *config_entry(const kb_report_run *run, const char *name)
+{
+    for (const cJSON *c = run->configs->child; c; c = c->next)
+        if (str(c, "name") && strcmp(str(c, "name"), name) == 0)
+            return c;
+    return NULL;
+}
+
+static long config_budget(const kb_report_run *run, const char *name)
+{
+    double b = num(config_entry(run, name), "budget");
+    return isnan(b) ? -1 : (long)b;
+}
+
+/* ---- comparison -------------------------------------------------------- */
+
+static int cmp_change(const void *a, const void *b)
+{
+    const kb_change *x = a, *y = b;
+    double dx = x->after - x->before, dy = y->after - y->before;
+    /* regressions first, largest drop first; then gains, largest first */
+    if ((dx < 0) != (dy < 0))
+        return dx < 0 ? -1 : 1;
+    double kx = fabs(dx), ky = fabs(dy);
+    if (kx != ky)
+        return kx > ky ? -1 : 1;
+    int c = strcmp(x->config, y->config);
+    return c ? c : strcmp(x->task, y->task);
+}
+
+int kb_report_compare(const kb_report_run *run, const kb_report_run *baseline, double threshold,
+                      kb_change **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    kb_change *ch = calloc(run->n_rows + 1, sizeof *ch);
+    if (!ch)
+        return -1;
+    for (size_t i = 0; i < run->n_rows; i++) {
+        const kb_score_row *r = &run->rows[i];
+        for (size_t j = 0; j < baseline->n_rows; j++) {
+            const kb_score_row *b = &baseline->rows[j];
+            if (strcmp(r->config, b->config) || strcmp(r->task, b->task))
+                continue;
+            if (fabs(r->score - b->score) >= threshold && r->score != b->score)
+                ch[(*n)++] = (kb_change){r->config, r->task, b->score, r->score};
+            break;
+        }
+    }
+    qsort(ch, *n, sizeof *ch, cmp_change);
+    *out = ch;
+    return 0;
+}
+
+/* ---- CSV --------------------------------------------------------------- */
+
+static void csv_field(FILE *f, const char *s)
+{
+    if (!strpbrk(s, ",\"\n\r")) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"')
+            fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void csv_num(FILE *f, double v, const char *fmt)
+{
+    if (!isnan(v))
+        fprintf(f, fmt, v);
+}
+
+int kb_report_write_csv(FILE *f, const kb_report_run *runs, size_t n)
+{
+    fputs("run,kvbench_version,model,model_hash,protocol,config,config_hash,budget,params,task,"
+          "category,metric,score,n,mean_prompt_tokens,mean_kept_tokens,mean_prefill_s,"
+          "mean_decode_s\n",
+          f);
+    for (size_t k = 0; k < n; k++) {
+        const kb_report_run *run = &runs[k];
+        for (size_t i = 0; i < run->n_rows; i++) {
+            const kb_score_row *r = &run->rows[i];
+            const cJSON *c = config_entry(run, r->config);
+            const cJSON *params = cJSON_GetObjectItemCaseSensitive(c, "params");
+            char *canon = params ? kb_json_canonical(params) : NULL;
+            const char *fields[] = {run->name,
+                                    run->kvbench_version,
+                                    run->model,
+                                    run->model_hash,
+                                    run->protocol,
+                                    r->config,
+                                    str(c, "hash") ? str(c, "hash") : ""};
+            for (size_t j = 0; j < sizeof fields / sizeof *fields; j++) {
+                csv_field(f, fields[j]);
+                fputc(',', f);
+            }
+            long budget = config_budget(run, r->config);
+            if (budget >= 0)
+                fprintf(f, "%ld", budget);
+            fputc(',', f);
+            csv_field(f, canon ? canon : "");
+            free(canon);
+            fputc(',', f);
+            csv_field(f, r->task);
+            fputc(',', f);
+            csv_field(f, kb_task_category(r->task));
+            fputc(',', f);
+            csv_field(f, r->metric);
+            fprintf(f, ",%.2f,%ld,", r->score, r->n);
+            csv_num(f, r->prompt_tokens, "%.1f");
+            fputc(',', f);
+            csv_num(f, r->kept_tokens, "%.1f");
+            fputc(',', f);
+            csv_num(f, r->prefill_s, "%.4f");
+            fputc(',', f);
+            csv_num(f, r->decode_s, "%.4f");
+            fputc('\n', f);
+        }
+    }
+    return ferror(f) ? -1 : 0;
+}
+
+/* ---- Markdown ---------------------------------------------------------- */
+
+/* A table cell's text: '|' would end the cell and a newline the row. */
+static void md_text(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '|')
+            fputs("\\|", f);
+        else if (*s == '\n' || *s == '\r')
+            fputc(' ', f);
+        else
+            fputc(*s, f);
+    }
+}
+
+static void md_num(FILE *f, double v)
+{
+    if (isnan(v))
+        fputs(" – |", f);
+    else
+        fprintf(f, " %.2f |", v);
+}
+
+static void md_delta(FILE *f, double v)
+{
+    if (isnan(v))
+        fputs(" – |", f);
+    else
+        fprintf(f, " %+.2f |", v);
+}
+
+static void md_table(FILE *f, const pivot *p)
+{
+    fputs("| config | budget |", f);
+    for (size_t t = 0; t < p->nt; t++) {
+        fputc(' ', f);
+        md_text(f, p->tasks[t]);
+        fputs(" |", f);
+    }
+    for (int c = 0; kb_task_categories[c]; c++)
+        if (category_present(p, kb_task_categories[c]))
+            fprintf(f, " %s |", kb_task_categories[c]);
+    if (extra_avg(p))
+        fprintf(f, " Avg (%zu) |", p->nt);
+    fprintf(f, " **%s** | Δ full |\n|---|--:|", avg_label(p));
+    for (size_t t = 0; t < p->nt; t++)
+        fputs("--:|", f);
+    for (int c = 0; kb_task_categories[c]; c++)
+        if (category_present(p, kb_task_categories[c]))
+            fputs("--:|", f);
+    fputs(extra_avg(p) ? "--:|--:|--:|\n" : "--:|--:|\n", f);
+    double full_avg = p->full >= 0 ? headline(p, (size_t)p->full) : NAN;
+    for (size_t c = 0; c < p->nc; c++) {
+        long budget = config_budget(p->run, p->configs[c]);
+        fputs("| ", f);
+        md_text(f, p->configs[c]);
+        fputs(" |", f);
+        if (budget >= 0)
+            fprintf(f, " %ld |", budget);
+        else
+            fputs(" full |", f);
+        for (size_t t = 0; t < p->nt; t++)
+            md_num(f, cell_score(p, c, t));
+        for (int k = 0; kb_task_categories[k]; k++)
+            if (category_present(p, kb_task_categories[k]))
+                md_num(f, row_mean(p, c, kb_task_categories[k]));
+        if (extra_avg(p))
+            md_num(f, row_mean(p, c, NULL));
+        double avg = headline(p, c);
+        if (isnan(avg))
+            fputs(" – |", f);
+        else
+            fprintf(f, " **%.2f** |", avg);
+        md_delta(f, (int)c == p->full ? NAN : avg - full_avg);
+        fputc('\n', f);
+    }
+}
+
+static void md_params(FILE *f, const kb_report_run *run)
+{
+    fputs("\n| config | hash | budget | parameters |\n|---|---|--:|---|\n", f);
+    for (const cJSON *c = run->configs->child; c; c = c->next) {
+        const cJSON *params = cJSON_GetObjectItemCaseSensitive(c, "params");
+        char *canon = params && !cJSON_IsNull(params) ? kb_json_canonical(params) : NULL;
+        long budget = (long)num(c, "budget");
+        fprintf(f, "| %s | `%s` | ", str(c, "name") ? str(c, "name") : "?",
+                str(c, "hash") ? str(c, "hash") : "?");
+        if (budget >= 0)
+            fprintf(f, "%ld", budget);
+        else
+            fputs("full", f);
+        fprintf(f, " | `%s` |\n", canon ? canon : "full cache");
+        free(canon);
+    }
+}
+
+static void md_timing(FILE *f, const kb_report_run *run)
+{
+    fputs("\n| config | task | n | prompt tokens | kept tokens | prefill s | decode s |\n"
+          "|---|---|--:|--:|--:|--:|--:|\n",
+          f);
+    for (size_t i = 0; i < run->n_rows; i++) {
+        const kb_score_row *r = &run->rows[i];
+        fputs("| ", f);
+        md_text(f, r->config);
+        fputs(" | ", f);
+        md_text(f, r->task);
+        fprintf(f, " | %ld |", r->n);
+        md_num(f, r->prompt_tokens);
+        md_num(f, r->kept_tokens);
+        md_num(f, r->prefill_s);
+        md_num(f, r->decode_s);
+        fputc('\n', f);
+    }
+}
+
+static void md_compare(FILE *f, const kb_report_run *run, const kb_report_options *opt)
+{
+    const kb_report_run *b = opt->baseline;
+    kb_change *ch = NULL;
+    size_t n = 0;
+    if (kb_report_compare(run, b, opt->threshold, &ch, &n) < 0)
+        return;
+    size_t regressions = 0;
+    for (size_t i = 0; i < n; i++)
+        regressions += ch[i].after < ch[i].before;
+    fprintf(f, "\n### Compared with %s\n\n", b->name);
+    if (strcmp(b->model_hash, run->model_hash) != 0)
+        fprintf(f, "Note: the baseline used a different model (hash `%s`).\n\n", b->model_hash);
+    fprintf(f, "%zu regression%s and %zu improvement%s of at least %.2f points.\n", regressions,
+            regressions == 1 ? "" : "s", n - regressions, n - regressions == 1 ? "" : "s",
+            opt->threshold);
+    if (n) {
+        fputs("\n| | config | task | baseline | now | Δ |\n|---|---|---|--:|--:|--:|\n", f);
+        for (size_t i = 0; i < n; i++)
+            fprintf(f, "| %s | %s | %s | %.2f | %.2f | %+.2f |\n",
+                    ch[i].after < ch[i].before ? "**regression**" : "improvement", ch[i].config,
+                    ch[i].task, ch[i].before, ch[i].after, ch[i].after - ch[i].before);
+    }
+    free(ch);
+}
+
+int kb_report_write_markdown(FILE *f, const kb_report_run *runs, size_t n,
+                             const kb_report_options *opt)
+{
+    fputs("# kvbench report\n\n| run | model | model hash | protocol | kvbench |\n"
+          "|---|---|---|---|---|\n",
+          f);
+    for (size_t k = 0; k < n; k++)
+        fprintf(f, "| %s | %s | `%s` | %s | %s |\n", runs[k].name, runs[k].model,
+                runs[k].model_hash, runs[k].protocol, runs[k].kvbench_version);
+    if (opt && opt->baseline)
+        fprintf(f, "| %s (baseline) | %s | `%s` | %s | %s |\n", opt->baseline->name,
+                opt->baseline->model, opt->baseline->model_hash, opt->baseline->protocol,
+                opt->baseline->kvbench_version);
+    for (size_t k = 0; k < n; k++) {
+        pivot p;
+        if (pivot_build(&p, &runs[k]) < 0)
+            return -1;
+        fprintf(f,
+                "\n## %s — %s\n\nScores (LongBench %%); averages are plain means of the task "
+                "scores; Δ full is the %s difference to the full-cache row.\n\n",
+                runs[k].name, runs[k].model, avg_label(&p));
+        md_table(f, &p);
+        if (opt && opt->baseline)
+            md_compare(f, &runs[k], opt);
+        fputs("\n### Configs\n", f);
+        md_params(f, &runs[k]);
+        fputs("\n### Tokens and time (means per sample)\n", f);
+        md_timing(f, &runs[k]);
+        pivot_free(&p);
+    }
+    return ferror(f) ? -1 : 0;
+}
+
+int kb_report_write(const char *dir, const kb_report_run *runs, size_t n,
+                    const kb_report_options *opt, kv_error *err)
+{
+    static const char *const names[] = {"scores.csv", "summary.md", "report.html"};
+    if (kb_mkdirs(dir, err) < 0)
+        return -1;
+    for (int i = 0; i < 3; i++) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        if (!f)
+            return kv_fail(err, "out of memory");
+        int rc = i == 0   ? kb_report_write_csv(f, runs, n)
+                 : i == 1 ? kb_report_write_markdown(f, runs, n, opt)
+                          : kb_report_write_html(f, runs, n, opt);
+        fclose(f);
+        char *path = kv_path_join(dir, names[i]);
+        if (rc < 0 || !path)
+            rc = kv_fail(err, "%s: out of memory while writing", names[i]);
+        else
+            rc = kb_write_atomic(path, buf, len, err);
+        free(path);
+        free(buf);
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- HTML with inline SVG ---------------------------------------------- */
+
+/* Everything is inline (CSS, SVG, no scripts, no fonts, no links out), so the
+ * file opens the same from a mail attachment or an air-gapped machine. */
+
+static void html_esc(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        switch (*s) {
+        case '&':
+            fputs("&amp;", f);
+            break;
+        case '<':
+            fputs("&lt;", f);
+            break;
+        case '>':
+            fputs("&gt;", f);
+            break;
+        case '"':
+            fputs("&quot;", f);
+            break;
+        default:
+            fputc(*s, f);
+        }
+    }
+}
+
+static const char *const palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
+                                      "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"};
+enum { N_PALETTE = sizeof palette / sizeof palette[0] };
+
+/* The series a config belongs to in the budget chart: its parameters without
+ * the sizes, named like a config ("snapkv_w8_sum"). Caller frees. */
+static char *series_of(const kb_report_run *run, const char *config)
+{
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(config_entry(run, config), "params");
+    if (!params || cJSON_IsNull(params))
+        return NULL;
+    cJSON *p = cJSON_Duplicate(params, true);
+    if (!p)
+        return NULL;
+    static const char *const sizes[] = {"start_size", "recent_size", "intermediate_size",
+                                        "refined_size"};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+        cJSON_DeleteItemFromObjectCaseSensitive(p, sizes[i]);
+    char *name = kb_config_name(p);
+    cJSON_Delete(p);
+    return name;
+}
+
+typedef struct chart_point {
+    long budget;
+    double score;
+    const char *config;
+} chart_point;
+
+static int cmp_points(const void *a, const void *b)
+{
+    const chart_point *x = a, *y = b;
+    return (x->budget > y->budget) - (x->budget < y->budget);
+}
+
+typedef struct chart {
+    double x0, x1, y0, y1;           /* data ranges (x in log2 budget) */
+    double left, top, width, height; /* plot area in px */
+} chart;
+
+static double cx(const chart *c, long budget)
+{
+    return c->left + (log2((double)budget) - c->x0) / (c->x1 - c->x0) * c->width;
+}
+
+static double cy(const chart *c, double score)
+{
+    return c->top + c->height - (score - c->y0) / (c->y1 - c->y0) * c->height;
+}
+
+static void chart_axes(FILE *f, const chart *c, const long *budgets, size_t nb, const char *ylabel)
+{
+    double step = c->y1 - c->y0 > 50 ? 10 : c->y1 - c->y0 > 20 ? 5 : 2;
+    double first = ceil(c->y0 / step) * step;
+    /* scores are percentages, so at most ~50 ticks; counted, never open-ended */
+    for (int k = 0; k <= 60 && first + k * step <= c->y1 + 1e-9; k++) {
+        double y = first + k * step;
+        fprintf(f,
+                "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' class='grid'/>"
+                "<text x='%.1f' y='%.1f' class='tick' text-anchor='end'>%g</text>\n",
+                c->left, c->left + c->width, cy(c, y), cy(c, y), c->left - 6, cy(c, y) + 4, y);
+    }
+    for (size_t i = 0; i < nb; i++)
+        fprintf(f,
+                "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' class='grid'/>"
+                "<text x='%.1f' y='%.1f' class='tick' text-anchor='middle'>%ld</text>\n",
+                cx(c, budgets[i]), cx(c, budgets[i]), c->top, c->top + c->height, cx(c, budgets[i]),
+                c->top + c->height + 16, budgets[i]);
+    fprintf(f,
+            "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' class='frame'/>\n"
+            "<text x='%.1f' y='%.1f' class='axis' text-anchor='middle'>KV cache budget (entries "
+            "per layer, log scale)</text>\n"
+            "<text x='14' y='%.1f' class='axis' text-anchor='middle' transform='rotate(-90 14 "
+            "%.1f)'>%s</text>\n",
+            c->left, c->top, c->width, c->height, c->left + c->width / 2, c->top + c->height + 38,
+            c->top + c->height / 2, c->top + c->height / 2, ylabel);
+}
+
+static int cmp_long(const void *a, const void *b)
+{
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x > y) - (x < y);
+}
+
+/* Score (row mean) against budget, one line per series, the full cache dashed. */
+static void svg_budget_chart(FILE *f, const pivot *p)
+{
+    chart_point *pts = calloc(p->nc + 1, sizeof *pts);
+    char **series = calloc(p->nc + 1, sizeof *series);
+    long *budgets = calloc(p->nc + 1, sizeof *budgets);
+    if (!pts || !series || !budgets)
+        goto out;
+    size_t np = 0, nb = 0;
+    double ymax = 0;
+    for (size_t c = 0; c < p->nc; c++) {
+        long b = config_budget(p->run, p->configs[c]);
+        double avg = headline(p, c);
+        if (!isnan(avg) && avg > ymax)
+            ymax = avg;
+        if (b <= 0 || isnan(avg) || (int)c == p->full)
+            continue;
+        series[np] = series_of(p->run, p->configs[c]);
+        pts[np++] = (chart_point){b, avg, p->configs[c]};
+        bool seen = false;
+        for (size_t i = 0; i < nb; i++)
+            seen |= budgets[i] == b;
+        if (!seen)
+            budgets[nb++] = b;
+    }
+    if (np == 0) {
+        fputs("<p class='note'>No configs with a cache budget to plot.</p>\n", f);
+        goto out;
+    }
+    qsort(budgets, nb, sizeof *budgets, cmp_long);
+    /* zoom on the data: the differences between methods are a few points */
+    double ymin = ymax;
+    for (size_t i = 0; i < np; i++)
+        ymin = fmin(ymin, pts[i].score);
+    if (p->full >= 0 && !isnan(headline(p, (size_t)p->full)))
+        ymin = fmin(ymin, headline(p, (size_t)p->full));
+    double lo = fmax(0, floor((ymin - 2) / 5) * 5), hi = ceil((ymax + 1) / 5) * 5;
+    chart c = {.x0 = log2((double)budgets[0]),
+               .x1 = log2((double)budgets[nb - 1]),
+               .y0 = lo,
+               .y1 = hi > lo ? hi : lo + 5,
+               .left = 60,
+               .top = 20,
+               .width = 560,
+               .height = 300};
+    if (c.x1 - c.x0 < 1e-9) {
+        c.x0 -= 1;
+        c.x1 += 1;
+    }
+    c.x0 -= 0.25;
+    c.x1 += 0.25;
+    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' class='chart' width='900' height='380' "
+               "viewBox='0 0 900 380' role='img' aria-label='score vs cache budget'>\n");
+    chart_axes(f, &c, budgets, nb, avg_label(p));
+    double legend_y = 30;
+    if (p->full >= 0) {
+        double y = cy(&c, headline(p, (size_t)p->full));
+        fprintf(f,
+                "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' class='full'><title>full cache: "
+                "%.2f</title></line>\n"
+                "<line x1='640' x2='664' y1='%.1f' y2='%.1f' class='full'/><text x='670' "
+                "y='%.1f' class='legend'>full cache (%.2f)</text>\n",
+                c.left, c.left + c.width, y, y, headline(p, (size_t)p->full), legend_y, legend_y,
+                legend_y + 4, headline(p, (size_t)p->full));
+        legend_y += 20;
+    }
+    /* one polyline per distinct series, in order of first appearance */
+    bool *drawn = calloc(np, sizeof *drawn);
+    int colour = 0;
+    for (size_t i = 0; drawn && i < np; i++) {
+        if (drawn[i])
+            continue;
+        chart_point *line = calloc(np, sizeof *line);
+        if (!line)
+            break;
+        size_t nl = 0;
+        for (size_t j = i; j < np; j++) {
+            bool same = (!series[i] && !series[j]) ||
+                        (series[i] && series[j] && strcmp(series[i], series[j]) == 0);
+            if (same) {
+                line[nl++] = pts[j];
+                drawn[j] = true;
+            }
+        }
+        qsort(line, nl, sizeof *line, cmp_points);
+        const char *col = palette[colour++ % N_PALETTE];
+        fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='2' points='", col);
+        for (size_t j = 0; j < nl; j++)
+            fprintf(f, "%.1f,%.1f ", cx(&c, line[j].budget), cy(&c, line[j].score));
+        fputs("'/>\n", f);
+        for (size_t j = 0; j < nl; j++) {
+            fprintf(f, "<circle cx='%.1f' cy='%.1f' r='4' fill='%s'><title>",
+                    cx(&c, line[j].budget), cy(&c, line[j].score), col);
+            html_esc(f, line[j].config);
+            fprintf(f, ": %.2f</title></circle>\n", line[j].score);
+        }
+        fprintf(f,
+                "<line x1='640' x2='664' y1='%.1f' y2='%.1f' stroke='%s' stroke-width='3'/>"
+                "<text x='670' y='%.1f' class='legend'>",
+                legend_y, legend_y, col, legend_y + 4);
+        html_esc(f, series[i] ? series[i] : "?");
+        fputs("</text>\n", f);
+        legend_y += 20;
+        free(line);
+    }
+    free(drawn);
+    fputs("</svg>\n", f);
+out:
+    for (size_t i = 0; series && i < p->nc; i++)
+        free(series[i]);
+    free(series);
+    free(pts);
+    free(budgets);
+}
+
+/* Diverging colour for a delta: red below the full cache, blue above. */
+static void delta_colour(double d, double range, char out[8])
+{
+    double t = fmin(1, fabs(d) / range);
+    int r, g, b;
+    if (d < 0) { /* white -> #d73027 */
+        r = (int)lround(255 + t * (215 - 255));
+        g = (int)lround(255 + t * (48 - 255));
+        b = (int)lround(255 + t * (39 - 255));
+    } else { /* white -> #4575b4 */
+        r = (int)lround(255 + t * (69 - 255));
+        g = (int)lround(255 + t * (117 - 255));
+        b = (int)lround(255 + t * (180 - 255));
+    }
+    snprintf(out, 8, "#%02x%02x%02x", r, g, b);
+}
+
+static bool is_regression(const kb_change *ch, size_t n, const char *config, const char *task)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ch[i].after < ch[i].before && strcmp(ch[i].config, config) == 0 &&
+            strcmp(ch[i].task, task) == 0)
+            return true;
+    return false;
+}
+
+/* Cells that regressed against the baseline get a dark red outline. */
+static void svg_heatmap(FILE *f, const pivot *p, const kb_change *ch, size_t n_ch)
+{
+    const double cell_w = 58, cell_h = 24, top = 120;
+    /* room for the longest config name at ~6.5 px per character */
+    size_t longest = 8;
+    for (size_t c = 0; c < p->nc; c++)
+        if (strlen(p->configs[c]) > longest)
+            longest = strlen(p->configs[c]);
+    const double left = 16 + 6.5 * (double)longest;
+    size_t cols = p->nt + 1; /* the tasks, then the average */
+    double range = 5;
+    for (size_t c = 0; p->full >= 0 && c < p->nc; c++)
+        for (size_t t = 0; t < p->nt; t++) {
+            double d = cell_score(p, c, t) - cell_score(p, (size_t)p->full, t);
+            if (!isnan(d) && fabs(d) > range)
+                range = fabs(d);
+        }
+    double w = left + cell_w * (double)cols + 20, h = top + cell_h * (double)p->nc + 40;
+    fprintf(f,
+            "<svg xmlns='http://www.w3.org/2000/svg' class='chart' width='%.0f' height='%.0f' "
+            "viewBox='0 0 %.0f %.0f' role='img' aria-label='per-task heatmap'>\n",
+            w, h, w, h);
+    for (size_t t = 0; t < cols; t++) {
+        double x = left + cell_w * ((double)t + 0.5);
+        fprintf(f, "<text x='%.1f' y='%.1f' class='tick' transform='rotate(-45 %.1f %.1f)'>", x,
+                top - 8, x, top - 8);
+        html_esc(f, t < p->nt ? p->tasks[t] : avg_label(p));
+        fputs("</text>\n", f);
+    }
+    for (size_t c = 0; c < p->nc; c++) {
+        double y = top + cell_h * (double)c;
+        fprintf(f, "<text x='%.1f' y='%.1f' class='tick' text-anchor='end'>", left - 8,
+                y + cell_h / 2 + 4);
+        html_esc(f, p->configs[c]);
+        fputs("</text>\n", f);
+        for (size_t t = 0; t < cols; t++) {
+            double s = t < p->nt ? cell_score(p, c, t) : headline(p, c);
+            double base = p->full < 0 ? NAN
+                          : t < p->nt ? cell_score(p, (size_t)p->full, t)
+                                      : headline(p, (size_t)p->full);
+            char fill[8] = "#eeeeee";
+            if (!isnan(s) && !isnan(base) && (int)c != p->full)
+                delta_colour(s - base, range, fill);
+            else if (!isnan(s))
+                snprintf(fill, sizeof fill, "#f7f7f7");
+            double x = left + cell_w * (double)t;
+            fprintf(f,
+                    "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' fill='%s' "
+                    "class='cell'><title>",
+                    x, y, cell_w, cell_h, fill);
+            html_esc(f, p->configs[c]);
+            fputs(" · ", f);
+            html_esc(f, t < p->nt ? p->tasks[t] : avg_label(p));
+            if (isnan(s))
+                fputs(": no score", f);
+            else
+                fprintf(f, ": %.2f", s);
+            if (!isnan(s) && !isnan(base) && (int)c != p->full)
+                fprintf(f, " (%+.2f vs full)", s - base);
+            fputs("</title></rect>\n", f);
+            if (t < p->nt && is_regression(ch, n_ch, p->configs[c], p->tasks[t]))
+                fprintf(f,
+                        "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' class='regcell'>"
+                        "<title>regression against the baseline</title></rect>\n",
+                        x + 1.5, y + 1.5, cell_w - 3, cell_h - 3);
+            if (!isnan(s))
+                fprintf(f, "<text x='%.1f' y='%.1f' class='val' text-anchor='middle'>%.1f</text>\n",
+                        x + cell_w / 2, y + cell_h / 2 + 4, s);
+        }
+    }
+    char lo[8], hi[8];
+    delta_colour(-range, range, lo);
+    delta_colour(range, range, hi);
+    double ly = top + cell_h * (double)p->nc + 24;
+    fprintf(f,
+            "<rect x='%.1f' y='%.1f' width='14' height='14' fill='%s'/><text x='%.1f' y='%.1f' "
+            "class='legend'>%.1f points below the full cache</text>\n"
+            "<rect x='%.1f' y='%.1f' width='14' height='14' fill='%s'/><text x='%.1f' y='%.1f' "
+            "class='legend'>%.1f above</text>\n</svg>\n",
+            left, ly - 11, lo, left + 20, ly, range, left + 260, ly - 11, hi, left + 280, ly,
+            range);
+}
+
+static void html_num(FILE *f, double v, bool bad)
+{
+    if (isnan(v))
+        fprintf(f, "<td class='num'>–</td>");
+    else
+        fprintf(f, "<td class='num%s'>%.2f</td>", bad ? " reg" : "", v);
+}
+
+static void html_table(FILE *f, const pivot *p, const kb_change *ch, size_t n_ch)
+{
+    fputs("<table><tr><th>config</th><th>budget</th>", f);
+    for (size_t t = 0; t < p->nt; t++) {
+        fputs("<th>", f);
+        html_esc(f, p->tasks[t]);
+        fputs("</th>", f);
+    }
+    for (int k = 0; kb_task_categories[k]; k++)
+        if (category_present(p, kb_task_categories[k]))
+            fprintf(f, "<th class='cat'>%s</th>", kb_task_categories[k]);
+    if (extra_avg(p))
+        fprintf(f, "<th>Avg (%zu)</th>", p->nt);
+    fprintf(f, "<th>%s</th><th>Δ full</th></tr>\n", avg_label(p));
+    double full_avg = p->full >= 0 ? headline(p, (size_t)p->full) : NAN;
+    for (size_t c = 0; c < p->nc; c++) {
+        long b = config_budget(p->run, p->configs[c]);
+        fputs("<tr><td>", f);
+        html_esc(f, p->configs[c]);
+        if (b >= 0)
+            fprintf(f, "</td><td class='num'>%ld</td>", b);
+        else
+            fputs("</td><td class='num'>full</td>", f);
+        for (size_t t = 0; t < p->nt; t++)
+            html_num(f, cell_score(p, c, t), is_regression(ch, n_ch, p->configs[c], p->tasks[t]));
+        for (int k = 0; kb_task_categories[k]; k++)
+            if (category_present(p, kb_task_categories[k]))
+                html_num(f, row_mean(p, c, kb_task_categories[k]), false);
+        if (extra_avg(p))
+            html_num(f, row_mean(p, c, NULL), false);
+        double avg = headline(p, c);
+        fprintf(f, "<td class='num avg'>%.2f</td>", avg);
+        if ((int)c == p->full || isnan(full_avg))
+            fputs("<td class='num'>–</td>", f);
+        else
+            fprintf(f, "<td class='num %s'>%+.2f</td>", avg - full_avg < 0 ? "neg" : "pos",
+                    avg - full_avg);
+        fputs("</tr>\n", f);
+    }
+    fputs("</table>\n", f);
+}
+
+static void html_compare(FILE *f, const kb_report_run *run, const kb_report_options *opt,
+                         const kb_change *ch, size_t n)
+{
+    size_t reg = 0;
+    for (size_t i = 0; i < n; i++)
+        reg += ch[i].after < ch[i].before;
+    fputs("<h3>Compared with ", f);
+    html_esc(f, opt->baseline->name);
+    fprintf(f,
+            "</h3>\n<p class='%s'>%zu regression%s and %zu improvement%s of at least %.2f "
+            "points.</p>\n",
+            reg ? "alarm" : "ok", reg, reg == 1 ? "" : "s", n - reg, n - reg == 1 ? "" : "s",
+            opt->threshold);
+    if (strcmp(opt->baseline->model_hash, run->model_hash) != 0) {
+        fputs("<p class='alarm'>The baseline used a different model (hash ", f);
+        html_esc(f, opt->baseline->model_hash);
+        fputs(").</p>\n", f);
+    }
+    if (!n)
+        return;
+    fputs("<table><tr><th></th><th>config</th><th>task</th><th>baseline</th><th>now</th>"
+          "<th>Δ</th></tr>\n",
+          f);
+    for (size_t i = 0; i < n; i++) {
+        bool bad = ch[i].after < ch[i].before;
+        fprintf(f, "<tr class='%s'><td>%s</td><td>", bad ? "reg" : "gain",
+                bad ? "regression" : "improvement");
+        html_esc(f, ch[i].config);
+        fputs("</td><td>", f);
+        html_esc(f, ch[i].task);
+        fprintf(f,
+                "</td><td class='num'>%.2f</td><td class='num'>%.2f</td><td class='num'>%+.2f"
+                "</td></tr>\n",
+                ch[i].before, ch[i].after, ch[i].after - ch[i].before);
+    }
+    fputs("</table>\n", f);
+}
+
+static void html_params(FILE *f, const kb_report_run *run)
+{
+    fputs("<table><tr><th>config</th><th>hash</th><th>budget</th><th>parameters</th></tr>\n", f);
+    for (const cJSON *c = run->configs->child; c; c = c->next) {
+        const cJSON *params = cJSON_GetObjectItemCaseSensitive(c, "params");
+        char *canon = params && !cJSON_IsNull(params) ? kb_json_canonical(params) : NULL;
+        fputs("<tr><td>", f);
+        html_esc(f, str(c, "name") ? str(c, "name") : "?");
+        fputs("</td><td><code>", f);
+        html_esc(f, str(c, "hash") ? str(c, "hash") : "?");
+        long b = (long)num(c, "budget");
+        if (b >= 0)
+            fprintf(f, "</code></td><td class='num'>%ld</td><td><code>", b);
+        else
+            fputs("</code></td><td class='num'>full</td><td><code>", f);
+        html_esc(f, canon ? canon : "full cache");
+        fputs("</code></td></tr>\n", f);
+        free(canon);
+    }
+    fputs("</table>\n", f);
+}
+
+static void html_timing(FILE *f, const kb_report_run *run)
+{
+    fputs("<table><tr><th>config</th><th>task</th><th>metric</th><th>n</th><th>prompt tokens"
+          "</th><th>kept tokens</th><th>prefill s</th><th>decode s</th></tr>\n",
+          f);
+    for (size_t i = 0; i < run->n_rows; i++) {
+        const kb_score_row *r = &run->rows[i];
+        fputs("<tr><td>", f);
+        html_esc(f, r->config);
+        fputs("</td><td>", f);
+        html_esc(f, r->task);
+        fputs("</td><td>", f);
+        html_esc(f, r->metric);
+        fprintf(f, "</td><td class='num'>%ld</td>", r->n);
+        html_num(f, r->prompt_tokens, false);
+        html_num(f, r->kept_tokens, false);
+        html_num(f, r->prefill_s, false);
+        html_num(f, r->decode_s, false);
+        fputs("</tr>\n", f);
+    }
+    fputs("</table>\n", f);
+}
+
+static const char css[] =
+    "body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:24px;"
+    "color:#222;max-width:1400px}h1{margin-top:0}h2{border-bottom:2px solid #ddd;"
+    "padding-bottom:4px;margin-top:36px}table{border-collapse:collapse;margin:8px 0 16px;"
+    "font-size:13px}th,td{border:1px solid #ddd;padding:3px 7px}th{background:#f3f3f3}"
+    "td.num{text-align:right;font-variant-numeric:tabular-nums}td.avg{font-weight:bold}"
+    "td.neg{color:#b2182b}td.pos{color:#2166ac}td.reg,tr.reg td{background:#fbd3d0}"
+    "tr.gain td{background:#d6e8f7}th.cat{background:#e8eef7}code{font-size:12px}"
+    ".alarm{color:#b2182b;font-weight:bold}.ok{color:#1a7f37}.note{color:#666}"
+    "svg.chart{display:block;margin:8px 0 20px}svg .grid{stroke:#e5e5e5}"
+    "svg .frame{fill:none;stroke:#999}svg .tick{font-size:11px;fill:#444}"
+    "svg .axis{font-size:12px;fill:#222}svg .legend{font-size:12px;fill:#222}"
+    "svg .full{stroke:#222;stroke-width:2;stroke-dasharray:6 4}svg .cell{stroke:#fff}"
+    "svg .val{font-size:11px;fill:#111}svg .regcell{fill:none;stroke:#67001f;stroke-width:3}";
+
+int kb_report_write_html(FILE *f, const kb_report_run *runs, size_t n, const kb_report_options *opt)
+{
+    fprintf(f,
+            "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+            "<title>kvbench report</title><style>%s</style></head><body>\n"
+            "<h1>kvbench report</h1>\n<table><tr><th>run</th><th>model</th><th>model hash"
+            "</th><th>protocol</th><th>kvbench</th></tr>\n",
+            css);
+    for (size_t k = 0; k <= n; k++) {
+        const kb_report_run *r = k < n ? &runs[k] : opt ? opt->baseline : NULL;
+        if (!r)
+            break;
+        const char *cells[] = {r->name, r->model, r->model_hash, r->protocol, r->kvbench_version};
+        fputs("<tr>", f);
+        for (int i = 0; i < 5; i++) {
+            fputs("<td>", f);
+            html_esc(f, cells[i]);
+            if (i == 0 && k == n)
+                fputs(" (baseline)", f);
+            fputs("</td>", f);
+        }
+        fputs("</tr>\n", f);
+    }
+    fputs("</table>\n", f);
+    for (size_t k = 0; k < n; k++) {
+        pivot p;
+        if (pivot_build(&p, &runs[k]) < 0)
+            return -1;
+        kb_change *ch = NULL;
+        size_t n_ch = 0;
+        if (opt && opt->baseline &&
+            kb_report_compare(&runs[k], opt->baseline, opt->threshold, &ch, &n_ch) < 0) {
+            pivot_free(&p);
+            return -1;
+        }
+        fputs("<h2>", f);
+        html_esc(f, runs[k].name);
+        fputs(" — ", f);
+        html_esc(f, runs[k].model);
+        fprintf(f, "</h2>\n<h3>%s score vs KV cache budget</h3>\n", avg_label(&p));
+        svg_budget_chart(f, &p);
+        fputs("<h3>Per-task scores (colour: difference to the full cache)</h3>\n", f);
+        svg_heatmap(f, &p, ch, n_ch);
+        fputs("<h3>Scores (LongBench %)</h3>\n", f);
+        html_table(f, &p, ch, n_ch);
+        if (opt && opt->baseline)
+            html_compare(f, &runs[k], opt, ch, n_ch);
+        fputs("<h3>Configs</h3>\n", f);
+        html_params(f, &runs[k]);
+        fputs("<h3>Tokens and time (means per sample)</h3>\n", f);
+        html_timing(f, &runs[k]);
+        free(ch);
+        pivot_free(&p);
+    }
+    fputs("</body></html>\n", f);
+    return ferror(f) ? -1 : 0;
+}

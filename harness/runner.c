@@ -1,0 +1,287 @@
+#include "runner.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int kb_runner_apply_options(kb_matrix *m, const kb_runner_options *o)
+{
+    if (o->output) {
+        char *s = strdup(o->output);
+        if (!s)
+            return -1;
+        free(m->output);
+        m->output = s;
+    }
+    if (o->name) {
+        char *s = strdup(o->name);
+        if (!s)
+            return -1;
+        free(m->run_name);
+        m->run_name = s;
+    }
+    if (o->threads > 0)
+        m->threads = o->threads;
+    for (size_t i = 0; o->limit > 0 && i < m->n_tasks; i++)
+        m->tasks[i].limit = o->limit;
+    return 0;
+}
+
+static void print_setting(FILE *f, const char *what, long v, const char *zero)
+{
+    if (v > 0)
+        fprintf(f, " %s %ld", what, v);
+    else
+        fprintf(f, " %s %s", what, zero);
+}
+
+void kb_runner_plan_print(FILE *f, const kb_matrix *m, const kb_runner_options *o)
+{
+    char *dir = kb_run_dir(m->output, m->run_name, &o->shard);
+    fprintf(f, "run %s -> %s\nmodel %s%s%s\nprotocol %s, data %s, threads ", m->run_name,
+            dir ? dir : "?", m->model, m->model_revision ? " @ " : "",
+            m->model_revision ? m->model_revision : "", m->protocol, m->data);
+    if (m->threads > 0)
+        fprintf(f, "%ld\n", m->threads);
+    else
+        fputs("all\n", f);
+    free(dir);
+    if (o->shard.count > 1)
+        fprintf(f, "shard %ld/%ld: samples whose index %% %ld == %ld\n", o->shard.index,
+                o->shard.count, o->shard.count, o->shard.index);
+    fprintf(f, "\n%zu tasks:\n", m->n_tasks);
+    for (size_t i = 0; i < m->n_tasks; i++) {
+        const kb_task_spec *t = &m->tasks[i];
+        fprintf(f, "  %-22s", t->name);
+        print_setting(f, "limit", t->limit, "all");
+        print_setting(f, "max_length", t->max_length, "model default");
+        print_setting(f, "max_new_tokens", t->max_new_tokens, "task default");
+        fputc('\n', f);
+    }
+    fprintf(f, "\n%zu configs (one prefill per sample, shared by all):\n", m->n_configs);
+    for (size_t i = 0; i < m->n_configs; i++) {
+        const kb_config *c = &m->configs[i];
+        char *canon = c->params ? kb_json_canonical(c->params) : NULL;
+        fprintf(f, "  %-40s %s  ", c->name, c->hash);
+        if (c->budget >= 0)
+            fprintf(f, "budget %-6ld", c->budget);
+        else
+            fputs("full cache  ", f);
+        fprintf(f, " %s\n", canon ? canon : "");
+        free(canon);
+    }
+}
+
+/* ---- the driver loop --------------------------------------------------- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Samples of a task this process handles: the first `limit`, then its shard. */
+static long selected_count(long n, long limit, const kb_shard *sh)
+{
+    if (n < 0)
+        return 0;
+    if (limit > 0 && n > limit)
+        n = limit;
+    if (sh->count <= 1)
+        return n;
+    return n > sh->index ? (n - sh->index + sh->count - 1) / sh->count : 0;
+}
+
+typedef struct loop {
+    const kb_matrix *m;
+    const kb_runner_options *o;
+    const kb_runner_backend *b;
+    volatile sig_atomic_t *stop;
+    kb_progress *progress;
+    kb_runner_stats *stats;
+    kb_run run;
+    kb_pred_file *pf;          /* one per config, for the current task */
+    const kb_config **pending; /* configs still to do for the current sample */
+    kv_error *err;
+} loop;
+
+static int write_prediction(loop *L, const kb_task_spec *t, const kb_sample *s, size_t c,
+                            const kb_decode_result *r, long prompt_tokens, double prefill_s,
+                            double decode_s)
+{
+    kb_prediction p = {.id = s->id,
+                       .index = s->index,
+                       .task = t->name,
+                       .config = L->m->configs[c].name,
+                       .pred = r->text ? r->text : "",
+                       .answers = s->answers,
+                       .all_classes = s->all_classes,
+                       .length = s->length,
+                       .prompt_tokens = prompt_tokens,
+                       .kept_tokens = r->kept_tokens,
+                       .generated_tokens = r->generated_tokens,
+                       .prefill_s = prefill_s,
+                       .decode_s = decode_s};
+    cJSON *line = kb_prediction_json(&p);
+    if (!line)
+        return kv_fail(L->err, "out of memory");
+    int rc = kb_pred_file_append(&L->pf[c], line, L->err);
+    cJSON_Delete(line);
+    return rc;
+}
+
+/* One sample: one prefill shared by every config that still lacks it. */
+static int run_sample(loop *L, const kb_task_spec *t, const kb_sample *s)
+{
+    size_t n_pending = 0;
+    for (size_t c = 0; c < L->m->n_configs; c++)
+        if (!kb_pred_file_done(&L->pf[c], s->id))
+            L->pending[n_pending++] = &L->m->configs[c];
+    if (n_pending == 0) {
+        L->stats->samples_skipped++;
+        kb_progress_skip(L->progress, 1);
+        return 0;
+    }
+    void *state = NULL;
+    long prompt_tokens = 0, tokens = 0;
+    double t0 = now_s();
+    if (L->b->prefill(L->b->ctx, t, s, L->pending, n_pending, &state, &prompt_tokens, L->err) < 0)
+        return -1;
+    double prefill_s = now_s() - t0;
+    L->stats->prefills++;
+    int rc = 0;
+    for (size_t k = 0; k < n_pending && rc == 0; k++) {
+        size_t c = (size_t)(L->pending[k] - L->m->configs);
+        kb_decode_result r = {0};
+        double t1 = now_s();
+        rc = L->b->decode(L->b->ctx, state, t, s, L->pending[k], &r, L->err);
+        double decode_s = now_s() - t1;
+        if (rc == 0) {
+            L->stats->decodes++;
+            tokens += r.generated_tokens;
+            rc = write_prediction(L, t, s, c, &r, prompt_tokens, prefill_s, decode_s);
+        }
+        free(r.text);
+    }
+    if (L->b->prefill_free)
+        L->b->prefill_free(L->b->ctx, state);
+    if (rc == 0) {
+        L->stats->samples_done++;
+        kb_progress_sample(L->progress, prompt_tokens + tokens);
+    }
+    return rc;
+}
+
+static int run_samples(loop *L, const kb_task_spec *t, void *iter)
+{
+    for (;;) {
+        kb_sample s = {0};
+        int got = L->b->task_next(L->b->ctx, iter, &s, L->err);
+        if (got <= 0)
+            return got;
+        if (t->limit > 0 && s.index >= t->limit)
+            return 0;
+        if (!kb_shard_selects(&L->o->shard, s.index))
+            continue;
+        if (L->stop && *L->stop) {
+            L->stats->stopped = true;
+            return 0;
+        }
+        if (run_sample(L, t, &s) < 0)
+            return -1;
+    }
+}
+
+static int run_task(loop *L, const kb_task_spec *t, long task_no)
+{
+    size_t nc = L->m->n_configs, opened = 0;
+    int rc = 0;
+    for (; opened < nc && rc == 0; opened++)
+        rc =
+            kb_pred_file_open(&L->run, L->m->configs[opened].name, t->name, &L->pf[opened], L->err);
+    if (rc < 0)
+        opened--;
+    void *iter = NULL;
+    long n = -1;
+    if (rc == 0)
+        rc = L->b->task_open(L->b->ctx, t, &iter, &n, L->err);
+    if (rc == 0) {
+        kb_progress_task(L->progress, t->name, task_no);
+        rc = run_samples(L, t, iter);
+        L->b->task_close(L->b->ctx, iter);
+    }
+    for (size_t c = 0; c < opened; c++)
+        kb_pred_file_close(&L->pf[c]);
+    if (rc < 0)
+        kv_fail_prefix(L->err, t->name);
+    return rc;
+}
+
+/* Counts what this process will handle, for the progress bar's total. */
+static int count_samples(loop *L, long *total)
+{
+    *total = 0;
+    for (size_t i = 0; i < L->m->n_tasks; i++) {
+        void *iter = NULL;
+        long n = -1;
+        if (L->b->task_open(L->b->ctx, &L->m->tasks[i], &iter, &n, L->err) < 0)
+            return kv_fail_prefix(L->err, L->m->tasks[i].name);
+        L->b->task_close(L->b->ctx, iter);
+        *total += selected_count(n, L->m->tasks[i].limit, &L->o->shard);
+    }
+    return 0;
+}
+
+static int score_and_report(loop *L)
+{
+    kb_score_row *rows = NULL;
+    size_t n = 0;
+    if (kb_scores_from_predictions(L->run.dir, L->b->scorer, L->b->scorer_ctx, &rows, &n, L->err) <
+        0)
+        return -1;
+    int rc = kb_scores_save(L->run.dir, rows, n, L->err);
+    kb_score_rows_free(rows, n);
+    kb_report_run r;
+    if (rc == 0 && (rc = kb_report_run_load(L->run.dir, &r, L->err)) == 0) {
+        kb_report_options opt = {.baseline = NULL, .threshold = 1.0};
+        rc = kb_report_write(L->run.dir, &r, 1, &opt, L->err);
+        kb_report_run_free(&r);
+    }
+    return rc;
+}
+
+int kb_runner_run(const kb_matrix *m, const kb_runner_options *o, const char *version,
+                  const char *model_hash, const kb_runner_backend *b, volatile sig_atomic_t *stop,
+                  kb_progress *progress, kb_runner_stats *stats, kv_error *err)
+{
+    memset(stats, 0, sizeof *stats);
+    loop L = {
+        .m = m, .o = o, .b = b, .stop = stop, .progress = progress, .stats = stats, .err = err};
+    L.pf = calloc(m->n_configs, sizeof *L.pf);
+    L.pending = calloc(m->n_configs, sizeof *L.pending);
+    char *dir = kb_run_dir(m->output, m->run_name, &o->shard);
+    int rc = 0;
+    if (!L.pf || !L.pending || !dir)
+        rc = kv_fail(err, "out of memory");
+    kb_run_info info = {
+        .kvbench_version = version, .model_hash = model_hash, .matrix = m, .shard = o->shard};
+    if (rc == 0)
+        rc = kb_run_open(dir, &info, &L.run, err);
+    long total = 0;
+    if (rc == 0 && progress && (rc = count_samples(&L, &total)) == 0)
+        kb_progress_set_total(progress, (long)m->n_tasks, total);
+    for (size_t i = 0; rc == 0 && i < m->n_tasks && !stats->stopped; i++)
+        rc = run_task(&L, &m->tasks[i], (long)i + 1);
+    if (rc == 0 && !stats->stopped) {
+        kb_progress_finish(progress);
+        rc = kb_run_mark_finished(&L.run, err);
+    }
+    if (rc == 0 && !stats->stopped && o->shard.count <= 1 && b->scorer)
+        rc = score_and_report(&L);
+    kb_run_close(&L.run);
+    free(dir);
+    free(L.pf);
+    free(L.pending);
+    return rc;
+}

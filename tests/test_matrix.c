@@ -1,0 +1,355 @@
+/* The config matrix: structure errors name their key path, sweeps expand to
+ * the cartesian product, the baseline is always there, names and hashes are
+ * deterministic, and the shipped configs parse. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "matrix.h"
+#include "testutil.h"
+
+static kb_matrix m;
+static kv_error err;
+
+static int parse(const char *text)
+{
+    memset(&err, 0, sizeof err);
+    return kb_matrix_parse(text, "t", NULL, &m, &err);
+}
+
+/* The text must fail with exactly this message. */
+static void expect_error(const char *text, const char *msg)
+{
+    cr_assert_lt(parse(text), 0, "accepted: %s", text);
+    cr_assert_str_eq(err.msg, msg);
+}
+
+#define BASE "\"model\": \"m\", \"tasks\": [\"trec\"]"
+
+Test(matrix, minimal_file_has_baseline_and_defaults)
+{
+    cr_assert_eq(parse("{" BASE "}"), 0, "%s", err.msg);
+    cr_assert_str_eq(m.run_name, "t");
+    cr_assert_str_eq(m.protocol, "longbench");
+    cr_assert_str_eq(m.output, "results");
+    cr_assert_eq(m.n_tasks, 1);
+    cr_assert_eq(m.n_configs, 1);
+    cr_assert_str_eq(m.configs[0].name, "full");
+    cr_assert_null(m.configs[0].params);
+    cr_assert_eq(m.configs[0].budget, -1);
+    kb_matrix_free(&m);
+}
+
+Test(matrix, errors_name_the_key_path)
+{
+    expect_error(
+        "{" BASE
+        ", \"configs\": [{}, {\"start_size\": 1}, {\"start_size\": 2}, {\"algorithm\": \"snapkv\", "
+        "\"window_size\": 0}]}",
+        "configs[3].window_size: must be > 0");
+    expect_error("{" BASE ", \"thread\": 4}",
+                 "thread: unknown key (known: name, description, model, model_revision, "
+                 "protocol, threads, output, data, limit, max_length, max_new_tokens, tasks, "
+                 "configs, sweep)");
+    expect_error("{" BASE ", \"threads\": -1}", "threads: must be >= 0");
+    expect_error("{" BASE ", \"threads\": 1.5}", "threads: must be an integer");
+    expect_error("{" BASE ", \"protocol\": \"hf\"}", "protocol: must be \"longbench\" or \"nncf\"");
+    expect_error("{\"model\": \"m\", \"tasks\": [\"trec\", {\"task\": \"qasper\", \"limit\": 0}]}",
+                 "tasks[1].limit: must be > 0");
+    expect_error("{\"model\": \"m\", \"tasks\": [\"trec\", {\"task\": \"qasper\", \"lmit\": 3}]}",
+                 "tasks[1].lmit: unknown key (a task entry has task, limit, max_length, "
+                 "max_new_tokens)");
+    expect_error("{\"model\": \"m\", \"tasks\": [\"trek\"]}",
+                 "tasks[0]: unknown task or group \"trek\" (groups: en16, zh, longbench, "
+                 "longbench_e)");
+    expect_error("{\"model\": \"m\", \"tasks\": [\"en16\", \"trec\"]}",
+                 "tasks[1]: task \"trec\" is listed twice");
+    expect_error("{\"tasks\": [\"trec\"]}",
+                 "model: required: a model folder or a hub name (ORG/NAME)");
+    expect_error("{" BASE ", \"configs\": [{\"algorithm\": \"snapkv\", \"windw_size\": 8}]}",
+                 "configs[0].windw_size: unknown eviction parameter");
+    expect_error("{" BASE ", \"configs\": [{\"name\": \"a/b\", \"algorithm\": \"h2o\"}]}",
+                 "configs[0].name: must be a non-empty string of letters, digits, '.', '_', '-'");
+    expect_error("{" BASE ", \"sweep\": {\"algorithm\": []}}",
+                 "sweep.algorithm: an empty list gives no configs");
+    expect_error("{" BASE ", \"sweep\": [{\"algorithm\": [\"h2o\"]}, {\"algorithm\": [[1]]}]}",
+                 "sweep[1].algorithm: [0]: must be a number, string or boolean");
+    expect_error("{" BASE ", \"threads\": 2, \"threads\": 3}", "(top level): key \"threads\" "
+                                                               "appears twice");
+    expect_error("{" BASE
+                 ", \"configs\": [\"full\", {\"algorithm\": \"full\", \"start_size\": 1}]}",
+                 "configs[1]: the full cache takes no other parameters");
+}
+
+Test(matrix, sweep_error_names_the_combination)
+{
+    expect_error("{" BASE ", \"sweep\": {\"algorithm\": [\"snapkv\", \"h2o\"], "
+                 "\"window_size\": [8]}}",
+                 "sweep{algorithm=h2o,window_size=8}.window_size: only supported for the snapkv "
+                 "algorithm");
+}
+
+Test(matrix, invalid_json_gives_line_and_column)
+{
+    cr_assert_lt(parse("{\n  \"model\": \"m\",\n  \"tasks\": [\"trec\",]\n}"), 0);
+    cr_assert(strstr(err.msg, "line 3") && strstr(err.msg, "invalid JSON"), "%s", err.msg);
+}
+
+Test(matrix, sweep_is_the_cartesian_product_in_file_order)
+{
+    cr_assert_eq(parse("{" BASE ", \"sweep\": {\"algorithm\": [\"h2o\", \"snapkv\"], "
+                       "\"start_size\": 32, \"intermediate_size\": [128, 256, 512], "
+                       "\"score_aggregation\": [\"sum\", \"norm_sum\"]}}"),
+                 0, "%s", err.msg);
+    cr_assert_eq(m.n_configs, 1 + 2 * 3 * 2);
+    /* the last key varies fastest */
+    const char *expect[] = {"full",
+                            "h2o_s32_i128_sum",
+                            "h2o_s32_i128_normsum",
+                            "h2o_s32_i256_sum",
+                            "h2o_s32_i256_normsum",
+                            "h2o_s32_i512_sum",
+                            "h2o_s32_i512_normsum",
+                            "snapkv_s32_i128_sum",
+                            "snapkv_s32_i128_normsum",
+                            "snapkv_s32_i256_sum",
+                            "snapkv_s32_i256_normsum",
+                            "snapkv_s32_i512_sum",
+                            "snapkv_s32_i512_normsum"};
+    for (size_t i = 0; i < m.n_configs; i++)
+        cr_assert_str_eq(m.configs[i].name, expect[i], "config %zu", i);
+    /* every combination is distinct: distinct hashes */
+    for (size_t i = 0; i < m.n_configs; i++)
+        for (size_t j = i + 1; j < m.n_configs; j++)
+            cr_assert_str_neq(m.configs[i].hash, m.configs[j].hash);
+    cr_assert_eq(m.configs[3].budget, 32 + 256 + 128); /* recent defaults to 128 */
+    cr_assert_str_eq(m.configs[3].origin,
+                     "sweep{algorithm=h2o,intermediate_size=256,score_aggregation=sum}");
+    kb_matrix_free(&m);
+}
+
+Test(matrix, list_of_sweeps_is_their_union_after_named_configs)
+{
+    cr_assert_eq(
+        parse("{" BASE ", \"configs\": [{\"name\": \"mine\", \"algorithm\": \"h2o\"}], "
+              "\"sweep\": [{\"algorithm\": [\"h2o\", \"snapkv\"], \"window_size\": 8, "
+              "\"start_size\": 4}, {\"algorithm\": \"streaming\", \"recent_size\": [1, 2]}]}"),
+        -1);
+    /* h2o + window_size is invalid; the error names the first combination */
+    cr_assert(strstr(err.msg, "sweep[0]{algorithm=h2o}.window_size:"), "%s", err.msg);
+    cr_assert_eq(parse("{" BASE ", \"configs\": [{\"name\": \"mine\", \"algorithm\": \"h2o\"}], "
+                       "\"sweep\": [{\"algorithm\": [\"h2o\", \"snapkv\"], \"start_size\": 4}, "
+                       "{\"algorithm\": \"streaming\", \"recent_size\": [1, 2]}]}"),
+                 0, "%s", err.msg);
+    cr_assert_eq(m.n_configs, 1 + 1 + 2 + 2);
+    cr_assert_str_eq(m.configs[1].name, "mine");
+    cr_assert_str_eq(m.configs[2].name, "h2o_s4");
+    cr_assert_str_eq(m.configs[5].name, "streaming_r2");
+    cr_assert_eq(m.configs[5].budget, 32 + 2); /* streaming: start + recent */
+    kb_matrix_free(&m);
+}
+
+Test(matrix, duplicate_configs_are_refused)
+{
+    expect_error("{" BASE ", \"configs\": [{\"algorithm\": \"h2o\", \"start_size\": 4}], "
+                 "\"sweep\": {\"start_size\": [4, 8], \"algorithm\": \"h2o\"}}",
+                 "sweep{start_size=4} (\"h2o_s4\") is the same config as configs[0] "
+                 "(\"h2o_s4\"); remove one");
+    expect_error("{" BASE ", \"configs\": [{\"name\": \"x\", \"algorithm\": \"h2o\"}, "
+                 "{\"name\": \"x\", \"algorithm\": \"snapkv\"}]}",
+                 "configs[1] (\"x\") has the same name as configs[0] (\"x\"); give one of them "
+                 "a \"name\"");
+    /* the baseline may be listed once, explicitly */
+    cr_assert_eq(parse("{" BASE ", \"configs\": [\"full\", {\"algorithm\": \"h2o\"}]}"), 0, "%s",
+                 err.msg);
+    cr_assert_eq(m.n_configs, 2);
+    cr_assert_str_eq(m.configs[0].name, "full");
+    kb_matrix_free(&m);
+    expect_error("{" BASE ", \"configs\": [\"full\", {\"algorithm\": \"full\"}]}",
+                 "configs[1] (\"full\") is the same config as configs[0] (\"full\"); remove one");
+}
+
+Test(matrix, hash_ignores_key_order_and_number_spelling)
+{
+    cJSON *a = cJSON_Parse("{\"algorithm\": \"snapkv\", \"window_size\": 8, \"start_size\": 32}");
+    cJSON *b = cJSON_Parse("{\"start_size\": 32.0, \"window_size\": 8, \"algorithm\": \"snapkv\"}");
+    cJSON *c = cJSON_Parse("{\"start_size\": 33, \"window_size\": 8, \"algorithm\": \"snapkv\"}");
+    char ha[17], hb[17], hc[17], hf[17];
+    cr_assert_eq(kb_config_hash(a, ha), 0);
+    cr_assert_eq(kb_config_hash(b, hb), 0);
+    cr_assert_eq(kb_config_hash(c, hc), 0);
+    cr_assert_eq(kb_config_hash(NULL, hf), 0);
+    cr_assert_str_eq(ha, hb);
+    cr_assert_str_neq(ha, hc);
+    cr_assert_str_neq(ha, hf);
+    char *canon = kb_json_canonical(b);
+    cr_assert_str_eq(canon, "{\"algorithm\":\"snapkv\",\"start_size\":32,\"window_size\":8}");
+    free(canon);
+    cr_assert_eq(strlen(ha), 16); /* frozen values: tests/test_hash.c */
+    char *name = kb_config_name(b);
+    cr_assert_str_eq(name, "snapkv_s32_w8");
+    free(name);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    cJSON_Delete(c);
+}
+
+Test(matrix, names_follow_the_documented_scheme)
+{
+    cJSON *p = cJSON_Parse("{\"score_aggregation\": \"sum\", \"window_size\": 8, "
+                           "\"intermediate_size\": 128, \"algorithm\": \"snapkv\"}");
+    char *n = kb_config_name(p);
+    cr_assert_str_eq(n, "snapkv_i128_w8_sum");
+    free(n);
+    cJSON_Delete(p);
+    p = cJSON_Parse("{\"algorithm\": \"h2o\", \"strategy\": \"per_group\", \"group_size\": 16, "
+                    "\"refined_algorithm\": \"kvcrush\", \"refined_size\": 64, \"kvcrush_anchor\": "
+                    "\"mean\", \"apply_rerotation\": false, \"positions\": \"compact\", "
+                    "\"future_knob\": 0.5}");
+    n = kb_config_name(p);
+    cr_assert_str_eq(n, "h2o_pg_g16_kvcrush_ref64_anchor-mean_norot_compact_future-knob-0.5");
+    free(n);
+    cJSON_Delete(p);
+}
+
+/* A validator from another module plugs in; its "KEY: msg" lands on the key's path. */
+static int strict_validator(const cJSON *cfg, char *msg, size_t n)
+{
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(cfg, "window_size");
+    if (w && w->valuedouble > 64)
+        return snprintf(msg, n, "window_size: must be <= 64"), -1;
+    if (!cJSON_GetObjectItemCaseSensitive(cfg, "algorithm"))
+        return snprintf(msg, n, "an algorithm is required"), -1;
+    return 0;
+}
+
+Test(matrix, validator_hook_is_used)
+{
+    kb_matrix_hooks hooks = {.validate_eviction = strict_validator};
+    const char *text = "{" BASE ", \"configs\": [{\"algorithm\": \"x\", \"window_size\": 99}]}";
+    cr_assert_lt(kb_matrix_parse(text, "t", &hooks, &m, &err), 0);
+    cr_assert_str_eq(err.msg, "configs[0].window_size: must be <= 64");
+    text = "{" BASE ", \"configs\": [{\"window_size\": 9}]}";
+    cr_assert_lt(kb_matrix_parse(text, "t", &hooks, &m, &err), 0);
+    cr_assert_str_eq(err.msg, "configs[0]: an algorithm is required");
+}
+
+Test(matrix, task_groups_and_per_task_settings)
+{
+    cr_assert_eq(parse("{\"model\": \"m\", \"limit\": 5, \"max_length\": 4000, \"tasks\": "
+                       "[\"en16\", {\"task\": \"lsht\", \"limit\": 2, \"max_new_tokens\": 8}]}"),
+                 0, "%s", err.msg);
+    cr_assert_eq(m.n_tasks, 17);
+    cr_assert_str_eq(m.tasks[0].name, "narrativeqa");
+    cr_assert_str_eq(m.tasks[15].name, "repobench-p");
+    cr_assert_eq(m.tasks[0].limit, 5);
+    cr_assert_eq(m.tasks[0].max_length, 4000);
+    cr_assert_eq(m.tasks[0].max_new_tokens, 0);
+    cr_assert_str_eq(m.tasks[16].name, "lsht");
+    cr_assert_eq(m.tasks[16].limit, 2);
+    cr_assert_eq(m.tasks[16].max_length, 4000);
+    cr_assert_eq(m.tasks[16].max_new_tokens, 8);
+    kb_matrix_free(&m);
+    cr_assert_eq(parse("{\"model\": \"m\", \"tasks\": [\"longbench_e\"]}"), 0, "%s", err.msg);
+    cr_assert_eq(m.n_tasks, 13);
+    cr_assert_str_eq(m.tasks[0].name, "qasper_e");
+    kb_matrix_free(&m);
+}
+
+Test(matrix, to_json_round_trips_the_expansion)
+{
+    cr_assert_eq(parse("{" BASE ", \"sweep\": {\"algorithm\": [\"h2o\", \"snapkv\"]}}"), 0);
+    cJSON *j = kb_matrix_to_json(&m);
+    cr_assert_not_null(j);
+    const cJSON *configs = cJSON_GetObjectItem(j, "configs");
+    cr_assert_eq(cJSON_GetArraySize(configs), 3);
+    const cJSON *c1 = cJSON_GetArrayItem(configs, 1);
+    cr_assert_str_eq(cJSON_GetObjectItem(c1, "name")->valuestring, "h2o");
+    cr_assert_str_eq(cJSON_GetObjectItem(c1, "hash")->valuestring, m.configs[1].hash);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetArrayItem(configs, 0), "params")));
+    cJSON_Delete(j);
+    kb_matrix_free(&m);
+}
+
+static void load_shipped(const char *rel, size_t n_tasks, size_t n_configs)
+{
+    char *path = tu_source(rel);
+    cr_assert_eq(kb_matrix_load(path, NULL, &m, &err), 0, "%s", err.msg);
+    cr_assert_eq(m.n_tasks, n_tasks, "%s: %zu tasks", rel, m.n_tasks);
+    cr_assert_eq(m.n_configs, n_configs, "%s: %zu configs", rel, m.n_configs);
+    free(path);
+}
+
+Test(matrix, shipped_configs_parse)
+{
+    load_shipped("configs/demo.json", 4, 1 + 4 + 2);
+    cr_assert_str_eq(m.run_name, "demo");
+    kb_matrix_free(&m);
+    load_shipped("configs/seed-example.json", 16, 2);
+    cr_assert_str_eq(m.protocol, "nncf");
+    cr_assert_eq(m.configs[1].budget, 224);
+    kb_matrix_free(&m);
+    /* 16 tasks; full + 4 refined + 2x5x2 (H2O/SnapKV x budgets x sum/norm_sum) + 5 streaming */
+    load_shipped("configs/nightly.json", 16, 1 + 4 + 20 + 5);
+    long budgets[5] = {0};
+    for (size_t i = 5; i < 25; i += 2)
+        budgets[(i - 5) / 2 % 5] = m.configs[i].budget;
+    long want[5] = {128, 256, 512, 1024, 2048};
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(budgets[i], want[i]);
+    cr_assert_eq(m.configs[29].budget, 2048);
+    kb_matrix_free(&m);
+}
+
+Test(matrix, load_prefixes_the_file_name)
+{
+    char *dir = tu_mkdtemp();
+    char path[512];
+    snprintf(path, sizeof path, "%s/bad.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"model\": \"m\", \"tasks\": [\"trec\"], \"configs\": [{\"algorithm\": \"snapkv\", "
+          "\"window_size\": -3}]}",
+          f);
+    fclose(f);
+    cr_assert_lt(kb_matrix_load(path, NULL, &m, &err), 0);
+    char want[600];
+    snprintf(want, sizeof want, "%s: configs[0].window_size: must be > 0", path);
+    cr_assert_str_eq(err.msg, want);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+Test(matrix, run_dry_run_shows_the_plan_and_errors_name_the_key)
+{
+    char *nightly = tu_source("configs/nightly.json");
+    tu_result r = tu_kvbench("run", nightly, "--dry-run", "--shard", "1/4", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "run nightly -> results/nightly/shards/1-of-4\n"), "%s", r.out);
+    cr_assert(strstr(r.out, "16 tasks:"));
+    cr_assert(strstr(r.out, "30 configs (one prefill per sample, shared by all):"));
+    cr_assert(strstr(r.out, "  snapkv_s32_r64_i1952_normsum "), "%s", r.out);
+    tu_result_free(&r);
+    r = tu_kvbench("run", nightly, "--dry-run", "--shard", "4/4", NULL);
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "need 0 <= I < N"), "%s", r.err);
+    tu_result_free(&r);
+    free(nightly);
+
+    char *dir = tu_mkdtemp();
+    char path[512];
+    snprintf(path, sizeof path, "%s/x.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"model\": \"m\", \"tasks\": [\"trec\"], \"sweep\": {\"algorithm\": [\"h2o\"], "
+          "\"intermediate_size\": [64, -1]}}",
+          f);
+    fclose(f);
+    r = tu_kvbench("run", path, "--dry-run", NULL);
+    cr_assert_eq(r.status, 1);
+    cr_assert(strstr(r.err, "x.json: sweep{algorithm=h2o,intermediate_size=-1}.intermediate_size: "
+                            "must be >= 0"),
+              "%s", r.err);
+    tu_result_free(&r);
+    tu_rmtree(dir);
+    free(dir);
+}

@@ -1,0 +1,505 @@
+/* The run folder: run.json consistency on resume, prediction files that
+ * survive interruption (truncated last line, SIGKILL at random points),
+ * sharding, and merging shards (and refusing inconsistent ones). */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "file.h"
+#include "results.h"
+#include "testutil.h"
+
+static kv_error err;
+
+static void matrix_from(kb_matrix *m, const char *configs)
+{
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"name\": \"r\", \"model\": \"m\", \"tasks\": [\"trec\", \"qasper\"], "
+             "\"configs\": [%s]}",
+             configs);
+    cr_assert_eq(kb_matrix_parse(text, NULL, NULL, m, &err), 0, "%s", err.msg);
+}
+
+static kb_run_info info_for(const kb_matrix *m, const char *model_hash, long i, long n)
+{
+    return (kb_run_info){
+        .kvbench_version = "test", .model_hash = model_hash, .matrix = m, .shard = {i, n}};
+}
+
+/* The prediction line of sample `index` for a config, as the runner would write it. */
+static cJSON *line_for(long index, const char *config)
+{
+    char id[32], pred[64];
+    snprintf(id, sizeof id, "id%03ld", index);
+    snprintf(pred, sizeof pred, "answer %ld by %s", index, config);
+    cJSON *answers = cJSON_CreateStringArray((const char *[]){"x"}, 1);
+    kb_prediction p = {.id = id,
+                       .index = index,
+                       .task = "trec",
+                       .config = config,
+                       .pred = pred,
+                       .answers = answers,
+                       .length = 100 + index,
+                       .prompt_tokens = 50,
+                       .kept_tokens = 20,
+                       .generated_tokens = 3,
+                       .prefill_s = 0.5,
+                       .decode_s = 0.25};
+    cJSON *j = kb_prediction_json(&p);
+    cJSON_Delete(answers);
+    cr_assert_not_null(j);
+    return j;
+}
+
+static void append(kb_pred_file *pf, long index, const char *config)
+{
+    cJSON *j = line_for(index, config);
+    cr_assert_eq(kb_pred_file_append(pf, j, &err), 0, "%s", err.msg);
+    cJSON_Delete(j);
+}
+
+static char *file_of(const char *dir, const char *config, const char *task)
+{
+    char *p;
+    cr_assert_geq(asprintf(&p, "%s/predictions/%s/%s.jsonl", dir, config, task), 0);
+    return p;
+}
+
+Test(results, shard_parse_and_select)
+{
+    kb_shard s;
+    cr_assert_eq(kb_shard_parse("1/4", &s, &err), 0);
+    cr_assert_eq(s.index, 1);
+    cr_assert_eq(s.count, 4);
+    int picked = 0;
+    for (long i = 0; i < 10; i++)
+        if (kb_shard_selects(&s, i)) {
+            cr_assert_eq(i % 4, 1);
+            picked++;
+        }
+    cr_assert_eq(picked, 3);
+    cr_assert_lt(kb_shard_parse("4/4", &s, &err), 0);
+    cr_assert_str_eq(err.msg, "--shard: '4/4': need 0 <= I < N (shards are numbered from 0)");
+    cr_assert_lt(kb_shard_parse("1/0", &s, &err), 0);
+    cr_assert_lt(kb_shard_parse("x", &s, &err), 0);
+    cr_assert_lt(kb_shard_parse("1/2/3", &s, &err), 0);
+    /* every sample goes to exactly one of n shards */
+    for (long i = 0; i < 50; i++) {
+        int owners = 0;
+        for (long k = 0; k < 7; k++)
+            owners += kb_shard_selects(&(kb_shard){k, 7}, i);
+        cr_assert_eq(owners, 1);
+    }
+}
+
+Test(results, run_json_records_and_resume_checks)
+{
+    char *dir = tu_mkdtemp();
+    kb_matrix m, m2;
+    matrix_from(&m, "{\"algorithm\": \"h2o\", \"start_size\": 4}");
+    kb_run_info info = info_for(&m, "aaaa", 0, 1);
+    kb_run run;
+    cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(kb_run_string(&run, "model_hash"), "aaaa");
+    cr_assert_str_eq(kb_run_string(&run, "protocol"), "longbench");
+    cr_assert_str_eq(kb_run_string(&run, "kvbench_version"), "test");
+    cr_assert(cJSON_IsNull(kb_run_config(&run, "full")));
+    cr_assert_not_null(kb_run_config(&run, "h2o_s4"));
+    kb_run_close(&run);
+
+    /* the same run again: fine */
+    cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
+    kb_run_close(&run);
+    /* another model: refused */
+    kb_run_info other = info_for(&m, "bbbb", 0, 1);
+    cr_assert_lt(kb_run_open(dir, &other, &run, &err), 0);
+    cr_assert(strstr(err.msg, "different model (hash aaaa, now bbbb)"), "%s", err.msg);
+    /* a config name that now means something else: refused */
+    matrix_from(&m2, "{\"name\": \"h2o_s4\", \"algorithm\": \"h2o\", \"start_size\": 8}");
+    kb_run_info changed = info_for(&m2, "aaaa", 0, 1);
+    cr_assert_lt(kb_run_open(dir, &changed, &run, &err), 0);
+    cr_assert(strstr(err.msg, "config \"h2o_s4\" has a different hash"), "%s", err.msg);
+    kb_matrix_free(&m2);
+    /* a new config: added to run.json, old ones kept */
+    matrix_from(&m2, "{\"algorithm\": \"snapkv\"}");
+    kb_run_info grown = info_for(&m2, "aaaa", 0, 1);
+    cr_assert_eq(kb_run_open(dir, &grown, &run, &err), 0, "%s", err.msg);
+    cr_assert_not_null(kb_run_config(&run, "h2o_s4"));
+    cr_assert_not_null(kb_run_config(&run, "snapkv"));
+    kb_run_close(&run);
+    kb_matrix_free(&m2);
+    kb_matrix_free(&m);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+Test(results, a_run_may_grow_its_limit_but_not_change_its_prompts)
+{
+    char *dir = tu_mkdtemp();
+    kb_matrix m;
+    const char *texts[] = {
+        "{\"name\": \"r\", \"model\": \"m\", \"limit\": 5, \"tasks\": [\"trec\"]}",
+        "{\"name\": \"r\", \"model\": \"m\", \"limit\": 10, \"tasks\": [\"trec\"]}",
+        "{\"name\": \"r\", \"model\": \"m\", \"limit\": 10, \"max_length\": 100, "
+        "\"tasks\": [\"trec\"]}",
+    };
+    kb_run run;
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(kb_matrix_parse(texts[i], NULL, NULL, &m, &err), 0, "%s", err.msg);
+        kb_run_info info = info_for(&m, "h", 0, 1);
+        int rc = kb_run_open(dir, &info, &run, &err);
+        if (i < 2) {
+            cr_assert_eq(rc, 0, "%s", err.msg);
+            const cJSON *t = cJSON_GetArrayItem(
+                cJSON_GetObjectItem(cJSON_GetObjectItem(run.json, "matrix"), "tasks"), 0);
+            cr_assert_eq(cJSON_GetObjectItem(t, "limit")->valuedouble, i == 0 ? 5 : 10);
+            kb_run_close(&run);
+        } else {
+            cr_assert_lt(rc, 0);
+            cr_assert(strstr(err.msg, "task \"trec\" has a different max_length"), "%s", err.msg);
+        }
+        kb_matrix_free(&m);
+    }
+    tu_rmtree(dir);
+    free(dir);
+}
+
+Test(results, truncated_last_line_is_dropped_and_redone)
+{
+    char *dir = tu_mkdtemp();
+    kb_matrix m;
+    matrix_from(&m, "");
+    kb_run_info info = info_for(&m, "h", 0, 1);
+    kb_run run;
+    cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
+    kb_pred_file pf;
+    cr_assert_eq(kb_pred_file_open(&run, "full", "trec", &pf, &err), 0, "%s", err.msg);
+    for (long i = 0; i < 3; i++)
+        append(&pf, i, "full");
+    kb_pred_file_close(&pf);
+    char *path = file_of(dir, "full", "trec");
+    char *good = tu_slurp(path, NULL);
+
+    /* what SIGKILL in the middle of write(2) leaves: a prefix of line 4 */
+    cJSON *j = line_for(3, "full");
+    char *text = cJSON_PrintUnformatted(j);
+    FILE *f = fopen(path, "a");
+    fwrite(text, 1, strlen(text) / 2, f);
+    fclose(f);
+
+    cr_assert_eq(kb_pred_file_open(&run, "full", "trec", &pf, &err), 0, "%s", err.msg);
+    cr_assert_eq(pf.n_dropped, 1);
+    cr_assert_eq(pf.n_lines, 3);
+    cr_assert(kb_pred_file_done(&pf, "id002"));
+    cr_assert_not(kb_pred_file_done(&pf, "id003"));
+    char *after = tu_slurp(path, NULL);
+    cr_assert_str_eq(after, good, "the cut-short line must be gone, the rest untouched");
+    free(after);
+    /* redo it, and a duplicate is refused */
+    append(&pf, 3, "full");
+    cr_assert_lt(kb_pred_file_append(&pf, j, &err), 0);
+    cr_assert(strstr(err.msg, "\"id003\" is already there"), "%s", err.msg);
+    kb_pred_file_close(&pf);
+
+    /* a whole line without its '\n' is also redone: only '\n' commits a line */
+    after = tu_slurp(path, NULL);
+    size_t n = strlen(after);
+    cr_assert_eq(truncate(path, (off_t)(n - 1)), 0);
+    cr_assert_eq(kb_pred_file_open(&run, "full", "trec", &pf, &err), 0, "%s", err.msg);
+    cr_assert_eq(pf.n_lines, 3);
+    cr_assert_eq(pf.n_dropped, 1);
+    kb_pred_file_close(&pf);
+
+    free(after);
+    free(text);
+    cJSON_Delete(j);
+    free(good);
+    free(path);
+    kb_run_close(&run);
+    kb_matrix_free(&m);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+Test(results, damage_before_the_last_line_is_an_error)
+{
+    char *dir = tu_mkdtemp();
+    kb_matrix m;
+    matrix_from(&m, "");
+    kb_run_info info = info_for(&m, "h", 0, 1);
+    kb_run run;
+    cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
+    char *path = file_of(dir, "full", "trec");
+    char *pdir;
+    cr_assert_geq(asprintf(&pdir, "%s/predictions/full", dir), 0);
+    cr_assert_eq(kb_mkdirs(pdir, &err), 0);
+    FILE *f = fopen(path, "w");
+    fputs("{\"id\": \"a\", \"index\": 0}\n{\"id\": \"b\", \"index\": 1} junk\n"
+          "{\"id\": \"c\", \"index\": 2}\n",
+          f);
+    fclose(f);
+    kb_pred_file pf;
+    cr_assert_lt(kb_pred_file_open(&run, "full", "trec", &pf, &err), 0);
+    char want[1024];
+    snprintf(want, sizeof want,
+             "%s:2: not a prediction line (JSON object with \"id\" and \"index\"); the file is "
+             "damaged before its last line: fix or delete it",
+             path);
+    cr_assert_str_eq(err.msg, want);
+    free(pdir);
+    free(path);
+    kb_run_close(&run);
+    kb_matrix_free(&m);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* What `kvbench run` does per task: skip what is done, append the rest. The
+ * child is killed at random points; the parent resumes until complete. */
+enum { KILL_SAMPLES = 60 };
+
+static void produce(const char *dir, const kb_matrix *m, const char *const *configs, int n_cfg,
+                    int report_fd)
+{
+    kb_run_info info = info_for(m, "h", 0, 1);
+    kb_run run;
+    if (kb_run_open(dir, &info, &run, &err) < 0)
+        _exit(3);
+    kb_pred_file pf[4];
+    for (int c = 0; c < n_cfg; c++)
+        if (kb_pred_file_open(&run, configs[c], "trec", &pf[c], &err) < 0)
+            _exit(4);
+    for (long i = 0; i < KILL_SAMPLES; i++)
+        for (int c = 0; c < n_cfg; c++) {
+            char id[32];
+            snprintf(id, sizeof id, "id%03ld", i);
+            if (kb_pred_file_done(&pf[c], id))
+                continue;
+            cJSON *j = line_for(i, configs[c]);
+            if (kb_pred_file_append(&pf[c], j, &err) < 0)
+                _exit(5);
+            cJSON_Delete(j);
+            if (report_fd >= 0 && write(report_fd, "x", 1) != 1)
+                _exit(6);
+        }
+    for (int c = 0; c < n_cfg; c++)
+        kb_pred_file_close(&pf[c]);
+    kb_run_close(&run);
+}
+
+Test(results, sigkill_at_random_points_then_resume_equals_uninterrupted)
+{
+    const char *configs[] = {"full", "h2o"};
+    kb_matrix m;
+    matrix_from(&m, "{\"name\": \"h2o\", \"algorithm\": \"h2o\"}");
+    char *ref = tu_mkdtemp(), *dir = tu_mkdtemp();
+    produce(ref, &m, configs, 2, -1);
+    unsigned seed = (unsigned)time(NULL);
+    srand(seed);
+    /* The child reports every line it commits; the parent lets a random number
+     * of lines through (at most half of what is left, so there is work left),
+     * waits a random few microseconds (to also land inside a write), then
+     * SIGKILLs it. */
+    long left = KILL_SAMPLES * 2;
+    int kills = 0;
+    while (left > 1 && kills < 12) {
+        int fds[2];
+        cr_assert_eq(pipe(fds), 0);
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(fds[0]);
+            produce(dir, &m, configs, 2, fds[1]);
+            _exit(0);
+        }
+        close(fds[1]);
+        long let = rand() % (left / 2 + 1);
+        char c;
+        for (long i = 0; i < let && read(fds[0], &c, 1) == 1; i++)
+            left--;
+        usleep((useconds_t)(rand() % 300));
+        kill(pid, SIGKILL);
+        int st;
+        waitpid(pid, &st, 0);
+        while (read(fds[0], &c, 1) == 1) /* lines committed before the kill landed */
+            left--;
+        close(fds[0]);
+        if (WIFEXITED(st)) { /* it finished the rest before the kill landed */
+            cr_assert_eq(WEXITSTATUS(st), 0, "producer failed (seed %u)", seed);
+            break;
+        }
+        kills++;
+    }
+    produce(dir, &m, configs, 2, -1); /* the final, uninterrupted resume */
+    cr_assert_geq(kills, 1);
+    for (int c = 0; c < 2; c++) {
+        char *a = file_of(ref, configs[c], "trec"), *b = file_of(dir, configs[c], "trec");
+        char *x = tu_slurp(a, NULL), *y = tu_slurp(b, NULL);
+        cr_assert_str_eq(x, y, "%s differs after %d kills (seed %u)", configs[c], kills, seed);
+        free(a), free(b), free(x), free(y);
+    }
+    kb_matrix_free(&m);
+    tu_rmtree(ref);
+    tu_rmtree(dir);
+    free(ref);
+    free(dir);
+}
+
+/* Writes shard i/n of a run: the samples it selects, for each config. */
+static void write_shard(const char *out, const kb_matrix *m, const char *hash, long i, long n,
+                        long n_samples)
+{
+    kb_run_info info = info_for(m, hash, i, n);
+    char *dir = kb_run_dir(out, "r", &info.shard);
+    kb_run run;
+    cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
+    for (size_t c = 0; c < m->n_configs; c++) {
+        kb_pred_file pf;
+        cr_assert_eq(kb_pred_file_open(&run, m->configs[c].name, "trec", &pf, &err), 0);
+        for (long s = 0; s < n_samples; s++)
+            if (kb_shard_selects(&info.shard, s))
+                append(&pf, s, m->configs[c].name);
+        kb_pred_file_close(&pf);
+    }
+    cr_assert_eq(kb_run_mark_finished(&run, &err), 0, "%s", err.msg);
+    kb_run_close(&run);
+    free(dir);
+}
+
+static char **shard_list(const char *out, long n)
+{
+    char **dirs = calloc((size_t)n, sizeof *dirs);
+    for (long i = 0; i < n; i++)
+        dirs[i] = kb_run_dir(out, "r", &(kb_shard){i, n});
+    return dirs;
+}
+
+static void free_list(char **dirs, long n)
+{
+    for (long i = 0; i < n; i++)
+        free(dirs[i]);
+    free(dirs);
+}
+
+Test(results, merged_shards_equal_an_unsharded_run)
+{
+    kb_matrix m;
+    matrix_from(&m, "{\"name\": \"h2o\", \"algorithm\": \"h2o\"}");
+    char *out = tu_mkdtemp(), *ref = tu_mkdtemp();
+    write_shard(ref, &m, "h", 0, 1, 10);
+    for (long i = 0; i < 3; i++)
+        write_shard(out, &m, "h", i, 3, 10);
+    char **dirs = shard_list(out, 3);
+    char *merged = kb_run_dir(out, "r", NULL);
+    size_t n_files = 0;
+    cr_assert_eq(kb_run_merge((const char *const *)dirs, 3, merged, false, &n_files, &err), 0, "%s",
+                 err.msg);
+    cr_assert_eq(n_files, 2);
+    char *refdir = kb_run_dir(ref, "r", NULL);
+    for (size_t c = 0; c < m.n_configs; c++) {
+        char *a = file_of(refdir, m.configs[c].name, "trec");
+        char *b = file_of(merged, m.configs[c].name, "trec");
+        char *x = tu_slurp(a, NULL), *y = tu_slurp(b, NULL);
+        cr_assert_str_eq(x, y);
+        free(a), free(b), free(x), free(y);
+    }
+    kb_run run;
+    cr_assert_eq(kb_run_load(merged, &run, &err), 0);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(run.json, "shard")));
+    kb_run_close(&run);
+
+    /* the CLI does the same from the run folder */
+    tu_result r = tu_kvbench("merge", merged, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "merged 3 shards"), "%s", r.out);
+    tu_result_free(&r);
+
+    free(refdir);
+    free(merged);
+    free_list(dirs, 3);
+    kb_matrix_free(&m);
+    tu_rmtree(out);
+    tu_rmtree(ref);
+    free(out);
+    free(ref);
+}
+
+static void expect_merge_refused_if(char **dirs, long n, const char *out, bool allow_unfinished,
+                                    const char *needle)
+{
+    size_t n_files;
+    cr_assert_lt(
+        kb_run_merge((const char *const *)dirs, (size_t)n, out, allow_unfinished, &n_files, &err),
+        0);
+    cr_assert(strstr(err.msg, needle), "wanted \"%s\" in: %s", needle, err.msg);
+}
+
+static void expect_merge_refused(char **dirs, long n, const char *out, const char *needle)
+{
+    expect_merge_refused_if(dirs, n, out, true, needle);
+}
+
+Test(results, merge_refuses_inconsistent_shards)
+{
+    kb_matrix m, m2;
+    matrix_from(&m, "{\"name\": \"h2o\", \"algorithm\": \"h2o\"}");
+    matrix_from(&m2, "{\"name\": \"h2o\", \"algorithm\": \"h2o\", \"start_size\": 8}");
+    char *out = tu_mkdtemp();
+    char *merged = kb_run_dir(out, "r", NULL);
+    char **dirs = shard_list(out, 2);
+
+    /* different model */
+    write_shard(out, &m, "h", 0, 2, 6);
+    write_shard(out, &m, "OTHER", 1, 2, 6);
+    expect_merge_refused(dirs, 2, merged, "different model hash");
+    tu_rmtree(dirs[1]);
+    /* a config called the same but different */
+    write_shard(out, &m2, "h", 1, 2, 6);
+    expect_merge_refused(dirs, 2, merged, "config \"h2o\" has a different hash");
+    tu_rmtree(dirs[1]);
+    /* a missing shard */
+    expect_merge_refused(dirs, 1, merged, "1 shard folders for a run split into 2 shards");
+    /* a shard given twice */
+    write_shard(out, &m, "h", 1, 2, 6);
+    char *twice[2] = {dirs[0], dirs[0]};
+    expect_merge_refused(twice, 2, merged, "given twice");
+    /* a shard still running (reopened: "finished" is reset) */
+    kb_run_info again = info_for(&m, "h", 1, 2);
+    kb_run running;
+    cr_assert_eq(kb_run_open(dirs[1], &again, &running, &err), 0, "%s", err.msg);
+    kb_run_close(&running);
+    expect_merge_refused_if(dirs, 2, merged, false, "shard 1/2 has not finished");
+    size_t n_files;
+    cr_assert_eq(kb_run_merge((const char *const *)dirs, 2, merged, true, &n_files, &err), 0, "%s",
+                 err.msg);
+    /* a line in the wrong shard */
+    char *bad = file_of(dirs[1], "h2o", "trec");
+    FILE *f = fopen(bad, "a");
+    cJSON *j = line_for(100, "h2o"); /* 100 % 2 == 0: belongs to shard 0 */
+    char *t = cJSON_PrintUnformatted(j);
+    fprintf(f, "%s\n", t);
+    fclose(f);
+    expect_merge_refused(dirs, 2, merged, "sample index 100 belongs to shard 0, not 1");
+    /* and through the CLI: exit 1 with the reason */
+    tu_result r =
+        tu_kvbench("merge", dirs[0], dirs[1], "--output", merged, "--allow-unfinished", NULL);
+    cr_assert_eq(r.status, 1);
+    cr_assert(strstr(r.err, "kvbench: merge: ") && strstr(r.err, "belongs to shard 0"), "%s",
+              r.err);
+    tu_result_free(&r);
+
+    free(t);
+    cJSON_Delete(j);
+    free(bad);
+    free_list(dirs, 2);
+    free(merged);
+    kb_matrix_free(&m);
+    kb_matrix_free(&m2);
+    tu_rmtree(out);
+    free(out);
+}

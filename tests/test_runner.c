@@ -1,0 +1,456 @@
+/* The driver loop over a fake backend (no engine): one prefill per sample for
+ * all configs, the same predictions as separate runs, clean stop + resume,
+ * shards + merge, limits, and scores/report written at the end. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "file.h"
+#include "runner.h"
+#include "testutil.h"
+
+typedef struct fake {
+    long prefills, decodes;
+    long stop_after_decodes; /* 0: never */
+    volatile sig_atomic_t *stop;
+    size_t last_n_configs; /* configs the last prefill was asked for */
+    int report_fd;         /* > 0: one byte per decode, for the kill test */
+} fake;
+
+typedef struct fake_iter {
+    const char *task;
+    long n, i;
+    char id[32];
+    cJSON *answers;
+} fake_iter;
+
+typedef struct fake_state {
+    long index;
+    long prompt_tokens;
+} fake_state;
+
+static long task_size(const char *task)
+{
+    return strcmp(task, "trec") == 0 ? 7 : strcmp(task, "qasper") == 0 ? 5 : -1;
+}
+
+static int f_open(void *ctx, const kb_task_spec *t, void **iter, long *n, kv_error *err)
+{
+    (void)ctx;
+    if (task_size(t->name) < 0)
+        return kv_fail(err, "no samples for %s", t->name);
+    fake_iter *it = calloc(1, sizeof *it);
+    it->task = t->name;
+    it->n = *n = task_size(t->name);
+    *iter = it;
+    return 0;
+}
+
+static int f_next(void *ctx, void *iter, kb_sample *s, kv_error *err)
+{
+    (void)ctx, (void)err;
+    fake_iter *it = iter;
+    if (it->i == it->n)
+        return 0;
+    cJSON_Delete(it->answers);
+    char a[8];
+    snprintf(a, sizeof a, "a%ld", it->i % 3);
+    const char *ans[] = {a};
+    it->answers = cJSON_CreateStringArray(ans, 1);
+    snprintf(it->id, sizeof it->id, "%s-%03ld", it->task, it->i);
+    *s = (kb_sample){.id = it->id, .index = it->i, .answers = it->answers, .length = 100 + it->i};
+    it->i++;
+    return 1;
+}
+
+static void f_close(void *ctx, void *iter)
+{
+    (void)ctx;
+    fake_iter *it = iter;
+    if (it)
+        cJSON_Delete(it->answers);
+    free(it);
+}
+
+static int f_prefill(void *ctx, const kb_task_spec *t, const kb_sample *s,
+                     const kb_config *const *configs, size_t n, void **state, long *prompt_tokens,
+                     kv_error *err)
+{
+    (void)t, (void)configs, (void)err;
+    fake *f = ctx;
+    f->prefills++;
+    f->last_n_configs = n;
+    fake_state *st = malloc(sizeof *st);
+    st->index = s->index;
+    st->prompt_tokens = *prompt_tokens = 1000 + 10 * s->index;
+    *state = st;
+    return 0;
+}
+
+/* Deterministic per (sample, config): right unless the budget is small and
+ * the sample index is unlucky; the full cache is always right. */
+static int f_decode(void *ctx, void *state, const kb_task_spec *t, const kb_sample *s,
+                    const kb_config *cfg, kb_decode_result *out, kv_error *err)
+{
+    (void)t, (void)err;
+    fake *f = ctx;
+    fake_state *st = state;
+    cr_assert_eq(st->index, s->index, "decode got another sample's prefill");
+    f->decodes++;
+    if (f->stop && f->stop_after_decodes && f->decodes == f->stop_after_decodes)
+        *f->stop = 1; /* as if SIGINT arrived in the middle of a sample */
+    bool right = cfg->budget < 0 || (s->index + cfg->budget / 16) % 3 != 0;
+    char text[64];
+    snprintf(text, sizeof text, "%s",
+             right ? cJSON_GetArrayItem(s->answers, 0)->valuestring : "wrong");
+    out->text = strdup(text);
+    out->kept_tokens = cfg->budget < 0 ? st->prompt_tokens : cfg->budget;
+    out->generated_tokens = 2;
+    if (f->report_fd > 0 && write(f->report_fd, "d", 1) != 1)
+        _exit(7);
+    return 0;
+}
+
+static void f_free(void *ctx, void *state)
+{
+    (void)ctx;
+    free(state);
+}
+
+static int exact_scorer(const char *task, const cJSON *const *lines, size_t n, double *score,
+                        const char **metric, char *msg, size_t msg_n, void *ctx)
+{
+    (void)task, (void)msg, (void)msg_n, (void)ctx;
+    double hits = 0;
+    for (size_t i = 0; i < n; i++)
+        hits +=
+            strcmp(cJSON_GetObjectItem(lines[i], "pred")->valuestring,
+                   cJSON_GetArrayItem(cJSON_GetObjectItem(lines[i], "answers"), 0)->valuestring) ==
+            0;
+    *score = n ? 100.0 * hits / (double)n : 0;
+    *metric = "exact";
+    return 0;
+}
+
+static kb_runner_backend backend(fake *f)
+{
+    return (kb_runner_backend){.ctx = f,
+                               .task_open = f_open,
+                               .task_next = f_next,
+                               .task_close = f_close,
+                               .prefill = f_prefill,
+                               .decode = f_decode,
+                               .prefill_free = f_free,
+                               .scorer = exact_scorer};
+}
+
+static kv_error err;
+
+static void matrix(kb_matrix *m, const char *out, const char *configs, const char *extra)
+{
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"name\": \"r\", \"model\": \"m\", \"output\": \"%s\", \"tasks\": [\"trec\", "
+             "\"qasper\"], \"configs\": [%s]%s}",
+             out, configs, extra);
+    cr_assert_eq(kb_matrix_parse(text, NULL, NULL, m, &err), 0, "%s", err.msg);
+}
+
+#define THREE                                                                                      \
+    "{\"algorithm\": \"h2o\", \"start_size\": 4, \"recent_size\": 4, \"intermediate_size\": 8}, "  \
+    "{\"algorithm\": \"snapkv\", \"start_size\": 4, \"recent_size\": 4, \"intermediate_size\": "   \
+    "40}"
+
+static kb_runner_stats run(const kb_matrix *m, kb_shard shard, fake *f)
+{
+    kb_runner_options o = {.shard = shard};
+    kb_runner_backend b = backend(f);
+    kb_runner_stats st;
+    cr_assert_eq(kb_runner_run(m, &o, "test", "hash0", &b, f->stop, NULL, &st, &err), 0, "%s",
+                 err.msg);
+    return st;
+}
+
+/* A prediction file without the timing fields (which no two runs share). */
+static char *lines_without_times(const char *dir, const char *config, const char *task)
+{
+    char *path;
+    cr_assert_geq(asprintf(&path, "%s/predictions/%s/%s.jsonl", dir, config, task), 0);
+    kb_pred_lines l;
+    cr_assert_eq(kb_pred_lines_read(path, &l, &err), 0, "%s", err.msg);
+    char *all = strdup("");
+    for (size_t i = 0; i < l.n; i++) {
+        cJSON_DeleteItemFromObject(l.json[i], "prefill_s");
+        cJSON_DeleteItemFromObject(l.json[i], "decode_s");
+        char *t = cJSON_PrintUnformatted(l.json[i]), *grown;
+        cr_assert_geq(asprintf(&grown, "%s%s\n", all, t), 0);
+        free(all);
+        free(t);
+        all = grown;
+    }
+    kb_pred_lines_free(&l);
+    free(path);
+    return all;
+}
+
+static void expect_same_predictions(const char *a, const char *b, const kb_matrix *m)
+{
+    const char *tasks[] = {"trec", "qasper"};
+    for (size_t c = 0; c < m->n_configs; c++)
+        for (int t = 0; t < 2; t++) {
+            char *x = lines_without_times(a, m->configs[c].name, tasks[t]);
+            char *y = lines_without_times(b, m->configs[c].name, tasks[t]);
+            cr_assert_str_eq(x, y, "%s/%s", m->configs[c].name, tasks[t]);
+            free(x);
+            free(y);
+        }
+}
+
+Test(runner, one_prefill_per_sample_for_all_configs_and_a_report_at_the_end)
+{
+    char *out = tu_mkdtemp();
+    kb_matrix m;
+    matrix(&m, out, THREE, "");
+    fake f = {0};
+    kb_runner_stats st = run(&m, (kb_shard){0, 1}, &f);
+    cr_assert_eq(f.prefills, 12, "one prefill per sample (7 + 5)");
+    cr_assert_eq(f.decodes, 12 * 3, "one decode per sample and config");
+    cr_assert_eq(f.last_n_configs, 3);
+    cr_assert_eq(st.samples_done, 12);
+
+    char *dir = kb_run_dir(out, "r", NULL);
+    /* scores.json / report: one row per config x task, scores = the scorer on the files */
+    kb_report_run r;
+    cr_assert_eq(kb_report_run_load(dir, &r, &err), 0, "%s", err.msg);
+    cr_assert_eq(r.n_rows, 6);
+    for (size_t i = 0; i < r.n_rows; i++) {
+        char *path;
+        cr_assert_geq(
+            asprintf(&path, "%s/predictions/%s/%s.jsonl", dir, r.rows[i].config, r.rows[i].task),
+            0);
+        kb_pred_lines l;
+        cr_assert_eq(kb_pred_lines_read(path, &l, &err), 0);
+        cr_assert_eq((long)l.n, task_size(r.rows[i].task));
+        double s;
+        const char *metric;
+        exact_scorer(r.rows[i].task, (const cJSON *const *)l.json, l.n, &s, &metric, NULL, 0, NULL);
+        cr_assert_eq(r.rows[i].score, s);
+        cr_assert_eq(r.rows[i].n, (long)l.n);
+        kb_pred_lines_free(&l);
+        free(path);
+    }
+    cr_assert_eq(r.rows[0].score, 100.0, "the fake full cache is always right");
+    kb_report_run_free(&r);
+    char *html;
+    cr_assert_geq(asprintf(&html, "%s/report.html", dir), 0);
+    cr_assert(kv_file_exists(html));
+    free(html);
+
+    /* the same command again: nothing to do */
+    fake g = {0};
+    st = run(&m, (kb_shard){0, 1}, &g);
+    cr_assert_eq(g.prefills, 0);
+    cr_assert_eq(st.samples_skipped, 12);
+
+    /* separate runs of each config give the same predictions */
+    for (size_t c = 1; c < m.n_configs; c++) {
+        char *alone = tu_mkdtemp();
+        char cfg[512];
+        char *canon = kb_json_canonical(m.configs[c].params);
+        snprintf(cfg, sizeof cfg, "%s", canon);
+        free(canon);
+        kb_matrix one;
+        matrix(&one, alone, cfg, "");
+        fake h = {0};
+        run(&one, (kb_shard){0, 1}, &h);
+        char *adir = kb_run_dir(alone, "r", NULL);
+        expect_same_predictions(adir, dir, &one);
+        free(adir);
+        kb_matrix_free(&one);
+        tu_rmtree(alone);
+        free(alone);
+    }
+    free(dir);
+    kb_matrix_free(&m);
+    tu_rmtree(out);
+    free(out);
+}
+
+Test(runner, a_stop_request_ends_between_samples_and_a_rerun_completes)
+{
+    char *out = tu_mkdtemp(), *ref = tu_mkdtemp();
+    kb_matrix m, mref;
+    matrix(&m, out, THREE, "");
+    matrix(&mref, ref, THREE, "");
+    fake fr = {0};
+    run(&mref, (kb_shard){0, 1}, &fr);
+
+    volatile sig_atomic_t stop = 0;
+    fake f = {.stop = &stop, .stop_after_decodes = 10}; /* in the middle of sample 4 */
+    kb_runner_stats st = run(&m, (kb_shard){0, 1}, &f);
+    cr_assert(st.stopped);
+    cr_assert_eq(st.samples_done, 4, "the sample in flight is finished, then it stops");
+    char *dir = kb_run_dir(out, "r", NULL);
+    char *scores;
+    cr_assert_geq(asprintf(&scores, "%s/scores.json", dir), 0);
+    cr_assert_not(kv_file_exists(scores), "no report for an unfinished run");
+
+    stop = 0;
+    fake g = {0};
+    st = run(&m, (kb_shard){0, 1}, &g);
+    cr_assert_not(st.stopped);
+    cr_assert_eq(f.prefills + g.prefills, 12, "no sample prefilled twice");
+    cr_assert_eq(st.samples_skipped, 4);
+    cr_assert(kv_file_exists(scores));
+    char *rdir = kb_run_dir(ref, "r", NULL);
+    expect_same_predictions(rdir, dir, &m);
+    free(rdir);
+    free(scores);
+    free(dir);
+    kb_matrix_free(&m);
+    kb_matrix_free(&mref);
+    tu_rmtree(out);
+    tu_rmtree(ref);
+    free(out);
+    free(ref);
+}
+
+Test(runner, shards_then_merge_equal_one_run)
+{
+    char *out = tu_mkdtemp(), *ref = tu_mkdtemp();
+    kb_matrix m, mref;
+    matrix(&m, out, THREE, "");
+    matrix(&mref, ref, THREE, "");
+    fake fr = {0};
+    run(&mref, (kb_shard){0, 1}, &fr);
+    long prefills = 0;
+    char *dirs[3];
+    for (long i = 0; i < 3; i++) {
+        fake f = {0};
+        run(&m, (kb_shard){i, 3}, &f);
+        prefills += f.prefills;
+        dirs[i] = kb_run_dir(out, "r", &(kb_shard){i, 3});
+    }
+    cr_assert_eq(prefills, 12, "every sample in exactly one shard");
+    char *merged = kb_run_dir(out, "r", NULL);
+    size_t n_files;
+    cr_assert_eq(kb_run_merge((const char *const *)dirs, 3, merged, false, &n_files, &err), 0, "%s",
+                 err.msg);
+    cr_assert_eq(n_files, 6);
+    char *rdir = kb_run_dir(ref, "r", NULL);
+    expect_same_predictions(rdir, merged, &m);
+    /* the same command unsharded on the merged run: nothing left to do but
+     * the scores and the report */
+    fake g = {0};
+    kb_runner_stats st = run(&m, (kb_shard){0, 1}, &g);
+    cr_assert_eq(g.prefills, 0);
+    cr_assert_eq(st.samples_skipped, 12);
+    char *scores;
+    cr_assert_geq(asprintf(&scores, "%s/scores.json", merged), 0);
+    cr_assert(kv_file_exists(scores));
+    free(scores);
+    for (int i = 0; i < 3; i++)
+        free(dirs[i]);
+    free(rdir);
+    free(merged);
+    kb_matrix_free(&m);
+    kb_matrix_free(&mref);
+    tu_rmtree(out);
+    tu_rmtree(ref);
+    free(out);
+    free(ref);
+}
+
+Test(runner, limits_and_a_grown_matrix)
+{
+    char *out = tu_mkdtemp();
+    kb_matrix m;
+    matrix(&m, out, "", ", \"limit\": 3");
+    fake f = {0};
+    run(&m, (kb_shard){0, 1}, &f);
+    cr_assert_eq(f.prefills, 6, "3 samples of each task");
+    kb_matrix_free(&m);
+    /* add two configs: every sample is prefilled again, for just those two */
+    matrix(&m, out, THREE, ", \"limit\": 3");
+    fake g = {0};
+    run(&m, (kb_shard){0, 1}, &g);
+    cr_assert_eq(g.prefills, 6);
+    cr_assert_eq(g.decodes, 12);
+    cr_assert_eq(g.last_n_configs, 2);
+    kb_matrix_free(&m);
+    /* a task the backend has no data for: the error names it */
+    char text[512];
+    snprintf(text, sizeof text,
+             "{\"name\": \"r2\", \"model\": \"m\", \"output\": \"%s\", \"tasks\": [\"lcc\"]}", out);
+    cr_assert_eq(kb_matrix_parse(text, NULL, NULL, &m, &err), 0);
+    kb_runner_options o = {.shard = {0, 1}};
+    kb_runner_backend b = backend(&g);
+    kb_runner_stats st;
+    cr_assert_lt(kb_runner_run(&m, &o, "test", "hash0", &b, NULL, NULL, &st, &err), 0);
+    cr_assert_str_eq(err.msg, "lcc: no samples for lcc");
+    kb_matrix_free(&m);
+    tu_rmtree(out);
+    free(out);
+}
+
+Test(runner, sigkill_at_random_points_then_rerun_equals_an_uninterrupted_run)
+{
+    char *out = tu_mkdtemp(), *ref = tu_mkdtemp();
+    kb_matrix m, mref;
+    matrix(&m, out, THREE, "");
+    matrix(&mref, ref, THREE, "");
+    fake fr = {0};
+    run(&mref, (kb_shard){0, 1}, &fr);
+    unsigned seed = (unsigned)time(NULL);
+    srand(seed);
+    long left = 36; /* decodes */
+    int kills = 0;
+    while (left > 1 && kills < 8) {
+        int fds[2];
+        cr_assert_eq(pipe(fds), 0);
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(fds[0]);
+            fake f = {.report_fd = fds[1]};
+            kb_runner_options o = {.shard = {0, 1}};
+            kb_runner_backend b = backend(&f);
+            kb_runner_stats st;
+            _exit(kb_runner_run(&m, &o, "test", "hash0", &b, NULL, NULL, &st, &err) == 0 ? 0 : 9);
+        }
+        close(fds[1]);
+        long let = rand() % (left / 2 + 1);
+        char c;
+        for (long i = 0; i < let && read(fds[0], &c, 1) == 1; i++)
+            left--;
+        usleep((useconds_t)(rand() % 300));
+        kill(pid, SIGKILL);
+        int st;
+        waitpid(pid, &st, 0);
+        while (read(fds[0], &c, 1) == 1)
+            left--;
+        close(fds[0]);
+        if (WIFEXITED(st)) {
+            cr_assert_eq(WEXITSTATUS(st), 0, "seed %u", seed);
+            break;
+        }
+        kills++;
+    }
+    fake g = {0};
+    run(&m, (kb_shard){0, 1}, &g); /* the rerun that completes */
+    cr_assert_geq(kills, 1);
+    char *dir = kb_run_dir(out, "r", NULL), *rdir = kb_run_dir(ref, "r", NULL);
+    expect_same_predictions(rdir, dir, &m);
+    free(dir);
+    free(rdir);
+    kb_matrix_free(&m);
+    kb_matrix_free(&mref);
+    tu_rmtree(out);
+    tu_rmtree(ref);
+    free(out);
+    free(ref);
+}
