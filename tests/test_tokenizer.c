@@ -376,6 +376,47 @@ Test(tokenizer, byte_level_vocabulary_needs_every_byte)
     free(dir);
 }
 
+/* The GPT-2 code point that stands for byte b. */
+static unsigned byte_cp(int b)
+{
+    int extra = 0;
+    for (int x = 0; x < b; x++)
+        extra += !((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE));
+    bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+    return printable ? (unsigned)b : 0x100u + (unsigned)extra;
+}
+
+Test(tokenizer, json_escapes_and_string_merges)
+{
+    /* Every vocab key written as a \u escape, a merge in "a b" form and an
+     * added token given as a surrogate pair: the scanner must read them as
+     * the raw characters. */
+    char *dir = tu_mkdtemp(), *path = kv_path_join(dir, "tokenizer.json");
+    FILE *f = fopen(path, "w");
+    fputs("{\"added_tokens\": [{\"id\": 257, \"content\": \"\\ud83d\\ude00\", \"special\": "
+          "false}],\n \"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"decoder\": {\"type\": "
+          "\"ByteLevel\"},\n \"model\": {\"merges\": [\"\\u0120 a\"], \"vocab\": {",
+          f);
+    for (int b = 0; b < 256; b++)
+        fprintf(f, "\"\\u%04x\": %d, ", byte_cp(b), b);
+    fputs("\"\\u0120\\u0061\": 256}}}", f);
+    fclose(f);
+    kv_tokenizer *t = load_or_die(dir);
+    size_t n;
+    const char text[] = " a\xF0\x9F\x98\x80 b";
+    int32_t *ids = encode(t, text, sizeof text - 1, &n);
+    int32_t want[] = {256, 257, ' ', 'b'}; /* this vocab gives byte b the id b */
+    cr_expect(same_ids(ids, n, want, 4), "got %zu ids", n);
+    cr_expect_eq(kv_tokenizer_token_id(t, "\xC4\xA0"
+                                          "a"),
+                 256, "\"Ġa\" is the merged token");
+    free(ids);
+    kv_tokenizer_free(t);
+    tu_rmtree(dir);
+    free(path);
+    free(dir);
+}
+
 Test(tokenizer, missing_or_broken_files_are_errors_naming_the_file)
 {
     kv_error err = {{0}};
