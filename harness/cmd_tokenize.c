@@ -46,13 +46,27 @@ static void print_ids(const int32_t *ids, size_t n)
     fputc(']', stdout);
 }
 
-static void print_json_string(const char *key, const char *s)
+/* "key": "s" with JSON escapes; s is valid UTF-8 of n bytes, NULs included
+ * (decoded text can hold them, which cJSON strings cannot). */
+static void print_json_string(const char *key, const char *s, size_t n)
 {
-    cJSON *v = cJSON_CreateString(s);
-    char *p = v ? cJSON_PrintUnformatted(v) : NULL;
-    printf("\"%s\": %s", key, p ? p : "null");
-    free(p);
-    cJSON_Delete(v);
+    printf("\"%s\": \"", key);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        const char *esc = c == '"'    ? "\\\""
+                          : c == '\\' ? "\\\\"
+                          : c == '\n' ? "\\n"
+                          : c == '\r' ? "\\r"
+                          : c == '\t' ? "\\t"
+                                      : NULL;
+        if (esc)
+            fputs(esc, stdout);
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
 }
 
 /* Opens the output object, with the input's id when it has one. */
@@ -120,13 +134,14 @@ static int json_id_array(const cJSON *arr, int32_t **ids, size_t *n, const char 
 
 static int decode_ids(const job *j, const cJSON *id, const int32_t *ids, size_t n)
 {
-    char *text = kv_tokenizer_decode(j->t, ids, n, kb_flag(j->a, "skip-special"));
+    size_t len;
+    char *text = kv_tokenizer_decode_len(j->t, ids, n, kb_flag(j->a, "skip-special"), &len);
     if (!text) {
         kb_error("%s: out of memory", j->where);
         return -1;
     }
     begin_line(id);
-    print_json_string("text", text);
+    print_json_string("text", text, len);
     fputs("}\n", stdout);
     free(text);
     return 0;
@@ -154,7 +169,7 @@ static int encode_text(const job *j, const cJSON *id, const char *text, size_t l
     }
     begin_line(id);
     if (rendered) {
-        print_json_string("text", rendered);
+        print_json_string("text", rendered, strlen(rendered));
         fputs(", ", stdout);
     }
     print_ids(ids, n);

@@ -910,7 +910,8 @@ bool kv_tokenizer_is_special(const kv_tokenizer *t, int32_t id)
            t->added[t->added_of_id[id]].special;
 }
 
-char *kv_tokenizer_decode(const kv_tokenizer *t, const int32_t *ids, size_t n, bool skip_special)
+char *kv_tokenizer_decode_len(const kv_tokenizer *t, const int32_t *ids, size_t n,
+                              bool skip_special, size_t *out_len)
 {
     size_t total = 0, len;
     for (size_t i = 0; i < n; i++)
@@ -929,9 +930,20 @@ char *kv_tokenizer_decode(const kv_tokenizer *t, const int32_t *ids, size_t n, b
             o += len;
         }
     }
-    char *out = kv_utf8_lossy(raw, o, &len);
+    raw[o] = '\0';
+    if (kv_utf8_valid_prefix(raw, o) == o) { /* the usual case: nothing to repair */
+        *out_len = o;
+        return raw;
+    }
+    char *out = kv_utf8_lossy(raw, o, out_len);
     free(raw);
     return out;
+}
+
+char *kv_tokenizer_decode(const kv_tokenizer *t, const int32_t *ids, size_t n, bool skip_special)
+{
+    size_t len;
+    return kv_tokenizer_decode_len(t, ids, n, skip_special, &len);
 }
 
 int32_t kv_tokenizer_token_id(const kv_tokenizer *t, const char *token)

@@ -41,6 +41,11 @@ int kv_tokenizer_encode(const kv_tokenizer *t, const char *text, size_t len, int
  * the added tokens marked "special": true and keeps the others (<think>...). */
 char *kv_tokenizer_decode(const kv_tokenizer *t, const int32_t *ids, size_t n, bool skip_special);
 
+/* The same, with the length: decoded text may hold NUL bytes (the token for
+ * byte 0x00), which a C string would cut short. */
+char *kv_tokenizer_decode_len(const kv_tokenizer *t, const int32_t *ids, size_t n,
+                              bool skip_special, size_t *len);
+
 /* The id of a token given in its vocabulary form ("Ġthe", "<|im_end|>"), or -1
  * when there is no such token. */
 int32_t kv_tokenizer_token_id(const kv_tokenizer *t, const char *token);

@@ -43,6 +43,31 @@ Test(tokenize, decode_and_skip_special)
     free(dir);
 }
 
+Test(tokenize, nul_bytes_and_escapes_survive_the_round_trip)
+{
+    char *dir = toy_dir(), *tmp = tu_mkdtemp();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/nul.txt", tmp);
+    FILE *f = fopen(path, "wb");
+    fwrite("x\0y\"\\\t", 1, 6, f);
+    fclose(f);
+    tu_result r = tu_kvbench("tokenize", "--model", dir, "--file", path, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cJSON *j = cJSON_Parse(r.out);
+    cr_assert(j, "%s", r.out);
+    char *ids = cJSON_PrintUnformatted(cJSON_GetObjectItem(j, "ids"));
+    tu_result d = tu_kvbench("tokenize", "--model", dir, "--decode", "--text", ids, NULL);
+    cr_assert_eq(d.status, 0, "%s", d.err);
+    cr_expect_str_eq(d.out, "{\"text\": \"x\\u0000y\\\"\\\\\\t\"}\n");
+    tu_result_free(&d);
+    free(ids);
+    cJSON_Delete(j);
+    tu_result_free(&r);
+    tu_rmtree(tmp);
+    free(tmp);
+    free(dir);
+}
+
 Test(tokenize, jsonl_copies_ids_and_reads_the_field)
 {
     char *dir = toy_dir(), *tmp = tu_mkdtemp();

@@ -4,6 +4,7 @@
  * load-time refusal of features that are not implemented. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -281,6 +282,53 @@ Test(tokenizer, byte_level_without_merges)
     cr_expect_str_eq(back, "Hi \xC3\xA9\n");
     free(back);
     free(ids);
+    kv_tokenizer_free(t);
+    free(dir);
+}
+
+/* ---- one tokenizer, many threads --------------------------------------- */
+
+typedef struct worker {
+    const kv_tokenizer *t;
+    const char *text;
+    int32_t *ids;
+    size_t n;
+    int rc;
+} worker;
+
+static void *encode_many(void *arg)
+{
+    worker *w = arg;
+    kv_error err;
+    for (int i = 0; i < 20 && w->rc == 0; i++) {
+        free(w->ids);
+        w->rc = kv_tokenizer_encode(w->t, w->text, strlen(w->text), &w->ids, &w->n, &err);
+    }
+    return NULL;
+}
+
+Test(tokenizer, concurrent_encodes_agree)
+{
+    /* The engine and runner may encode on several threads with one loaded
+     * tokenizer: encode keeps its state per call. */
+    char *dir = tu_source("tests/data/tokenizer/toy");
+    kv_tokenizer *t = load_or_die(dir);
+    const char *text = "It's fine, we'll see <|im_end|> Caf\xC3\xA9 2025-04-29\n\n  x";
+    size_t n;
+    int32_t *want = encode(t, text, strlen(text), &n);
+    pthread_t th[4];
+    worker w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (worker){t, text, NULL, 0, 0};
+        pthread_create(&th[i], NULL, encode_many, &w[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        cr_expect_eq(w[i].rc, 0);
+        cr_expect(same_ids(w[i].ids, w[i].n, want, n), "thread %d", i);
+        free(w[i].ids);
+    }
+    free(want);
     kv_tokenizer_free(t);
     free(dir);
 }
