@@ -34,7 +34,8 @@ struct kv_tokenizer {
     int32_t *added_of_id; /* id -> index in added, or -1; id_end entries */
     int32_t id_end;
     int32_t bos, eos;
-    char *chat_template; /* tokenizer_config.json, or NULL */
+    bool clean_up_spaces; /* tokenizer_config.json's clean_up_tokenization_spaces */
+    char *chat_template;  /* tokenizer_config.json, or NULL */
     char *bos_token, *eos_token;
 };
 
@@ -708,6 +709,8 @@ static int load_config(kv_tokenizer *t, const char *dir, kv_error *err)
         rc = kv_fail(err, "%s: not valid JSON", path);
     if (rc == 0 && flag(cfg, "split_special_tokens"))
         rc = kv_fail(err, "%s: split_special_tokens true is not supported", path);
+    /* absent: false, the default of transformers since 4.45 */
+    t->clean_up_spaces = flag(cfg, "clean_up_tokenization_spaces");
     if (rc == 0)
         rc = config_template(t, cfg, err);
     if (rc == 0)
@@ -910,7 +913,35 @@ bool kv_tokenizer_is_special(const kv_tokenizer *t, int32_t id)
            t->added[t->added_of_id[id]].special;
 }
 
-char *kv_tokenizer_decode_len(const kv_tokenizer *t, const int32_t *ids, size_t n,
+/* Replaces every `from` in s[0..*n) by the shorter `to`, in place. */
+static void replace_shorter(char *s, size_t *n, const char *from, const char *to)
+{
+    size_t lf = strlen(from), lt = strlen(to), o = 0;
+    for (size_t i = 0; i < *n;) {
+        if (i + lf <= *n && memcmp(s + i, from, lf) == 0) {
+            memcpy(s + o, to, lt);
+            o += lt;
+            i += lf;
+        } else {
+            s[o++] = s[i++];
+        }
+    }
+    *n = o;
+    s[o] = '\0';
+}
+
+/* transformers' clean_up_tokenization: these replacements, in this order. */
+static void clean_up_spaces(char *s, size_t *n)
+{
+    static const char *const pairs[][2] = {
+        {" .", "."},     {" ?", "?"},   {" !", "!"},   {" ,", ","},     {" ' ", "'"},
+        {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"},
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++)
+        replace_shorter(s, n, pairs[i][0], pairs[i][1]);
+}
+
+static char *decode_bytes(const kv_tokenizer *t, const int32_t *ids, size_t n,
                               bool skip_special, size_t *out_len)
 {
     size_t total = 0, len;
@@ -938,6 +969,15 @@ char *kv_tokenizer_decode_len(const kv_tokenizer *t, const int32_t *ids, size_t 
     char *out = kv_utf8_lossy(raw, o, out_len);
     free(raw);
     return out;
+}
+
+char *kv_tokenizer_decode_len(const kv_tokenizer *t, const int32_t *ids, size_t n,
+                              bool skip_special, size_t *len)
+{
+    char *s = decode_bytes(t, ids, n, skip_special, len);
+    if (s && t->clean_up_spaces)
+        clean_up_spaces(s, len);
+    return s;
 }
 
 char *kv_tokenizer_decode(const kv_tokenizer *t, const int32_t *ids, size_t n, bool skip_special)

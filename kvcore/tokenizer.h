@@ -37,8 +37,11 @@ int kv_tokenizer_encode(const kv_tokenizer *t, const char *text, size_t len, int
                         size_t *n_ids, kv_error *err);
 
 /* Decodes ids into malloc'd, NUL-terminated UTF-8 text (NULL only when out of
- * memory). Ids outside the vocabulary are skipped, like HF. skip_special drops
- * the added tokens marked "special": true and keeps the others (<think>...). */
+ * memory), as transformers' tokenizer.decode does. Ids outside the vocabulary
+ * are skipped, like HF. skip_special drops the added tokens marked "special":
+ * true and keeps the others (<think>...). When tokenizer_config.json sets
+ * clean_up_tokenization_spaces (Qwen3 does not), " ." becomes "." and so on,
+ * as transformers does; absent means false (transformers >= 4.45). */
 char *kv_tokenizer_decode(const kv_tokenizer *t, const int32_t *ids, size_t n, bool skip_special);
 
 /* The same, with the length: decoded text may hold NUL bytes (the token for

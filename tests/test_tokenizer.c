@@ -286,6 +286,41 @@ Test(tokenizer, byte_level_without_merges)
     free(dir);
 }
 
+/* ---- random texts against Hugging Face's JS port ----------------------- */
+
+/* tests/data/tokenizer/random_*.jsonl: texts from tests/tools/random_texts.py
+ * with ids and decoded text from tests/tools/encode_js.mjs. */
+static void check_ref_file(const char *model_dir, const char *rel)
+{
+    kv_tokenizer *t = load_or_die(model_dir);
+    char *path = tu_source(rel);
+    toy c = {t, 0};
+    each_json_line(path, check_toy_case, &c);
+    cr_expect_geq(c.checked, 200, "%s: only %d cases", rel, c.checked);
+    free(path);
+    kv_tokenizer_free(t);
+}
+
+Test(tokenizer, random_texts_match_hugging_face_js_toy_and_bytes)
+{
+    char *toy_dir = tu_source("tests/data/tokenizer/toy");
+    char *bytes_dir = tu_source("tests/data/tokenizer/bytes");
+    check_ref_file(toy_dir, "tests/data/tokenizer/random_toy.jsonl");
+    check_ref_file(bytes_dir, "tests/data/tokenizer/random_bytes.jsonl");
+    free(toy_dir);
+    free(bytes_dir);
+}
+
+Test(tokenizer, random_texts_match_hugging_face_js_qwen3)
+{
+    char *dir = tu_shared("fixtures/qwen3-tokenizer/tokenizer.json");
+    if (!dir)
+        cr_skip_test("fixtures/qwen3-tokenizer missing (../shared absent)");
+    *strrchr(dir, '/') = '\0';
+    check_ref_file(dir, "tests/data/tokenizer/random_qwen3.jsonl");
+    free(dir);
+}
+
 /* ---- one tokenizer, many threads --------------------------------------- */
 
 typedef struct worker {
