@@ -1,14 +1,13 @@
 #include "tokenizer.h"
 
 #include <cjson/cJSON.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
 
 #include "bpe.h"
+#include "bytelevel.h"
 #include "file.h"
-#include "jscan.h"
 #include "pretok.h"
 #include "utf8.h"
 
@@ -38,54 +37,6 @@ struct kv_tokenizer {
     char *chat_template;  /* tokenizer_config.json, or NULL */
     char *bos_token, *eos_token;
 };
-
-/* ---- the GPT-2 byte <-> unicode map ------------------------------------ */
-
-/* Printable Latin-1 bytes stand for themselves; the 68 others (controls,
- * space, 0x7F-0xA0, 0xAD) take U+0100 onwards in byte order. */
-static uint32_t byte_to_cp[256];
-static int16_t cp_to_byte[0x144];
-
-static bool printable_byte(int b)
-{
-    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-}
-
-static pthread_once_t byte_map_once = PTHREAD_ONCE_INIT;
-
-/* Filled once per process (pthread_once: tokenizers may load on several
- * threads); the rule reads better than a 256-entry constant table. */
-static void byte_map_init(void)
-{
-    int extra = 0;
-    for (int cp = 0; cp < 0x144; cp++)
-        cp_to_byte[cp] = -1;
-    for (int b = 0; b < 256; b++) {
-        uint32_t cp = printable_byte(b) ? (uint32_t)b : 0x100u + (uint32_t)extra++;
-        byte_to_cp[b] = cp;
-        cp_to_byte[cp] = (int16_t)b;
-    }
-}
-
-/* Byte-level string (UTF-8 of mapped code points) -> raw bytes, written to out
- * (at most n bytes). Returns the byte count, or -1 when a character is not in
- * the byte alphabet. */
-static long from_byte_level(const char *s, size_t n, char *out)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0, o = 0;
-    while (i < n) {
-        size_t bad, k = kv_utf8_seq(u + i, n - i, &bad);
-        if (k == 0)
-            return -1;
-        uint32_t cp = kv_utf8_decode(u + i, k);
-        if (cp >= 0x144 || cp_to_byte[cp] < 0)
-            return -1;
-        out[o++] = (char)cp_to_byte[cp];
-        i += k;
-    }
-    return (long)o;
-}
 
 /* ---- loading ----------------------------------------------------------- */
 
@@ -240,272 +191,15 @@ static int check_model_options(const cJSON *m, kv_error *err)
     return 0;
 }
 
-/* ---- the model's vocab and merges, scanned in place ------------------- */
-
-/* Where model.vocab and model.merges lie in the tokenizer.json text. They are
- * read by kv_jscan straight into the hash tables; cJSON parses the rest of
- * the file with these two values cut out. */
-typedef struct big_parts {
-    size_t vocab_at, vocab_end, merges_at, merges_end; /* end == 0: absent */
-} big_parts;
-
-static int find_in_model(kv_jscan *j, big_parts *bp, char **key, size_t *cap)
-{
-    size_t len;
-    bool more = true;
-    if (kv_jscan_eat(j, '{') != 0)
-        return -1;
-    if (kv_jscan_peek(j) == '}')
-        return kv_jscan_eat(j, '}');
-    while (more) {
-        if (kv_jscan_string(j, key, cap, &len) != 0 || kv_jscan_eat(j, ':') != 0)
-            return -1;
-        kv_jscan_peek(j);
-        size_t at = j->pos;
-        if (kv_jscan_skip(j) != 0)
-            return -1;
-        if (strcmp(*key, "vocab") == 0)
-            bp->vocab_at = at, bp->vocab_end = j->pos;
-        else if (strcmp(*key, "merges") == 0)
-            bp->merges_at = at, bp->merges_end = j->pos;
-        if (kv_jscan_next(j, '}', &more) != 0)
-            return -1;
-    }
-    return 0;
-}
-
-/* Finds model.vocab and model.merges in the top-level object. */
-static int find_big_parts(const char *s, size_t n, big_parts *bp, kv_error *err)
-{
-    memset(bp, 0, sizeof *bp);
-    kv_jscan j;
-    kv_jscan_init(&j, s, n);
-    char *key = NULL;
-    size_t cap = 0, len;
-    bool more = kv_jscan_peek(&j) == '{';
-    int rc = kv_jscan_eat(&j, '{');
-    if (rc == 0 && kv_jscan_peek(&j) == '}')
-        more = false;
-    while (rc == 0 && more) {
-        rc = kv_jscan_string(&j, &key, &cap, &len);
-        if (rc == 0)
-            rc = kv_jscan_eat(&j, ':');
-        if (rc == 0 && strcmp(key, "model") == 0 && kv_jscan_peek(&j) == '{')
-            rc = find_in_model(&j, bp, &key, &cap);
-        else if (rc == 0)
-            rc = kv_jscan_skip(&j);
-        if (rc == 0)
-            rc = kv_jscan_next(&j, '}', &more);
-    }
-    free(key);
-    if (rc != 0)
-        return kv_fail(err, "not valid JSON (line %zu: %s)", kv_jscan_line(&j), j.err);
-    return 0;
-}
-
-/* A copy of the text with model.vocab as {} and model.merges as [], for
- * cJSON. */
-static char *without_big_parts(const char *s, size_t n, const big_parts *bp, size_t *out_len)
-{
-    char *out = malloc(n + 5);
-    if (!out)
-        return NULL;
-    typedef struct cut_t {
-        size_t at, end;
-        const char *with;
-    } cut_t;
-    cut_t cut[2] = {{bp->vocab_at, bp->vocab_end, "{}"}, {bp->merges_at, bp->merges_end, "[]"}};
-    if (cut[1].at < cut[0].at) {
-        cut_t tmp = cut[0];
-        cut[0] = cut[1];
-        cut[1] = tmp;
-    }
-    size_t from = 0, o = 0;
-    for (int i = 0; i < 2; i++) {
-        if (cut[i].end == 0)
-            continue;
-        memcpy(out + o, s + from, cut[i].at - from);
-        o += cut[i].at - from;
-        memcpy(out + o, cut[i].with, 2);
-        o += 2;
-        from = cut[i].end;
-    }
-    memcpy(out + o, s + from, n - from);
-    o += n - from;
-    out[o] = '\0';
-    *out_len = o;
-    return out;
-}
-
-/* Scratch strings of the scan. */
-typedef struct scan_bufs {
-    char *a, *b, *bytes;
-    size_t cap_a, cap_b, cap_bytes;
-} scan_bufs;
-
-static int bytes_room(scan_bufs *sb, size_t need)
-{
-    if (need <= sb->cap_bytes)
-        return 0;
-    char *m = realloc(sb->bytes, need * 2);
-    if (!m)
-        return -1;
-    sb->bytes = m;
-    sb->cap_bytes = need * 2;
-    return 0;
-}
-
-static int scan_fail(const kv_jscan *j, const char *what, kv_error *err)
-{
-    return kv_fail(err, "%s: not valid JSON (line %zu: %s)", what, kv_jscan_line(j), j->err);
-}
-
-static int add_vocab_entry(kv_tokenizer *t, scan_bufs *sb, size_t n, double id, kv_error *err)
-{
-    if (id < 0 || id > INT32_MAX - 1 || id != (double)(int32_t)id)
-        return kv_fail(err, "model.vocab: token \"%s\" needs a non-negative integer id", sb->a);
-    if (bytes_room(sb, n + 1) != 0)
-        return kv_fail(err, "out of memory");
-    long bytes = from_byte_level(sb->a, n, sb->bytes);
-    if (bytes < 0)
-        return kv_fail(err,
-                       "model.vocab: token \"%s\" is not in the byte-level alphabet "
-                       "(only byte-level BPE is supported)",
-                       sb->a);
-    if (kv_bpe_add_token(t->bpe, sb->bytes, (size_t)bytes, (int32_t)id, err) != 0)
-        return kv_fail_prefix(err, "model.vocab");
-    return 0;
-}
-
-static int scan_vocab(kv_tokenizer *t, kv_jscan *j, scan_bufs *sb, kv_error *err)
-{
-    if (kv_jscan_peek(j) != '{')
-        return kv_fail(err, "model.vocab must be an object of token: id");
-    kv_jscan_eat(j, '{');
-    bool more = kv_jscan_peek(j) != '}';
-    if (!more)
-        j->pos++;
-    while (more) {
-        size_t n;
-        double id;
-        if (kv_jscan_string(j, &sb->a, &sb->cap_a, &n) != 0 || kv_jscan_eat(j, ':') != 0 ||
-            kv_jscan_number(j, &id) != 0)
-            return scan_fail(j, "model.vocab", err);
-        if (add_vocab_entry(t, sb, n, id, err) != 0)
-            return -1;
-        if (kv_jscan_next(j, '}', &more) != 0)
-            return scan_fail(j, "model.vocab", err);
-    }
-    return 0;
-}
-
-/* One side of a merge: its byte string's token id; the bytes are written at
- * sb->bytes + off. */
-static int32_t merge_side(const kv_tokenizer *t, const char *s, size_t n, scan_bufs *sb, size_t off,
-                          long *len)
-{
-    *len = from_byte_level(s, n, sb->bytes + off);
-    return *len < 0 ? -1 : kv_bpe_lookup(t->bpe, sb->bytes + off, (size_t)*len);
-}
-
-static int add_merge(kv_tokenizer *t, scan_bufs *sb, const char *a, size_t na, const char *b,
-                     size_t nb, uint32_t rank, kv_error *err)
-{
-    if (bytes_room(sb, na + nb + 1) != 0)
-        return kv_fail(err, "out of memory");
-    long la, lb;
-    int32_t ia = merge_side(t, a, na, sb, 0, &la);
-    int32_t ib = ia < 0 ? -1 : merge_side(t, b, nb, sb, (size_t)la, &lb);
-    if (ia < 0 || ib < 0)
-        return kv_fail(err, "model.merges[%u]: token \"%.*s\" is not in the vocabulary", rank,
-                       ia < 0 ? (int)na : (int)nb, ia < 0 ? a : b);
-    int32_t merged = kv_bpe_lookup(t->bpe, sb->bytes, (size_t)(la + lb));
-    if (merged < 0)
-        return kv_fail(err,
-                       "model.merges[%u]: the merge of \"%.*s\" and \"%.*s\" is not in the "
-                       "vocabulary",
-                       rank, (int)na, a, (int)nb, b);
-    return kv_bpe_add_merge(t->bpe, ia, ib, merged, rank, err);
-}
-
-/* One merge: "a b" or ["a", "b"]. */
-static int scan_merge(kv_tokenizer *t, kv_jscan *j, scan_bufs *sb, uint32_t rank, kv_error *err)
-{
-    size_t na, nb;
-    if (kv_jscan_peek(j) == '"') {
-        if (kv_jscan_string(j, &sb->a, &sb->cap_a, &na) != 0)
-            return scan_fail(j, "model.merges", err);
-        const char *sp = memchr(sb->a, ' ', na);
-        if (!sp || memchr(sp + 1, ' ', na - (size_t)(sp + 1 - sb->a)))
-            return kv_fail(err,
-                           "model.merges[%u]: \"%s\" is not two tokens separated by a "
-                           "space",
-                           rank, sb->a);
-        return add_merge(t, sb, sb->a, (size_t)(sp - sb->a), sp + 1, na - (size_t)(sp + 1 - sb->a),
-                         rank, err);
-    }
-    if (kv_jscan_peek(j) != '[')
-        return kv_fail(err, "model.merges[%u] is neither \"a b\" nor [\"a\", \"b\"]", rank);
-    if (kv_jscan_eat(j, '[') != 0 || kv_jscan_string(j, &sb->a, &sb->cap_a, &na) != 0 ||
-        kv_jscan_eat(j, ',') != 0 || kv_jscan_string(j, &sb->b, &sb->cap_b, &nb) != 0 ||
-        kv_jscan_eat(j, ']') != 0)
-        return kv_fail(err, "model.merges[%u] is neither \"a b\" nor [\"a\", \"b\"] (line %zu)",
-                       rank, kv_jscan_line(j));
-    return add_merge(t, sb, sb->a, na, sb->b, nb, rank, err);
-}
-
-static int scan_merges(kv_tokenizer *t, kv_jscan *j, scan_bufs *sb, kv_error *err)
-{
-    char c = kv_jscan_peek(j);
-    if (c == 'n') /* null */
-        return 0;
-    if (c != '[')
-        return kv_fail(err, "model.merges must be an array");
-    j->pos++;
-    bool more = kv_jscan_peek(j) != ']';
-    if (!more)
-        j->pos++;
-    for (uint32_t rank = 0; more; rank++) {
-        if (scan_merge(t, j, sb, rank, err) != 0)
-            return -1;
-        if (kv_jscan_next(j, ']', &more) != 0)
-            return scan_fail(j, "model.merges", err);
-    }
-    return 0;
-}
-
-static int load_model(kv_tokenizer *t, const cJSON *m, const char *text, const big_parts *bp,
+static int load_model(kv_tokenizer *t, const cJSON *m, const char *text, const kv_bpe_json *where,
                       kv_error *err)
 {
     if (!cJSON_IsObject(m))
         return kv_fail(err, "\"model\" is missing");
     if (check_model_options(m, err) != 0)
         return -1;
-    if (bp->vocab_end == 0)
-        return kv_fail(err, "model.vocab is missing");
-    /* Sizes guessed from the text (pretty-printed Qwen3: 24 bytes per vocab
-     * entry, 46 per merge; the tables grow when the guess is low). */
-    size_t n_vocab = (bp->vocab_end - bp->vocab_at) / 16;
-    size_t n_merges = (bp->merges_end - bp->merges_at) / 32;
-    t->bpe = kv_bpe_new(n_vocab, n_merges, err);
-    if (!t->bpe)
-        return -1;
-    scan_bufs sb = {0};
-    kv_jscan j;
-    kv_jscan_init(&j, text, bp->vocab_end);
-    j.pos = bp->vocab_at;
-    int rc = scan_vocab(t, &j, &sb, err);
-    if (rc == 0 && bp->merges_end) {
-        kv_jscan_init(&j, text, bp->merges_end);
-        j.pos = bp->merges_at;
-        rc = scan_merges(t, &j, &sb, err);
-    }
-    free(sb.a);
-    free(sb.b);
-    free(sb.bytes);
-    if (rc != 0)
-        return -1;
-    return kv_bpe_finish(t->bpe, flag(m, "ignore_merges"), err);
+    t->bpe = kv_bpe_json_load(text, where, flag(m, "ignore_merges"), err);
+    return t->bpe ? 0 : -1;
 }
 
 /* The bytes HF's ByteLevel decoder gives for a token string: every character
@@ -516,7 +210,7 @@ static char *decoded_form(const char *s, size_t n, size_t *out_len)
     char *out = malloc(n + 1);
     if (!out)
         return NULL;
-    long k = from_byte_level(s, n, out);
+    long k = kv_bytelevel_to_bytes(s, n, out);
     if (k < 0) {
         memcpy(out, s, n);
         k = (long)n;
@@ -616,7 +310,7 @@ static int load_added(kv_tokenizer *t, const cJSON *list, kv_error *err)
 }
 
 static int load_tokenizer_json(kv_tokenizer *t, const cJSON *root, const char *text,
-                               const big_parts *bp, kv_error *err)
+                               const kv_bpe_json *where, kv_error *err)
 {
     if (!cJSON_IsObject(root))
         return kv_fail(err, "not a JSON object");
@@ -637,7 +331,7 @@ static int load_tokenizer_json(kv_tokenizer *t, const cJSON *root, const char *t
     if (!byte_level)
         return kv_fail(err, "pre_tokenizer has no ByteLevel step (only byte-level BPE is "
                             "supported)");
-    if (load_model(t, cJSON_GetObjectItemCaseSensitive(root, "model"), text, bp, err) != 0)
+    if (load_model(t, cJSON_GetObjectItemCaseSensitive(root, "model"), text, where, err) != 0)
         return -1;
     return load_added(t, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), err);
 }
@@ -645,16 +339,17 @@ static int load_tokenizer_json(kv_tokenizer *t, const cJSON *root, const char *t
 /* tokenizer.json: the big parts by scanning, the rest by cJSON. */
 static int parse_tokenizer_json(kv_tokenizer *t, const char *data, size_t len, kv_error *err)
 {
-    big_parts bp;
-    if (find_big_parts(data, len, &bp, err) != 0)
+    kv_bpe_json where;
+    if (kv_bpe_json_find(data, len, &where, err) != 0)
         return -1;
     size_t small_len;
-    char *small = without_big_parts(data, len, &bp, &small_len);
+    char *small = kv_bpe_json_strip(data, len, &where, &small_len);
     if (!small)
         return kv_fail(err, "out of memory");
     cJSON *root = cJSON_ParseWithLength(small, small_len);
     free(small);
-    int rc = root ? load_tokenizer_json(t, root, data, &bp, err) : kv_fail(err, "not valid JSON");
+    int rc =
+        root ? load_tokenizer_json(t, root, data, &where, err) : kv_fail(err, "not valid JSON");
     cJSON_Delete(root);
     return rc;
 }
@@ -732,7 +427,6 @@ static int load_config(kv_tokenizer *t, const char *dir, kv_error *err)
 
 kv_tokenizer *kv_tokenizer_load(const char *model_dir, kv_error *err)
 {
-    pthread_once(&byte_map_once, byte_map_init);
     kv_tokenizer *t = calloc(1, sizeof *t);
     char *path = kv_path_join(model_dir, "tokenizer.json");
     if (!t || !path) {
@@ -941,8 +635,8 @@ static void clean_up_spaces(char *s, size_t *n)
         replace_shorter(s, n, pairs[i][0], pairs[i][1]);
 }
 
-static char *decode_bytes(const kv_tokenizer *t, const int32_t *ids, size_t n,
-                              bool skip_special, size_t *out_len)
+static char *decode_bytes(const kv_tokenizer *t, const int32_t *ids, size_t n, bool skip_special,
+                          size_t *out_len)
 {
     size_t total = 0, len;
     for (size_t i = 0; i < n; i++)
@@ -998,7 +692,7 @@ int32_t kv_tokenizer_token_id(const kv_tokenizer *t, const char *token)
     char *buf = malloc(n);
     if (!buf)
         return -1;
-    long bytes = from_byte_level(token, n, buf);
+    long bytes = kv_bytelevel_to_bytes(token, n, buf);
     int32_t id = bytes > 0 ? kv_bpe_lookup(t->bpe, buf, (size_t)bytes) : -1;
     free(buf);
     return id;
