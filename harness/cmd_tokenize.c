@@ -20,6 +20,9 @@ static const kb_option options[] = {
     {"jsonl", "F", "one input per JSON line ('-' reads stdin); \"id\" is copied to the output"},
     {"field", "NAME",
      "the field of each JSON line to read (default \"text\"; \"ids\" with --decode)"},
+    {"add-special", NULL,
+     "add the tokens of tokenizer.json's post-processor (BOS...), as HF's "
+     "add_special_tokens=True"},
     {"decode", NULL, "decode ids (a JSON array or comma-separated list) into text"},
     {"skip-special", NULL, "with --decode: drop special tokens (<|im_end|>...) from the text"},
     {"chat", NULL,
@@ -163,7 +166,10 @@ static int encode_text(const job *j, const cJSON *id, const char *text, size_t l
     int32_t *ids;
     size_t n;
     kv_error err;
-    if (kv_tokenizer_encode(j->t, text, len, &ids, &n, &err) != 0) {
+    int rc = kb_flag(j->a, "add-special")
+                 ? kv_tokenizer_encode_special(j->t, text, len, &ids, &n, &err)
+                 : kv_tokenizer_encode(j->t, text, len, &ids, &n, &err);
+    if (rc != 0) {
         kb_error("%s: %s", j->where, err.msg);
         return -1;
     }

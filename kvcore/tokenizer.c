@@ -33,6 +33,9 @@ struct kv_tokenizer {
     int32_t *added_of_id; /* id -> index in added, or -1; id_end entries */
     int32_t id_end;
     int32_t bos, eos;
+    int32_t *prefix, *suffix; /* post_processor's tokens around one sequence */
+    size_t n_prefix, n_suffix;
+    bool has_template;
     bool clean_up_spaces; /* tokenizer_config.json's clean_up_tokenization_spaces */
     char *chat_template;  /* tokenizer_config.json, or NULL */
     char *bos_token, *eos_token;
@@ -140,10 +143,65 @@ static int load_pre_tokenizer(kv_tokenizer *t, const cJSON *p, bool first, bool 
                    type);
 }
 
-/* Post-processors only add tokens around a sequence (BOS/EOS), which encode
- * never does (add_special_tokens=False); ByteLevel's offset trimming does not
- * change ids. Anything else is refused. */
-static int check_post_processor(const cJSON *p, kv_error *err)
+/* The ids a TemplateProcessing special token stands for
+ * (special_tokens: {"<s>": {"ids": [1], ...}}), appended to *v. */
+static int template_ids(const cJSON *specials, const char *name, int32_t **v, size_t *n,
+                        kv_error *err)
+{
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(specials, name);
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(tok, "ids"), *e;
+    if (!cJSON_IsArray(ids))
+        return kv_fail(err, "post_processor TemplateProcessing: special token \"%s\" has no ids",
+                       name);
+    cJSON_ArrayForEach(e, ids)
+    {
+        int32_t *m = realloc(*v, (*n + 1) * sizeof *m);
+        if (!m)
+            return kv_fail(err, "out of memory");
+        *v = m;
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > INT32_MAX)
+            return kv_fail(err, "post_processor TemplateProcessing: bad id for \"%s\"", name);
+        (*v)[(*n)++] = (int32_t)e->valueint;
+    }
+    return 0;
+}
+
+/* TemplateProcessing's "single" template: special tokens, then the sequence
+ * ($A), then special tokens; they are what add_special_tokens=True adds. */
+static int load_template(kv_tokenizer *t, const cJSON *p, kv_error *err)
+{
+    if (t->has_template)
+        return kv_fail(err, "post_processor: two TemplateProcessing steps are not supported");
+    t->has_template = true;
+    const cJSON *specials = cJSON_GetObjectItemCaseSensitive(p, "special_tokens"), *item;
+    bool seen_a = false;
+    cJSON_ArrayForEach(item, cJSON_GetObjectItemCaseSensitive(p, "single"))
+    {
+        const cJSON *seq = cJSON_GetObjectItemCaseSensitive(item, "Sequence");
+        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(item, "SpecialToken");
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(seq ? seq : sp, "id");
+        if (seq && cJSON_IsString(id) && strcmp(id->valuestring, "A") == 0 && !seen_a) {
+            seen_a = true;
+        } else if (sp && cJSON_IsString(id)) {
+            int rc = seen_a
+                         ? template_ids(specials, id->valuestring, &t->suffix, &t->n_suffix, err)
+                         : template_ids(specials, id->valuestring, &t->prefix, &t->n_prefix, err);
+            if (rc != 0)
+                return -1;
+        } else {
+            return kv_fail(err, "post_processor TemplateProcessing: \"single\" must be special "
+                                "tokens around one $A");
+        }
+    }
+    if (!seen_a)
+        return kv_fail(err, "post_processor TemplateProcessing: \"single\" has no $A");
+    return 0;
+}
+
+/* Post-processors add tokens around a sequence (TemplateProcessing: BOS/EOS,
+ * applied by kv_tokenizer_encode_special); ByteLevel's offset trimming does
+ * not change ids. Anything else is refused. */
+static int load_post_processor(kv_tokenizer *t, const cJSON *p, kv_error *err)
 {
     if (is_null(p))
         return 0;
@@ -152,13 +210,15 @@ static int check_post_processor(const cJSON *p, kv_error *err)
         const cJSON *item;
         cJSON_ArrayForEach(item, cJSON_GetObjectItemCaseSensitive(p, "processors"))
         {
-            if (check_post_processor(item, err) != 0)
+            if (load_post_processor(t, item, err) != 0)
                 return -1;
         }
         return 0;
     }
-    if (strcmp(type, "ByteLevel") == 0 || strcmp(type, "TemplateProcessing") == 0)
+    if (strcmp(type, "ByteLevel") == 0)
         return 0;
+    if (strcmp(type, "TemplateProcessing") == 0)
+        return load_template(t, p, err);
     return kv_fail(err,
                    "post_processor \"%s\" is not supported (only ByteLevel, "
                    "TemplateProcessing)",
@@ -325,7 +385,8 @@ static int load_tokenizer_json(kv_tokenizer *t, const cJSON *root, const char *t
         load_normalizer(t, cJSON_GetObjectItemCaseSensitive(root, "normalizer"), err) != 0 ||
         load_pre_tokenizer(t, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), true,
                            &byte_level, err) != 0 ||
-        check_post_processor(cJSON_GetObjectItemCaseSensitive(root, "post_processor"), err) != 0 ||
+        load_post_processor(t, cJSON_GetObjectItemCaseSensitive(root, "post_processor"), err) !=
+            0 ||
         check_decoder(cJSON_GetObjectItemCaseSensitive(root, "decoder"), err) != 0)
         return -1;
     if (!byte_level)
@@ -466,6 +527,8 @@ void kv_tokenizer_free(kv_tokenizer *t)
     }
     free(t->added);
     free(t->added_of_id);
+    free(t->prefix);
+    free(t->suffix);
     free(t->chat_template);
     free(t->bos_token);
     free(t->eos_token);
@@ -561,8 +624,16 @@ static int encode_text(encoder *e, const char *s, size_t n)
     return 0;
 }
 
-int kv_tokenizer_encode(const kv_tokenizer *t, const char *text, size_t len, int32_t **ids,
-                        size_t *n_ids, kv_error *err)
+static int push_all(kv_ids *ids, const int32_t *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (kv_ids_push(ids, v[i]) != 0)
+            return -1;
+    return 0;
+}
+
+static int encode(const kv_tokenizer *t, const char *text, size_t len, bool special, int32_t **ids,
+                  size_t *n_ids, kv_error *err)
 {
     *ids = NULL;
     *n_ids = 0;
@@ -574,7 +645,13 @@ int kv_tokenizer_encode(const kv_tokenizer *t, const char *text, size_t len, int
         text = fixed;
     }
     encoder e = {.t = t, .err = err, .st = kv_pretok_state_new(t->pretok)};
-    int rc = e.st ? encode_text(&e, text, len) : kv_fail(err, "out of memory");
+    int rc = e.st ? 0 : kv_fail(err, "out of memory");
+    if (rc == 0 && special && push_all(&e.ids, t->prefix, t->n_prefix) != 0)
+        rc = kv_fail(err, "out of memory");
+    if (rc == 0)
+        rc = encode_text(&e, text, len);
+    if (rc == 0 && special && push_all(&e.ids, t->suffix, t->n_suffix) != 0)
+        rc = kv_fail(err, "out of memory");
     kv_pretok_state_free(e.st);
     kv_bpe_scratch_free(&e.scratch);
     free(fixed);
@@ -585,6 +662,18 @@ int kv_tokenizer_encode(const kv_tokenizer *t, const char *text, size_t len, int
     *ids = e.ids.v;
     *n_ids = e.ids.n;
     return 0;
+}
+
+int kv_tokenizer_encode(const kv_tokenizer *t, const char *text, size_t len, int32_t **ids,
+                        size_t *n_ids, kv_error *err)
+{
+    return encode(t, text, len, false, ids, n_ids, err);
+}
+
+int kv_tokenizer_encode_special(const kv_tokenizer *t, const char *text, size_t len, int32_t **ids,
+                                size_t *n_ids, kv_error *err)
+{
+    return encode(t, text, len, true, ids, n_ids, err);
 }
 
 /* ---- decoding and lookups ---------------------------------------------- */

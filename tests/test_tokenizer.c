@@ -368,18 +368,64 @@ Test(tokenizer, concurrent_encodes_agree)
     free(dir);
 }
 
+static char *toy_with(const char *key, const char *json_value);
+
+/* ---- add_special_tokens=True ------------------------------------------ */
+
+Test(tokenizer, template_processing_adds_its_tokens_only_when_asked)
+{
+    /* Llama-3 style: BOS before the sequence (and here an EOS after it). */
+    char *dir = toy_with(
+        "post_processor",
+        "{\"type\": \"Sequence\", \"processors\": [{\"type\": \"ByteLevel\"}, {\"type\": "
+        "\"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<|endoftext|>\", "
+        "\"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}, {\"SpecialToken\": "
+        "{\"id\": \"<|im_end|>\", \"type_id\": 0}}], \"special_tokens\": {\"<|endoftext|>\": "
+        "{\"id\": \"<|endoftext|>\", \"ids\": [496], \"tokens\": [\"<|endoftext|>\"]}, "
+        "\"<|im_end|>\": {\"id\": \"<|im_end|>\", \"ids\": [498], \"tokens\": "
+        "[\"<|im_end|>\"]}}}]}");
+    kv_tokenizer *t = load_or_die(dir);
+    size_t n;
+    int32_t *ids = encode(t, "The", 3, &n);
+    int32_t plain[] = {275};
+    cr_expect(same_ids(ids, n, plain, 1), "encode adds nothing");
+    free(ids);
+    kv_error err = {{0}};
+    cr_assert_eq(kv_tokenizer_encode_special(t, "The", 3, &ids, &n, &err), 0, "%s", err.msg);
+    int32_t special[] = {496, 275, 498};
+    cr_expect(same_ids(ids, n, special, 3), "got %zu ids", n);
+    free(ids);
+    kv_tokenizer_free(t);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+Test(tokenizer, qwen3_adds_no_special_tokens)
+{
+    QWEN3_OR_SKIP(t);
+    size_t n1, n2;
+    kv_error err = {{0}};
+    int32_t *a = encode(t, "Hello world", 11, &n1), *b;
+    cr_assert_eq(kv_tokenizer_encode_special(t, "Hello world", 11, &b, &n2, &err), 0);
+    cr_expect(same_ids(a, n1, b, n2), "Qwen3 has no BOS or EOS");
+    free(a);
+    free(b);
+    kv_tokenizer_free(t);
+}
+
 /* ---- refusing what is not implemented ---------------------------------- */
 
 /* Writes the toy tokenizer.json with one part replaced into a temporary
  * folder and returns the load error. */
-static char *load_error_with(const char *key, const char *json_value)
+/* A temporary folder with the toy tokenizer.json where key ("model.type":
+ * one level of nesting) is replaced by json_value. */
+static char *toy_with(const char *key, const char *json_value)
 {
     char *src = tu_source("tests/data/tokenizer/toy/tokenizer.json");
     char *text = tu_slurp(src, NULL);
     cJSON *root = cJSON_Parse(text);
     cJSON *v = cJSON_Parse(json_value);
     cr_assert(root && v);
-    /* "model.type": one level of nesting */
     char parent[64] = "";
     const char *dot = strchr(key, '.'), *leaf = dot ? dot + 1 : key;
     if (dot)
@@ -391,17 +437,24 @@ static char *load_error_with(const char *key, const char *json_value)
     FILE *f = fopen(out, "w");
     fputs(printed, f);
     fclose(f);
+    free(printed);
+    free(out);
+    cJSON_Delete(root);
+    free(text);
+    free(src);
+    return dir;
+}
+
+/* The load error of the toy tokenizer with key replaced by json_value. */
+static char *load_error_with(const char *key, const char *json_value)
+{
+    char *dir = toy_with(key, json_value);
     kv_error err = {{0}};
     kv_tokenizer *t = kv_tokenizer_load(dir, &err);
     cr_expect_null(t, "a tokenizer with %s = %s must not load", key, json_value);
     kv_tokenizer_free(t);
     tu_rmtree(dir);
-    free(printed);
-    free(out);
     free(dir);
-    cJSON_Delete(root);
-    free(text);
-    free(src);
     return strdup(err.msg);
 }
 
@@ -433,6 +486,14 @@ Test(tokenizer, unsupported_features_are_load_errors_that_name_them)
     EXPECT_REFUSED("decoder", "{\"type\": \"WordPiece\"}", "decoder \"WordPiece\"");
     EXPECT_REFUSED("post_processor", "{\"type\": \"BertProcessing\"}", "BertProcessing");
     EXPECT_REFUSED("truncation", "{\"max_length\": 8}", "truncation");
+    EXPECT_REFUSED("post_processor",
+                   "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": "
+                   "{\"id\": \"<s>\"}}, {\"Sequence\": {\"id\": \"A\"}}], \"special_tokens\": {}}",
+                   "special token \"<s>\" has no ids");
+    EXPECT_REFUSED("post_processor",
+                   "{\"type\": \"TemplateProcessing\", \"single\": [{\"Sequence\": {\"id\": "
+                   "\"A\"}}, {\"Sequence\": {\"id\": \"B\"}}]}",
+                   "one $A");
     EXPECT_REFUSED("model.type", "\"WordPiece\"", "model type \"WordPiece\"");
     EXPECT_REFUSED("model.dropout", "0.1", "dropout");
     EXPECT_REFUSED("model.continuing_subword_prefix", "\"##\"", "continuing_subword_prefix");
