@@ -413,6 +413,33 @@ Test(tokenizer, qwen3_adds_no_special_tokens)
     kv_tokenizer_free(t);
 }
 
+Test(tokenizer, regex_beyond_the_jit_stack_falls_back_to_the_interpreter)
+{
+    /* One match over 400 kB that backtracks through every character: more
+     * than PCRE2's JIT stack holds. */
+    char *dir = toy_with("pre_tokenizer",
+                         "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", "
+                         "\"pattern\": {\"Regex\": \"(?:a|b(?=a|b|c))+c\"}, \"behavior\": "
+                         "\"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\", "
+                         "\"use_regex\": false}]}");
+    kv_tokenizer *t = load_or_die(dir);
+    size_t len = 400001, n;
+    char *text = malloc(len + 1);
+    for (size_t i = 0; i < len - 1; i++)
+        text[i] = i % 2 ? 'b' : 'a';
+    text[len - 1] = 'c';
+    text[len] = '\0';
+    int32_t *ids = encode(t, text, len, &n);
+    char *back = kv_tokenizer_decode(t, ids, n, false);
+    cr_expect_str_eq(back, text);
+    free(back);
+    free(ids);
+    free(text);
+    kv_tokenizer_free(t);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 /* ---- refusing what is not implemented ---------------------------------- */
 
 /* Writes the toy tokenizer.json with one part replaced into a temporary
