@@ -123,6 +123,10 @@ static int load_pre_tokenizer(kv_tokenizer *t, const cJSON *p, bool first, bool 
         }
         return 0;
     }
+    /* After ByteLevel the text is in the byte alphabet ("Ġ" for " "): a later
+     * step would see that, and this pipeline splits raw text only. */
+    if (*byte_level)
+        return kv_fail(err, "pre_tokenizer: a %s step after ByteLevel is not supported", type);
     if (strcmp(type, "Split") == 0)
         return load_split(t, p, err);
     if (strcmp(type, "ByteLevel") == 0) {
@@ -369,6 +373,19 @@ static int load_added(kv_tokenizer *t, const cJSON *list, kv_error *err)
     return index_added(t, err);
 }
 
+/* The post-processor's ids must be tokens, or encode_special would emit ids
+ * the model has no row for. */
+static int check_template_ids(const kv_tokenizer *t, kv_error *err)
+{
+    size_t len;
+    for (size_t i = 0; i < t->n_prefix + t->n_suffix; i++) {
+        int32_t id = i < t->n_prefix ? t->prefix[i] : t->suffix[i - t->n_prefix];
+        if (!kv_tokenizer_token_bytes(t, id, &len))
+            return kv_fail(err, "post_processor TemplateProcessing: id %d is not a token", id);
+    }
+    return 0;
+}
+
 static int load_tokenizer_json(kv_tokenizer *t, const cJSON *root, const char *text,
                                const kv_bpe_json *where, kv_error *err)
 {
@@ -394,7 +411,9 @@ static int load_tokenizer_json(kv_tokenizer *t, const cJSON *root, const char *t
                             "supported)");
     if (load_model(t, cJSON_GetObjectItemCaseSensitive(root, "model"), text, where, err) != 0)
         return -1;
-    return load_added(t, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), err);
+    if (load_added(t, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), err) != 0)
+        return -1;
+    return check_template_ids(t, err);
 }
 
 /* tokenizer.json: the big parts by scanning, the rest by cJSON. */

@@ -510,6 +510,11 @@ Test(tokenizer, unsupported_features_are_load_errors_that_name_them)
                    "\"Isolated\", \"invert\": false}",
                    "does not compile");
     EXPECT_REFUSED("pre_tokenizer", "null", "no ByteLevel");
+    EXPECT_REFUSED("pre_tokenizer",
+                   "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"ByteLevel\", "
+                   "\"use_regex\": false}, {\"type\": \"Split\", \"pattern\": {\"String\": \" \"}, "
+                   "\"behavior\": \"Isolated\"}]}",
+                   "Split step after ByteLevel");
     EXPECT_REFUSED("decoder", "{\"type\": \"WordPiece\"}", "decoder \"WordPiece\"");
     EXPECT_REFUSED("post_processor", "{\"type\": \"BertProcessing\"}", "BertProcessing");
     EXPECT_REFUSED("truncation", "{\"max_length\": 8}", "truncation");
@@ -521,6 +526,11 @@ Test(tokenizer, unsupported_features_are_load_errors_that_name_them)
                    "{\"type\": \"TemplateProcessing\", \"single\": [{\"Sequence\": {\"id\": "
                    "\"A\"}}, {\"Sequence\": {\"id\": \"B\"}}]}",
                    "one $A");
+    EXPECT_REFUSED("post_processor",
+                   "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": "
+                   "{\"id\": \"<s>\"}}, {\"Sequence\": {\"id\": \"A\"}}], \"special_tokens\": "
+                   "{\"<s>\": {\"ids\": [90000]}}}",
+                   "id 90000 is not a token");
     EXPECT_REFUSED("model.type", "\"WordPiece\"", "model type \"WordPiece\"");
     EXPECT_REFUSED("model.dropout", "0.1", "dropout");
     EXPECT_REFUSED("model.continuing_subword_prefix", "\"##\"", "continuing_subword_prefix");
