@@ -140,12 +140,22 @@ static int analyse(const kv_tokenizer *t, style *s, kv_error *err)
         return 0;
     }
     if (strstr(tpl, "<|im_start|>")) {
-        if (strstr(tpl, "reasoning_content") && strstr(tpl, "enable_thinking")) {
+        /* The think rules must be the ones implemented here: Qwen3's, or the
+         * empty block on enable_thinking=false alone. A template that thinks
+         * otherwise (Qwen3-Thinking-2507 opens <think> itself) is refused. */
+        bool no_think = strstr(tpl, "enable_thinking is defined and enable_thinking is false");
+        if (strstr(tpl, "reasoning_content")) {
+            if (!no_think || !strstr(tpl, "last_query_index"))
+                return kv_fail(err, "chat template: a Qwen template with reasoning_content that "
+                                    "is not Qwen3's is not supported");
             s->fam = FAM_QWEN3;
             return 0;
         }
+        if (strstr(tpl, "<think>") && !no_think)
+            return kv_fail(err, "chat template: a ChatML template with <think> rules other than "
+                                "enable_thinking=false is not supported");
         s->fam = FAM_CHATML;
-        s->think_block = strstr(tpl, "enable_thinking") != NULL;
+        s->think_block = no_think;
         s->grouped_tools = strstr(tpl, "<tool_response>") != NULL;
         s->default_system = default_system(tpl);
         return 0;

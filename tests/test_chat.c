@@ -312,6 +312,21 @@ Test(chat, llama3_tool_messages_are_refused)
 
 Test(chat, unknown_template_or_no_template_is_an_error)
 {
+    /* a Qwen3-Thinking-2507-like template: reasoning_content, no enable_thinking */
+    char *think = folder_with_template("{%- for message in messages %}{{ '<|im_start|>' + "
+                                       "message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+                                       "{%- set r = message.reasoning_content %}{%- endfor %}"
+                                       "{{- '<|im_start|>assistant\\n<think>\\n' }}",
+                                       NULL);
+    kv_tokenizer *tt = load_or_die(think);
+    kv_chat_message hi[] = {{"user", "Hi"}};
+    kv_error e = {{0}};
+    cr_expect_null(kv_chat_render(tt, hi, 1, true, true, &e));
+    cr_expect(strstr(e.msg, "reasoning_content"), "%s", e.msg);
+    kv_tokenizer_free(tt);
+    tu_rmtree(think);
+    free(think);
+
     char *dir = folder_with_template("{{ messages[0].content }}", NULL);
     kv_tokenizer *t = load_or_die(dir);
     kv_chat_message m[] = {{"user", "Hi"}};
