@@ -166,10 +166,10 @@ static bool slot_is(const kv_bpe *m, const str_slot *sl, uint32_t h, const char 
     return sl->hash == h && t->len == n && memcmp(m->arena + t->off, s, n) == 0;
 }
 
-/* The slot holding s[0..n), or the empty slot where it would go. */
-static str_slot *str_probe(const kv_bpe *m, const char *s, size_t n)
+/* The slot holding s[0..n) (whose hash_bytes is hh), or the empty slot where
+ * it would go. */
+static str_slot *str_probe_hashed(const kv_bpe *m, const char *s, size_t n, uint64_t hh)
 {
-    uint64_t hh = hash_bytes((const unsigned char *)s, n);
     uint32_t h = (uint32_t)hh;
     for (size_t i = (size_t)(hh >> 20) & m->mask;; i = (i + 1) & m->mask) {
         str_slot *sl = &m->slot[i];
@@ -178,9 +178,29 @@ static str_slot *str_probe(const kv_bpe *m, const char *s, size_t n)
     }
 }
 
+static str_slot *str_probe(const kv_bpe *m, const char *s, size_t n)
+{
+    return str_probe_hashed(m, s, n, hash_bytes((const unsigned char *)s, n));
+}
+
 int32_t kv_bpe_lookup(const kv_bpe *m, const char *s, size_t n)
 {
     return str_probe(m, s, n)->id;
+}
+
+uint64_t kv_bpe_hash(const char *s, size_t n)
+{
+    return hash_bytes((const unsigned char *)s, n);
+}
+
+void kv_bpe_prefetch(const kv_bpe *m, uint64_t hash)
+{
+    __builtin_prefetch(&m->slot[(size_t)(hash >> 20) & m->mask]);
+}
+
+int32_t kv_bpe_lookup_hashed(const kv_bpe *m, const char *s, size_t n, uint64_t hash)
+{
+    return str_probe_hashed(m, s, n, hash)->id;
 }
 
 static int str_grow(kv_bpe *m)
@@ -239,6 +259,12 @@ static int arena_put(kv_bpe *m, const char *s, size_t n, size_t *off)
 
 int kv_bpe_add_token(kv_bpe *m, const char *s, size_t n, int32_t id, kv_error *err)
 {
+    return kv_bpe_add_token_hashed(m, s, n, id, hash_bytes((const unsigned char *)s, n), err);
+}
+
+int kv_bpe_add_token_hashed(kv_bpe *m, const char *s, size_t n, int32_t id, uint64_t hash,
+                            kv_error *err)
+{
     if (id < 0 || n == 0 || n > UINT32_MAX)
         return kv_fail(err, "entry %d: a token needs an id >= 0 and 1 or more bytes", id);
     if (ensure_id(m, id) != 0)
@@ -247,7 +273,7 @@ int kv_bpe_add_token(kv_bpe *m, const char *s, size_t n, int32_t id, kv_error *e
         return kv_fail(err, "id %d is given to two tokens", id);
     if ((m->count + 1) * 2 > m->mask + 1 && str_grow(m) != 0)
         return kv_fail(err, "out of memory for the vocabulary");
-    str_slot *sl = str_probe(m, s, n);
+    str_slot *sl = str_probe_hashed(m, s, n, hash);
     if (sl->id >= 0)
         return kv_fail(err, "the same token appears twice (ids %d and %d)", sl->id, id);
     if (arena_put(m, s, n, &m->tok[id].off) != 0)
@@ -255,7 +281,7 @@ int kv_bpe_add_token(kv_bpe *m, const char *s, size_t n, int32_t id, kv_error *e
     m->tok[id].len = (uint32_t)n;
     if (id >= m->id_end)
         m->id_end = id + 1;
-    *sl = (str_slot){(uint32_t)hash_bytes((const unsigned char *)s, n), id};
+    *sl = (str_slot){(uint32_t)hash, id};
     m->count++;
     return 0;
 }
@@ -303,6 +329,12 @@ static int merge_grow(kv_bpe *m)
     }
     free(old);
     return 0;
+}
+
+void kv_bpe_prefetch_merge(const kv_bpe *m, int32_t a, int32_t b)
+{
+    uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+    __builtin_prefetch(&m->merge[hash_pair(key) & m->merge_mask]);
 }
 
 int kv_bpe_add_merge(kv_bpe *m, int32_t a, int32_t b, int32_t merged, uint32_t rank, kv_error *err)

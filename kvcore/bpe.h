@@ -44,6 +44,16 @@ int kv_bpe_add_token(kv_bpe *m, const char *s, size_t n, int32_t id, kv_error *e
 /* The id of byte string s[0..n), or -1. */
 int32_t kv_bpe_lookup(const kv_bpe *m, const char *s, size_t n);
 
+/* The same lookup in steps, so that a loader doing many can prefetch them
+ * all before the first probe: kv_bpe_hash, kv_bpe_prefetch, then
+ * kv_bpe_lookup_hashed with the same hash. */
+uint64_t kv_bpe_hash(const char *s, size_t n);
+void kv_bpe_prefetch(const kv_bpe *m, uint64_t hash);
+int32_t kv_bpe_lookup_hashed(const kv_bpe *m, const char *s, size_t n, uint64_t hash);
+int kv_bpe_add_token_hashed(kv_bpe *m, const char *s, size_t n, int32_t id, uint64_t hash,
+                            kv_error *err);
+void kv_bpe_prefetch_merge(const kv_bpe *m, int32_t a, int32_t b);
+
 /* The bytes of token id, or NULL when id is not in the vocabulary. */
 const char *kv_bpe_token(const kv_bpe *m, int32_t id, size_t *len);
 

@@ -100,41 +100,76 @@ char *kv_bpe_json_strip(const char *s, size_t n, const kv_bpe_json *where, size_
 
 /* Scratch strings of the scan. */
 typedef struct scan_bufs {
-    char *a, *b, *bytes;
-    size_t cap_a, cap_b, cap_bytes;
+    char *a, *b;
+    size_t cap_a, cap_b;
 } scan_bufs;
-
-static int bytes_room(scan_bufs *sb, size_t need)
-{
-    if (need <= sb->cap_bytes)
-        return 0;
-    char *m = realloc(sb->bytes, need * 2);
-    if (!m)
-        return -1;
-    sb->bytes = m;
-    sb->cap_bytes = need * 2;
-    return 0;
-}
 
 static int scan_fail(const kv_jscan *j, const char *what, kv_error *err)
 {
     return kv_fail(err, "%s: not valid JSON (line %zu: %s)", what, kv_jscan_line(j), j->err);
 }
 
-static int add_vocab_entry(kv_bpe *m, scan_bufs *sb, size_t n, double id, kv_error *err)
+/* Vocabulary entries are inserted in batches, hashed and prefetched first
+ * (see merge batches below for why). */
+#define BATCH 64
+
+typedef struct vocab_item {
+    size_t off; /* bytes at batch->bytes + off */
+    uint32_t len;
+    int32_t id;
+} vocab_item;
+
+typedef struct vocab_batch {
+    char *bytes;
+    size_t n, cap;
+    vocab_item item[BATCH];
+    size_t count;
+} vocab_batch;
+
+static int grow_bytes(char **bytes, size_t *cap, size_t need, kv_error *err)
+{
+    if (need <= *cap)
+        return 0;
+    char *m = realloc(*bytes, need * 2 + 4096);
+    if (!m)
+        return kv_fail(err, "out of memory");
+    *bytes = m;
+    *cap = need * 2 + 4096;
+    return 0;
+}
+
+/* Appends token s[0..n) (byte-level alphabet) with its id. */
+static int vocab_add(vocab_batch *b, const char *s, size_t n, double id, kv_error *err)
 {
     if (id < 0 || id > INT32_MAX - 1 || id != (double)(int32_t)id)
-        return kv_fail(err, "model.vocab: token \"%s\" needs a non-negative integer id", sb->a);
-    if (bytes_room(sb, n + 1) != 0)
-        return kv_fail(err, "out of memory");
-    long bytes = kv_bytelevel_to_bytes(sb->a, n, sb->bytes);
-    if (bytes < 0)
+        return kv_fail(err, "model.vocab: token \"%s\" needs a non-negative integer id", s);
+    if (grow_bytes(&b->bytes, &b->cap, b->n + n, err) != 0)
+        return -1;
+    long len = kv_bytelevel_to_bytes(s, n, b->bytes + b->n);
+    if (len < 0)
         return kv_fail(err,
                        "model.vocab: token \"%s\" is not in the byte-level alphabet "
                        "(only byte-level BPE is supported)",
-                       sb->a);
-    if (kv_bpe_add_token(m, sb->bytes, (size_t)bytes, (int32_t)id, err) != 0)
-        return kv_fail_prefix(err, "model.vocab");
+                       s);
+    b->item[b->count++] = (vocab_item){b->n, (uint32_t)len, (int32_t)id};
+    b->n += (size_t)len;
+    return 0;
+}
+
+static int vocab_flush(kv_bpe *m, vocab_batch *b, kv_error *err)
+{
+    uint64_t h[BATCH];
+    for (size_t i = 0; i < b->count; i++) {
+        h[i] = kv_bpe_hash(b->bytes + b->item[i].off, b->item[i].len);
+        kv_bpe_prefetch(m, h[i]);
+    }
+    for (size_t i = 0; i < b->count; i++) {
+        const vocab_item *it = &b->item[i];
+        if (kv_bpe_add_token_hashed(m, b->bytes + it->off, it->len, it->id, h[i], err) != 0)
+            return kv_fail_prefix(err, "model.vocab");
+    }
+    b->count = 0;
+    b->n = 0;
     return 0;
 }
 
@@ -146,51 +181,94 @@ static int scan_vocab(kv_bpe *m, kv_jscan *j, scan_bufs *sb, kv_error *err)
     bool more = kv_jscan_peek(j) != '}';
     if (!more)
         j->pos++;
-    while (more) {
+    vocab_batch batch = {0};
+    int rc = 0;
+    while (more && rc == 0) {
         size_t n;
         double id;
         if (kv_jscan_string(j, &sb->a, &sb->cap_a, &n) != 0 || kv_jscan_eat(j, ':') != 0 ||
-            kv_jscan_number(j, &id) != 0)
-            return scan_fail(j, "model.vocab", err);
-        if (add_vocab_entry(m, sb, n, id, err) != 0)
-            return -1;
-        if (kv_jscan_next(j, '}', &more) != 0)
-            return scan_fail(j, "model.vocab", err);
+            kv_jscan_number(j, &id) != 0 || kv_jscan_next(j, '}', &more) != 0)
+            rc = scan_fail(j, "model.vocab", err);
+        if (rc == 0)
+            rc = vocab_add(&batch, sb->a, n, id, err);
+        if (rc == 0 && (batch.count == BATCH || !more))
+            rc = vocab_flush(m, &batch, err);
     }
+    free(batch.bytes);
+    return rc;
+}
+
+/* Merges are resolved in batches: each needs three lookups (a, b and a+b),
+ * which are cache misses in tables of 150k entries; hashing and prefetching a
+ * whole batch first lets those misses overlap. */
+
+typedef struct merge_item {
+    size_t off;      /* a's bytes at batch->bytes + off, b's right after */
+    uint32_t la, lb; /* byte lengths */
+    uint32_t rank;
+} merge_item;
+
+typedef struct merge_batch {
+    char *bytes;
+    size_t n, cap;
+    merge_item item[BATCH];
+    size_t count;
+} merge_batch;
+
+/* Appends one merge, its sides given in the byte-level alphabet. */
+static int batch_add(merge_batch *b, const char *sa, size_t na, const char *sb, size_t nb,
+                     uint32_t rank, kv_error *err)
+{
+    if (grow_bytes(&b->bytes, &b->cap, b->n + na + nb, err) != 0)
+        return -1;
+    long la = kv_bytelevel_to_bytes(sa, na, b->bytes + b->n);
+    long lb = la < 0 ? -1 : kv_bytelevel_to_bytes(sb, nb, b->bytes + b->n + (size_t)la);
+    if (la < 0 || lb < 0)
+        return kv_fail(err, "model.merges[%u]: token \"%.*s\" is not in the vocabulary", rank,
+                       la < 0 ? (int)na : (int)nb, la < 0 ? sa : sb);
+    b->item[b->count++] = (merge_item){b->n, (uint32_t)la, (uint32_t)lb, rank};
+    b->n += (size_t)(la + lb);
     return 0;
 }
 
-/* One side of a merge: its byte string's token id; the bytes are written at
- * sb->bytes + off. */
-static int32_t merge_side(const kv_bpe *m, const char *s, size_t n, scan_bufs *sb, size_t off,
-                          long *len)
+static int batch_flush(kv_bpe *m, merge_batch *b, kv_error *err)
 {
-    *len = kv_bytelevel_to_bytes(s, n, sb->bytes + off);
-    return *len < 0 ? -1 : kv_bpe_lookup(m, sb->bytes + off, (size_t)*len);
-}
-
-static int add_merge(kv_bpe *m, scan_bufs *sb, const char *a, size_t na, const char *b, size_t nb,
-                     uint32_t rank, kv_error *err)
-{
-    if (bytes_room(sb, na + nb + 1) != 0)
-        return kv_fail(err, "out of memory");
-    long la, lb;
-    int32_t ia = merge_side(m, a, na, sb, 0, &la);
-    int32_t ib = ia < 0 ? -1 : merge_side(m, b, nb, sb, (size_t)la, &lb);
-    if (ia < 0 || ib < 0)
-        return kv_fail(err, "model.merges[%u]: token \"%.*s\" is not in the vocabulary", rank,
-                       ia < 0 ? (int)na : (int)nb, ia < 0 ? a : b);
-    int32_t merged = kv_bpe_lookup(m, sb->bytes, (size_t)(la + lb));
-    if (merged < 0)
-        return kv_fail(err,
-                       "model.merges[%u]: the merge of \"%.*s\" and \"%.*s\" is not in the "
-                       "vocabulary",
-                       rank, (int)na, a, (int)nb, b);
-    return kv_bpe_add_merge(m, ia, ib, merged, rank, err);
+    uint64_t h[BATCH][3];
+    for (size_t i = 0; i < b->count; i++) {
+        const merge_item *it = &b->item[i];
+        const char *a = b->bytes + it->off;
+        h[i][0] = kv_bpe_hash(a, it->la);
+        h[i][1] = kv_bpe_hash(a + it->la, it->lb);
+        h[i][2] = kv_bpe_hash(a, it->la + it->lb);
+        for (int k = 0; k < 3; k++)
+            kv_bpe_prefetch(m, h[i][k]);
+    }
+    int32_t id[BATCH][3];
+    for (size_t i = 0; i < b->count; i++) {
+        const merge_item *it = &b->item[i];
+        const char *a = b->bytes + it->off;
+        id[i][0] = kv_bpe_lookup_hashed(m, a, it->la, h[i][0]);
+        id[i][1] = kv_bpe_lookup_hashed(m, a + it->la, it->lb, h[i][1]);
+        id[i][2] = kv_bpe_lookup_hashed(m, a, it->la + it->lb, h[i][2]);
+        if (id[i][0] < 0 || id[i][1] < 0)
+            return kv_fail(err, "model.merges[%u]: token \"%.*s\" is not in the vocabulary",
+                           it->rank, id[i][0] < 0 ? (int)it->la : (int)it->lb,
+                           id[i][0] < 0 ? a : a + it->la);
+        if (id[i][2] < 0)
+            return kv_fail(err, "model.merges[%u]: \"%.*s\" (the merge) is not in the vocabulary",
+                           it->rank, (int)(it->la + it->lb), a);
+        kv_bpe_prefetch_merge(m, id[i][0], id[i][1]);
+    }
+    for (size_t i = 0; i < b->count; i++)
+        if (kv_bpe_add_merge(m, id[i][0], id[i][1], id[i][2], b->item[i].rank, err) != 0)
+            return -1;
+    b->count = 0;
+    b->n = 0;
+    return 0;
 }
 
 /* One merge: "a b" or ["a", "b"]. */
-static int scan_merge(kv_bpe *m, kv_jscan *j, scan_bufs *sb, uint32_t rank, kv_error *err)
+static int scan_merge(kv_jscan *j, scan_bufs *sb, merge_batch *batch, uint32_t rank, kv_error *err)
 {
     size_t na, nb;
     if (kv_jscan_peek(j) == '"') {
@@ -202,7 +280,7 @@ static int scan_merge(kv_bpe *m, kv_jscan *j, scan_bufs *sb, uint32_t rank, kv_e
                            "model.merges[%u]: \"%s\" is not two tokens separated by a "
                            "space",
                            rank, sb->a);
-        return add_merge(m, sb, sb->a, (size_t)(sp - sb->a), sp + 1, na - (size_t)(sp + 1 - sb->a),
+        return batch_add(batch, sb->a, (size_t)(sp - sb->a), sp + 1, na - (size_t)(sp + 1 - sb->a),
                          rank, err);
     }
     if (kv_jscan_peek(j) != '[')
@@ -212,7 +290,7 @@ static int scan_merge(kv_bpe *m, kv_jscan *j, scan_bufs *sb, uint32_t rank, kv_e
         kv_jscan_eat(j, ']') != 0)
         return kv_fail(err, "model.merges[%u] is neither \"a b\" nor [\"a\", \"b\"] (line %zu)",
                        rank, kv_jscan_line(j));
-    return add_merge(m, sb, sb->a, na, sb->b, nb, rank, err);
+    return batch_add(batch, sb->a, na, sb->b, nb, rank, err);
 }
 
 static int scan_merges(kv_bpe *m, kv_jscan *j, scan_bufs *sb, kv_error *err)
@@ -226,13 +304,17 @@ static int scan_merges(kv_bpe *m, kv_jscan *j, scan_bufs *sb, kv_error *err)
     bool more = kv_jscan_peek(j) != ']';
     if (!more)
         j->pos++;
-    for (uint32_t rank = 0; more; rank++) {
-        if (scan_merge(m, j, sb, rank, err) != 0)
-            return -1;
-        if (kv_jscan_next(j, ']', &more) != 0)
-            return scan_fail(j, "model.merges", err);
+    merge_batch batch = {0};
+    int rc = 0;
+    for (uint32_t rank = 0; more && rc == 0; rank++) {
+        rc = scan_merge(j, sb, &batch, rank, err);
+        if (rc == 0 && kv_jscan_next(j, ']', &more) != 0)
+            rc = scan_fail(j, "model.merges", err);
+        if (rc == 0 && (batch.count == BATCH || !more))
+            rc = batch_flush(m, &batch, err);
     }
-    return 0;
+    free(batch.bytes);
+    return rc;
 }
 
 kv_bpe *kv_bpe_json_load(const char *text, const kv_bpe_json *where, bool ignore_merges,
@@ -261,7 +343,6 @@ kv_bpe *kv_bpe_json_load(const char *text, const kv_bpe_json *where, bool ignore
     }
     free(sb.a);
     free(sb.b);
-    free(sb.bytes);
     if (rc == 0)
         rc = kv_bpe_finish(m, ignore_merges, err);
     if (rc != 0) {

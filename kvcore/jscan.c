@@ -21,9 +21,13 @@ char kv_jscan_peek(kv_jscan *j)
 {
     while (j->pos < j->n) {
         char c = j->s[j->pos];
-        if (c != ' ' && c != '\n' && c != '\r' && c != '\t')
+        /* pretty-printed files indent by runs of spaces: skip them 8 at a time */
+        if (c == ' ' && j->n - j->pos >= 8 && memcmp(j->s + j->pos, "        ", 8) == 0)
+            j->pos += 8;
+        else if (c == ' ' || c == '\n' || c == '\r' || c == '\t')
+            j->pos++;
+        else
             return c;
-        j->pos++;
     }
     return 0;
 }
