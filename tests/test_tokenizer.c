@@ -41,8 +41,8 @@ static kv_tokenizer *qwen3(void)
 /* Calls fn(line, ctx) for every JSON line of a file. */
 static void each_json_line(const char *path, void (*fn)(const cJSON *, void *), void *ctx)
 {
-    char *data = tu_slurp(path, NULL);
-    for (char *line = strtok(data, "\n"); line; line = strtok(NULL, "\n")) {
+    char *data = tu_slurp(path, NULL), *save;
+    for (char *line = strtok_r(data, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         cJSON *j = cJSON_Parse(line);
         cr_assert(j, "%s: bad JSON line", path);
         fn(j, ctx);
@@ -318,6 +318,60 @@ Test(tokenizer, random_texts_match_hugging_face_js_qwen3)
         cr_skip_test("fixtures/qwen3-tokenizer missing (../shared absent)");
     *strrchr(dir, '/') = '\0';
     check_ref_file(dir, "tests/data/tokenizer/random_qwen3.jsonl");
+    free(dir);
+}
+
+/* ---- real LongBench prompts -------------------------------------------- */
+
+typedef struct lb_case {
+    const kv_tokenizer *t;
+    const char *dir; /* ../shared/fixtures/longbench */
+    int checked;
+} lb_case;
+
+/* Lines {"id": "TASK-i", "ids"}: the ids of line i of TASK.head3.jsonl's
+ * context + "\n" + input, from HF's JS port (tests/tools/encode_js.mjs). */
+static void check_longbench_case(const cJSON *j, void *ctx)
+{
+    lb_case *c = ctx;
+    const char *id = cJSON_GetObjectItem(j, "id")->valuestring;
+    const char *dash = strrchr(id, '-');
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%.*s.head3.jsonl", c->dir, (int)(dash - id), id);
+    char *data = tu_slurp(path, NULL), *save, *line = strtok_r(data, "\n", &save);
+    for (int i = atoi(dash + 1); i > 0 && line; i--)
+        line = strtok_r(NULL, "\n", &save);
+    cr_assert(line, "%s: no line for %s", path, id);
+    cJSON *rec = cJSON_Parse(line);
+    const char *context = cJSON_GetObjectItem(rec, "context")->valuestring;
+    const char *input = cJSON_GetObjectItem(rec, "input")->valuestring;
+    size_t len = strlen(context) + 1 + strlen(input), n, n_ref;
+    char *text = malloc(len + 1);
+    snprintf(text, len + 1, "%s\n%s", context, input);
+    int32_t *ids = encode(c->t, text, len, &n);
+    int32_t *ref = json_ids(cJSON_GetObjectItem(j, "ids"), &n_ref);
+    cr_expect(same_ids(ids, n, ref, n_ref), "%s: ids differ (%zu vs %zu tokens)", id, n, n_ref);
+    free(ref);
+    free(ids);
+    free(text);
+    cJSON_Delete(rec);
+    free(data);
+    c->checked++;
+}
+
+Test(tokenizer, longbench_samples_match_hugging_face_js)
+{
+    char *dir = tu_shared("fixtures/longbench/multi_news.head3.jsonl");
+    if (!dir)
+        cr_skip_test("fixtures/longbench missing (../shared absent)");
+    *strrchr(dir, '/') = '\0';
+    QWEN3_OR_SKIP(t);
+    char *refs = tu_source("tests/data/tokenizer/longbench_qwen3.jsonl");
+    lb_case c = {t, dir, 0};
+    each_json_line(refs, check_longbench_case, &c);
+    cr_expect_eq(c.checked, 9);
+    free(refs);
+    kv_tokenizer_free(t);
     free(dir);
 }
 
