@@ -34,7 +34,7 @@ static const kb_option options[] = {
     {NULL, NULL, NULL},
 };
 
-/* What one input line asks for, and where to write the answer. */
+/* The command's settings and the input at hand (named in messages). */
 typedef struct job {
     const kb_args *a;
     const kv_tokenizer *t;
