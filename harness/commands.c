@@ -4,6 +4,8 @@
 
 #include "cli.h"
 
+extern const kb_command kb_cmd_bench;
+extern const kb_command kb_cmd_tokenize;
 extern const kb_command kb_cmd_version;
 extern const kb_command kb_cmd_score;
 extern const kb_command kb_cmd_run;
@@ -20,11 +22,6 @@ PENDING(fetch, "download LongBench data or a model from the Hugging Face hub",
 PENDING(generate, "greedy generation from one prompt, with or without eviction",
         "kvbench generate --model DIR (--prompt TEXT | --prompt-file F | --tokens IDS) [options]",
         "issue 3 (engine)");
-PENDING(tokenize, "encode or decode text with a model's tokenizer",
-        "kvbench tokenize --model DIR (--text T | --file F | --jsonl F) [options]",
-        "issue 4 (tokenizer)");
-PENDING(bench, "measure throughput of the model, tokenizer, loader or scorers",
-        "kvbench bench model|tokenizer|... [options]", "issues 3, 4, 7, 8");
 
 const kb_command *const kb_commands[] = {
     &kb_cmd_run,
@@ -33,8 +30,8 @@ const kb_command *const kb_commands[] = {
     &kb_cmd_merge,
     &pending_fetch,
     &pending_generate,
-    &pending_tokenize,
-    &pending_bench,
+    &kb_cmd_tokenize,
+    &kb_cmd_bench,
     &kb_cmd_version,
     NULL,
 };

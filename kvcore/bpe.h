@@ -44,6 +44,16 @@ int kv_bpe_add_token(kv_bpe *m, const char *s, size_t n, int32_t id, kv_error *e
 /* The id of byte string s[0..n), or -1. */
 int32_t kv_bpe_lookup(const kv_bpe *m, const char *s, size_t n);
 
+/* The same lookup in steps, so that a loader doing many can prefetch them
+ * all before the first probe: kv_bpe_hash, kv_bpe_prefetch, then
+ * kv_bpe_lookup_hashed with the same hash. */
+uint64_t kv_bpe_hash(const char *s, size_t n);
+void kv_bpe_prefetch(const kv_bpe *m, uint64_t hash);
+int32_t kv_bpe_lookup_hashed(const kv_bpe *m, const char *s, size_t n, uint64_t hash);
+int kv_bpe_add_token_hashed(kv_bpe *m, const char *s, size_t n, int32_t id, uint64_t hash,
+                            kv_error *err);
+void kv_bpe_prefetch_merge(const kv_bpe *m, int32_t a, int32_t b);
+
 /* The bytes of token id, or NULL when id is not in the vocabulary. */
 const char *kv_bpe_token(const kv_bpe *m, int32_t id, size_t *len);
 
@@ -62,5 +72,25 @@ int kv_bpe_finish(kv_bpe *m, bool ignore_merges, kv_error *err);
 /* Appends the ids of pre-token w[0..n) (n > 0) to out. */
 int kv_bpe_word(const kv_bpe *m, const unsigned char *w, size_t n, kv_bpe_scratch *s, kv_ids *out,
                 kv_error *err);
+
+/* ---- loading from tokenizer.json (bpe_json.c) ---- */
+
+/* Where model.vocab and model.merges lie in a tokenizer.json text (end == 0:
+ * absent). */
+typedef struct kv_bpe_json {
+    size_t vocab_at, vocab_end, merges_at, merges_end;
+} kv_bpe_json;
+
+/* Finds them in the top-level object of s[0..n). */
+int kv_bpe_json_find(const char *s, size_t n, kv_bpe_json *where, kv_error *err);
+
+/* A malloc'd copy of s with model.vocab as {} and model.merges as [], small
+ * enough for cJSON. */
+char *kv_bpe_json_strip(const char *s, size_t n, const kv_bpe_json *where, size_t *len);
+
+/* The model: vocab tokens written in the byte-level alphabet, merges as
+ * "a b" or ["a", "b"]. */
+kv_bpe *kv_bpe_json_load(const char *s, const kv_bpe_json *where, bool ignore_merges,
+                         kv_error *err);
 
 #endif

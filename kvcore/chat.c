@@ -140,12 +140,22 @@ static int analyse(const kv_tokenizer *t, style *s, kv_error *err)
         return 0;
     }
     if (strstr(tpl, "<|im_start|>")) {
-        if (strstr(tpl, "reasoning_content") && strstr(tpl, "enable_thinking")) {
+        /* The think rules must be the ones implemented here: Qwen3's, or the
+         * empty block on enable_thinking=false alone. A template that thinks
+         * otherwise (Qwen3-Thinking-2507 opens <think> itself) is refused. */
+        bool no_think = strstr(tpl, "enable_thinking is defined and enable_thinking is false");
+        if (strstr(tpl, "reasoning_content")) {
+            if (!no_think || !strstr(tpl, "last_query_index"))
+                return kv_fail(err, "chat template: a Qwen template with reasoning_content that "
+                                    "is not Qwen3's is not supported");
             s->fam = FAM_QWEN3;
             return 0;
         }
+        if (strstr(tpl, "<think>") && !no_think)
+            return kv_fail(err, "chat template: a ChatML template with <think> rules other than "
+                                "enable_thinking=false is not supported");
         s->fam = FAM_CHATML;
-        s->think_block = strstr(tpl, "enable_thinking") != NULL;
+        s->think_block = no_think;
         s->grouped_tools = strstr(tpl, "<tool_response>") != NULL;
         s->default_system = default_system(tpl);
         return 0;
@@ -404,6 +414,12 @@ char *kv_chat_render(const kv_tokenizer *t, const kv_chat_message *msgs, size_t 
         style_free(&s);
         return NULL;
     }
+    for (size_t i = 0; s.fam == FAM_LLAMA3 && i < n; i++)
+        if (is(msgs[i].role, "tool") || is(msgs[i].role, "ipython")) {
+            style_free(&s);
+            kv_fail(err, "chat template: Llama-3 tool messages (message %zu) are not supported", i);
+            return NULL;
+        }
     out o = {0};
     puts_(&o, "");
     if (s.fam == FAM_QWEN3)

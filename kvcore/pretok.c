@@ -252,6 +252,20 @@ static size_t utf8_char_len(unsigned char b)
     return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
 }
 
+/* The next match at or after pos. JIT first; should a pattern need more than
+ * the JIT's machine stack on some input, the interpreter (which keeps its
+ * backtracking state on the heap) gives the same match. */
+static int match(const stage *sg, const char *s, size_t n, size_t pos, pcre2_match_data *md)
+{
+    if (sg->jit) {
+        int rc = pcre2_jit_match(sg->code, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, md, NULL);
+        if (rc != PCRE2_ERROR_JIT_STACKLIMIT)
+            return rc;
+    }
+    return pcre2_match(sg->code, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md,
+                       NULL);
+}
+
 /* Splits s[0..n) by stage `level`, passing each match and each gap on. */
 static int split_stage(split_ctx *c, size_t level, const char *s, size_t n)
 {
@@ -260,9 +274,7 @@ static int split_stage(split_ctx *c, size_t level, const char *s, size_t n)
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
     size_t pos = 0, last = 0;
     while (pos < n) {
-        int rc =
-            sg->jit ? pcre2_jit_match(sg->code, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, md, NULL)
-                    : pcre2_match(sg->code, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, md, NULL);
+        int rc = match(sg, s, n, pos, md);
         if (rc == PCRE2_ERROR_NOMATCH)
             break;
         if (rc < 0) {
