@@ -1,0 +1,45 @@
+/* Prompt building, as LongBench's pred.py does it (../shared/LONGBENCH.md §2):
+ *
+ *   1. substitute the sample into the task's template;
+ *   2. if the tokenised prompt is longer than max_length, keep the first and
+ *      last max_length/2 tokens: decode both halves (skipping special tokens),
+ *      join the texts and tokenise again;
+ *   3. wrap the text in the model's chat template when the protocol says so.
+ *
+ * Two protocols decide step 3 and where generation stops:
+ *   longbench  pred.py: chat on every task but trec triviaqa samsum lsht lcc
+ *              repobench-p; stop at EOS, samsum also at the single "\n" token.
+ *   nncf       the NNCF LongBench script (EVICTION.md §8): chat template on
+ *              every task, stop at the first "\n" on every task.
+ */
+#ifndef LB_PROMPT_H
+#define LB_PROMPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "error.h"
+#include "sample.h"
+#include "tasks.h"
+
+typedef enum lb_protocol {
+    LB_PROTOCOL_LONGBENCH,
+    LB_PROTOCOL_NNCF,
+} lb_protocol;
+
+/* "longbench" / "nncf" -> protocol. */
+int lb_protocol_parse(const char *name, lb_protocol *out, kv_error *err);
+const char *lb_protocol_name(lb_protocol p);
+
+/* Whether the protocol wraps this task's prompt in the chat template. */
+bool lb_protocol_chat(lb_protocol p, const lb_task *task);
+/* Whether generation also stops at the single "\n" token. */
+bool lb_protocol_newline_stop(lb_protocol p, const lb_task *task);
+
+/* Step 1: the template with {context} and {input} substituted (Python
+ * str.format semantics: "{{" and "}}" are literal braces; the values are not
+ * re-parsed). *text is malloc'd and NUL-terminated; *len excludes the NUL. */
+int lb_prompt_format(const lb_task *task, const lb_sample *s, char **text, size_t *len,
+                     kv_error *err);
+
+#endif

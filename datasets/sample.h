@@ -1,0 +1,71 @@
+/* LongBench samples: a validating, streaming loader over JSONL files.
+ *
+ * One record is parsed at a time (cJSON per line), so memory stays at the
+ * size of the longest line whatever the file size. Every record is checked
+ * against the LongBench schema (../shared/LONGBENCH.md §1.2); a malformed
+ * line is reported as "file:line: what is wrong". Unknown keys are ignored,
+ * because third-party copies of LongBench add their own.
+ */
+#ifndef LB_SAMPLE_H
+#define LB_SAMPLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "error.h"
+
+/* One LongBench record. All strings are NUL-terminated UTF-8 owned by the sample. */
+typedef struct lb_sample {
+    char *id;             /* "_id" */
+    char *input;          /* may be "" */
+    char *context;
+    char **answers;       /* n_answers >= 1 */
+    size_t n_answers;
+    char **all_classes;   /* NULL when the record has null (every task but trec/lsht) */
+    size_t n_classes;
+    long length;          /* words (en/code) or characters (zh); LongBench-E buckets */
+    char *dataset;
+    char *language;
+    long lineno;          /* where the record is in its file */
+} lb_sample;
+
+void lb_sample_free(lb_sample *s);
+
+/* Parses one JSON line into *s (zeroed first). On failure returns -1 with
+ * "what is wrong" in err (the caller adds file:line) and *s left empty. */
+int lb_sample_parse(const char *line, size_t len, lb_sample *s, kv_error *err);
+
+typedef enum lb_on_error {
+    LB_ON_ERROR_STOP, /* the first malformed line is an error (default) */
+    LB_ON_ERROR_SKIP, /* malformed lines are counted and skipped */
+} lb_on_error;
+
+typedef struct lb_loader_options {
+    lb_on_error on_error;
+    long limit;                 /* at most this many samples; 0: all */
+    const char *const *ids;     /* only these _id values (file order is kept); NULL: all */
+    size_t n_ids;
+} lb_loader_options;
+
+typedef struct lb_loader lb_loader;
+
+/* Opens a LongBench .jsonl file ("-" is stdin). opts may be NULL (defaults). */
+lb_loader *lb_loader_open(const char *path, const lb_loader_options *opts, kv_error *err);
+
+/* Reads the next selected sample into *s (the caller frees it with
+ * lb_sample_free). Returns 1 for a sample, 0 at the end, -1 on an error:
+ * a malformed line under LB_ON_ERROR_STOP, a read error, or, at the end of
+ * the file, requested ids that the file does not contain. */
+int lb_loader_next(lb_loader *l, lb_sample *s, kv_error *err);
+
+/* Malformed lines skipped so far, and the message of the last one ("" if none),
+ * so that a caller can report them. */
+long lb_loader_skipped(const lb_loader *l);
+const char *lb_loader_last_skip(const lb_loader *l);
+
+/* Records read so far (selected or not, malformed ones included). */
+long lb_loader_records(const lb_loader *l);
+
+void lb_loader_close(lb_loader *l);
+
+#endif
