@@ -4,6 +4,7 @@
 
 #include "cli.h"
 
+extern const kb_command kb_cmd_fetch;
 extern const kb_command kb_cmd_version;
 
 #define PENDING(NAME, SUMMARY, USAGE, WHERE)                                          \
@@ -17,8 +18,6 @@ PENDING(score, "score prediction files with LongBench's metrics",
         "kvbench score FILE.jsonl|DIR [options]", "issue 8 (scorers)");
 PENDING(report, "build scores.csv, summary.md and report.html from runs",
         "kvbench report RUN... [options]", "issue 9 (runner)");
-PENDING(fetch, "download LongBench data or a model from the Hugging Face hub",
-        "kvbench fetch longbench|model [NAME] [options]", "issue 7 (datasets)");
 PENDING(generate, "greedy generation from one prompt, with or without eviction",
         "kvbench generate --model DIR (--prompt TEXT | --prompt-file F | --tokens IDS) [options]",
         "issue 3 (engine)");
@@ -32,7 +31,7 @@ const kb_command *const kb_commands[] = {
     &pending_run,
     &pending_score,
     &pending_report,
-    &pending_fetch,
+    &kb_cmd_fetch,
     &pending_generate,
     &pending_tokenize,
     &pending_bench,
