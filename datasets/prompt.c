@@ -1,7 +1,13 @@
 #include "prompt.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if __has_include("chat.h") /* until the tokenizer branch brings kvcore/chat */
+#include "chat.h"
+#define LB_HAVE_CHAT 1
+#endif
 
 int lb_protocol_parse(const char *name, lb_protocol *out, kv_error *err)
 {
@@ -110,4 +116,112 @@ int lb_prompt_format(const lb_task *task, const lb_sample *s, char **text, size_
     *text = out.p;
     *len = out.len;
     return 0;
+}
+
+/* ---- truncation and chat ------------------------------------------------------ */
+
+void lb_prompt_free(lb_prompt *p)
+{
+    if (!p)
+        return;
+    free(p->text);
+    free(p->ids);
+    memset(p, 0, sizeof *p);
+}
+
+/* HF's tokenizer(text) with add_special_tokens=True: kv_tokenizer_encode adds
+ * nothing, so BOS is put in front here for tokenizers that declare one
+ * (Llama; Qwen has none). A text that already starts with the BOS token (a
+ * rendered Llama-3 chat) does not get a second one. */
+static int encode_like_hf(const kv_tokenizer *t, const char *text, size_t len, int32_t **ids,
+                          size_t *n, kv_error *err)
+{
+    if (kv_tokenizer_encode(t, text, len, ids, n, err) < 0)
+        return -1;
+    int32_t bos = kv_tokenizer_bos_id(t);
+    if (bos < 0 || (*n > 0 && (*ids)[0] == bos))
+        return 0;
+    int32_t *with = malloc((*n + 1) * sizeof *with);
+    if (!with) {
+        free(*ids);
+        *ids = NULL;
+        return kv_fail(err, "out of memory tokenising a prompt");
+    }
+    with[0] = bos;
+    if (*n)
+        memcpy(with + 1, *ids, *n * sizeof *with);
+    free(*ids);
+    *ids = with;
+    (*n)++;
+    return 0;
+}
+
+/* pred.py: half = int(max_length/2); prompt = decode(ids[:half]) + decode(ids[-half:]),
+ * both with skip_special_tokens=True. Replaces *text. */
+static int cut_middle(const kv_tokenizer *t, const int32_t *ids, size_t n, long max_length,
+                      char **text, size_t *len, kv_error *err)
+{
+    size_t half = (size_t)max_length / 2;
+    char *head = kv_tokenizer_decode(t, ids, half, true);
+    char *tail = kv_tokenizer_decode(t, ids + n - half, half, true);
+    char *joined = NULL;
+    int rc = head && tail && asprintf(&joined, "%s%s", head, tail) >= 0
+                 ? 0
+                 : kv_fail(err, "out of memory truncating a prompt");
+    free(head);
+    free(tail);
+    if (rc == 0) {
+        free(*text);
+        *text = joined;
+        *len = strlen(joined);
+    }
+    return rc;
+}
+
+static int apply_chat(const kv_tokenizer *t, bool enable_thinking, char **text, size_t *len,
+                      kv_error *err)
+{
+#ifndef LB_HAVE_CHAT
+    (void)t, (void)enable_thinking, (void)text, (void)len;
+    return kv_fail(err, "chat templates are not available in this build (kvcore/chat)");
+#else
+    kv_chat_message user = {.role = "user", .content = *text};
+    char *chat = kv_chat_render(t, &user, 1, true, enable_thinking, err);
+    if (!chat)
+        return -1;
+    free(*text);
+    *text = chat;
+    *len = strlen(chat);
+    return 0;
+#endif
+}
+
+int lb_prompt_build(const lb_task *task, const lb_sample *s, const kv_tokenizer *t,
+                    const lb_prompt_options *opts, lb_prompt *p, kv_error *err)
+{
+    memset(p, 0, sizeof *p);
+    if (lb_prompt_format(task, s, &p->text, &p->len, err) < 0)
+        return -1;
+    int rc = encode_like_hf(t, p->text, p->len, &p->ids, &p->n_raw, err);
+    if (rc == 0 && opts->max_length > 0 && p->n_raw > (size_t)opts->max_length) {
+        rc = cut_middle(t, p->ids, p->n_raw, opts->max_length, &p->text, &p->len, err);
+        p->truncated = true;
+    }
+    p->chat = lb_protocol_chat(opts->protocol, task) && kv_tokenizer_chat_template(t) != NULL;
+    if (rc == 0 && p->chat)
+        rc = apply_chat(t, opts->enable_thinking, &p->text, &p->len, err);
+    if (rc == 0 && (p->truncated || p->chat)) { /* re-tokenise the final text */
+        free(p->ids);
+        p->ids = NULL;
+        rc = encode_like_hf(t, p->text, p->len, &p->ids, &p->n_ids, err);
+    } else {
+        p->n_ids = p->n_raw;
+    }
+    if (rc < 0) {
+        char where[160];
+        snprintf(where, sizeof where, "%s sample %s", task->name, s->id ? s->id : "?");
+        kv_fail_prefix(err, where);
+        lb_prompt_free(p);
+    }
+    return rc;
 }

@@ -17,10 +17,12 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "error.h"
 #include "sample.h"
 #include "tasks.h"
+#include "tokenizer.h"
 
 typedef enum lb_protocol {
     LB_PROTOCOL_LONGBENCH,
@@ -41,5 +43,28 @@ bool lb_protocol_newline_stop(lb_protocol p, const lb_task *task);
  * re-parsed). *text is malloc'd and NUL-terminated; *len excludes the NUL. */
 int lb_prompt_format(const lb_task *task, const lb_sample *s, char **text, size_t *len,
                      kv_error *err);
+
+typedef struct lb_prompt_options {
+    lb_protocol protocol;
+    long max_length;      /* token budget of the prompt before the chat template; 0: none */
+    bool enable_thinking; /* Qwen3's chat switch; LongBench runs use false */
+} lb_prompt_options;
+
+typedef struct lb_prompt {
+    char *text;           /* exactly what the model sees (chat template included) */
+    size_t len;
+    int32_t *ids;         /* text tokenised, BOS first when the tokenizer adds one */
+    size_t n_ids;
+    size_t n_raw;         /* tokens of the substituted template before truncation */
+    bool truncated;       /* the middle was cut */
+    bool chat;            /* the chat template was applied */
+} lb_prompt;
+
+/* Steps 1-3. The chat template is applied when the protocol asks for it and
+ * the tokenizer has one (pred.py leaves the prompt alone for a model its
+ * build_chat does not know). On failure *p is left empty. */
+int lb_prompt_build(const lb_task *task, const lb_sample *s, const kv_tokenizer *t,
+                    const lb_prompt_options *opts, lb_prompt *p, kv_error *err);
+void lb_prompt_free(lb_prompt *p);
 
 #endif

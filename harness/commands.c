@@ -5,6 +5,7 @@
 #include "cli.h"
 
 extern const kb_command kb_cmd_fetch;
+extern const kb_command kb_cmd_prompts;
 extern const kb_command kb_cmd_version;
 
 #define PENDING(NAME, SUMMARY, USAGE, WHERE)                                          \
@@ -32,6 +33,7 @@ const kb_command *const kb_commands[] = {
     &pending_score,
     &pending_report,
     &kb_cmd_fetch,
+    &kb_cmd_prompts,
     &pending_generate,
     &pending_tokenize,
     &pending_bench,
