@@ -4,10 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if __has_include("chat.h") /* until the tokenizer branch brings kvcore/chat */
 #include "chat.h"
-#define LB_HAVE_CHAT 1
-#endif
 
 int lb_protocol_parse(const char *name, lb_protocol *out, kv_error *err)
 {
@@ -181,10 +178,6 @@ static int cut_middle(const kv_tokenizer *t, const int32_t *ids, size_t n, long 
 static int apply_chat(const kv_tokenizer *t, bool enable_thinking, char **text, size_t *len,
                       kv_error *err)
 {
-#ifndef LB_HAVE_CHAT
-    (void)t, (void)enable_thinking, (void)text, (void)len;
-    return kv_fail(err, "chat templates are not available in this build (kvcore/chat)");
-#else
     kv_chat_message user = {.role = "user", .content = *text};
     char *chat = kv_chat_render(t, &user, 1, true, enable_thinking, err);
     if (!chat)
@@ -193,7 +186,6 @@ static int apply_chat(const kv_tokenizer *t, bool enable_thinking, char **text, 
     *text = chat;
     *len = strlen(chat);
     return 0;
-#endif
 }
 
 int lb_prompt_build(const lb_task *task, const lb_sample *s, const kv_tokenizer *t,
