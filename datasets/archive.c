@@ -63,8 +63,7 @@ static int make_dirs(const char *dir, const char *rel, bool last_is_dir, kv_erro
 }
 
 /* Writes one entry through a temporary name, then renames it. */
-static int extract_file(zip_t *z, zip_int64_t i, const char *dir, const char *name,
-                        kv_error *err)
+static int extract_file(zip_t *z, zip_int64_t i, const char *dir, const char *name, kv_error *err)
 {
     char *path = NULL, *tmp = NULL;
     if (asprintf(&path, "%s/%s", dir, name) < 0 || asprintf(&tmp, "%s.kvbtmp", path) < 0) {
@@ -118,8 +117,9 @@ int lb_unzip(const char *zip_path, const char *dest_dir, size_t *n_files, kv_err
     for (zip_int64_t i = 0; i < n && rc == 0; i++) { /* check every name first */
         const char *name = zip_get_name(z, (zip_uint64_t)i, ZIP_FL_ENC_GUESS);
         if (!name || !safe_name(name))
-            rc = kv_fail(err, "%s: entry \"%s\" would be written outside %s; nothing was "
-                              "extracted",
+            rc = kv_fail(err,
+                         "%s: entry \"%s\" would be written outside %s; nothing was "
+                         "extracted",
                          zip_path, name ? name : "?", dest_dir);
     }
     if (rc == 0 && mkdir(dest_dir, 0777) != 0 && errno != EEXIST)

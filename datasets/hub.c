@@ -75,16 +75,16 @@ char *lb_hub_file_url(const lb_hub *h, lb_repo_kind kind, const char *repo, cons
 
 typedef struct xfer {
     const lb_hub *hub;
-    const char *part;     /* DEST.part */
-    const char *name;     /* for progress and messages */
-    FILE *fp;             /* opened at the first body byte, so failures leave no file */
-    uint64_t offset;      /* bytes of .part when the request was sent */
-    long status;          /* of the response being received */
-    long long range_start;/* from Content-Range, -1 if none */
-    uint64_t size;        /* whole file size when known, else 0 */
-    char linked_sha[65];  /* X-Linked-Etag: the LFS sha256, kept across redirects */
-    bool bad_range;       /* a 206 that does not continue our bytes */
-    int io_errno;         /* a failed local write */
+    const char *part;      /* DEST.part */
+    const char *name;      /* for progress and messages */
+    FILE *fp;              /* opened at the first body byte, so failures leave no file */
+    uint64_t offset;       /* bytes of .part when the request was sent */
+    long status;           /* of the response being received */
+    long long range_start; /* from Content-Range, -1 if none */
+    uint64_t size;         /* whole file size when known, else 0 */
+    char linked_sha[65];   /* X-Linked-Etag: the LFS sha256, kept across redirects */
+    bool bad_range;        /* a 206 that does not continue our bytes */
+    int io_errno;          /* a failed local write */
 } xfer;
 
 static bool is_hex64(const char *s, size_t n)
@@ -98,8 +98,7 @@ static bool is_hex64(const char *s, size_t n)
 }
 
 /* "Name: value" with the name compared case-insensitively; the value, trimmed. */
-static bool header_value(const char *line, size_t n, const char *name, const char **v,
-                         size_t *vn)
+static bool header_value(const char *line, size_t n, const char *name, const char **v, size_t *vn)
 {
     size_t k = strlen(name);
     if (n <= k || strncasecmp(line, name, k) != 0 || line[k] != ':')
@@ -193,10 +192,10 @@ static uint64_t file_size(const char *path)
 
 /* What one attempt came to. */
 typedef enum outcome {
-    DONE,       /* the .part holds the whole file */
-    RETRY,      /* worth another attempt */
-    RESTART,    /* throw the .part away, then retry */
-    FAILED,     /* err says why; no retry helps */
+    DONE,    /* the .part holds the whole file */
+    RETRY,   /* worth another attempt */
+    RESTART, /* throw the .part away, then retry */
+    FAILED,  /* err says why; no retry helps */
     NOT_FOUND,
 } outcome;
 
@@ -208,12 +207,14 @@ static outcome http_failure(const lb_hub *h, long status, const char *url, kv_er
     }
     if (status == 401 || status == 403) {
         if (h->token)
-            kv_fail(err, "%s: the hub refused the token in HF_TOKEN (HTTP %ld): check that it "
-                         "can read this repository",
+            kv_fail(err,
+                    "%s: the hub refused the token in HF_TOKEN (HTTP %ld): check that it "
+                    "can read this repository",
                     url, status);
         else
-            kv_fail(err, "%s: the hub wants a login (HTTP %ld): set HF_TOKEN to an access token "
-                         "(and accept the repository's licence on its page)",
+            kv_fail(err,
+                    "%s: the hub wants a login (HTTP %ld): set HF_TOKEN to an access token "
+                    "(and accept the repository's licence on its page)",
                     url, status);
         return FAILED;
     }
@@ -388,8 +389,9 @@ static int verify(const char *part, const char *want, lb_hub_result *res, kv_err
         return -1;
     if (strcasecmp(got, want) != 0) {
         unlink(part);
-        return kv_fail(err, "%s: sha256 mismatch: the file has %s, the hub says %s; the "
-                            "download was deleted",
+        return kv_fail(err,
+                       "%s: sha256 mismatch: the file has %s, the hub says %s; the "
+                       "download was deleted",
                        part, got, want);
     }
     res->verified = true;
@@ -412,8 +414,9 @@ int lb_hub_download(const lb_hub *h, const char *url, const char *dest, const ch
         return 0;
     }
     if (h->offline)
-        return kv_fail(err, "%s is not downloaded and the hub is offline (--offline or "
-                            "HF_HUB_OFFLINE=1)",
+        return kv_fail(err,
+                       "%s is not downloaded and the hub is offline (--offline or "
+                       "HF_HUB_OFFLINE=1)",
                        dest);
     if (make_parents(dest, err) < 0)
         return -1;

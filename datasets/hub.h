@@ -23,12 +23,12 @@
 typedef void (*lb_hub_progress_fn)(void *ctx, const char *name, uint64_t done, uint64_t total);
 
 typedef struct lb_hub {
-    const char *endpoint;   /* "https://huggingface.co", or a mirror ($HF_ENDPOINT) */
-    const char *token;      /* $HF_TOKEN, or NULL */
-    bool offline;           /* no network: only files already downloaded are found */
-    int retries;            /* further attempts after a failed one */
-    double backoff_s;       /* wait before the first retry; doubles each time */
-    long stall_s;           /* a transfer slower than 1 KiB/s for this long is retried */
+    const char *endpoint; /* "https://huggingface.co", or a mirror ($HF_ENDPOINT) */
+    const char *token;    /* $HF_TOKEN, or NULL */
+    bool offline;         /* no network: only files already downloaded are found */
+    int retries;          /* further attempts after a failed one */
+    double backoff_s;     /* wait before the first retry; doubles each time */
+    long stall_s;         /* a transfer slower than 1 KiB/s for this long is retried */
     lb_hub_progress_fn progress;
     void *progress_ctx;
 } lb_hub;
@@ -52,12 +52,12 @@ enum {
 };
 
 typedef struct lb_hub_result {
-    bool cached;          /* DEST was already there: nothing was transferred */
-    bool resumed;         /* a .part file was continued with a Range request */
-    bool verified;        /* the sha256 was checked */
-    int attempts;         /* HTTP transfers made */
-    uint64_t bytes;       /* size of DEST */
-    char sha256[65];      /* the hash checked, "" when none was known */
+    bool cached;     /* DEST was already there: nothing was transferred */
+    bool resumed;    /* a .part file was continued with a Range request */
+    bool verified;   /* the sha256 was checked */
+    int attempts;    /* HTTP transfers made */
+    uint64_t bytes;  /* size of DEST */
+    char sha256[65]; /* the hash checked, "" when none was known */
 } lb_hub_result;
 
 /* Downloads url to dest (parent folders are created). expect_sha256 (64 hex

@@ -87,8 +87,9 @@ static int format_braces(const lb_task *task, const lb_sample *s, buf *out, kv_e
         const char *close = t[0] == '{' ? strchr(t, '}') : NULL;
         const char *value = close ? field(s, t + 1, (size_t)(close - t - 1)) : NULL;
         if (!value)
-            return kv_fail(err, "task %s: its template has a placeholder other than "
-                                "{context} and {input} near \"%.20s\"",
+            return kv_fail(err,
+                           "task %s: its template has a placeholder other than "
+                           "{context} and {input} near \"%.20s\"",
                            task->name, t);
         if (buf_add(out, value, strlen(value)) < 0)
             return kv_fail(err, "out of memory building a %s prompt", task->name);

@@ -51,13 +51,13 @@ typedef struct lb_prompt_options {
 } lb_prompt_options;
 
 typedef struct lb_prompt {
-    char *text;           /* exactly what the model sees (chat template included) */
+    char *text; /* exactly what the model sees (chat template included) */
     size_t len;
-    int32_t *ids;         /* text tokenised, BOS first when the tokenizer adds one */
+    int32_t *ids; /* text tokenised, BOS first when the tokenizer adds one */
     size_t n_ids;
-    size_t n_raw;         /* tokens of the substituted template before truncation */
-    bool truncated;       /* the middle was cut */
-    bool chat;            /* the chat template was applied */
+    size_t n_raw;   /* tokens of the substituted template before truncation */
+    bool truncated; /* the middle was cut */
+    bool chat;      /* the chat template was applied */
 } lb_prompt;
 
 /* Steps 1-3. The chat template is applied when the protocol asks for it and

@@ -72,8 +72,7 @@ static int take_string_array(cJSON *v, const char *key, size_t min, char ***out,
                              kv_error *err)
 {
     if (!cJSON_IsArray(v))
-        return kv_fail(err, "\"%s\" must be an array of strings, found %s", key,
-                       json_type_name(v));
+        return kv_fail(err, "\"%s\" must be an array of strings, found %s", key, json_type_name(v));
     size_t count = (size_t)cJSON_GetArraySize(v);
     if (count < min)
         return kv_fail(err, "\"%s\" is empty: a sample needs at least one answer", key);
@@ -115,7 +114,8 @@ static int take_fields(cJSON *obj, lb_sample *s, kv_error *err)
     if (take_string(obj, "_id", &s->id, err) < 0 || take_string(obj, "input", &s->input, err) < 0 ||
         take_string(obj, "context", &s->context, err) < 0 ||
         take_string(obj, "dataset", &s->dataset, err) < 0 ||
-        take_string(obj, "language", &s->language, err) < 0 || take_length(obj, &s->length, err) < 0)
+        take_string(obj, "language", &s->language, err) < 0 ||
+        take_length(obj, &s->length, err) < 0)
         return -1;
     cJSON *answers = cJSON_GetObjectItemCaseSensitive(obj, "answers");
     if (!answers)
@@ -160,7 +160,7 @@ int lb_sample_parse(const char *line, size_t len, lb_sample *s, kv_error *err)
 struct lb_loader {
     lb_jsonl *lines;
     lb_loader_options opts;
-    bool *id_seen;      /* per requested id */
+    bool *id_seen; /* per requested id */
     long returned;
     long records;
     long skipped;

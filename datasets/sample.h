@@ -16,17 +16,17 @@
 
 /* One LongBench record. All strings are NUL-terminated UTF-8 owned by the sample. */
 typedef struct lb_sample {
-    char *id;             /* "_id" */
-    char *input;          /* may be "" */
+    char *id;    /* "_id" */
+    char *input; /* may be "" */
     char *context;
-    char **answers;       /* n_answers >= 1 */
+    char **answers; /* n_answers >= 1 */
     size_t n_answers;
-    char **all_classes;   /* NULL when the record has null (every task but trec/lsht) */
+    char **all_classes; /* NULL when the record has null (every task but trec/lsht) */
     size_t n_classes;
-    long length;          /* words (en/code) or characters (zh); LongBench-E buckets */
+    long length; /* words (en/code) or characters (zh); LongBench-E buckets */
     char *dataset;
     char *language;
-    long lineno;          /* where the record is in its file */
+    long lineno; /* where the record is in its file */
 } lb_sample;
 
 void lb_sample_free(lb_sample *s);
@@ -42,8 +42,8 @@ typedef enum lb_on_error {
 
 typedef struct lb_loader_options {
     lb_on_error on_error;
-    long limit;                 /* at most this many samples; 0: all */
-    const char *const *ids;     /* only these _id values (file order is kept); NULL: all */
+    long limit;             /* at most this many samples; 0: all */
+    const char *const *ids; /* only these _id values (file order is kept); NULL: all */
     size_t n_ids;
 } lb_loader_options;
 

@@ -9,9 +9,9 @@
 
 typedef struct lb_sha256 {
     uint32_t h[8];
-    uint64_t total;     /* bytes hashed */
+    uint64_t total; /* bytes hashed */
     uint8_t block[64];
-    size_t fill;        /* bytes waiting in block */
+    size_t fill; /* bytes waiting in block */
 } lb_sha256;
 
 void lb_sha256_init(lb_sha256 *c);

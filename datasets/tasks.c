@@ -205,7 +205,7 @@ static const char P_REPOBENCH_P[] =
     "Please complete the code given below. \n"
     "{context}{input}Next line of code:\n";
 
-/* LongBench v2 (root prompts/*.txt of the same commit): $DOC$, $Q$, $C_A$..$C_D$
+/* LongBench v2 (root prompts/0shot*.txt of the same commit): $DOC$, $Q$, $C_A$..$C_D$
  * and $COT$ are replaced by the stripped fields. */
 static const char V2_0SHOT[] =
     "Please read the following text and answer the question below.\n"

@@ -29,21 +29,21 @@ typedef enum lb_template_kind {
 } lb_template_kind;
 
 typedef struct lb_task {
-    const char *name;       /* file/config name: "qasper", "qasper_e", "v2_0shot" */
-    const char *base;       /* the v1 task whose prompt and metric it uses ("qasper" for
-                               "qasper_e"); equal to name otherwise */
+    const char *name; /* file/config name: "qasper", "qasper_e", "v2_0shot" */
+    const char *base; /* the v1 task whose prompt and metric it uses ("qasper" for
+                         "qasper_e"); equal to name otherwise */
     lb_family family;
-    const char *category;   /* "single-doc QA", "few-shot", ... */
-    const char *metric;     /* eval.py's metric function name: "qa_f1_score" */
-    int max_new_tokens;     /* dataset2maxlen */
-    const char *language;   /* "en", "zh" or "code" (the data's `language` for code is
-                               the programming language) */
-    bool chat;              /* pred.py wraps the prompt in the chat template */
-    bool first_line;        /* eval.py scores only the first line of the prediction */
-    bool newline_stop;      /* pred.py also stops at the single "\n" token (samsum) */
-    int n_samples;          /* official number of samples (task.md) */
+    const char *category; /* "single-doc QA", "few-shot", ... */
+    const char *metric;   /* eval.py's metric function name: "qa_f1_score" */
+    int max_new_tokens;   /* dataset2maxlen */
+    const char *language; /* "en", "zh" or "code" (the data's `language` for code is
+                             the programming language) */
+    bool chat;            /* pred.py wraps the prompt in the chat template */
+    bool first_line;      /* eval.py scores only the first line of the prediction */
+    bool newline_stop;    /* pred.py also stops at the single "\n" token (samsum) */
+    int n_samples;        /* official number of samples (task.md) */
     lb_template_kind template_kind;
-    const char *prompt;     /* the template, verbatim */
+    const char *prompt; /* the template, verbatim */
 } lb_task;
 
 /* All tasks, in LongBench's order: v1, then E, then v2, then synthetic. */

@@ -30,7 +30,7 @@ static const kb_option options[] = {
 typedef struct progress {
     bool tty;
     double start, last_draw;
-    uint64_t first_done;  /* bytes already there when the transfer began (resume) */
+    uint64_t first_done; /* bytes already there when the transfer began (resume) */
     bool drawn;
     char name[128];
 } progress;
@@ -125,7 +125,9 @@ static int fetch_file(fetch_ctx *f, const char *file, bool optional)
         char size[32];
         human(r.bytes, size, sizeof size);
         printf("%-40s %10s  %s%s\n", dest, size,
-               r.cached ? "already there" : r.resumed ? "resumed" : "downloaded",
+               r.cached    ? "already there"
+               : r.resumed ? "resumed"
+                           : "downloaded",
                r.verified ? ", sha256 ok" : "");
     } else if (rc == LB_HUB_NOT_FOUND && optional) {
         printf("%-40s %10s  not in the repository (optional)\n", dest, "-");
@@ -238,9 +240,9 @@ static int fetch_model(const kb_args *a)
     if (rc == 0) {
         /* Sharded checkpoints have an index; single-file ones do not. */
         int idx = fetch_file(&f, "model.safetensors.index.json", true);
-        rc = idx == 0 ? fetch_shards(&f) : idx == LB_HUB_NOT_FOUND
-                                               ? fetch_file(&f, "model.safetensors", false)
-                                               : -1;
+        rc = idx == 0                  ? fetch_shards(&f)
+             : idx == LB_HUB_NOT_FOUND ? fetch_file(&f, "model.safetensors", false)
+                                       : -1;
     }
     if (rc == 0)
         printf("model ready in %s\n", f.dir);

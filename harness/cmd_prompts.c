@@ -219,8 +219,8 @@ static int run(const kb_args *a)
         rc = -1;
     }
     if (l) {
-        fprintf(stderr, "%ld prompts of %s (%ld truncated to %ld tokens, protocol %s)\n",
-                c.samples, task->name, c.truncated, po.max_length, lb_protocol_name(po.protocol));
+        fprintf(stderr, "%ld prompts of %s (%ld truncated to %ld tokens, protocol %s)\n", c.samples,
+                task->name, c.truncated, po.max_length, lb_protocol_name(po.protocol));
         if (lb_loader_skipped(l))
             fprintf(stderr, "skipped %ld malformed lines; the last: %s\n", lb_loader_skipped(l),
                     lb_loader_last_skip(l));
@@ -238,7 +238,8 @@ const kb_command kb_cmd_prompts = {
     .summary = "print the exact prompts a LongBench task produces (one JSON line each)",
     .usage = "kvbench prompts --task T (--file F | --dir D) [--model DIR] [options]",
     .description =
-        "Prints {\"id\", \"task\", \"n_tokens\", \"truncated\", \"chat\", \"prompt\"} per sample: the\n"
+        "Prints {\"id\", \"task\", \"n_tokens\", \"truncated\", \"chat\", \"prompt\"} per sample: "
+        "the\n"
         "template filled in, middle-truncated to --max-length tokens as LongBench's pred.py\n"
         "does, and wrapped in the model's chat template where the protocol says so.\n"
         "Without --model only the template is filled in (n_tokens is null).",

@@ -38,8 +38,8 @@ static void send_head(int fd, int status, const char *reason, const char *extra,
 {
     char h[1024];
     int n = snprintf(h, sizeof h,
-                     "HTTP/1.1 %d %s\r\nContent-Length: %zu\r\nConnection: close\r\n%s\r\n",
-                     status, reason, len, extra ? extra : "");
+                     "HTTP/1.1 %d %s\r\nContent-Length: %zu\r\nConnection: close\r\n%s\r\n", status,
+                     reason, len, extra ? extra : "");
     send_all(fd, h, (size_t)n);
 }
 

@@ -25,8 +25,8 @@ typedef struct httpd_route {
     const char *auth;        /* HTTPD_AUTH: the token wanted */
     /* filled by the server: */
     int hits;
-    char last_range[64];     /* the Range header of the last request, "" if none */
-    char last_auth[128];     /* the Authorization header of the last request */
+    char last_range[64]; /* the Range header of the last request, "" if none */
+    char last_auth[128]; /* the Authorization header of the last request */
 } httpd_route;
 
 typedef struct httpd httpd;

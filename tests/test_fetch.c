@@ -46,8 +46,7 @@ static char *make_zip(const char *name, const char *const *entries)
     for (size_t i = 0; entries[i]; i += 2) {
         zip_source_t *src = zip_source_buffer(z, entries[i + 1], strlen(entries[i + 1]), 0);
         cr_assert(src);
-        cr_assert_geq(zip_file_add(z, entries[i], src, ZIP_FL_ENC_UTF_8), 0, "%s",
-                      zip_strerror(z));
+        cr_assert_geq(zip_file_add(z, entries[i], src, ZIP_FL_ENC_UTF_8), 0, "%s", zip_strerror(z));
     }
     cr_assert_eq(zip_close(z), 0);
     return path;
@@ -66,8 +65,9 @@ Test(unzip, extracts_folders_and_files)
     size_t n;
     cr_assert_eq(lb_unzip(zip, out, &n, &err), 0, "%s", err.msg);
     cr_assert_eq(n, 2);
-    char *p = in_dir("out/data/trec.jsonl");
-    cr_assert_str_eq(tu_slurp(p, NULL), "{\"a\": 1}\n");
+    char *p = in_dir("out/data/trec.jsonl"), *got = tu_slurp(p, NULL);
+    cr_assert_str_eq(got, "{\"a\": 1}\n");
+    free(got);
     free(p);
     free(zip);
     free(out);
@@ -148,14 +148,15 @@ static void sha_hex(const char *data, size_t n, char hex[65])
 
 Test(fetch, longbench_downloads_and_unpacks)
 {
-    const char *entries[] = {"data/trec.jsonl", "{\"x\": 1}\n", "data/trec_e.jsonl", "{}\n",
-                             NULL};
+    const char *entries[] = {"data/trec.jsonl", "{\"x\": 1}\n", "data/trec_e.jsonl", "{}\n", NULL};
     char *zip = make_zip("served.zip", entries);
     size_t len;
     char *body = slurp_copy(zip, &len);
     httpd_route routes[] = {
-        {.path = "/datasets/THUDM/LongBench/resolve/main/data.zip", .kind = HTTPD_FILE,
-         .body = body, .len = len},
+        {.path = "/datasets/THUDM/LongBench/resolve/main/data.zip",
+         .kind = HTTPD_FILE,
+         .body = body,
+         .len = len},
     };
     httpd *s = httpd_start(routes, 1);
     setenv("HF_ENDPOINT", httpd_url(s), 1);
@@ -163,8 +164,9 @@ Test(fetch, longbench_downloads_and_unpacks)
     tu_result r = tu_kvbench("fetch", "longbench", "--dir", out, NULL);
     cr_assert_eq(r.status, 0, "%s%s", r.out, r.err);
     cr_assert(strstr(r.out, "unpacked 2 files"), "%s", r.out);
-    char *jsonl = in_dir("lb/data/trec.jsonl");
-    cr_assert_str_eq(tu_slurp(jsonl, NULL), "{\"x\": 1}\n");
+    char *jsonl = in_dir("lb/data/trec.jsonl"), *got = tu_slurp(jsonl, NULL);
+    cr_assert_str_eq(got, "{\"x\": 1}\n");
+    free(got);
     tu_result_free(&r);
     /* Again, offline: the zip is there, nothing is fetched. */
     r = tu_kvbench("fetch", "longbench", "--dir", out, "--offline", NULL);
@@ -194,8 +196,12 @@ Test(fetch, model_with_shards_and_checksums)
     sha_hex(shard1, strlen(shard1), sha1);
     sha_hex(shard2, strlen(shard2), sha2);
 #define ROUTE(FILE, BODY, SHA)                                                                     \
-    {.path = "/org/tiny/resolve/main/" FILE, .kind = HTTPD_AUTH, .body = BODY,                    \
-     .len = sizeof BODY - 1, .linked_etag = SHA, .auth = "hf_tok_42"}
+    {.path = "/org/tiny/resolve/main/" FILE,                                                       \
+     .kind = HTTPD_AUTH,                                                                           \
+     .body = BODY,                                                                                 \
+     .len = sizeof BODY - 1,                                                                       \
+     .linked_etag = SHA,                                                                           \
+     .auth = "hf_tok_42"}
     httpd_route routes[] = {
         ROUTE("config.json", config, NULL),
         ROUTE("tokenizer.json", tok, NULL),
@@ -227,8 +233,11 @@ Test(fetch, model_with_shards_and_checksums)
     cr_assert_null(strstr(r.out, "hf_tok_42"));
     cr_assert(strstr(r.out, "generation_config.json") && strstr(r.out, "optional"), "%s", r.out);
     cr_assert(strstr(r.out, "sha256 ok"), "%s", r.out);
-    const char *files[] = {"config.json", "tokenizer.json", "tokenizer_config.json",
-                           "model.safetensors.index.json", "model-00001-of-00002.safetensors",
+    const char *files[] = {"config.json",
+                           "tokenizer.json",
+                           "tokenizer_config.json",
+                           "model.safetensors.index.json",
+                           "model-00001-of-00002.safetensors",
                            "model-00002-of-00002.safetensors"};
     for (int i = 0; i < 6; i++) {
         char *p = in_dir("m/");

@@ -49,7 +49,7 @@ Test(sha256, known_vectors)
 /* ---- the hub client ------------------------------------------------------------ */
 
 #define BIG (1u << 20)
-static char *big;       /* 1 MiB of deterministic bytes */
+static char *big; /* 1 MiB of deterministic bytes */
 static char big_sha[65];
 static const char small[] = "{\"architectures\": [\"Qwen3ForCausalLM\"]}\n";
 static const char *wrong_sha = "0000000000000000000000000000000000000000000000000000000000000000";

@@ -113,8 +113,9 @@ Test(prompt, official_head3_lines_equal_the_spec_substitution)
 /* Every sample file shipped in datasets/samples against the spec's template. */
 Test(prompt, shipped_samples_equal_the_spec_substitution)
 {
-    const char *tasks[] = {"qasper", "multifieldqa_en", "hotpotqa", "trec", "samsum",
-                           "passage_retrieval_en", "lcc", "repobench-p", "multifieldqa_zh"};
+    const char *tasks[] = {"qasper", "multifieldqa_en", "hotpotqa",
+                           "trec",   "samsum",          "passage_retrieval_en",
+                           "lcc",    "repobench-p",     "multifieldqa_zh"};
     const int counts[] = {3, 2, 1, 2, 1, 1, 1, 1, 1};
     for (int i = 0; i < 9; i++) {
         char *tmpl = spec_template(tasks[i]);
@@ -137,8 +138,7 @@ static void check_literal(const char *task_name, const char *input, const char *
     char *got;
     size_t len;
     kv_error err;
-    cr_assert_eq(lb_prompt_format(lb_task_find(task_name), &s, &got, &len, &err), 0, "%s",
-                 err.msg);
+    cr_assert_eq(lb_prompt_format(lb_task_find(task_name), &s, &got, &len, &err), 0, "%s", err.msg);
     cr_assert_str_eq(got, want);
     cr_assert_eq(len, strlen(want));
     free(got);
@@ -161,9 +161,10 @@ Test(prompt, literal_templates)
                   "enter the final count of unique paragraphs after removing duplicates. The "
                   "output format should only contain the number, such as 1, 2, 3, and so on."
                   "\n\nThe final answer is: ");
-    check_literal("vcsum", "", "甲：开会。",
-                  "下面有一段会议记录，请你阅读后，写一段总结，总结会议的内容。\n会议记录：\n甲：开会。"
-                  "\n\n会议总结：");
+    check_literal(
+        "vcsum", "", "甲：开会。",
+        "下面有一段会议记录，请你阅读后，写一段总结，总结会议的内容。\n会议记录：\n甲：开会。"
+        "\n\n会议总结：");
     /* Values are not re-parsed: placeholders inside a document stay literal. */
     check_literal("multifieldqa_en", "{context}?", "a {input} b {{x}}",
                   "Read the following text and answer briefly.\n\na {input} b {{x}}\n\nNow, "

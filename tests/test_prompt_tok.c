@@ -55,8 +55,8 @@ Test(prompt_tok, qwen3_matches_the_reference_byte_for_byte)
         const char *file = str(e, "file");
         char *path = strncmp(file, "fixtures/", 9) == 0 ? tu_shared(file) : tu_source(file);
         lb_sample s = load_one(path, str(e, "id"));
-        lb_prompt_options o = {
-            .max_length = (long)cJSON_GetObjectItem(e, "max_length")->valuedouble};
+        lb_prompt_options o = {.max_length =
+                                   (long)cJSON_GetObjectItem(e, "max_length")->valuedouble};
         cr_assert_eq(lb_protocol_parse(str(e, "protocol"), &o.protocol, &err), 0);
         lb_prompt p;
         cr_assert_eq(lb_prompt_build(lb_task_find(str(e, "task")), &s, t, &o, &p, &err), 0, "%s",
@@ -153,9 +153,9 @@ static void check(kv_tokenizer *t, const char *task_name, lb_protocol proto, lon
     cr_assert_eq(p.truncated, max_length > 0 && n_raw > (size_t)max_length);
     cr_assert_eq(p.chat, want_chat, "%s under %s", task_name, lb_protocol_name(proto));
     char *want = NULL;
-    cr_assert_neq(asprintf(&want, "%s%s%s", want_chat ? chat_head : "", inner,
-                           want_chat ? chat_tail : ""),
-                  -1);
+    cr_assert_neq(
+        asprintf(&want, "%s%s%s", want_chat ? chat_head : "", inner, want_chat ? chat_tail : ""),
+        -1);
     cr_assert_str_eq(p.text, want, "truncation happens before the chat template");
     int32_t *ids;
     size_t n;

@@ -69,8 +69,8 @@ Test(prompts_cmd, nncf_protocol_limit_and_ids)
     cr_assert_eq(parse_lines(r.out, o, 4), 1);
     cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(o[0], "chat")));
     cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(o[0], "truncated")));
-    cr_assert(strncmp(cJSON_GetObjectItem(o[0], "prompt")->valuestring, "<|im_start|>user\n",
-                      17) == 0);
+    cr_assert(strncmp(cJSON_GetObjectItem(o[0], "prompt")->valuestring, "<|im_start|>user\n", 17) ==
+              0);
     cJSON_Delete(o[0]);
     tu_result_free(&r);
     r = tu_kvbench("prompts", "--task", "qasper", "--dir", samples, "--ids",
@@ -87,9 +87,10 @@ Test(prompts_cmd, without_a_model_the_template_only)
     cJSON *o[2];
     cr_assert_eq(parse_lines(r.out, o, 2), 1);
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(o[0], "n_tokens")));
-    cr_assert_str_eq(cJSON_GetObjectItem(o[0], "prompt")->valuestring,
-                     "Please complete the code given below. \ndef mean(xs):\n    total = 0\n    for x "
-                     "in xs:\n        total += x\nNext line of code:\n");
+    cr_assert_str_eq(
+        cJSON_GetObjectItem(o[0], "prompt")->valuestring,
+        "Please complete the code given below. \ndef mean(xs):\n    total = 0\n    for x "
+        "in xs:\n        total += x\nNext line of code:\n");
     cJSON_Delete(o[0]);
     tu_result_free(&r);
 }
@@ -118,8 +119,8 @@ Test(prompts_cmd, list_shows_every_task)
 {
     tu_result r = tu_kvbench("prompts", "--list", NULL);
     cr_assert_eq(r.status, 0);
-    const char *names[] = {"narrativeqa", "repobench-p", "qasper_e", "repobench-p_e", "v2",
-                           "passkey", "kv_retrieval"};
+    const char *names[] = {"narrativeqa", "repobench-p", "qasper_e",    "repobench-p_e",
+                           "v2",          "passkey",     "kv_retrieval"};
     for (int i = 0; i < 7; i++)
         cr_assert(strstr(r.out, names[i]), "%s missing", names[i]);
     tu_result_free(&r);

@@ -9,8 +9,8 @@
 #include "testutil.h"
 
 #define GOOD(ID)                                                                                   \
-    "{\"input\": \"q\", \"context\": \"c\\n\\u00e9\\ud83d\\ude00\", \"answers\": [\"a\", \"b\"], "   \
-    "\"length\": 3, \"dataset\": \"qasper\", \"language\": \"en\", \"all_classes\": null, "      \
+    "{\"input\": \"q\", \"context\": \"c\\n\\u00e9\\ud83d\\ude00\", \"answers\": [\"a\", \"b\"], " \
+    "\"length\": 3, \"dataset\": \"qasper\", \"language\": \"en\", \"all_classes\": null, "        \
     "\"_id\": \"" ID "\", \"extra\": {\"ignored\": [1, 2]}}\n"
 
 static char *dir;

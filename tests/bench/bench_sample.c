@@ -37,9 +37,10 @@ static char *make_file(void)
         size_t n = strlen(piece);
         for (size_t w = 0; w < (2u << 20); w += n)
             fputs(piece, f);
-        fprintf(f, "\", \"answers\": [\"the budget\"], \"length\": %d, \"dataset\": \"qasper\", "
-                   "\"language\": \"en\", \"all_classes\": null, \"_id\": "
-                   "\"%048d\"}\n",
+        fprintf(f,
+                "\", \"answers\": [\"the budget\"], \"length\": %d, \"dataset\": \"qasper\", "
+                "\"language\": \"en\", \"all_classes\": null, \"_id\": "
+                "\"%048d\"}\n",
                 r * 1000, r);
     }
     fclose(f);
