@@ -27,13 +27,27 @@ typedef struct lb_sample {
     char *dataset;
     char *language;
     long lineno; /* where the record is in its file */
+    /* LongBench v2 only (NULL for v1 records); question -> input, answer -> answers[0]: */
+    char *choices[4]; /* choice_A .. choice_D */
+    char *domain;
+    char *difficulty;   /* "easy" | "hard" */
+    char *length_class; /* "short" | "medium" | "long" */
+    char *cot;          /* v2_cot_ans: the first step's output, set by the caller */
 } lb_sample;
+
+/* The record layout of a file: LongBench (v1 and -E) JSONL lines, or LongBench
+ * v2 objects (data.json: one JSON array; JSON lines are read too). */
+typedef enum lb_schema {
+    LB_SCHEMA_V1,
+    LB_SCHEMA_V2,
+} lb_schema;
 
 void lb_sample_free(lb_sample *s);
 
 /* Parses one JSON line into *s (zeroed first). On failure returns -1 with
  * "what is wrong" in err (the caller adds file:line) and *s left empty. */
 int lb_sample_parse(const char *line, size_t len, lb_sample *s, kv_error *err);
+int lb_sample_parse_v2(const char *text, size_t len, lb_sample *s, kv_error *err);
 
 typedef enum lb_on_error {
     LB_ON_ERROR_STOP, /* the first malformed line is an error (default) */
@@ -41,6 +55,7 @@ typedef enum lb_on_error {
 } lb_on_error;
 
 typedef struct lb_loader_options {
+    lb_schema schema;
     lb_on_error on_error;
     long limit;             /* at most this many samples; 0: all */
     const char *const *ids; /* only these _id values (file order is kept); NULL: all */
@@ -49,7 +64,10 @@ typedef struct lb_loader_options {
 
 typedef struct lb_loader lb_loader;
 
-/* Opens a LongBench .jsonl file ("-" is stdin). opts may be NULL (defaults). */
+/* Opens a LongBench .jsonl file ("-" is stdin), or a JSON array of records
+ * (LongBench v2's data.json: a file whose first character is '['), read one
+ * element at a time; errors then name "file:line" where the element starts.
+ * opts may be NULL (defaults). */
 lb_loader *lb_loader_open(const char *path, const lb_loader_options *opts, kv_error *err);
 
 /* Reads the next selected sample into *s (the caller frees it with

@@ -13,10 +13,12 @@
 #include "file.h"
 #include "hub.h"
 
-#define LONGBENCH_REPO "THUDM/LongBench"
+#define LONGBENCH_REPO    "THUDM/LongBench"
+#define LONGBENCH_V2_REPO "THUDM/LongBench-v2"
 
 static const kb_option options[] = {
-    {"dir", "DIR", "where to put the files (longbench: datasets/longbench; model: models/NAME)"},
+    {"dir", "DIR",
+     "where to put the files (default datasets/longbench, datasets/longbench-v2, models/NAME)"},
     {"revision", "REV", "branch, tag or commit of the hub repository (default: main)"},
     {"offline", NULL, "use only files already downloaded (also HF_HUB_OFFLINE=1)"},
     {"retries", "N", "attempts after a failed transfer, with backoff (default 5)"},
@@ -179,6 +181,19 @@ static int fetch_longbench(const kb_args *a)
     return KB_EXIT_OK;
 }
 
+/* LongBench v2 is one JSON array, data.json, read as it is. */
+static int fetch_longbench_v2(const kb_args *a)
+{
+    fetch_ctx f = {.kind = LB_REPO_DATASET, .repo = LONGBENCH_V2_REPO};
+    if (setup(&f, a) < 0)
+        return KB_EXIT_USAGE;
+    f.dir = kb_arg(a, "dir") ? kb_arg(a, "dir") : "datasets/longbench-v2";
+    if (fetch_file(&f, "data.json", false) != 0)
+        return KB_EXIT_FAIL;
+    printf("LongBench v2 ready in %s/data.json (use --dir %s)\n", f.dir, f.dir);
+    return KB_EXIT_OK;
+}
+
 /* ---- kvbench fetch model ORG/NAME ----------------------------------------------------- */
 
 /* The shard file names of a safetensors index, each once, in first-seen order. */
@@ -260,20 +275,28 @@ static int run(const kb_args *a)
         }
         return fetch_longbench(a);
     }
+    if (strcmp(what, "longbench-v2") == 0) {
+        if (a->n_positional > 1) {
+            kb_error("fetch longbench-v2 takes no further arguments");
+            return KB_EXIT_USAGE;
+        }
+        return fetch_longbench_v2(a);
+    }
     if (strcmp(what, "model") == 0)
         return fetch_model(a);
-    kb_error("fetch: unknown target \"%s\" (known: longbench, model)", what);
+    kb_error("fetch: unknown target \"%s\" (known: longbench, longbench-v2, model)", what);
     return KB_EXIT_USAGE;
 }
 
 const kb_command kb_cmd_fetch = {
     .name = "fetch",
     .summary = "download LongBench data or a model from the Hugging Face hub",
-    .usage = "kvbench fetch longbench|model [ORG/NAME] [options]",
+    .usage = "kvbench fetch longbench|longbench-v2|model [ORG/NAME] [options]",
     .description =
         "`fetch longbench` downloads data.zip of the THUDM/LongBench dataset and unpacks it\n"
-        "(DIR/data/<task>.jsonl). `fetch model ORG/NAME` downloads config.json, the\n"
-        "tokenizer files and the safetensors weights (every shard listed in the index).\n"
+        "(DIR/data/<task>.jsonl); `fetch longbench-v2` gets THUDM/LongBench-v2's data.json.\n"
+        "`fetch model ORG/NAME` downloads config.json, the tokenizer files and the\n"
+        "safetensors weights (every shard listed in the index).\n"
         "Interrupted downloads resume; files are checked against the hub's sha256 where it\n"
         "gives one. HF_ENDPOINT selects a mirror, HF_TOKEN authenticates (never printed).",
     .options = options,

@@ -15,7 +15,8 @@
 static const kb_option options[] = {
     {"task", "T", "LongBench task name (see --list)"},
     {"file", "F", "the task's .jsonl file"},
-    {"dir", "D", "a folder holding T.jsonl (or data/T.jsonl, as `kvbench fetch longbench` makes)"},
+    {"dir", "D",
+     "a folder holding T.jsonl or data/T.jsonl (`kvbench fetch longbench`); v2: data.json"},
     {"model", "DIR", "model folder: its tokenizer truncates and applies the chat template"},
     {"protocol", "P", "longbench (pred.py rules, default) or nncf (chat template everywhere)"},
     {"max-length", "N", "prompt token budget (default: the model's context - 500)"},
@@ -38,11 +39,13 @@ static void list_tasks(void)
     }
 }
 
-/* --file, or DIR/T.jsonl, or DIR/data/T.jsonl. malloc'd. */
+/* --file, or DIR/T.jsonl, or DIR/data/T.jsonl (LongBench v2: DIR/data.json). malloc'd. */
 static char *task_file(const kb_args *a, const lb_task *task)
 {
     if (kb_arg(a, "file"))
         return strdup(kb_arg(a, "file"));
+    if (task->family == LB_FAMILY_V2)
+        return kv_path_join(kb_arg(a, "dir"), "data.json");
     char name[128];
     snprintf(name, sizeof name, "%s.jsonl", task->name);
     char *p = kv_path_join(kb_arg(a, "dir"), name);
@@ -174,6 +177,7 @@ static int parse_options(const kb_args *a, const lb_task **task, lb_prompt_optio
         kb_arg_long(a, "limit", 1, 1000000000, &lo->limit) < 0)
         return -1;
     lo->on_error = kb_flag(a, "skip-bad-lines") ? LB_ON_ERROR_SKIP : LB_ON_ERROR_STOP;
+    lo->schema = (*task)->family == LB_FAMILY_V2 ? LB_SCHEMA_V2 : LB_SCHEMA_V1;
     return 0;
 }
 

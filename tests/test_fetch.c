@@ -263,7 +263,7 @@ Test(fetch, usage_errors)
 {
     tu_result r = tu_kvbench("fetch", "weights", NULL);
     cr_assert_eq(r.status, 2);
-    cr_assert(strstr(r.err, "known: longbench, model"), "%s", r.err);
+    cr_assert(strstr(r.err, "known: longbench, longbench-v2, model"), "%s", r.err);
     tu_result_free(&r);
     r = tu_kvbench("fetch", "model", "no-slash", NULL);
     cr_assert_eq(r.status, 2);

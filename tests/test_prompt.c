@@ -197,3 +197,60 @@ Test(prompt, protocols)
     cr_assert_not(lb_protocol_newline_stop(LB_PROTOCOL_LONGBENCH, qasper));
     cr_assert(lb_protocol_newline_stop(LB_PROTOCOL_NNCF, qasper));
 }
+
+/* LongBench v2: expected prompts made by tests/data/datasets/make_expected.py --v2
+ * (v2 pred.py's strip + sequential replace in Python, template from the spec). */
+Test(prompt, v2_substitution_equals_python)
+{
+    char *exp = tu_source("tests/data/datasets/v2_expected.jsonl");
+    char *data = tu_source("datasets/samples/longbench-v2/data.json");
+    char *text = tu_slurp(exp, NULL);
+    int n = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *e = cJSON_Parse(line);
+        cr_assert(e);
+        const char *id = cJSON_GetObjectItem(e, "id")->valuestring;
+        const lb_task *task = lb_task_find(cJSON_GetObjectItem(e, "task")->valuestring);
+        cr_assert(task);
+        const char *ids[] = {id};
+        lb_loader_options o = {.schema = LB_SCHEMA_V2, .ids = ids, .n_ids = 1};
+        kv_error err;
+        lb_loader *l = lb_loader_open(data, &o, &err);
+        lb_sample s;
+        cr_assert_eq(lb_loader_next(l, &s, &err), 1, "%s", err.msg);
+        char *got;
+        size_t len;
+        cr_assert_eq(lb_prompt_format(task, &s, &got, &len, &err), 0, "%s", err.msg);
+        cr_assert_str_eq(got, cJSON_GetObjectItem(e, "prompt")->valuestring, "%s %s", task->name,
+                         id);
+        free(got);
+        lb_sample_free(&s);
+        lb_loader_close(l);
+        cJSON_Delete(e);
+        n++;
+    }
+    cr_assert_eq(n, 8);
+    free(text);
+    free(exp);
+    free(data);
+}
+
+Test(prompt, v2_cot_answer_step_needs_the_cot)
+{
+    lb_sample s = {.context = "c", .input = "q", .choices = {"a", "b", "c", "d"}};
+    char *got;
+    size_t len;
+    kv_error err;
+    const lb_task *t = lb_task_find("v2_cot_ans");
+    cr_assert_eq(lb_prompt_format(t, &s, &got, &len, &err), -1);
+    cr_assert(strstr(err.msg, "$COT$"), "%s", err.msg);
+    s.cot = " step 1; so (B) \n";
+    cr_assert_eq(lb_prompt_format(t, &s, &got, &len, &err), 0, "%s", err.msg);
+    cr_assert(strstr(got, "Let’s think step by step: step 1; so (B)\n\nBased on the above"), "%s",
+              got);
+    free(got);
+    /* A v1 record has no choices. */
+    lb_sample v1 = {.context = "c", .input = "q"};
+    cr_assert_eq(lb_prompt_format(lb_task_find("v2"), &v1, &got, &len, &err), -1);
+    cr_assert(strstr(err.msg, "choice_A"), "%s", err.msg);
+}

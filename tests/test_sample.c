@@ -227,3 +227,59 @@ Test(sample, official_head3_files)
         free(path);
     }
 }
+
+/* LongBench v2's data.json: a JSON array read one element at a time. */
+#define V2(ID, ANSWER)                                                                             \
+    "{\"_id\": \"" ID "\", \"domain\": \"d\", \"difficulty\": \"hard\", \"length\": \"short\", "   \
+    "\"question\": \"q?\", \"choice_A\": \"a\", \"choice_B\": \"b\", \"choice_C\": \"c\", "        \
+    "\"choice_D\": \"d\", \"answer\": \"" ANSWER "\", \"context\": \"x } ] \\\" {\"}"
+
+Test(sample, v2_json_array)
+{
+    char *path = write_file("data.json", " [\n  " V2("a", "B") ",\n  " V2("b", "D") "\n]\n");
+    lb_loader_options o = {.schema = LB_SCHEMA_V2};
+    kv_error err;
+    lb_loader *l = lb_loader_open(path, &o, &err);
+    lb_sample s;
+    cr_assert_eq(lb_loader_next(l, &s, &err), 1, "%s", err.msg);
+    cr_assert_str_eq(s.id, "a");
+    cr_assert_str_eq(s.input, "q?");
+    cr_assert_str_eq(s.context, "x } ] \" {", "brackets and quotes inside strings");
+    cr_assert_str_eq(s.choices[3], "d");
+    cr_assert_eq(s.n_answers, 1);
+    cr_assert_str_eq(s.answers[0], "B");
+    cr_assert_str_eq(s.difficulty, "hard");
+    cr_assert_str_eq(s.length_class, "short");
+    cr_assert_eq(s.lineno, 2);
+    lb_sample_free(&s);
+    cr_assert_eq(lb_loader_next(l, &s, &err), 1, "%s", err.msg);
+    cr_assert_str_eq(s.id, "b");
+    cr_assert_eq(s.lineno, 3);
+    lb_sample_free(&s);
+    cr_assert_eq(lb_loader_next(l, &s, &err), 0);
+    lb_loader_close(l);
+    free(path);
+}
+
+static void expect_v2_error(const char *data, const char *what)
+{
+    char *path = write_file("data.json", data);
+    lb_loader_options o = {.schema = LB_SCHEMA_V2};
+    kv_error err;
+    cr_assert_eq(load_all(path, &o, &err, NULL), -1, "accepted %s", data);
+    cr_assert(strstr(err.msg, what), "%s (wanted %s)", err.msg, what);
+    free(path);
+}
+
+Test(sample, v2_errors)
+{
+    expect_v2_error("[" V2("a", "E") "]", "\"answer\" must be one of A, B, C, D");
+    expect_v2_error("[" V2("a", "A") " " V2("b", "A") "]",
+                    "data.json:1: expected ',' or ']' after element 1");
+    expect_v2_error("[" V2("a", "A") ",\n" V2("b", "A"), "no closing ']'");
+    expect_v2_error("[\n" V2("a", "A") ",\n{\"_id\": \"b\", \"context\": \"cut",
+                    "data.json:3: the array is cut short inside element 2");
+    expect_v2_error("[1]", "element 1 is not a JSON object");
+    expect_v2_error("[{\"_id\": \"x\", \"question\": \"q\", \"context\": \"c\"}]",
+                    "data.json:1: missing key \"choice_A\"");
+}

@@ -143,3 +143,28 @@ Test(tasks, numbers_equal_the_spec_table)
     cr_assert_eq(e_rows, 13);
     free(sec);
 }
+
+/* LongBench v2 templates: §7 quotes prompts/0shot*.txt as JSON strings. */
+Test(tasks, v2_templates_equal_the_spec)
+{
+    char *sec = spec_section("## 7.", "## 8.");
+    if (!sec)
+        cr_skip_test("LONGBENCH.md absent (../shared absent)");
+    const char *files[] = {"0shot.txt: ", "0shot_cot.txt: ", "0shot_cot_ans.txt: ",
+                           "0shot_no_context.txt: ", "0shot_rag.txt: "};
+    const char *tasks[] = {"v2", "v2_cot", "v2_cot_ans", "v2_no_context", "v2_rag"};
+    for (int i = 0; i < 5; i++) {
+        char *at = strstr(sec, files[i]);
+        cr_assert(at, "LONGBENCH.md §7 has no %s", files[i]);
+        at += strlen(files[i]);
+        char *json = strndup(at, strcspn(at, "\n"));
+        cJSON *v = cJSON_Parse(json);
+        cr_assert(cJSON_IsString(v), "%s", json);
+        const lb_task *t = lb_task_find(tasks[i]);
+        cr_assert(t && t->family == LB_FAMILY_V2 && t->template_kind == LB_TEMPLATE_DOLLARS);
+        cr_assert_str_eq(t->prompt, v->valuestring, "%s", tasks[i]);
+        cJSON_Delete(v);
+        free(json);
+    }
+    free(sec);
+}

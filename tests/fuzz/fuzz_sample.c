@@ -1,6 +1,7 @@
 /* Fuzz target: the LongBench sample loader over arbitrary bytes. Each line
  * is parsed directly, and the whole input is loaded from a file with the skip
  * policy: every non-blank line must come out as a sample or a counted skip. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,20 +49,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     close(fd);
-    lb_loader_options opts = {.on_error = LB_ON_ERROR_SKIP};
-    kv_error err;
-    lb_loader *l = lb_loader_open(path, &opts, &err);
-    lb_sample s;
-    long good = 0;
-    int rc;
-    while (l && (rc = lb_loader_next(l, &s, &err)) == 1) {
-        check_sample(&s);
-        lb_sample_free(&s);
-        good++;
+    /* A file starting with '[' is a JSON array (LongBench v2's data.json). */
+    size_t first = 0;
+    while (first < size && strchr(" \t\r\n", data[first]) && data[first])
+        first++;
+    bool array = first < size && data[first] == '[';
+    for (int schema = 0; schema < 2; schema++) {
+        lb_loader_options opts = {.on_error = LB_ON_ERROR_SKIP, .schema = (lb_schema)schema};
+        kv_error err;
+        lb_loader *l = lb_loader_open(path, &opts, &err);
+        lb_sample s;
+        long good = 0;
+        while (l && lb_loader_next(l, &s, &err) == 1) {
+            check_sample(&s);
+            if (schema == LB_SCHEMA_V2 && (!s.choices[0] || !s.choices[3]))
+                abort();
+            lb_sample_free(&s);
+            good++;
+        }
+        if (l && !array && good + lb_loader_skipped(l) != count_lines(data, size))
+            abort(); /* a line was lost or counted twice */
+        lb_loader_close(l);
     }
-    if (l && good + lb_loader_skipped(l) != count_lines(data, size))
-        abort(); /* a line was lost or counted twice */
-    lb_loader_close(l);
     unlink(path);
     return 0;
 }

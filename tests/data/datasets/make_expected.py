@@ -7,6 +7,10 @@ of dataset2prompt.json), substitution is Python's str.format as in pred.py, toke
 template for one user turn with enable_thinking=False.
 
   /usr/bin/python3 tests/data/datasets/make_expected.py > tests/data/datasets/prompts_expected.jsonl
+  /usr/bin/python3 tests/data/datasets/make_expected.py --v2 > tests/data/datasets/v2_expected.jsonl
+
+--v2: LongBench v2 prompts of datasets/samples/longbench-v2/data.json with v2 pred.py's
+substitution (template from LONGBENCH.md §7, fields .strip()ped, sequential str.replace).
 """
 import json
 import os
@@ -39,6 +43,18 @@ def build(task, obj, protocol, max_length):
     return {"id": obj["_id"], "task": task, "protocol": protocol, "max_length": max_length,
             "n_tokens": len(tok.encode(prompt)), "truncated": truncated, "chat": chat, "prompt": prompt}
 
+
+if sys.argv[1:] == ["--v2"]:
+    sec7 = md[md.index("## 7."):md.index("## 8.")]
+    V2 = {m.group(1): json.loads(m.group(2)) for m in re.finditer(r'^(0shot[a-z_]*)\.txt: (".*")$', sec7, re.M)}
+    tasks = {"v2": "0shot", "v2_cot": "0shot_cot", "v2_no_context": "0shot_no_context", "v2_rag": "0shot_rag"}
+    for item in json.load(open(ROOT + "/datasets/samples/longbench-v2/data.json", encoding="utf-8")):
+        for task, name in tasks.items():
+            prompt = V2[name].replace('$DOC$', item['context'].strip()).replace('$Q$', item['question'].strip()) \
+                .replace('$C_A$', item['choice_A'].strip()).replace('$C_B$', item['choice_B'].strip()) \
+                .replace('$C_C$', item['choice_C'].strip()).replace('$C_D$', item['choice_D'].strip())
+            print(json.dumps({"id": item["_id"], "task": task, "prompt": prompt}, ensure_ascii=False))
+    sys.exit(0)
 
 cases = [("fixtures/longbench/%s.head3.jsonl" % t, t, 1000) for t in
          ("multi_news", "multifieldqa_zh", "passage_retrieval_zh")]
