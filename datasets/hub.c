@@ -284,12 +284,7 @@ static void sleep_s(double s)
 
 static CURL *new_handle(const lb_hub *h, const char *url, xfer *x, struct curl_slist **headers)
 {
-    static bool global_done;
-    if (!global_done) {
-        curl_global_init(CURL_GLOBAL_DEFAULT);
-        global_done = true;
-    }
-    CURL *c = curl_easy_init();
+    CURL *c = curl_easy_init(); /* initialises libcurl globally on first use */
     if (!c)
         return NULL;
     *headers = NULL;

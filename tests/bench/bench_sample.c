@@ -5,7 +5,9 @@
  * Without files it writes a LongBench-like file to $TMPDIR first: 64 records
  * of 2 MB contexts in English and Chinese with the escapes real files have
  * (\n, \", \uXXXX as in data.zip's ensure_ascii=False lines: raw UTF-8). Each
- * file is read 3 times; the best pass is reported in MB/s. */
+ * file is read 3 times; the best pass is reported in MB/s of CPU time of the
+ * loading thread (user + system), so that a busy machine does not lower the
+ * number, and of wall time. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,10 +16,10 @@
 
 #include "sample.h"
 
-static double now_s(void)
+static double clock_s(clockid_t id)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -47,10 +49,11 @@ static char *make_file(void)
     return path;
 }
 
-static double one_pass(const char *path, long *records, long *bytes)
+/* Returns the thread CPU seconds of one pass; *wall receives the wall seconds. */
+static double one_pass(const char *path, long *records, long *bytes, double *wall)
 {
     kv_error err;
-    double t0 = now_s();
+    double w0 = clock_s(CLOCK_MONOTONIC), t0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
     lb_loader *l = lb_loader_open(path, NULL, &err);
     if (!l) {
         fprintf(stderr, "%s\n", err.msg);
@@ -70,7 +73,8 @@ static double one_pass(const char *path, long *records, long *bytes)
         fprintf(stderr, "%s\n", err.msg);
         exit(1);
     }
-    return now_s() - t0;
+    *wall = clock_s(CLOCK_MONOTONIC) - w0;
+    return clock_s(CLOCK_THREAD_CPUTIME_ID) - t0;
 }
 
 int main(int argc, char **argv)
@@ -83,14 +87,15 @@ int main(int argc, char **argv)
         fseek(f, 0, SEEK_END);
         double mb = (double)ftell(f) / 1e6;
         fclose(f);
-        double best = 1e30;
+        double best = 1e30, best_wall = 1e30;
         long records = 0, bytes = 0;
         for (int pass = 0; pass < 3; pass++) {
-            double t = one_pass(path, &records, &bytes);
+            double wall, t = one_pass(path, &records, &bytes, &wall);
             best = t < best ? t : best;
+            best_wall = wall < best_wall ? wall : best_wall;
         }
-        printf("%s: %ld records, %.1f MB in %.3f s: %.0f MB/s\n", made ? "generated" : path,
-               records, mb, best, mb / best);
+        printf("%s: %ld records, %.1f MB: %.0f MB/s of CPU time (%.3f s), %.0f MB/s wall\n",
+               made ? "generated" : path, records, mb, mb / best, best, mb / best_wall);
     }
     if (made) {
         unlink(made);
