@@ -6,6 +6,8 @@
 
 extern const kb_command kb_cmd_fetch;
 extern const kb_command kb_cmd_prompts;
+extern const kb_command kb_cmd_bench;
+extern const kb_command kb_cmd_tokenize;
 extern const kb_command kb_cmd_version;
 
 #define PENDING(NAME, SUMMARY, USAGE, WHERE)                                          \
@@ -22,11 +24,6 @@ PENDING(report, "build scores.csv, summary.md and report.html from runs",
 PENDING(generate, "greedy generation from one prompt, with or without eviction",
         "kvbench generate --model DIR (--prompt TEXT | --prompt-file F | --tokens IDS) [options]",
         "issue 3 (engine)");
-PENDING(tokenize, "encode or decode text with a model's tokenizer",
-        "kvbench tokenize --model DIR (--text T | --file F | --jsonl F) [options]",
-        "issue 4 (tokenizer)");
-PENDING(bench, "measure throughput of the model, tokenizer, loader or scorers",
-        "kvbench bench model|tokenizer|... [options]", "issues 3, 4, 7, 8");
 
 const kb_command *const kb_commands[] = {
     &pending_run,
@@ -35,8 +32,8 @@ const kb_command *const kb_commands[] = {
     &kb_cmd_fetch,
     &kb_cmd_prompts,
     &pending_generate,
-    &pending_tokenize,
-    &pending_bench,
+    &kb_cmd_tokenize,
+    &kb_cmd_bench,
     &kb_cmd_version,
     NULL,
 };
