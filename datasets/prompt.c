@@ -32,6 +32,21 @@ bool lb_protocol_newline_stop(lb_protocol p, const lb_task *task)
     return p == LB_PROTOCOL_NNCF ? true : task->newline_stop;
 }
 
+size_t lb_stop_tokens(const kv_tokenizer *t, const lb_task *task, lb_protocol p, int32_t out[2])
+{
+    size_t n = 0;
+    int32_t eos = kv_tokenizer_eos_id(t);
+    if (eos >= 0)
+        out[n++] = eos;
+    int32_t *ids = NULL;
+    size_t k = 0;
+    if (lb_protocol_newline_stop(p, task) && kv_tokenizer_encode(t, "\n", 1, &ids, &k, NULL) == 0 &&
+        k > 0 && ids[k - 1] != eos)
+        out[n++] = ids[k - 1];
+    free(ids);
+    return n;
+}
+
 /* ---- template substitution -------------------------------------------------- */
 
 /* A growable byte buffer. */
@@ -215,33 +230,6 @@ void lb_prompt_free(lb_prompt *p)
     memset(p, 0, sizeof *p);
 }
 
-/* HF's tokenizer(text) with add_special_tokens=True: kv_tokenizer_encode adds
- * nothing, so BOS is put in front here for tokenizers that declare one
- * (Llama; Qwen has none). A text that already starts with the BOS token (a
- * rendered Llama-3 chat) does not get a second one. */
-static int encode_like_hf(const kv_tokenizer *t, const char *text, size_t len, int32_t **ids,
-                          size_t *n, kv_error *err)
-{
-    if (kv_tokenizer_encode(t, text, len, ids, n, err) < 0)
-        return -1;
-    int32_t bos = kv_tokenizer_bos_id(t);
-    if (bos < 0 || (*n > 0 && (*ids)[0] == bos))
-        return 0;
-    int32_t *with = malloc((*n + 1) * sizeof *with);
-    if (!with) {
-        free(*ids);
-        *ids = NULL;
-        return kv_fail(err, "out of memory tokenising a prompt");
-    }
-    with[0] = bos;
-    if (*n)
-        memcpy(with + 1, *ids, *n * sizeof *with);
-    free(*ids);
-    *ids = with;
-    (*n)++;
-    return 0;
-}
-
 /* pred.py: half = int(max_length/2); prompt = decode(ids[:half]) + decode(ids[-half:]),
  * both with skip_special_tokens=True. v2's pred.py keeps ids[-max_len//2:], which
  * in Python is one more token when max_len is odd. Replaces *text. */
@@ -284,7 +272,8 @@ int lb_prompt_build(const lb_task *task, const lb_sample *s, const kv_tokenizer 
     memset(p, 0, sizeof *p);
     if (lb_prompt_format(task, s, &p->text, &p->len, err) < 0)
         return -1;
-    int rc = encode_like_hf(t, p->text, p->len, &p->ids, &p->n_raw, err);
+    /* pred.py: tokenizer(prompt) adds the special tokens (Llama-3: BOS; Qwen: none). */
+    int rc = kv_tokenizer_encode_special(t, p->text, p->len, &p->ids, &p->n_raw, err);
     if (rc == 0 && opts->max_length > 0 && p->n_raw > (size_t)opts->max_length) {
         rc = cut_middle(t, p->ids, p->n_raw, opts->max_length, task->family == LB_FAMILY_V2,
                         &p->text, &p->len, err);
@@ -296,7 +285,12 @@ int lb_prompt_build(const lb_task *task, const lb_sample *s, const kv_tokenizer 
     if (rc == 0 && (p->truncated || p->chat)) { /* re-tokenise the final text */
         free(p->ids);
         p->ids = NULL;
-        rc = encode_like_hf(t, p->text, p->len, &p->ids, &p->n_ids, err);
+        /* A rendered chat already holds its special tokens as text (Llama-3 writes
+         * <|begin_of_text|>): encoding it without adding more is what
+         * apply_chat_template(tokenize=True) does, and avoids the double BOS that
+         * pred.py's tokenizer(chat_text) would give Llama-3. */
+        rc = p->chat ? kv_tokenizer_encode(t, p->text, p->len, &p->ids, &p->n_ids, err)
+                     : kv_tokenizer_encode_special(t, p->text, p->len, &p->ids, &p->n_ids, err);
     } else {
         p->n_ids = p->n_raw;
     }

@@ -38,6 +38,12 @@ bool lb_protocol_chat(lb_protocol p, const lb_task *task);
 /* Whether generation also stops at the single "\n" token. */
 bool lb_protocol_newline_stop(lb_protocol p, const lb_task *task);
 
+/* The ids that end generation of this task under the protocol: EOS, and the
+ * id of "\n" (pred.py: tokenizer.encode("\n", add_special_tokens=False)[-1])
+ * when the protocol stops there. Only that single-"\n" token stops; merged
+ * tokens such as "\n\n" do not. Returns how many ids were written to out. */
+size_t lb_stop_tokens(const kv_tokenizer *t, const lb_task *task, lb_protocol p, int32_t out[2]);
+
 /* Step 1: the template with {context} and {input} substituted (Python
  * str.format semantics: "{{" and "}}" are literal braces; the values are not
  * re-parsed). *text is malloc'd and NUL-terminated; *len excludes the NUL. */
@@ -53,7 +59,8 @@ typedef struct lb_prompt_options {
 typedef struct lb_prompt {
     char *text; /* exactly what the model sees (chat template included) */
     size_t len;
-    int32_t *ids; /* text tokenised, BOS first when the tokenizer adds one */
+    int32_t *ids; /* text tokenised: with the tokenizer's special tokens (BOS) for a plain
+                     prompt, as the rendered template writes them for a chat */
     size_t n_ids;
     size_t n_raw;   /* tokens of the substituted template before truncation */
     bool truncated; /* the middle was cut */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "file.h"
 #include "jsonl.h"
 
 void lb_sample_free(lb_sample *s)
@@ -30,6 +31,26 @@ void lb_sample_free(lb_sample *s)
     free(s->length_class);
     free(s->cot);
     memset(s, 0, sizeof *s);
+}
+
+char *lb_sample_path(const char *dir, const lb_task *task)
+{
+    if (task->family == LB_FAMILY_V2)
+        return kv_path_join(dir, "data.json");
+    char name[128];
+    snprintf(name, sizeof name, "%s.jsonl", task->name);
+    char *p = kv_path_join(dir, name);
+    if (!p || kv_file_exists(p))
+        return p;
+    char *data = kv_path_join(dir, "data");
+    char *q = data ? kv_path_join(data, name) : NULL;
+    free(data);
+    if (q && kv_file_exists(q)) {
+        free(p);
+        return q;
+    }
+    free(q);
+    return p;
 }
 
 /* ---- one record ---------------------------------------------------------- */

@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "error.h"
+#include "tasks.h"
 
 /* One LongBench record. All strings are NUL-terminated UTF-8 owned by the sample. */
 typedef struct lb_sample {
@@ -43,6 +44,11 @@ typedef enum lb_schema {
 } lb_schema;
 
 void lb_sample_free(lb_sample *s);
+
+/* Where a task's samples are under dir: dir/T.jsonl, else dir/data/T.jsonl (the
+ * layout of LongBench's data.zip); LongBench v2: dir/data.json. malloc'd; the
+ * file may not exist (the loader then says so). NULL when out of memory. */
+char *lb_sample_path(const char *dir, const lb_task *task);
 
 /* Parses one JSON line into *s (zeroed first). On failure returns -1 with
  * "what is wrong" in err (the caller adds file:line) and *s left empty. */

@@ -39,25 +39,6 @@ static void list_tasks(void)
     }
 }
 
-/* --file, or DIR/T.jsonl, or DIR/data/T.jsonl (LongBench v2: DIR/data.json). malloc'd. */
-static char *task_file(const kb_args *a, const lb_task *task)
-{
-    if (kb_arg(a, "file"))
-        return strdup(kb_arg(a, "file"));
-    if (task->family == LB_FAMILY_V2)
-        return kv_path_join(kb_arg(a, "dir"), "data.json");
-    char name[128];
-    snprintf(name, sizeof name, "%s.jsonl", task->name);
-    char *p = kv_path_join(kb_arg(a, "dir"), name);
-    if (p && kv_file_exists(p))
-        return p;
-    free(p);
-    char *data = kv_path_join(kb_arg(a, "dir"), "data");
-    p = data ? kv_path_join(data, name) : NULL;
-    free(data);
-    return p;
-}
-
 /* max_position_embeddings - 500 from DIR/config.json (LONGBENCH.md §2.2:
  * max_length = n_ctx - 500), or 0 when it cannot be read. */
 static long default_max_length(const char *model_dir)
@@ -206,7 +187,8 @@ static int run(const kb_args *a)
     char *ids_copy = NULL;
     char **ids = kb_arg(a, "ids") ? split_ids(kb_arg(a, "ids"), &lo.n_ids, &ids_copy) : NULL;
     lo.ids = (const char *const *)ids;
-    char *path = task_file(a, task);
+    char *path =
+        kb_arg(a, "file") ? strdup(kb_arg(a, "file")) : lb_sample_path(kb_arg(a, "dir"), task);
     lb_loader *l = path ? lb_loader_open(path, &lo, &err) : NULL;
     int rc = l ? 0 : -1;
     if (!l)

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "jsonl.h"
 #include "prompt.h"
@@ -202,4 +203,51 @@ Test(prompt_tok, truncated_prompt_keeps_both_ends)
     lb_prompt_free(&p);
     lb_sample_free(&s);
     kv_tokenizer_free(t);
+}
+
+/* pred.py: samsum adds the id of "\n" to EOS; NNCF adds it on every task. */
+Test(prompt_tok, stop_tokens_per_protocol)
+{
+    char *dir = tu_shared("fixtures/qwen3-tokenizer");
+    if (!dir)
+        cr_skip_test("Qwen3 tokenizer absent (../shared absent)");
+    kv_error err;
+    kv_tokenizer *t = kv_tokenizer_load(dir, &err);
+    cr_assert(t, "%s", err.msg);
+    int32_t out[2];
+    const lb_task *qasper = lb_task_find("qasper"), *samsum = lb_task_find("samsum");
+    cr_assert_eq(lb_stop_tokens(t, qasper, LB_PROTOCOL_LONGBENCH, out), 1);
+    cr_assert_eq(out[0], 151645, "<|im_end|>");
+    cr_assert_eq(lb_stop_tokens(t, samsum, LB_PROTOCOL_LONGBENCH, out), 2);
+    cr_assert_eq(out[1], 198, "Qwen's single-newline token (LONGBENCH.md §2.2)");
+    cr_assert_eq(lb_stop_tokens(t, qasper, LB_PROTOCOL_NNCF, out), 2);
+    cr_assert_eq(out[1], 198);
+    kv_tokenizer_free(t);
+    free(dir);
+}
+
+Test(prompt_tok, sample_paths)
+{
+    char *dir = tu_mkdtemp();
+    char *p = lb_sample_path(dir, lb_task_find("trec"));
+    char *want = NULL;
+    cr_assert_neq(asprintf(&want, "%s/trec.jsonl", dir), -1);
+    cr_assert_str_eq(p, want, "nothing there: the plain name, so the error names it");
+    free(p);
+    free(want);
+    char *data = NULL, *file = NULL;
+    cr_assert_neq(asprintf(&data, "%s/data", dir), -1);
+    cr_assert_neq(asprintf(&file, "%s/data/trec.jsonl", dir), -1);
+    mkdir(data, 0777);
+    fclose(fopen(file, "w"));
+    p = lb_sample_path(dir, lb_task_find("trec"));
+    cr_assert_str_eq(p, file, "data.zip's layout");
+    free(p);
+    p = lb_sample_path(dir, lb_task_find("v2_rag"));
+    cr_assert(strstr(p, "/data.json"));
+    free(p);
+    tu_rmtree(dir);
+    free(dir);
+    free(data);
+    free(file);
 }
