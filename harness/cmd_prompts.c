@@ -208,8 +208,8 @@ static int run(const kb_args *a)
         fprintf(stderr, "%ld prompts of %s (%ld truncated to %ld tokens, protocol %s)\n", c.samples,
                 task->name, c.truncated, po.max_length, lb_protocol_name(po.protocol));
         if (lb_loader_skipped(l))
-            fprintf(stderr, "skipped %ld malformed lines; the last: %s\n", lb_loader_skipped(l),
-                    lb_loader_last_skip(l));
+            fprintf(stderr, "skipped %ld malformed line%s; the last: %s\n", lb_loader_skipped(l),
+                    lb_loader_skipped(l) == 1 ? "" : "s", lb_loader_last_skip(l));
     }
     lb_loader_close(l);
     kv_tokenizer_free(tok);

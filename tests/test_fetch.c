@@ -164,6 +164,8 @@ Test(fetch, longbench_downloads_and_unpacks)
     tu_result r = tu_kvbench("fetch", "longbench", "--dir", out, NULL);
     cr_assert_eq(r.status, 0, "%s%s", r.out, r.err);
     cr_assert(strstr(r.out, "unpacked 2 files"), "%s", r.out);
+    cr_assert_null(strstr(r.err, "ETA"), "no progress bar when stderr is not a terminal");
+    cr_assert_null(strchr(r.err, '\r'), "no progress bar when stderr is not a terminal");
     char *jsonl = in_dir("lb/data/trec.jsonl"), *got = tu_slurp(jsonl, NULL);
     cr_assert_str_eq(got, "{\"x\": 1}\n");
     free(got);

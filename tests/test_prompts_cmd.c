@@ -125,3 +125,33 @@ Test(prompts_cmd, list_shows_every_task)
         cr_assert(strstr(r.out, names[i]), "%s missing", names[i]);
     tu_result_free(&r);
 }
+
+Test(prompts_cmd, skip_bad_lines_reports_the_count)
+{
+    char *dir = tu_mkdtemp(), *path = NULL;
+    cr_assert_neq(asprintf(&path, "%s/trec.jsonl", dir), -1);
+    char *good = tu_source("datasets/samples/trec.jsonl");
+    char *text = tu_slurp(good, NULL);
+    FILE *f = fopen(path, "wb");
+    fprintf(f, "%s{\"broken\": \n%s", text, text);
+    fclose(f);
+    tu_result r = tu_kvbench("prompts", "--task", "trec", "--dir", dir, NULL);
+    cr_assert_eq(r.status, 1);
+    cr_assert(strstr(r.err, "trec.jsonl:3: not valid JSON"), "%s", r.err);
+    tu_result_free(&r);
+    r = tu_kvbench("prompts", "--task", "trec", "--dir", dir, "--skip-bad-lines", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cJSON *o[8];
+    int n = parse_lines(r.out, o, 8);
+    cr_assert_eq(n, 4);
+    for (int i = 0; i < n; i++)
+        cJSON_Delete(o[i]);
+    cr_assert(strstr(r.err, "skipped 1 malformed line; the last: "), "%s", r.err);
+    cr_assert(strstr(r.err, "trec.jsonl:3: not valid JSON"), "%s", r.err);
+    tu_result_free(&r);
+    tu_rmtree(dir);
+    free(dir);
+    free(path);
+    free(good);
+    free(text);
+}
