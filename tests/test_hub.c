@@ -337,3 +337,41 @@ Test(hub, file_urls)
                         "a%20b/data.zip");
     free(u);
 }
+
+typedef struct seen {
+    int calls;
+    uint64_t last_done, last_total, first_done;
+} seen;
+
+static void count_progress(void *ctx, const char *name, uint64_t done, uint64_t total)
+{
+    seen *s = ctx;
+    cr_assert_str_eq(name, "big.bin");
+    if (s->calls++ == 0)
+        s->first_done = done;
+    cr_assert_geq(done, s->last_done, "progress never goes back");
+    s->last_done = done;
+    if (total)
+        s->last_total = total;
+}
+
+/* Progress counts resumed bytes as done and ends at the file size. */
+Test(hub, progress_reports_bytes_of_the_whole_file)
+{
+    char *u = url("/files/big.bin"), *d = in_dir("big.bin"), *part = in_dir("big.bin.part");
+    FILE *f = fopen(part, "wb");
+    fwrite(big, 1, 4096, f);
+    fclose(f);
+    seen s = {0};
+    hub.progress = count_progress;
+    hub.progress_ctx = &s;
+    kv_error err;
+    cr_assert_eq(lb_hub_download(&hub, u, d, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_gt(s.calls, 0);
+    cr_assert_geq(s.first_done, 4096);
+    cr_assert_eq(s.last_done, BIG);
+    cr_assert_eq(s.last_total, BIG);
+    free(u);
+    free(d);
+    free(part);
+}
