@@ -4,6 +4,8 @@
 
 #include "cli.h"
 
+extern const kb_command kb_cmd_fetch;
+extern const kb_command kb_cmd_prompts;
 extern const kb_command kb_cmd_bench;
 extern const kb_command kb_cmd_tokenize;
 extern const kb_command kb_cmd_version;
@@ -17,8 +19,6 @@ extern const kb_command kb_cmd_merge;
         .name = #NAME, .summary = SUMMARY, .usage = USAGE, .max_positional = 64,      \
         .pending = WHERE }
 
-PENDING(fetch, "download LongBench data or a model from the Hugging Face hub",
-        "kvbench fetch longbench|model [NAME] [options]", "issue 7 (datasets)");
 PENDING(generate, "greedy generation from one prompt, with or without eviction",
         "kvbench generate --model DIR (--prompt TEXT | --prompt-file F | --tokens IDS) [options]",
         "issue 3 (engine)");
@@ -28,7 +28,8 @@ const kb_command *const kb_commands[] = {
     &kb_cmd_score,
     &kb_cmd_report,
     &kb_cmd_merge,
-    &pending_fetch,
+    &kb_cmd_fetch,
+    &kb_cmd_prompts,
     &pending_generate,
     &kb_cmd_tokenize,
     &kb_cmd_bench,

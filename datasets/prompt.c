@@ -1,0 +1,304 @@
+#include "prompt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat.h"
+
+int lb_protocol_parse(const char *name, lb_protocol *out, kv_error *err)
+{
+    if (strcmp(name, "longbench") == 0)
+        *out = LB_PROTOCOL_LONGBENCH;
+    else if (strcmp(name, "nncf") == 0)
+        *out = LB_PROTOCOL_NNCF;
+    else
+        return kv_fail(err, "unknown protocol \"%s\" (known: longbench, nncf)", name);
+    return 0;
+}
+
+const char *lb_protocol_name(lb_protocol p)
+{
+    return p == LB_PROTOCOL_NNCF ? "nncf" : "longbench";
+}
+
+bool lb_protocol_chat(lb_protocol p, const lb_task *task)
+{
+    return p == LB_PROTOCOL_NNCF ? true : task->chat;
+}
+
+bool lb_protocol_newline_stop(lb_protocol p, const lb_task *task)
+{
+    return p == LB_PROTOCOL_NNCF ? true : task->newline_stop;
+}
+
+size_t lb_stop_tokens(const kv_tokenizer *t, const lb_task *task, lb_protocol p, int32_t out[2])
+{
+    size_t n = 0;
+    int32_t eos = kv_tokenizer_eos_id(t);
+    if (eos >= 0)
+        out[n++] = eos;
+    int32_t *ids = NULL;
+    size_t k = 0;
+    if (lb_protocol_newline_stop(p, task) && kv_tokenizer_encode(t, "\n", 1, &ids, &k, NULL) == 0 &&
+        k > 0 && ids[k - 1] != eos)
+        out[n++] = ids[k - 1];
+    free(ids);
+    return n;
+}
+
+/* ---- template substitution -------------------------------------------------- */
+
+/* A growable byte buffer. */
+typedef struct buf {
+    char *p;
+    size_t len, cap;
+} buf;
+
+static int buf_add(buf *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p)
+            return -1;
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+    return 0;
+}
+
+/* The value of field `name` (of length n) in a v1 record, or NULL. */
+static const char *field(const lb_sample *s, const char *name, size_t n)
+{
+    if (n == 7 && memcmp(name, "context", 7) == 0)
+        return s->context;
+    if (n == 5 && memcmp(name, "input", 5) == 0)
+        return s->input;
+    return NULL;
+}
+
+static int format_braces(const lb_task *task, const lb_sample *s, buf *out, kv_error *err)
+{
+    const char *t = task->prompt;
+    while (*t) {
+        size_t lit = strcspn(t, "{}");
+        if (buf_add(out, t, lit) < 0)
+            return kv_fail(err, "out of memory building a %s prompt", task->name);
+        t += lit;
+        if (!*t)
+            break;
+        if (t[0] == t[1]) { /* "{{" or "}}": a literal brace */
+            if (buf_add(out, t, 1) < 0)
+                return kv_fail(err, "out of memory building a %s prompt", task->name);
+            t += 2;
+            continue;
+        }
+        const char *close = t[0] == '{' ? strchr(t, '}') : NULL;
+        const char *value = close ? field(s, t + 1, (size_t)(close - t - 1)) : NULL;
+        if (!value)
+            return kv_fail(err,
+                           "task %s: its template has a placeholder other than "
+                           "{context} and {input} near \"%.20s\"",
+                           task->name, t);
+        if (buf_add(out, value, strlen(value)) < 0)
+            return kv_fail(err, "out of memory building a %s prompt", task->name);
+        t = close + 1;
+    }
+    return 0;
+}
+
+/* ---- LongBench v2: $DOC$ $Q$ $C_A$..$C_D$ $COT$ ------------------------------------ */
+
+/* Python's str.isspace() for one code point (LONGBENCH.md §4: the 29 WS code points). */
+static bool py_space(unsigned cp)
+{
+    return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
+           cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+           cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+/* Decodes the UTF-8 sequence at s (length *n out); invalid bytes read as one
+ * non-space unit, which is all strip needs. */
+static unsigned utf8_at(const unsigned char *s, size_t left, size_t *n)
+{
+    unsigned c = s[0];
+    size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (k == 0 || k > left) {
+        *n = 1;
+        return 0xFFFD;
+    }
+    unsigned cp = k == 1 ? c : c & (0x7F >> k);
+    for (size_t i = 1; i < k; i++) {
+        if ((s[i] & 0xC0) != 0x80) {
+            *n = 1;
+            return 0xFFFD;
+        }
+        cp = cp << 6 | (s[i] & 0x3F);
+    }
+    *n = k;
+    return cp;
+}
+
+/* str.strip(): [*a, *b) of s without leading and trailing whitespace. */
+static void py_strip(const char *s, const char **a, const char **b)
+{
+    const unsigned char *p = (const unsigned char *)s, *end = p + strlen(s), *last = p;
+    size_t n;
+    while (p < end && py_space(utf8_at(p, (size_t)(end - p), &n)))
+        p += n;
+    *a = (const char *)p;
+    for (const unsigned char *q = p; q < end; q += n)
+        if (!py_space(utf8_at(q, (size_t)(end - q), &n)))
+            last = q + n;
+    *b = (const char *)(last > p ? last : p);
+}
+
+/* Python's text.replace(key, value): every occurrence, left to right. */
+static int replace_all(buf *text, const char *key, const char *value, size_t vlen)
+{
+    buf out = {0};
+    size_t klen = strlen(key);
+    const char *p = text->p, *end = text->p + text->len, *hit;
+    int rc = buf_add(&out, "", 0);
+    while (rc == 0 && (hit = memmem(p, (size_t)(end - p), key, klen))) {
+        rc = buf_add(&out, p, (size_t)(hit - p)) < 0 || buf_add(&out, value, vlen) < 0 ? -1 : 0;
+        p = hit + klen;
+    }
+    if (rc == 0)
+        rc = buf_add(&out, p, (size_t)(end - p));
+    free(text->p);
+    *text = out;
+    return rc;
+}
+
+/* v2 pred.py: template.replace('$DOC$', context.strip()).replace('$Q$', question.strip())
+ * .replace('$C_A$', choice_A.strip()) ... ; the CoT answer step also replaces $COT$. */
+static int format_dollars(const lb_task *task, const lb_sample *s, buf *out, kv_error *err)
+{
+    if (!s->choices[0] || !s->choices[1] || !s->choices[2] || !s->choices[3])
+        return kv_fail(err, "task %s needs LongBench v2 records (choice_A..choice_D)", task->name);
+    bool wants_cot = strstr(task->prompt, "$COT$") != NULL;
+    if (wants_cot && !s->cot)
+        return kv_fail(err, "task %s needs the output of the v2_cot step ($COT$)", task->name);
+    const char *keys[] = {"$DOC$", "$Q$", "$C_A$", "$C_B$", "$C_C$", "$C_D$", "$COT$"};
+    const char *values[] = {s->context,    s->input,      s->choices[0], s->choices[1],
+                            s->choices[2], s->choices[3], s->cot};
+    if (buf_add(out, task->prompt, strlen(task->prompt)) < 0)
+        return kv_fail(err, "out of memory building a %s prompt", task->name);
+    for (int i = 0; i < 7; i++) {
+        if (i == 6 && !wants_cot)
+            break;
+        const char *a, *b;
+        py_strip(values[i], &a, &b);
+        if (replace_all(out, keys[i], a, (size_t)(b - a)) < 0)
+            return kv_fail(err, "out of memory building a %s prompt", task->name);
+    }
+    return 0;
+}
+
+int lb_prompt_format(const lb_task *task, const lb_sample *s, char **text, size_t *len,
+                     kv_error *err)
+{
+    buf out = {0};
+    if (buf_add(&out, "", 0) < 0) /* an empty prompt is still a string */
+        return kv_fail(err, "out of memory building a %s prompt", task->name);
+    int rc = task->template_kind == LB_TEMPLATE_DOLLARS ? format_dollars(task, s, &out, err)
+                                                        : format_braces(task, s, &out, err);
+    if (rc < 0) {
+        free(out.p);
+        return -1;
+    }
+    *text = out.p;
+    *len = out.len;
+    return 0;
+}
+
+/* ---- truncation and chat ------------------------------------------------------ */
+
+void lb_prompt_free(lb_prompt *p)
+{
+    if (!p)
+        return;
+    free(p->text);
+    free(p->ids);
+    memset(p, 0, sizeof *p);
+}
+
+/* pred.py: half = int(max_length/2); prompt = decode(ids[:half]) + decode(ids[-half:]),
+ * both with skip_special_tokens=True. v2's pred.py keeps ids[-max_len//2:], which
+ * in Python is one more token when max_len is odd. Replaces *text. */
+static int cut_middle(const kv_tokenizer *t, const int32_t *ids, size_t n, long max_length, bool v2,
+                      char **text, size_t *len, kv_error *err)
+{
+    size_t half = (size_t)max_length / 2, tail_n = v2 ? (size_t)(max_length + 1) / 2 : half;
+    char *head = kv_tokenizer_decode(t, ids, half, true);
+    char *tail = kv_tokenizer_decode(t, ids + n - tail_n, tail_n, true);
+    char *joined = NULL;
+    int rc = head && tail && asprintf(&joined, "%s%s", head, tail) >= 0
+                 ? 0
+                 : kv_fail(err, "out of memory truncating a prompt");
+    free(head);
+    free(tail);
+    if (rc == 0) {
+        free(*text);
+        *text = joined;
+        *len = strlen(joined);
+    }
+    return rc;
+}
+
+static int apply_chat(const kv_tokenizer *t, bool enable_thinking, char **text, size_t *len,
+                      kv_error *err)
+{
+    kv_chat_message user = {.role = "user", .content = *text};
+    char *chat = kv_chat_render(t, &user, 1, true, enable_thinking, err);
+    if (!chat)
+        return -1;
+    free(*text);
+    *text = chat;
+    *len = strlen(chat);
+    return 0;
+}
+
+int lb_prompt_build(const lb_task *task, const lb_sample *s, const kv_tokenizer *t,
+                    const lb_prompt_options *opts, lb_prompt *p, kv_error *err)
+{
+    memset(p, 0, sizeof *p);
+    if (lb_prompt_format(task, s, &p->text, &p->len, err) < 0)
+        return -1;
+    /* pred.py: tokenizer(prompt) adds the special tokens (Llama-3: BOS; Qwen: none). */
+    int rc = kv_tokenizer_encode_special(t, p->text, p->len, &p->ids, &p->n_raw, err);
+    if (rc == 0 && opts->max_length > 0 && p->n_raw > (size_t)opts->max_length) {
+        rc = cut_middle(t, p->ids, p->n_raw, opts->max_length, task->family == LB_FAMILY_V2,
+                        &p->text, &p->len, err);
+        p->truncated = true;
+    }
+    p->chat = lb_protocol_chat(opts->protocol, task) && kv_tokenizer_chat_template(t) != NULL;
+    if (rc == 0 && p->chat)
+        rc = apply_chat(t, opts->enable_thinking, &p->text, &p->len, err);
+    if (rc == 0 && (p->truncated || p->chat)) { /* re-tokenise the final text */
+        free(p->ids);
+        p->ids = NULL;
+        /* A rendered chat already holds its special tokens as text (Llama-3 writes
+         * <|begin_of_text|>): encoding it without adding more is what
+         * apply_chat_template(tokenize=True) does, and avoids the double BOS that
+         * pred.py's tokenizer(chat_text) would give Llama-3. */
+        rc = p->chat ? kv_tokenizer_encode(t, p->text, p->len, &p->ids, &p->n_ids, err)
+                     : kv_tokenizer_encode_special(t, p->text, p->len, &p->ids, &p->n_ids, err);
+    } else {
+        p->n_ids = p->n_raw;
+    }
+    if (rc < 0) {
+        char where[160];
+        snprintf(where, sizeof where, "%s sample %s", task->name, s->id ? s->id : "?");
+        kv_fail_prefix(err, where);
+        lb_prompt_free(p);
+    }
+    return rc;
+}
