@@ -7,45 +7,48 @@
 
 #include "file.h"
 
-int kv_npy_open(kv_npy_writer *w, const char *path, size_t rows, size_t cols, kv_error *err)
+/* The header is always HEADER_BYTES long (any shape's digits fit), so the
+ * final one can overwrite the placeholder in place. */
+#define HEADER_BYTES 128
+
+static int write_header(kv_npy_writer *w, kv_error *err)
+{
+    char hdr[HEADER_BYTES];
+    int n = snprintf(hdr + 10, sizeof hdr - 10,
+                     "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu, %zu), }", w->rows,
+                     w->cols);
+    memcpy(hdr, "\x93NUMPY\x01\x00", 8);
+    hdr[8] = (char)(HEADER_BYTES - 10);
+    hdr[9] = 0;
+    memset(hdr + 10 + n, ' ', (size_t)(HEADER_BYTES - 10 - n));
+    hdr[HEADER_BYTES - 1] = '\n';
+    if (fseek(w->f, 0, SEEK_SET) != 0 || fwrite(hdr, 1, HEADER_BYTES, w->f) != HEADER_BYTES)
+        return kv_fail(err, "%s: write failed: %s", w->path, strerror(errno));
+    return 0;
+}
+
+int kv_npy_open(kv_npy_writer *w, const char *path, size_t cols, kv_error *err)
 {
     memset(w, 0, sizeof *w);
-    char dict[128];
-    int n = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu, %zu), }",
-                     rows, cols);
-    /* magic (6) + version (2) + length (2) + dict, padded with spaces to a
-     * multiple of 64 and ended by a newline. */
-    size_t total = (10 + (size_t)n + 1 + 63) / 64 * 64;
-    size_t hlen = total - 10;
-    char hdr[256];
-    memcpy(hdr, "\x93NUMPY\x01\x00", 8);
-    hdr[8] = (char)(hlen & 0xff);
-    hdr[9] = (char)(hlen >> 8);
-    memcpy(hdr + 10, dict, (size_t)n);
-    memset(hdr + 10 + n, ' ', hlen - (size_t)n - 1);
-    hdr[total - 1] = '\n';
+    w->cols = cols;
     w->f = fopen(path, "wb");
     if (!w->f)
         return kv_fail(err, "%s: cannot create: %s", path, strerror(errno));
     w->path = strdup(path);
-    w->rows = rows;
-    w->cols = cols;
-    if (!w->path || fwrite(hdr, 1, total, w->f) != total) {
+    if (!w->path || write_header(w, err) != 0) {
         fclose(w->f);
         free(w->path);
         w->f = NULL;
-        return kv_fail(err, "%s: write failed", path);
+        return kv_fail(err, "%s: cannot write", path);
     }
     return 0;
 }
 
 int kv_npy_append(kv_npy_writer *w, const float *data, size_t n_rows, kv_error *err)
 {
-    if (w->written + n_rows > w->rows)
-        return kv_fail(err, "%s: more rows than the declared %zu", w->path, w->rows);
     if (fwrite(data, sizeof(float), n_rows * w->cols, w->f) != n_rows * w->cols)
         return kv_fail(err, "%s: write failed: %s", w->path, strerror(errno));
-    w->written += n_rows;
+    w->rows += n_rows;
     return 0;
 }
 
@@ -53,9 +56,7 @@ int kv_npy_close(kv_npy_writer *w, kv_error *err)
 {
     if (!w->f)
         return 0;
-    int rc = 0;
-    if (w->written != w->rows)
-        rc = kv_fail(err, "%s: %zu of %zu rows written", w->path, w->written, w->rows);
+    int rc = write_header(w, err);
     if (fclose(w->f) != 0 && rc == 0)
         rc = kv_fail(err, "%s: write failed: %s", w->path, strerror(errno));
     free(w->path);

@@ -12,16 +12,18 @@
 
 #include "error.h"
 
-/* Streaming writer: open with the final shape, append rows, close. */
+/* Streaming writer: open with the row length, append rows, close. The
+ * header (which holds the row count) is rewritten on close. */
 typedef struct kv_npy_writer {
     FILE *f;
     char *path;
-    size_t rows, cols, written;
+    size_t cols, rows;
 } kv_npy_writer;
 
-int kv_npy_open(kv_npy_writer *w, const char *path, size_t rows, size_t cols, kv_error *err);
+int kv_npy_open(kv_npy_writer *w, const char *path, size_t cols, kv_error *err);
 int kv_npy_append(kv_npy_writer *w, const float *data, size_t n_rows, kv_error *err);
-/* Checks that every row was written, and closes. */
+/* Writes the final header and closes (also after an error: then it only
+ * closes and returns -1). */
 int kv_npy_close(kv_npy_writer *w, kv_error *err);
 
 /* Reads a 2-D float32 array into a malloc'd buffer. */
