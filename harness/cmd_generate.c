@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat.h"
 #include "cli.h"
 #include "file.h"
 #include "generate.h"
@@ -131,9 +132,13 @@ static int prompt_ids(const kb_args *a, kv_tokenizer *tok, int32_t **ids, int *n
         kb_error("generate: give exactly one of --prompt, --prompt-file, --tokens");
         return KB_EXIT_USAGE;
     }
-    if (kb_flag(a, "chat") || kb_flag(a, "no-think")) {
-        kb_error("generate: --chat and --no-think are not available yet (the chat template, "
-                 "issue 4, is not merged into this build)");
+    bool chat = kb_flag(a, "chat");
+    if (kb_flag(a, "no-think") && !chat) {
+        kb_error("generate: --no-think needs --chat");
+        return KB_EXIT_USAGE;
+    }
+    if (tokens && chat) {
+        kb_error("generate: --chat renders text; it cannot wrap --tokens");
         return KB_EXIT_USAGE;
     }
     if (tokens)
@@ -150,8 +155,22 @@ static int prompt_ids(const kb_args *a, kv_tokenizer *tok, int32_t **ids, int *n
         kb_error("%s", err.msg);
         return KB_EXIT_FAIL;
     }
+    const char *body = file ? data : text;
+    char *rendered = NULL;
+    if (chat) {
+        kv_chat_message msg = {.role = "user", .content = body};
+        rendered = kv_chat_render(tok, &msg, 1, true, !kb_flag(a, "no-think"), &err);
+        if (!rendered) {
+            free(data);
+            kb_error("%s", err.msg);
+            return KB_EXIT_FAIL;
+        }
+        body = rendered;
+        len = strlen(rendered);
+    }
     size_t n_ids = 0;
-    int rc = kv_tokenizer_encode(tok, file ? data : text, len, ids, &n_ids, &err);
+    int rc = kv_tokenizer_encode(tok, body, len, ids, &n_ids, &err);
+    free(rendered);
     free(data);
     if (rc != 0) {
         kb_error("%s", err.msg);

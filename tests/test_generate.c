@@ -281,3 +281,29 @@ Test(generate, step_hook_sees_statistics_and_may_compact_the_cache)
     kv_generation_free(&out);
     kv_model_free(h.m);
 }
+
+/* --chat --no-think: the toy template and tokenizer give the reference's
+ * prompt ids, and 16 greedy tokens follow (ref_chat.txt). */
+Test(generate_cli, chat_prompt_matches_reference)
+{
+    char *dir = model_dir("qwen3-bf16");
+    char path[512];
+    snprintf(path, sizeof path, "%s/ref_chat.txt", dir);
+    char *ref = tu_slurp(path, NULL);
+    char *ids = strstr(ref, "ids: "), *gen = strstr(ref, "generated: ");
+    cr_assert(ids && gen);
+    ids += 5;
+    gen += 11;
+    ids[strcspn(ids, "\n")] = '\0';
+    gen[strcspn(gen, "\n")] = '\0';
+    tu_result r = tu_kvbench("generate", "--model", dir, "--prompt",
+                             "What is the capital of France?", "--chat", "--no-think",
+                             "--max-new-tokens", "16", "--ignore-eos", "--json", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    char want[2048];
+    snprintf(want, sizeof want, "\"prompt_ids\":[%s],\"generated_ids\":[%s]", ids, gen);
+    cr_assert(strstr(r.out, want), "want %s\ngot %s", want, r.out);
+    tu_result_free(&r);
+    free(ref);
+    free(dir);
+}

@@ -10,6 +10,7 @@
 #   ref_logits.npy   float32 [P + 63, vocab]: logits of every position of
 #                    prompt + the first 63 generated tokens, i.e. what
 #                    `kvbench generate --dump-logits` must reproduce.
+#   ref_chat.txt     (qwen3-bf16) a --chat --no-think prompt's ids and 16 tokens
 # Needs /usr/bin/python3 with python3-torch and python3-numpy. The project's
 # tests read only the committed files, never Python.
 set -euo pipefail
@@ -95,4 +96,8 @@ if gap < 1e-3:
     sys.exit(f"{d}: near-tie in greedy decoding; pick another prompt")
 PYEOF
 done
+# A chat prompt through the toy tokenizer and template: prompt ids and 16
+# greedy tokens (ref_chat.txt: the reference's "ids:" and "generated:" lines).
+$PY "$REF/qwen3_ref.py" "$OUT/qwen3-bf16" --prompt "What is the capital of France?" --chat --no-think \
+    --generate 16 --ignore-eos --threads 1 2>/dev/null | grep -E '^(ids|generated):' > "$OUT/qwen3-bf16/ref_chat.txt"
 du -sh "$OUT"/*
