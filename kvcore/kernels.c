@@ -1,5 +1,6 @@
 #include "kernels.h"
 
+#include <assert.h>
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -151,13 +152,32 @@ static void dot4(const kv_weight *w, int r, const float *x, float *y)
 
 void kv_gemv(const kv_weight *w, const float *x, float *y)
 {
-    int blocks = w->rows / 4;
-    /* Small matrices are not worth waking the thread team for. */
-#pragma omp parallel for schedule(static) if ((size_t)w->rows * (size_t)w->cols > 32768)
-    for (int b = 0; b < blocks; b++)
-        dot4(w, b * 4, x, y);
-    for (int r = blocks * 4; r < w->rows; r++)
-        y[r] = dot1(w, r, x);
+    kv_gemv_many(1, &w, x, &y);
+}
+
+void kv_gemv_many(int n, const kv_weight *const *ws, const float *x, float *const *ys)
+{
+    /* Blocks of 4 rows of all matrices, numbered matrix after matrix; the
+     * 0-3 leftover rows of each matrix are done one by one at the end. */
+    int first[9], total = 0;
+    size_t work = 0;
+    assert(n <= 8);
+    for (int i = 0; i < n; i++) {
+        first[i] = total;
+        total += ws[i]->rows / 4;
+        work += (size_t)ws[i]->rows * (size_t)ws[i]->cols;
+    }
+    first[n] = total;
+#pragma omp parallel for schedule(static) if (work > KV_PARALLEL_MIN_WORK)
+    for (int b = 0; b < total; b++) {
+        int i = 0;
+        while (b >= first[i + 1])
+            i++;
+        dot4(ws[i], (b - first[i]) * 4, x, ys[i]);
+    }
+    for (int i = 0; i < n; i++)
+        for (int r = ws[i]->rows / 4 * 4; r < ws[i]->rows; r++)
+            ys[i][r] = dot1(ws[i], r, x);
 }
 
 void kv_widen_rows(const kv_weight *w, int row0, int n, float *dst)
@@ -167,7 +187,7 @@ void kv_widen_rows(const kv_weight *w, int row0, int n, float *dst)
         memcpy(dst, (const float *)w->data + base, (size_t)n * cols * sizeof *dst);
         return;
     }
-#pragma omp parallel for schedule(static) if ((size_t)n * cols > 32768)
+#pragma omp parallel for schedule(static) if ((size_t)n * cols > KV_PARALLEL_MIN_WORK)
     for (int r = 0; r < n; r++) {
         size_t i = 0, off = base + (size_t)r * cols;
         float *d = dst + (size_t)r * cols;

@@ -39,8 +39,16 @@ static inline float kv_bf16_to_f32(uint16_t h)
 }
 float kv_f16_to_f32(uint16_t h);
 
+/* Work (multiply-adds) below which a loop stays on one thread: waking the
+ * team costs microseconds on an idle machine and far more on a busy one. */
+#define KV_PARALLEL_MIN_WORK 65536
+
 /* y[r] = W[r] . x for every row r. */
 void kv_gemv(const kv_weight *w, const float *x, float *y);
+
+/* Several GEMVs of one input vector (q/k/v, gate/up) in one parallel loop:
+ * ys[i][r] = ws[i][r] . x. All ws have x's length as cols. */
+void kv_gemv_many(int n, const kv_weight *const *ws, const float *x, float *const *ys);
 
 /* Widens rows [row0, row0 + n) of w into dst ([n][cols] floats). */
 void kv_widen_rows(const kv_weight *w, int row0, int n, float *dst);

@@ -412,6 +412,23 @@ static void matmul(const fwd *f, const kv_weight *w, const float *x, int n, floa
                 y[(size_t)i * (size_t)w->rows + (size_t)r] += bias[r];
 }
 
+/* matmul of several weights over the same input; one parallel loop for all
+ * of them in decode. */
+static void matmul_many(const fwd *f, int n, const kv_weight *const *ws, const float *x, int rows,
+                        float *const *ys, const float *const *bias)
+{
+    if (rows == 1)
+        kv_gemv_many(n, ws, x, ys);
+    else
+        for (int i = 0; i < n; i++)
+            kv_matmul(ws[i], x, rows, ys[i], f->wide, f->wide_floats);
+    for (int i = 0; i < n; i++)
+        if (bias[i])
+            for (int t = 0; t < rows; t++)
+                for (int r = 0; r < ws[i]->rows; r++)
+                    ys[i][(size_t)t * (size_t)ws[i]->rows + (size_t)r] += bias[i][r];
+}
+
 static void rmsnorm_rows(float *out, const float *x, const float *w, int n, int dim, double eps)
 {
     for (int i = 0; i < n; i++)
@@ -427,7 +444,8 @@ static void attention_rows(const kv_model *m, const kv_cache_layer *cl, fwd *f, 
     int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
     size_t qd = (size_t)c->n_heads * (size_t)hd, kvd = (size_t)c->n_kv_heads * (size_t)hd;
     float scale = 1.0f / sqrtf((float)hd);
-#pragma omp parallel for schedule(static)
+    size_t work = (size_t)c->n_heads * (size_t)(base + cn) * (size_t)cn * (size_t)hd * 2;
+#pragma omp parallel for schedule(static) if (work > KV_PARALLEL_MIN_WORK)
     for (int h = 0; h < c->n_heads; h++) {
         size_t kvo = (size_t)(h / group) * (size_t)hd;
         float *sc = f->scores + (size_t)h * (size_t)f->max_keys;
@@ -454,7 +472,7 @@ static void stats_add_matrix(const fwd *f, kv_attn_stats *st, int h, const float
 {
     const kv_attn_stats_request *req = f->req;
     size_t off = (size_t)h * (size_t)st->n_keys;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)cn * (size_t)keys > KV_PARALLEL_MIN_WORK)
     for (int j0 = 0; j0 < keys; j0 += 256) {
         int j1 = j0 + 256 < keys ? j0 + 256 : keys;
         for (int i = 0; i < cn; i++) {
@@ -483,7 +501,7 @@ static void attention_gemm(const kv_model *m, const kv_cache_layer *cl, fwd *f, 
         int kvo = (h / group) * hd;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, cn, keys, hd, scale, f->q + h * hd, qd,
                     cl->k + kvo, kvd, 0.0f, f->scores, keys);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)cn * (size_t)keys > KV_PARALLEL_MIN_WORK)
         for (int i = 0; i < cn; i++) {
             float *row = f->scores + (size_t)i * (size_t)keys;
             int visible = base + i + 1;
@@ -506,9 +524,10 @@ static void qkv(const kv_model *m, const layer *L, kv_cache *c, kv_cache_layer *
     int hd = cfg->head_dim, base = cl->len;
     size_t qd = (size_t)cfg->n_heads * (size_t)hd, kvd = (size_t)cfg->n_kv_heads * (size_t)hd;
     float *k = cl->k + (size_t)base * kvd, *v = cl->v + (size_t)base * kvd;
-    matmul(f, &L->wq, f->h, cn, f->q, L->bq);
-    matmul(f, &L->wk, f->h, cn, k, L->bk);
-    matmul(f, &L->wv, f->h, cn, v, L->bv);
+    const kv_weight *ws[] = {&L->wq, &L->wk, &L->wv};
+    float *ys[] = {f->q, k, v};
+    const float *bs[] = {L->bq, L->bk, L->bv};
+    matmul_many(f, 3, ws, f->h, cn, ys, bs);
     for (int i = 0; i < cn; i++) {
         float *qi = f->q + (size_t)i * qd, *ki = k + (size_t)i * kvd;
         if (cfg->qk_norm) {
@@ -548,8 +567,10 @@ static void layer_forward(const kv_model *m, int li, kv_cache *c, fwd *f, int cn
     add_rows(f->x, f->tmp, (size_t)cn * H);
 
     rmsnorm_rows(f->h, f->x, L->ffn_norm, cn, cfg->hidden, cfg->rms_eps);
-    matmul(f, &L->gate, f->h, cn, f->g, L->b_gate);
-    matmul(f, &L->up, f->h, cn, f->u, L->b_up);
+    const kv_weight *ws[] = {&L->gate, &L->up};
+    float *ys[] = {f->g, f->u};
+    const float *bs[] = {L->b_gate, L->b_up};
+    matmul_many(f, 2, ws, f->h, cn, ys, bs);
     kv_silu_mul(f->g, f->u, (size_t)cn * (size_t)cfg->ffn);
     matmul(f, &L->down, f->g, cn, f->tmp, L->b_down);
     add_rows(f->x, f->tmp, (size_t)cn * H);
