@@ -332,12 +332,16 @@ static void stats_add_row(const kv_attn_stats_request *req, kv_attn_stats *s, in
 
 /* ---------------------------------------------------------------- forward */
 
-/* Buffers of one forward call, sized for its chunk and longest layer. */
+/* Buffers of one forward call: the hidden states of all its tokens, and
+ * per-chunk work space sized for the longest layer. */
 typedef struct fwd {
-    float *x, *h, *q, *att, *tmp, *g, *u;
+    float *x;      /* [n][hidden] */
+    float *h, *q, *att, *tmp, *g, *u;
     float *scores; /* [max(chunk, heads)][max_keys] */
-    float *wide;   /* widened weights for sgemm */
+    float *wide;   /* room to widen the output embedding in blocks for sgemm */
     size_t wide_floats;
+    float *layer_f32; /* one layer's 16-bit matrices widened for sgemm, or NULL */
+    size_t layer_floats;
     int max_keys;
     const kv_attn_stats_request *req; /* NULL when no statistics are wanted */
     kv_attn_stats *stats;
@@ -355,6 +359,7 @@ static void fwd_free(fwd *f)
     free(f->u);
     free(f->scores);
     free(f->wide);
+    free(f->layer_f32);
 }
 
 static size_t max_size(size_t a, size_t b)
@@ -372,7 +377,7 @@ static int fwd_alloc(const kv_model *m, const kv_cache *c, int n, int chunk, fwd
         if (c->layers[l].len + n > f->max_keys)
             f->max_keys = c->layers[l].len + n;
     size_t rows = max_size(C, (size_t)cfg->n_heads);
-    f->x = malloc(C * (size_t)cfg->hidden * sizeof(float));
+    f->x = malloc((size_t)n * (size_t)cfg->hidden * sizeof(float));
     f->h = malloc(C * (size_t)cfg->hidden * sizeof(float));
     f->tmp = malloc(C * (size_t)cfg->hidden * sizeof(float));
     f->q = malloc(C * qd * sizeof(float));
@@ -382,17 +387,20 @@ static int fwd_alloc(const kv_model *m, const kv_cache *c, int n, int chunk, fwd
     f->scores = malloc(rows * (size_t)f->max_keys * sizeof(float));
     bool ok = f->x && f->h && f->tmp && f->q && f->att && f->g && f->u && f->scores;
     if (ok && chunk > KV_GEMV_MAX_ROWS) {
-        /* Room for the largest layer matrix; the embedding is widened in
-         * blocks of rows that fit the same room. */
+        /* sgemm wants F32: a layer's 16-bit matrices are widened once per
+         * call (not per chunk), the embedding in blocks of rows. */
         size_t room = max_size((size_t)cfg->ffn, qd) * (size_t)cfg->hidden;
+        f->wide_floats = kv_matmul_scratch(&m->lm_head, room);
         const layer *L = &m->layers[0];
-        const kv_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down,
-                                 &m->lm_head};
-        f->wide_floats = 0;
+        const kv_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+        f->layer_floats = 0;
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-            f->wide_floats = max_size(f->wide_floats, kv_matmul_scratch(ws[i], room));
+            if (ws[i]->dtype != KV_DTYPE_F32)
+                f->layer_floats += (size_t)ws[i]->rows * (size_t)ws[i]->cols;
         if (f->wide_floats > 0)
             ok = (f->wide = malloc(f->wide_floats * sizeof(float))) != NULL;
+        if (ok && f->layer_floats > 0)
+            ok = (f->layer_f32 = malloc(f->layer_floats * sizeof(float))) != NULL;
     }
     if (!ok) {
         fwd_free(f);
@@ -548,32 +556,54 @@ static void add_rows(float *x, const float *y, size_t n)
         x[i] += y[i];
 }
 
-static void layer_forward(const kv_model *m, int li, kv_cache *c, fwd *f, int cn, int row0)
+/* One layer over the chunk of rows [row0, row0 + cn) of the call. */
+static void layer_forward(const kv_model *m, const layer *L, int li, kv_cache *c, fwd *f, int cn,
+                          int row0)
 {
     const kv_model_config *cfg = &m->cfg;
-    const layer *L = &m->layers[li];
     kv_cache_layer *cl = &c->layers[li];
     kv_attn_stats *st = f->req ? &f->stats[li] : NULL;
     size_t H = (size_t)cfg->hidden;
+    float *x = f->x + (size_t)row0 * H;
     int base = cl->len;
 
-    rmsnorm_rows(f->h, f->x, L->attn_norm, cn, cfg->hidden, cfg->rms_eps);
+    rmsnorm_rows(f->h, x, L->attn_norm, cn, cfg->hidden, cfg->rms_eps);
     qkv(m, L, c, cl, f, cn, row0);
     if (cn <= KV_GEMV_MAX_ROWS)
         attention_rows(m, cl, f, st, cn, base, row0);
     else
         attention_gemm(m, cl, f, st, cn, base, row0);
     matmul(f, &L->wo, f->att, cn, f->tmp, L->bo);
-    add_rows(f->x, f->tmp, (size_t)cn * H);
+    add_rows(x, f->tmp, (size_t)cn * H);
 
-    rmsnorm_rows(f->h, f->x, L->ffn_norm, cn, cfg->hidden, cfg->rms_eps);
+    rmsnorm_rows(f->h, x, L->ffn_norm, cn, cfg->hidden, cfg->rms_eps);
     const kv_weight *ws[] = {&L->gate, &L->up};
     float *ys[] = {f->g, f->u};
     const float *bs[] = {L->b_gate, L->b_up};
     matmul_many(f, 2, ws, f->h, cn, ys, bs);
     kv_silu_mul(f->g, f->u, (size_t)cn * (size_t)cfg->ffn);
     matmul(f, &L->down, f->g, cn, f->tmp, L->b_down);
-    add_rows(f->x, f->tmp, (size_t)cn * H);
+    add_rows(x, f->tmp, (size_t)cn * H);
+}
+
+/* The layer with its 16-bit matrices widened into f->layer_f32 (when the
+ * call uses sgemm), so every chunk's sgemm reads F32 without widening again. */
+static layer widened_layer(const layer *L, fwd *f)
+{
+    layer w = *L;
+    if (!f->layer_f32)
+        return w;
+    kv_weight *ws[] = {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down};
+    float *dst = f->layer_f32;
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+        if (ws[i]->dtype == KV_DTYPE_F32)
+            continue;
+        kv_widen_rows(ws[i], 0, ws[i]->rows, dst);
+        ws[i]->dtype = KV_DTYPE_F32;
+        ws[i]->data = dst;
+        dst += (size_t)ws[i]->rows * (size_t)ws[i]->cols;
+    }
+    return w;
 }
 
 static int check_call(const kv_model *m, const kv_cache *c, const int32_t *tokens, int n,
@@ -612,19 +642,24 @@ int kv_model_forward(kv_model *m, kv_cache *c, const int32_t *tokens, int n,
         zero_stats(req, stats, cfg->n_layers);
     }
     size_t H = (size_t)cfg->hidden, V = (size_t)cfg->vocab;
-    for (int s = 0; s < n; s += chunk) {
-        int cn = n - s < chunk ? n - s : chunk;
-        for (int i = 0; i < cn; i++)
-            kv_widen_rows(&m->embed, tokens[s + i], 1, f.x + (size_t)i * H);
-        for (int l = 0; l < cfg->n_layers; l++)
-            layer_forward(m, l, c, &f, cn, s);
-        if (logits && all_logits) {
-            rmsnorm_rows(f.h, f.x, m->norm, cn, cfg->hidden, cfg->rms_eps);
+    for (int i = 0; i < n; i++)
+        kv_widen_rows(&m->embed, tokens[i], 1, f.x + (size_t)i * H);
+    /* Layer by layer, chunk by chunk: a layer's keys and values of earlier
+     * chunks are in the cache when a later chunk attends to them. */
+    for (int l = 0; l < cfg->n_layers; l++) {
+        layer L = widened_layer(&m->layers[l], &f);
+        for (int s = 0; s < n; s += chunk)
+            layer_forward(m, &L, l, c, &f, n - s < chunk ? n - s : chunk, s);
+    }
+    if (logits && all_logits)
+        for (int s = 0; s < n; s += chunk) {
+            int cn = n - s < chunk ? n - s : chunk;
+            rmsnorm_rows(f.h, f.x + (size_t)s * H, m->norm, cn, cfg->hidden, cfg->rms_eps);
             matmul(&f, &m->lm_head, f.h, cn, logits + (size_t)s * V, NULL);
-        } else if (logits && s + cn == n) {
-            rmsnorm_rows(f.h, f.x + (size_t)(cn - 1) * H, m->norm, 1, cfg->hidden, cfg->rms_eps);
-            kv_gemv(&m->lm_head, f.h, logits);
         }
+    else if (logits) {
+        rmsnorm_rows(f.h, f.x + (size_t)(n - 1) * H, m->norm, 1, cfg->hidden, cfg->rms_eps);
+        kv_gemv(&m->lm_head, f.h, logits);
     }
     c->next_pos += n;
     fwd_free(&f);
