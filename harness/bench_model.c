@@ -197,7 +197,7 @@ int kb_bench_model(const kb_bench_model_opts *o)
             "weights loaded in %.1f s; %d threads\n",
             o->model, kv_arch_name(c->arch), c->n_layers, c->hidden, c->n_heads, c->n_kv_heads,
             c->head_dim, c->ffn, c->vocab, (double)kv_model_weight_bytes(m) / (1 << 30),
-            now() - t0, kv_get_threads());
+            now() - t0, kv_model_threads(m));
     int rc = 0;
     for (int i = 0; i < o->n_prompts && rc == 0; i++)
         rc = bench_prompt(o, m, o->prompt_tokens[i]);
