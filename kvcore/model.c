@@ -476,30 +476,42 @@ typedef struct attn_job {
     float scale;
 } attn_job;
 
-/* Few query rows (decode), one head per task: dot products against the
- * cache, no score matrix. */
-static void attention_rows_task(void *ctx, int h, int worker)
+/* Few query rows (decode), one KV head per task: each key and value row is
+ * read once for all the query heads that share it (GQA), which halves the
+ * cache traffic of a long-context decode step for Qwen3's 2:1 grouping. */
+static void attention_rows_task(void *ctx, int g, int worker)
 {
     (void)worker;
     const attn_job *j = ctx;
     const kv_model_config *c = j->cfg;
     fwd *f = j->f;
-    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, h0 = g * group;
     size_t qd = (size_t)c->n_heads * (size_t)hd, kvd = (size_t)c->n_kv_heads * (size_t)hd;
-    size_t kvo = (size_t)(h / group) * (size_t)hd;
-    float *sc = f->scores + (size_t)h * (size_t)f->max_keys;
+    size_t kvo = (size_t)g * (size_t)hd;
     for (int i = 0; i < j->cn; i++) {
         int keys = j->base + i + 1;
-        const float *qv = f->q + (size_t)i * qd + (size_t)h * (size_t)hd;
-        for (int k = 0; k < keys; k++)
-            sc[k] = kv_dot(qv, j->cl->k + (size_t)k * kvd + kvo, hd) * j->scale;
-        kv_softmax(sc, keys);
-        float *o = f->att + (size_t)i * qd + (size_t)h * (size_t)hd;
-        memset(o, 0, (size_t)hd * sizeof *o);
-        for (int k = 0; k < keys; k++)
-            kv_axpy(o, sc[k], j->cl->v + (size_t)k * kvd + kvo, hd);
+        const float *q = f->q + (size_t)i * qd + (size_t)h0 * (size_t)hd;
+        float *o = f->att + (size_t)i * qd + (size_t)h0 * (size_t)hd;
+        for (int k = 0; k < keys; k++) {
+            const float *kr = j->cl->k + (size_t)k * kvd + kvo;
+            for (int h = 0; h < group; h++)
+                f->scores[(size_t)(h0 + h) * (size_t)f->max_keys + (size_t)k] =
+                    kv_dot(q + (size_t)h * (size_t)hd, kr, hd) * j->scale;
+        }
+        for (int h = 0; h < group; h++)
+            kv_softmax(f->scores + (size_t)(h0 + h) * (size_t)f->max_keys, keys);
+        memset(o, 0, (size_t)group * (size_t)hd * sizeof *o);
+        for (int k = 0; k < keys; k++) {
+            const float *vr = j->cl->v + (size_t)k * kvd + kvo;
+            for (int h = 0; h < group; h++)
+                kv_axpy(o + (size_t)h * (size_t)hd,
+                        f->scores[(size_t)(h0 + h) * (size_t)f->max_keys + (size_t)k], vr, hd);
+        }
         if (j->st)
-            stats_add_row(f->req, j->st, h, sc, keys, j->row0 + i, f->n);
+            for (int h = 0; h < group; h++)
+                stats_add_row(f->req, j->st, h0 + h,
+                              f->scores + (size_t)(h0 + h) * (size_t)f->max_keys, keys,
+                              j->row0 + i, f->n);
     }
 }
 
@@ -553,8 +565,10 @@ static void attention(const kv_model *m, const kv_cache_layer *cl, fwd *f, kv_at
                   .scale = 1.0f / sqrtf((float)c->head_dim)};
     size_t work = (size_t)c->n_heads * (size_t)(base + cn) * (size_t)cn * (size_t)c->head_dim;
     kv_pool *p = work > KV_PARALLEL_MIN_WORK ? f->pool : NULL;
-    kv_pool_run(p, c->n_heads, cn <= KV_GEMV_MAX_ROWS ? attention_rows_task : attention_gemm_task,
-                &j);
+    if (cn <= KV_GEMV_MAX_ROWS)
+        kv_pool_run(p, c->n_kv_heads, attention_rows_task, &j);
+    else
+        kv_pool_run(p, c->n_heads, attention_gemm_task, &j);
 }
 
 /* Projects the chunk's queries, keys and values; keys and values go
