@@ -356,3 +356,19 @@ Test(generate, logits_of_a_long_prompt_come_in_order)
     kv_model_free(m);
     free(dir);
 }
+
+/* `kvbench bench model` runs end to end (what it measures is not asserted:
+ * performance is not a unit test). */
+Test(generate_cli, bench_model_reports_each_measure)
+{
+    char *dir = model_dir("qwen3-bf16");
+    tu_result r = tu_kvbench("bench", "model", "--model", dir, "--prompt-tokens", "16,24",
+                             "--gen-tokens", "3", "--repeats", "1", "--evict-keep", "12", "--json",
+                             NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "{\"measure\":\"prefill\",\"tokens\":24,"), "%s", r.out);
+    cr_assert(strstr(r.out, "{\"measure\":\"decode after prompt\",\"tokens\":16,"), "%s", r.out);
+    cr_assert(strstr(r.out, "{\"measure\":\"decode evicted to 12\",\"tokens\":24,"), "%s", r.out);
+    tu_result_free(&r);
+    free(dir);
+}
