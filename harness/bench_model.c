@@ -116,8 +116,8 @@ static int decode(kv_model *m, kv_cache *c, const float *logits, int steps, doub
 }
 
 /* One run: prefill P random tokens, decode, optionally evict and decode. */
-static int one_run(const kb_bench_model_opts *o, kv_model *m, int P, unsigned seed,
-                   run_result *r, kv_error *err)
+static int one_run(const kb_bench_model_opts *o, kv_model *m, int P, unsigned seed, run_result *r,
+                   kv_error *err)
 {
     const kv_model_config *cfg = kv_model_get_config(m);
     int32_t *tokens = malloc((size_t)P * sizeof *tokens);
@@ -196,8 +196,8 @@ int kb_bench_model(const kb_bench_model_opts *o)
             "# %s: %s, %d layers, hidden %d, %d/%d heads x %d, ffn %d, vocab %d; %.2f GiB of "
             "weights loaded in %.1f s; %d threads\n",
             o->model, kv_arch_name(c->arch), c->n_layers, c->hidden, c->n_heads, c->n_kv_heads,
-            c->head_dim, c->ffn, c->vocab, (double)kv_model_weight_bytes(m) / (1 << 30),
-            now() - t0, kv_model_threads(m));
+            c->head_dim, c->ffn, c->vocab, (double)kv_model_weight_bytes(m) / (1 << 30), now() - t0,
+            kv_model_threads(m));
     int rc = 0;
     for (int i = 0; i < o->n_prompts && rc == 0; i++)
         rc = bench_prompt(o, m, o->prompt_tokens[i]);
@@ -227,8 +227,8 @@ static int parse_list(const char *s, kb_bench_model_opts *o)
 
 int kb_bench_model_run(const kb_args *a)
 {
-    kb_bench_model_opts o = {.prompt_tokens = {512, 2048, 8192}, .n_prompts = 3,
-                             .gen_tokens = 128, .repeats = 3};
+    kb_bench_model_opts o = {
+        .prompt_tokens = {512, 2048, 8192}, .n_prompts = 3, .gen_tokens = 128, .repeats = 3};
     long gen = o.gen_tokens, rep = o.repeats, threads = 0, keep = 0;
     o.model = kb_arg(a, "model");
     o.json = kb_flag(a, "json");

@@ -14,10 +14,10 @@ typedef struct kb_bench_model_opts {
     const char *model;
     int prompt_tokens[16]; /* prompt lengths to measure */
     int n_prompts;
-    int gen_tokens;        /* decode steps after each prompt */
-    int repeats;           /* runs per prompt length (median reported) */
-    int threads;           /* 0: default */
-    int evict_keep;        /* > 0: also decode after keeping this many slots per layer */
+    int gen_tokens; /* decode steps after each prompt */
+    int repeats;    /* runs per prompt length (median reported) */
+    int threads;    /* 0: default */
+    int evict_keep; /* > 0: also decode after keeping this many slots per layer */
     bool json;
 } kb_bench_model_opts;
 
