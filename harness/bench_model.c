@@ -134,17 +134,19 @@ static int one_run(const kb_bench_model_opts *o, kv_model *m, int P, unsigned se
         r->prefill = P / (now() - t0);
         r->prefill_cpu = P / (cpu_now() - cpu);
     }
-    kv_cache *ev = NULL;
-    if (rc == 0 && o->evict_keep > 0 && P > o->evict_keep) {
-        ev = kv_cache_fork(c, o->evict_keep + o->gen_tokens + 1, err);
-        rc = ev ? evict(ev, o->evict_keep, err) : -1;
-    }
+    /* The evicted decode reuses the same cache, compacted in place: a fork
+     * would hold a second full cache and double the peak memory. */
     if (rc == 0 && o->gen_tokens > 0)
         rc = decode(m, c, logits, o->gen_tokens, &r->decode, &r->decode_cpu, err);
+    if (rc == 0 && o->gen_tokens > 0 && o->evict_keep > 0 && P > o->evict_keep) {
+        rc = evict(c, o->evict_keep, err);
+        if (rc == 0)
+            rc = kv_cache_shrink(c, o->evict_keep + o->gen_tokens + 1, err);
+        if (rc == 0)
+            rc = decode(m, c, logits, o->gen_tokens, &r->decode_evicted, &r->decode_evicted_cpu,
+                        err);
+    }
     kv_cache_free(c);
-    if (rc == 0 && ev)
-        rc = decode(m, ev, logits, o->gen_tokens, &r->decode_evicted, &r->decode_evicted_cpu, err);
-    kv_cache_free(ev);
     free(tokens);
     free(logits);
     return rc;
