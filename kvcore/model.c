@@ -413,12 +413,17 @@ static int fwd_alloc(const kv_model *m, const kv_cache *c, int n, int chunk, fwd
         /* sgemm wants F32: a layer's 16-bit matrices are widened once per
          * call (not per chunk), the embedding in blocks of rows. */
         size_t wide = threads * kv_matmul_scratch(m->pool, &m->lm_head);
-        const layer *L = &m->layers[0];
-        const kv_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+        /* Layers may mix dtypes: room for the largest 16-bit share. */
         f->layer_floats = 0;
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-            if (ws[i]->dtype != KV_DTYPE_F32)
-                f->layer_floats += (size_t)ws[i]->rows * (size_t)ws[i]->cols;
+        for (int l = 0; l < cfg->n_layers; l++) {
+            const layer *L = &m->layers[l];
+            const kv_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+            size_t floats = 0;
+            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+                if (ws[i]->dtype != KV_DTYPE_F32)
+                    floats += (size_t)ws[i]->rows * (size_t)ws[i]->cols;
+            f->layer_floats = max_size(f->layer_floats, floats);
+        }
         if (wide > 0)
             ok = (f->wide = malloc(wide * sizeof(float))) != NULL;
         if (ok && f->layer_floats > 0)
