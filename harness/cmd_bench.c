@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "bench.h"
+#include "bench_model.h"
 #include "cli.h"
 
 typedef struct bench_kind {
@@ -17,7 +18,7 @@ typedef struct bench_kind {
 static const bench_kind kinds[] = {
     {"tokenizer", "load time, encode and decode speed of --model's tokenizer on --file",
      kb_bench_tokenizer, NULL},
-    {"model", "prefill and decode speed of --model", NULL, "issue 3 (engine)"},
+    {"model", "prefill and decode tokens/s of --model, and peak RSS", kb_bench_model_run, NULL},
     {NULL, NULL, NULL, NULL},
 };
 
@@ -26,6 +27,11 @@ static const kb_option options[] = {
     {"model", "DIR", "model folder"},
     {"file", "F", "tokenizer: the text to encode (UTF-8)"},
     {"seconds", "S", "tokenizer: measure each phase for at least S seconds (default 2)"},
+    {"prompt-tokens", "N,N,..", "model: prompt lengths to measure (default 512,2048,8192)"},
+    {"gen-tokens", "N", "model: decode steps after each prompt (default 128)"},
+    {"repeats", "N", "model: runs per prompt length; the median is reported (default 3)"},
+    {"threads", "N", "model: threads (default: all cores)"},
+    {"evict-keep", "N", "model: also decode after evicting to N slots per layer"},
     {"json", NULL, "print the measurements as one JSON line"},
     {NULL, NULL, NULL},
 };
@@ -67,7 +73,9 @@ const kb_command kb_cmd_bench = {
     .summary = "measure throughput of the model, tokenizer, loader or scorers",
     .usage = "kvbench bench KIND [options]   (KIND: tokenizer, model)",
     .description = "Measures one part of kvbench and prints what it measured. "
-                   "tokenizer: --model DIR --file F (load time, encode and decode tokens/s).",
+                   "tokenizer: --model DIR --file F (load time, encode and decode tokens/s). "
+                   "model: --model DIR [--prompt-tokens 512,2048,8192] [--gen-tokens 128] "
+                   "(prefill and decode tokens/s, median of --repeats, and peak RSS).",
     .options = options,
     .min_positional = 1,
     .max_positional = 1,

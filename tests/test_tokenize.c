@@ -173,11 +173,11 @@ Test(bench, tokenizer_reports_load_time_and_speed)
     free(dir);
 }
 
-Test(bench, other_kinds_say_not_implemented)
+Test(bench, model_needs_a_model_and_unknown_kinds_are_refused)
 {
     tu_result r = tu_kvbench("bench", "model", NULL);
     cr_expect_eq(r.status, 2);
-    cr_expect(strstr(r.err, "not implemented"), "%s", r.err);
+    cr_expect(strstr(r.err, "--model DIR is required"), "%s", r.err);
     tu_result_free(&r);
     r = tu_kvbench("bench", "nonsense", NULL);
     cr_expect_eq(r.status, 2);
