@@ -1,0 +1,66 @@
+/* SnapKV as the NNCF pull request runs it (EVICTION.md §2.4): at prefill,
+ * the attention of the last window_size query rows, max-pooled per query
+ * head over a centred window of 7 slots, then summed over heads; in decode,
+ * plain H2O accumulation of the new row(s). */
+#include <math.h>
+#include <stdlib.h>
+
+#include "evict_impl.h"
+
+enum { POOL = 7 }; /* fixed in NNCF and openvino.genai alike */
+
+static void snapkv_request(const kv_evict_cfg *cfg, bool prefill, kv_attn_stats_request *req)
+{
+    if (prefill)
+        kv_attn_stats_request_window(req, cfg->window);
+    else
+        req->col_sums = true; /* one query row: the window is that row */
+}
+
+/* dst[t] += max(src[t-3 .. t+3]) clipped at both ends (-inf padding). */
+static void add_max_pooled(const double *src, int n, double *dst)
+{
+    for (int t = 0; t < n; t++) {
+        int lo = t - POOL / 2 < 0 ? 0 : t - POOL / 2;
+        int hi = t + POOL / 2 >= n ? n - 1 : t + POOL / 2;
+        double m = -INFINITY;
+        for (int j = lo; j <= hi; j++)
+            m = src[j] > m ? src[j] : m;
+        dst[t] += m;
+    }
+}
+
+static int snapkv_observe(const kv_scorer_obs *o, double *contrib, int *rows, kv_error *err)
+{
+    const kv_attn_stats *st = o->st;
+    int n = st->n_keys, w = o->cfg->window;
+    const double *sums = NULL;
+    if (o->first || o->n_new > w)
+        sums = kv_attn_stats_window(o->req, st, w);
+    else if (o->req->col_sums)
+        sums = st->col_sums;
+    if (!sums)
+        return kv_fail(err, "eviction snapkv: the forward did not report the sums of the last "
+                            "%d query rows",
+                       w);
+    for (int t = 0; t < n; t++)
+        contrib[t] = 0.0;
+    for (int h = 0; h < st->n_heads; h++) {
+        const double *row = sums + (size_t)h * (size_t)n;
+        if (o->first) {
+            add_max_pooled(row, n, contrib);
+        } else {
+            for (int t = 0; t < n; t++)
+                contrib[t] += row[t];
+        }
+    }
+    *rows = o->n_new < w ? o->n_new : w;
+    return 0;
+}
+
+const kv_scorer kv_scorer_snapkv = {
+    .name = "snapkv",
+    .request = snapkv_request,
+    .observe = snapkv_observe,
+    .rank = NULL,
+};
