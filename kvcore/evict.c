@@ -2,6 +2,7 @@
  * (start / intermediate / recent areas, per_token or per_group, sum or
  * norm_sum, refiners) and compaction with key rerotation. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,8 +43,7 @@ const char *const *kv_evict_algorithms(void)
 
 /* ---- statistics requests ---- */
 
-const double *kv_attn_stats_window(const kv_attn_stats_request *req, const kv_attn_stats *st,
-                                   int w)
+const double *kv_attn_stats_window(const kv_attn_stats_request *req, const kv_attn_stats *st, int w)
 {
     for (int i = 0; i < req->n_windows; i++)
         if (req->windows[i] == w)
@@ -76,8 +76,11 @@ int kv_evict_stats_request(const kv_evict_params *ps, int n, bool prefill,
 {
     memset(req, 0, sizeof *req);
     for (int i = 0; i < n; i++) {
-        if (kv_evict_params_validate(&ps[i], err) != 0)
-            return kv_fail(err, "config %d: %s", i, err->msg);
+        if (kv_evict_params_validate(&ps[i], err) != 0) {
+            char which[32];
+            snprintf(which, sizeof which, "config %d", i);
+            return kv_fail_prefix(err, which);
+        }
         kv_evict_cfg cfg;
         cfg_resolve(&cfg, &ps[i], NULL);
         const kv_scorer *s = kv_scorer_find(ps[i].algorithm);
@@ -87,8 +90,9 @@ int kv_evict_stats_request(const kv_evict_params *ps, int n, bool prefill,
         req->col_sums = req->col_sums || one.col_sums;
         for (int w = 0; w < one.n_windows; w++)
             if (kv_attn_stats_request_window(req, one.windows[w]) != 0)
-                return kv_fail(err, "eviction: the configs need more than %d distinct "
-                                    "window sizes",
+                return kv_fail(err,
+                               "eviction: the configs need more than %d distinct "
+                               "window sizes",
                                KV_MAX_WINDOWS);
     }
     return 0;
@@ -140,15 +144,15 @@ void kv_evict_rank_desc(const double *scores, int n, int *order)
 /* ---- the evictor ---- */
 
 typedef struct layer_state {
-    double *score;  /* [cap] accumulated raw score per slot (0 for start slots) */
-    double *count;  /* [cap] norm_sum counters */
-    double *vnorm;  /* [cap] CriticalKV value weights of slots [0, n_vnorm) */
+    double *score; /* [cap] accumulated raw score per slot (0 for start slots) */
+    double *count; /* [cap] norm_sum counters */
+    double *vnorm; /* [cap] CriticalKV value weights of slots [0, n_vnorm) */
     int len, cap, n_vnorm;
 } layer_state;
 
 typedef struct scratch {
-    double *d;  /* 2 * cap doubles */
-    int *i;     /* 3 * cap ints */
+    double *d; /* 2 * cap doubles */
+    int *i;    /* 3 * cap ints */
     int cap;
 } scratch;
 
@@ -216,12 +220,14 @@ static int check_model(const kv_evict_model *m, const kv_evictor *ev, kv_error *
 {
     if (m->n_layers <= 0 || m->n_heads <= 0 || m->n_kv_heads <= 0 || m->head_dim <= 0 ||
         m->n_heads % m->n_kv_heads != 0)
-        return kv_fail(err, "eviction: bad model shape (%d layers, %d heads, %d kv heads, "
-                            "head_dim %d)",
+        return kv_fail(err,
+                       "eviction: bad model shape (%d layers, %d heads, %d kv heads, "
+                       "head_dim %d)",
                        m->n_layers, m->n_heads, m->n_kv_heads, m->head_dim);
     if (ev->p.apply_rerotation && (m->head_dim % 2 != 0 || (!m->inv_freq && m->rope_theta <= 0)))
-        return kv_fail(err, "eviction: key rerotation needs an even head_dim and rope_theta > 0 "
-                            "(got %d, %g)",
+        return kv_fail(err,
+                       "eviction: key rerotation needs an even head_dim and rope_theta > 0 "
+                       "(got %d, %g)",
                        m->head_dim, m->rope_theta);
     if (ev->refiner && ev->refiner->needs_vnorm && (!m->o_proj || m->hidden <= 0))
         return kv_fail(err, "eviction: refined_algorithm criticalkv needs the model's o_proj "
@@ -327,8 +333,9 @@ int kv_evictor_observe(kv_evictor *ev, int layer, const kv_attn_stats_request *r
     }
     int old = ls->len, n = st->n_keys;
     if (n < old)
-        return kv_fail(err, "eviction: layer %d reports %d slots but %d are tracked (compress "
-                            "the cache only through kv_evictor_compress)",
+        return kv_fail(err,
+                       "eviction: layer %d reports %d slots but %d are tracked (compress "
+                       "the cache only through kv_evictor_compress)",
                        layer, n, old);
     if (!ev->scorer->observe)
         return layer_extend(ev, ls, n, err);
@@ -392,14 +399,16 @@ static int refine(kv_evictor *ev, const kv_cache *cache, int layer, const double
     int G = ev->cfg.group, n_pick = ev->p.refined_size / G;
     for (int i = 0; i < n_units * G; i++)
         masked[i] = chosen[i / G] ? -INFINITY : s[i];
-    kv_refine_call c = {&ev->cfg, masked, n_units * G, G, n_pick, ev->p.start_size, cache,
-                        layer, ev->layers[layer].vnorm, &ev->rng};
+    kv_refine_call c = {&ev->cfg, masked, n_units * G,
+                        G,        n_pick, ev->p.start_size,
+                        cache,    layer,  ev->layers[layer].vnorm,
+                        &ev->rng};
     if (ev->refiner->pick(&c, picks, err) != 0)
         return -1;
     for (int i = 0; i < n_pick; i++) {
         if (picks[i] < 0 || picks[i] >= n_units || chosen[picks[i]])
-            return kv_fail(err, "eviction: refiner %s picked an invalid unit %d",
-                           ev->refiner->name, picks[i]);
+            return kv_fail(err, "eviction: refiner %s picked an invalid unit %d", ev->refiner->name,
+                           picks[i]);
         chosen[picks[i]] = 1;
     }
     return 0;
@@ -412,9 +421,9 @@ static int select_keep(kv_evictor *ev, const kv_cache *cache, int layer, const d
 {
     const kv_evict_params *p = &ev->p;
     int S = p->start_size, G = ev->cfg.group, n = L - S;
-    int n_units = (n + G - 1) / G;      /* groups incl. a partial last one */
-    int n_recent = p->recent_size / G;  /* the partial group counts as recent */
-    int n_cand = n_units - n_recent;    /* candidate units */
+    int n_units = (n + G - 1) / G;     /* groups incl. a partial last one */
+    int n_recent = p->recent_size / G; /* the partial group counts as recent */
+    int n_cand = n_units - n_recent;   /* candidate units */
     if (n_cand < 0)
         n_cand = 0;
     double *unit_scores = ev->tmp.d + ev->tmp.cap; /* second half of the double scratch */
@@ -450,28 +459,55 @@ void kv_evict_rope_freqs(double rope_theta, int head_dim, double *inv_freq)
         inv_freq[f] = pow(rope_theta, -2.0 * f / head_dim);
 }
 
+/* x*cos + rotate_half(x)*sin with the angles' cosines and sines given. */
+static void rotate_by(float *x, int half, const double *c, const double *s)
+{
+    for (int f = 0; f < half; f++) {
+        double x1 = x[f], x2 = x[f + half];
+        x[f] = (float)(x1 * c[f] - x2 * s[f]);
+        x[f + half] = (float)(x2 * c[f] + x1 * s[f]);
+    }
+}
+
 void kv_evict_rope_rotate(float *x, int head_dim, const double *inv_freq, double delta)
 {
     int half = head_dim / 2;
     for (int f = 0; f < half; f++) {
-        double a = delta * inv_freq[f], c = cos(a), s = sin(a);
+        double c = cos(delta * inv_freq[f]), s = sin(delta * inv_freq[f]);
         double x1 = x[f], x2 = x[f + half];
-        x[f] = (float)(x1 * c - x2 * s); /* x*cos + rotate_half(x)*sin */
+        x[f] = (float)(x1 * c - x2 * s);
         x[f + half] = (float)(x2 * c + x1 * s);
     }
 }
 
-static void rerotate(kv_evictor *ev, kv_cache *cache, int layer, const int *keep, int n_keep)
+/* Rotates kept slot j by j - keep[j]. Deltas only decrease along the slots
+ * and come in long runs (per_token decode: one run of -1), so the angles
+ * are computed once per run, not once per key. */
+static int rerotate(kv_evictor *ev, kv_cache *cache, int layer, const int *keep, int n_keep,
+                    kv_error *err)
 {
-    int D = cache->head_dim, row = kv_cache_row(cache);
+    int D = cache->head_dim, half = D / 2, row = kv_cache_row(cache);
+    double *cs = malloc((size_t)D * sizeof *cs);
+    if (!cs)
+        return kv_fail(err, "eviction: out of memory");
+    double *sn = cs + half;
     float *k = cache->layers[layer].k;
+    int delta = 0;
     for (int j = 0; j < n_keep; j++) {
         if (keep[j] == j)
             continue;
+        if (j - keep[j] != delta) {
+            delta = j - keep[j];
+            for (int f = 0; f < half; f++) {
+                cs[f] = cos(delta * ev->inv_freq[f]);
+                sn[f] = sin(delta * ev->inv_freq[f]);
+            }
+        }
         for (int h = 0; h < cache->n_kv_heads; h++)
-            kv_evict_rope_rotate(k + (size_t)j * (size_t)row + (size_t)h * (size_t)D, D,
-                                 ev->inv_freq, (double)(j - keep[j]));
+            rotate_by(k + (size_t)j * (size_t)row + (size_t)h * (size_t)D, half, cs, sn);
     }
+    free(cs);
+    return 0;
 }
 
 static void compact_state(layer_state *ls, const int *keep, int n_keep)
@@ -515,8 +551,9 @@ static int compress_layer(kv_evictor *ev, kv_cache *cache, int layer, kv_evict_t
             return -1;
     }
     if (ls->len != L)
-        return kv_fail(err, "eviction: layer %d holds %d slots but statistics were observed for "
-                            "%d (call kv_evictor_observe after every forward)",
+        return kv_fail(err,
+                       "eviction: layer %d holds %d slots but statistics were observed for "
+                       "%d (call kv_evictor_observe after every forward)",
                        layer, L, ls->len);
     if (L <= kv_evict_params_budget(&ev->p))
         return 0;
@@ -536,9 +573,10 @@ static int compress_layer(kv_evictor *ev, kv_cache *cache, int layer, kv_evict_t
         return -1;
     }
     compact_state(ls, keep, n_keep);
-    if (ev->p.apply_rerotation)
-        rerotate(ev, cache, layer, keep, n_keep);
+    int rc = ev->p.apply_rerotation ? rerotate(ev, cache, layer, keep, n_keep, err) : 0;
     free(keep);
+    if (rc != 0)
+        return -1;
     if (trace)
         trace(trace_ctx, ev->step, layer, cache->layers[layer].pos, n_keep);
     return 0;

@@ -45,21 +45,21 @@ struct cJSON;
  * KVCacheCompressionParameters) plus kvbench's `positions` and `seed`.
  * Names are stored in lower case; kv_evict_params_validate() checks them. */
 typedef struct kv_evict_params {
-    char algorithm[KV_EVICT_NAME_MAX];         /* "snapkv" | "h2o" | "streaming" | "random" | "knorm" */
-    char strategy[KV_EVICT_NAME_MAX];          /* "per_token" | "per_group" */
-    int group_size;                            /* 32; only with per_group */
-    int start_size;                            /* 32 */
-    int recent_size;                           /* 128 */
-    int intermediate_size;                     /* 512 */
-    int refined_size;                          /* 0: part of intermediate_size */
+    char algorithm[KV_EVICT_NAME_MAX]; /* "snapkv" | "h2o" | "streaming" | "random" | "knorm" */
+    char strategy[KV_EVICT_NAME_MAX];  /* "per_token" | "per_group" */
+    int group_size;                    /* 32; only with per_group */
+    int start_size;                    /* 32 */
+    int recent_size;                   /* 128 */
+    int intermediate_size;             /* 512 */
+    int refined_size;                  /* 0: part of intermediate_size */
     char score_aggregation[KV_EVICT_NAME_MAX]; /* "sum" | "norm_sum" */
     bool apply_rerotation;                     /* true */
     bool has_window;                           /* false: window_size is None */
     int window_size;                           /* SnapKV rows; None -> 8 for snapkv */
     char refined_algorithm[KV_EVICT_NAME_MAX]; /* "kvcrush" | "criticalkv" */
-    char kvcrush_anchor[KV_EVICT_NAME_MAX];    /* "alternate" | "random" | "zeros" | "ones" | "mean" */
-    char positions[KV_EVICT_NAME_MAX];         /* "absolute" | "compact" (kvpress) */
-    uint32_t seed;                             /* 0: random scorer, KVCrush random anchor */
+    char kvcrush_anchor[KV_EVICT_NAME_MAX]; /* "alternate" | "random" | "zeros" | "ones" | "mean" */
+    char positions[KV_EVICT_NAME_MAX];      /* "absolute" | "compact" (kvpress) */
+    uint32_t seed;                          /* 0: random scorer, KVCrush random anchor */
 } kv_evict_params;
 
 /* The §2.1 defaults. */
@@ -94,10 +94,10 @@ const char *const *kv_evict_algorithms(void);
 /* What eviction needs to know about the model. */
 typedef struct kv_evict_model {
     int n_layers, n_heads, n_kv_heads, head_dim;
-    double rope_theta;        /* RoPE base, for rerotation */
-    const double *inv_freq;   /* [head_dim/2] or NULL: rope_theta^(-2f/head_dim);
-                                 pass the engine's when it scales them (llama3) */
-    int hidden;               /* model width; only CriticalKV */
+    double rope_theta;          /* RoPE base, for rerotation */
+    const double *inv_freq;     /* [head_dim/2] or NULL: rope_theta^(-2f/head_dim);
+                                   pass the engine's when it scales them (llama3) */
+    int hidden;                 /* model width; only CriticalKV */
     const float *const *o_proj; /* [n_layers] -> o_proj.weight [hidden][n_heads*head_dim];
                                    only CriticalKV (NULL otherwise) */
 } kv_evict_model;

@@ -28,8 +28,8 @@ double kv_mt19937_double(kv_mt19937 *g);
 /* The resolved settings every scorer and refiner sees. */
 typedef struct kv_evict_cfg {
     const kv_evict_params *p;
-    int window;        /* effective SnapKV window, 0 for none */
-    int group;         /* 1 for per_token, group_size for per_group */
+    int window; /* effective SnapKV window, 0 for none */
+    int group;  /* 1 for per_token, group_size for per_group */
     bool norm_sum;
     const kv_evict_model *model;
 } kv_evict_cfg;
@@ -39,8 +39,8 @@ typedef struct kv_scorer_obs {
     const kv_evict_cfg *cfg;
     const kv_attn_stats_request *req;
     const kv_attn_stats *st;
-    bool first;        /* first forward of the prompt for this layer */
-    int n_new;         /* query rows of this forward (slots appended) */
+    bool first; /* first forward of the prompt for this layer */
+    int n_new;  /* query rows of this forward (slots appended) */
 } kv_scorer_obs;
 
 /* The candidates of one selection, for scorers that rank on their own. */
@@ -48,8 +48,8 @@ typedef struct kv_scorer_rank {
     const kv_evict_cfg *cfg;
     const kv_cache *cache;
     int layer;
-    int first;         /* slot of scores[0] (start_size) */
-    int n;             /* scored slots: first .. first + n - 1 */
+    int first; /* slot of scores[0] (start_size) */
+    int n;     /* scored slots: first .. first + n - 1 */
     kv_mt19937 *rng;
 } kv_scorer_rank;
 
@@ -76,16 +76,16 @@ typedef struct kv_refine_call {
     int n_tokens;
     int unit;
     int n_pick;
-    int first_slot;              /* cache slot of scores[0] */
+    int first_slot; /* cache slot of scores[0] */
     const kv_cache *cache;
     int layer;
-    const double *vnorm;         /* CriticalKV: per slot of the layer, else NULL */
+    const double *vnorm; /* CriticalKV: per slot of the layer, else NULL */
     kv_mt19937 *rng;
 } kv_refine_call;
 
 typedef struct kv_refiner {
     const char *name;
-    bool needs_vnorm;            /* wants kv_refine_call.vnorm (o_proj of the model) */
+    bool needs_vnorm; /* wants kv_refine_call.vnorm (o_proj of the model) */
     /* Writes n_pick distinct unit indices (0 = the unit starting at scores[0]). */
     int (*pick)(const kv_refine_call *c, int *picks, kv_error *err);
 } kv_refiner;

@@ -46,22 +46,36 @@ typedef struct field {
     size_t offset;
 } field;
 
-#define FIELD(k, kind) {#k, kind, offsetof(kv_evict_params, k)}
+#define FIELD(k, kind)                                                                             \
+    {                                                                                              \
+#k, kind, offsetof(kv_evict_params, k)                                                     \
+    }
 static const field fields[] = {
-    FIELD(algorithm, F_NAME),          FIELD(strategy, F_NAME),
-    FIELD(group_size, F_INT),          FIELD(start_size, F_INT),
-    FIELD(recent_size, F_INT),         FIELD(intermediate_size, F_INT),
-    FIELD(refined_size, F_INT),        FIELD(score_aggregation, F_NAME),
-    FIELD(apply_rerotation, F_BOOL),   FIELD(window_size, F_WINDOW),
-    FIELD(refined_algorithm, F_NAME),  FIELD(kvcrush_anchor, F_NAME),
-    FIELD(positions, F_NAME),          FIELD(seed, F_SEED),
+    FIELD(algorithm, F_NAME),         FIELD(strategy, F_NAME),
+    FIELD(group_size, F_INT),         FIELD(start_size, F_INT),
+    FIELD(recent_size, F_INT),        FIELD(intermediate_size, F_INT),
+    FIELD(refined_size, F_INT),       FIELD(score_aggregation, F_NAME),
+    FIELD(apply_rerotation, F_BOOL),  FIELD(window_size, F_WINDOW),
+    FIELD(refined_algorithm, F_NAME), FIELD(kvcrush_anchor, F_NAME),
+    FIELD(positions, F_NAME),         FIELD(seed, F_SEED),
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 
 const char *const kv_evict_param_keys[] = {
-    "algorithm",      "strategy",          "group_size",     "start_size", "recent_size",
-    "intermediate_size", "refined_size",   "score_aggregation", "apply_rerotation",
-    "window_size",    "refined_algorithm", "kvcrush_anchor", "positions",  "seed",
+    "algorithm",
+    "strategy",
+    "group_size",
+    "start_size",
+    "recent_size",
+    "intermediate_size",
+    "refined_size",
+    "score_aggregation",
+    "apply_rerotation",
+    "window_size",
+    "refined_algorithm",
+    "kvcrush_anchor",
+    "positions",
+    "seed",
     NULL,
 };
 
@@ -303,8 +317,7 @@ static int check_nncf(const kv_evict_params *p, kv_error *err)
     if (p->has_window && p->window_size <= 0)
         return kv_fail(err, "window_size must be a positive integer (got %d).", p->window_size);
     if (!name_in(p->strategy, strategies))
-        return kv_fail(err, "strategy must be 'per_token' or 'per_group' (got '%s').",
-                       p->strategy);
+        return kv_fail(err, "strategy must be 'per_token' or 'per_group' (got '%s').", p->strategy);
     if (!name_in(p->kvcrush_anchor, anchors))
         return kv_fail(err,
                        "kvcrush_anchor must be one of random, zeros, ones, mean, alternate "
@@ -325,8 +338,7 @@ static int check_kvbench(const kv_evict_params *p, kv_error *err)
         strcmp(p->strategy, "per_token") == 0 && strcmp(p->kvcrush_anchor, "mean") == 0)
         return kv_fail(err, "Mean anchor is not supported for KVCrush in per-token mode.");
     if (!name_in(p->positions, positions))
-        return kv_fail(err, "positions must be 'absolute' or 'compact' (got '%s').",
-                       p->positions);
+        return kv_fail(err, "positions must be 'absolute' or 'compact' (got '%s').", p->positions);
     return 0;
 }
 

@@ -40,8 +40,9 @@ static int snapkv_observe(const kv_scorer_obs *o, double *contrib, int *rows, kv
     else if (o->req->col_sums)
         sums = st->col_sums;
     if (!sums)
-        return kv_fail(err, "eviction snapkv: the forward did not report the sums of the last "
-                            "%d query rows",
+        return kv_fail(err,
+                       "eviction snapkv: the forward did not report the sums of the last "
+                       "%d query rows",
                        w);
     for (int t = 0; t < n; t++)
         contrib[t] = 0.0;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "evict.h"
+#include "evict_impl.h" /* the generator and registries, white-box */
 #include "kvcache.h"
 
 /* ---- a tiny simulated model: attention probabilities from a formula ---- */
@@ -58,8 +59,11 @@ static void sim_init(sim *s, const kv_evict_params *p, int n_layers, int n_heads
 {
     memset(s, 0, sizeof *s);
     s->p = *p;
-    s->m = (kv_evict_model){.n_layers = n_layers, .n_heads = n_heads, .n_kv_heads = 1,
-                            .head_dim = 4, .rope_theta = 10000.0};
+    s->m = (kv_evict_model){.n_layers = n_layers,
+                            .n_heads = n_heads,
+                            .n_kv_heads = 1,
+                            .head_dim = 4,
+                            .rope_theta = 10000.0};
     kv_error err;
     s->cache = kv_cache_new(n_layers, 1, 4, 16, &err);
     cr_assert_not_null(s->cache, "%s", err.msg);
@@ -166,14 +170,14 @@ static void assert_positions(const sim *s, int layer, const int *want, int n)
         snprintf(got + strlen(got), sizeof got - strlen(got), "%d ", l->pos[i]);
     cr_assert_eq(l->len, n, "layer %d kept %d slots: %s", layer, l->len, got);
     for (int i = 0; i < n; i++)
-        cr_assert_eq(l->pos[i], want[i], "layer %d slot %d: %d, want %d (%s)", layer, i,
-                     l->pos[i], want[i], got);
+        cr_assert_eq(l->pos[i], want[i], "layer %d slot %d: %d, want %d (%s)", layer, i, l->pos[i],
+                     want[i], got);
 }
 
-#define POS(s, layer, ...)                                                                       \
-    do {                                                                                          \
-        int want_[] = {__VA_ARGS__};                                                              \
-        assert_positions(s, layer, want_, (int)(sizeof want_ / sizeof want_[0]));                 \
+#define POS(s, layer, ...)                                                                         \
+    do {                                                                                           \
+        int want_[] = {__VA_ARGS__};                                                               \
+        assert_positions(s, layer, want_, (int)(sizeof want_ / sizeof want_[0]));                  \
     } while (0)
 
 static kv_evict_params params(const char *algo, const char *strategy, int G, int S, int R, int I)
@@ -506,8 +510,7 @@ Test(evict_tv, tv11_rerotation_property)
         kv_evict_rope_rotate(a, D, f, p_new - p_old);
         rope(b, k, D, f, p_new);
         for (int i = 0; i < D; i++)
-            cr_assert_float_eq(a[i], b[i], 1e-6, "trial %d dim %d: %g vs %g", trial, i, a[i],
-                               b[i]);
+            cr_assert_float_eq(a[i], b[i], 1e-6, "trial %d dim %d: %g vs %g", trial, i, a[i], b[i]);
         int qp = p_old + 3, shift = p_new - p_old;
         rope(qa, q, D, f, qp);
         rope(a, k, D, f, p_old);
@@ -528,8 +531,8 @@ Test(evict_tv, tv12_rerotated_cache_keys)
 {
     enum { D = 4 };
     kv_evict_params p = params("h2o", "per_token", 32, 1, 2, 1); /* M = 4 */
-    kv_evict_model m = {.n_layers = 1, .n_heads = 1, .n_kv_heads = 1, .head_dim = D,
-                        .rope_theta = 100.0};
+    kv_evict_model m = {
+        .n_layers = 1, .n_heads = 1, .n_kv_heads = 1, .head_dim = D, .rope_theta = 100.0};
     kv_error err;
     kv_evictor *ev = kv_evictor_new(&p, &m, &err);
     kv_cache *c = kv_cache_new(1, 1, D, 8, &err);
@@ -609,5 +612,608 @@ Test(evict_tv, tv15_multi_layer)
     int len;
     kv_evictor_scores(s.ev, 1, &len);
     cr_assert_eq(len, 9);
+    sim_free(&s);
+}
+
+/* Decision 2: among equal scores the lower slot is evicted first. */
+Test(evict_tv, ties_evict_lower_slot_first)
+{
+    static const double flat[] = {1, 1, 1, 1, 1, 1, 1, 1};
+    sim s;
+    kv_evict_params p = params("h2o", "per_token", 32, 0, 1, 2);
+    sim_init(&s, &p, 1, 1, logit_uniform);
+    score_prefill(&s, 6, flat);
+    POS(&s, 0, 3, 4, 5);
+    sim_free(&s);
+    p = params("h2o", "per_group", 2, 0, 2, 2);
+    sim_init(&s, &p, 1, 1, logit_uniform);
+    score_prefill(&s, 8, flat);
+    POS(&s, 0, 4, 5, 6, 7);
+    sim_free(&s);
+}
+
+/* TV-8: CriticalKV, per_token. V rows as given, W_O = diag(1, 2). */
+Test(evict_tv, tv8_criticalkv)
+{
+    enum { L = 9 };
+    kv_evict_params p = params("h2o", "per_token", 32, 1, 1, 4);
+    p.refined_size = 2;
+    strcpy(p.refined_algorithm, "criticalkv");
+    static const float wo[] = {1, 0, 0, 2};
+    const float *o_proj[] = {wo};
+    kv_evict_model m = {.n_layers = 1,
+                        .n_heads = 1,
+                        .n_kv_heads = 1,
+                        .head_dim = 2,
+                        .rope_theta = 10000.0,
+                        .hidden = 2,
+                        .o_proj = o_proj};
+    kv_error err;
+    kv_evictor *ev = kv_evictor_new(&p, &m, &err);
+    cr_assert_not_null(ev, "%s", err.msg);
+    kv_cache *c = kv_cache_new(1, 1, 2, L, &err);
+    static const float v[L] = {1, 1, 10, 1, 2, 1, 4, 1, 1};
+    kv_cache_layer *l = &c->layers[0];
+    for (int t = 0; t < L; t++) {
+        l->v[2 * t] = v[t];
+        l->v[2 * t + 1] = 0;
+        l->k[2 * t] = l->k[2 * t + 1] = 0;
+        l->pos[t] = t;
+    }
+    l->len = L;
+    double sums[L] = {0, 0.9, 0.1, 0.5, 0.3, 0.45, 0.2, 0.6, 0.05};
+    kv_attn_stats_request req = {.col_sums = true};
+    kv_attn_stats st = {.n_heads = 1, .n_keys = L, .col_sums = sums};
+    cr_assert_eq(kv_evictor_observe(ev, 0, &req, &st, true, &err), 0, "%s", err.msg);
+    cr_assert_eq(kv_evictor_compress(ev, c, NULL, NULL, &err), 0, "%s", err.msg);
+    static const int want[] = {0, 1, 2, 6, 7, 8};
+    cr_assert_eq(l->len, 6);
+    for (int j = 0; j < 6; j++)
+        cr_assert_eq(l->pos[j], want[j], "slot %d holds %d", j, l->pos[j]);
+    kv_evictor_free(ev);
+    kv_cache_free(c);
+    /* without o_proj the policy cannot be built */
+    m.o_proj = NULL;
+    cr_assert_null(kv_evictor_new(&p, &m, &err));
+    cr_assert(strstr(err.msg, "o_proj"), "%s", err.msg);
+}
+
+static const double tv10_tok[] = {0.60, 0.80, 0.30, 0.05, 0.10, 0.20,
+                                  0.90, 0.40, 0.15, 0.50, 0.70, 0.30};
+
+static void kvcrush_tokens(int r, const int *want, int n)
+{
+    sim s;
+    kv_evict_params p = params("h2o", "per_token", 32, 2, 2, 2 + r);
+    p.refined_size = r;
+    sim_init(&s, &p, 1, 1, logit_uniform);
+    score_prefill(&s, 14, tv10_tok);
+    assert_positions(&s, 0, want, n);
+    sim_free(&s);
+}
+
+Test(evict_tv, tv10_kvcrush_per_token)
+{
+    static const int r2[] = {0, 1, 2, 3, 8, 11, 12, 13};
+    kvcrush_tokens(2, r2, 8);
+    static const int r3[] = {0, 1, 2, 3, 5, 8, 11, 12, 13};
+    kvcrush_tokens(3, r3, 9);
+}
+
+static const double tv10_grp[] = {.9,  .8,  .7,  .6,  .1, .2,  .95, .05, .3, .35, .4, .45,
+                                  .02, .03, .04, .01, .5, .05, .55, .06, .2, .2,  .2, .2};
+
+static void kvcrush_groups(const char *anchor, int I, int refined, int first_refined,
+                           int second_refined)
+{
+    sim s;
+    kv_evict_params p = params("h2o", "per_group", 4, 4, 4, I);
+    p.refined_size = refined;
+    strcpy(p.kvcrush_anchor, anchor);
+    sim_init(&s, &p, 1, 1, logit_uniform);
+    score_prefill(&s, 28, tv10_grp);
+    int want[32], n = 0;
+    for (int t = 0; t < 8; t++) /* start 0..3, coarse group 4..7 */
+        want[n++] = t;
+    int refined_starts[2] = {first_refined, second_refined};
+    for (int g = 0; g < 2; g++)
+        for (int t = 0; refined_starts[g] >= 0 && t < 4; t++)
+            want[n++] = refined_starts[g] + t;
+    for (int t = 24; t < 28; t++)
+        want[n++] = t;
+    if (second_refined >= 0 && second_refined < first_refined)
+        cr_assert_fail("test expects ascending refined groups");
+    assert_positions(&s, 0, want, n);
+    sim_free(&s);
+}
+
+Test(evict_tv, tv10_kvcrush_per_group)
+{
+    kvcrush_groups("alternate", 8, 4, 12, -1);
+    kvcrush_groups("zeros", 8, 4, 12, -1);
+    kvcrush_groups("ones", 8, 4, 16, -1);
+    kvcrush_groups("mean", 8, 4, 8, -1);
+    kvcrush_groups("alternate", 12, 8, 12, 20);
+}
+
+Test(evict, kvcrush_random_anchor_is_reproducible)
+{
+    /* the random anchor draws from mt19937(seed); same seed, same picks,
+     * across prompts too (reseeded per prompt) */
+    int kept[3][16];
+    for (int run = 0; run < 3; run++) {
+        sim s;
+        kv_evict_params p = params("h2o", "per_token", 32, 2, 2, 5);
+        p.refined_size = 3;
+        strcpy(p.kvcrush_anchor, "random");
+        p.seed = run == 2 ? 12345 : 7;
+        sim_init(&s, &p, 1, 1, logit_uniform);
+        score_prefill(&s, 14, tv10_tok);
+        score_prefill(&s, 14, tv10_tok);
+        cr_assert_eq(s.cache->layers[0].len, 9);
+        memcpy(kept[run], s.cache->layers[0].pos, 9 * sizeof(int));
+        cr_assert_eq(memcmp(s.events[0].pos, s.events[1].pos, 9 * sizeof(int32_t)), 0,
+                     "each prompt restarts the generator");
+        sim_free(&s);
+    }
+    cr_assert_eq(memcmp(kept[0], kept[1], 9 * sizeof(int)), 0);
+}
+
+Test(evict, mt19937_matches_the_standard)
+{
+    /* std::mt19937 default seed 5489: the 10000th output is 4123659995 */
+    kv_mt19937 g;
+    kv_mt19937_seed(&g, 5489);
+    cr_assert_eq(kv_mt19937_next(&g), 3499211612u);
+    for (int i = 1; i < 9999; i++)
+        kv_mt19937_next(&g);
+    cr_assert_eq(kv_mt19937_next(&g), 4123659995u);
+}
+
+/* ---- TV-14: validation, first failing check in §2.2 order ---- */
+
+static void expect_invalid(const char *const *kv, const char *msg)
+{
+    kv_evict_params p;
+    kv_evict_params_default(&p);
+    kv_error err;
+    for (; *kv; kv += 2)
+        cr_assert_eq(kv_evict_params_set(&p, kv[0], kv[1], &err), 0, "%s", err.msg);
+    cr_assert_neq(kv_evict_params_validate(&p, &err), 0, "accepted, wanted: %s", msg);
+    cr_assert(strstr(err.msg, msg), "got '%s', wanted '%s'", err.msg, msg);
+    kv_evict_model m = {
+        .n_layers = 1, .n_heads = 1, .n_kv_heads = 1, .head_dim = 2, .rope_theta = 1e4};
+    cr_assert_null(kv_evictor_new(&p, &m, &err), "the policy refuses it too");
+}
+
+#define INVALID(msg, ...) expect_invalid((const char *const[]){__VA_ARGS__, NULL}, msg)
+
+Test(evict_tv, tv14_validation)
+{
+    INVALID("KV cache sizes must be non-negative integers.", "start_size", "-1");
+    INVALID("refined_size cannot be greater than intermediate_size.", "refined_size", "64",
+            "intermediate_size", "32");
+    INVALID("At least one of the KV cache sizes must be greater than zero.", "start_size", "0",
+            "recent_size", "0", "intermediate_size", "0");
+    INVALID("KV cache part sizes must be divisible by the group size.", "strategy", "per_group",
+            "group_size", "32", "start_size", "16");
+    INVALID("score_aggregation must be 'sum' or 'norm_sum' (got 'max')", "score_aggregation",
+            "max");
+    INVALID("Window size is only supported for SNAPKV algorithm.", "algorithm", "h2o",
+            "window_size", "8");
+    INVALID("window_size must be a positive integer", "window_size", "0");
+    INVALID("strategy must be 'per_token' or 'per_group' (got 'per_head')", "strategy", "per_head");
+    INVALID("kvcrush_anchor must be one of", "kvcrush_anchor", "foo");
+    INVALID("Mean anchor is not supported for KVCrush in per-token mode.", "kvcrush_anchor", "mean",
+            "refined_size", "32");
+    INVALID("recent_size must be greater than zero with strategy per_group", "strategy",
+            "per_group", "recent_size", "0");
+    INVALID("Unknown eviction algorithm 'foo'", "algorithm", "foo");
+    INVALID("Unknown refined_algorithm 'x'", "refined_algorithm", "x");
+    INVALID("positions must be 'absolute' or 'compact'", "positions", "relative");
+    INVALID("group_size must be a positive integer", "strategy", "per_group", "group_size", "0");
+    /* order: the size check comes before the name checks */
+    INVALID("KV cache sizes must be non-negative integers.", "start_size", "-1",
+            "score_aggregation", "max", "strategy", "x");
+    INVALID("refined_size cannot be greater", "refined_size", "600", "strategy", "per_group",
+            "group_size", "7");
+}
+
+Test(evict, defaults_are_nncf)
+{
+    kv_evict_params p;
+    kv_evict_params_default(&p);
+    kv_error err;
+    cr_assert_eq(kv_evict_params_validate(&p, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(p.algorithm, "snapkv");
+    cr_assert_str_eq(p.strategy, "per_token");
+    cr_assert_eq(p.group_size, 32);
+    cr_assert_eq(p.start_size, 32);
+    cr_assert_eq(p.recent_size, 128);
+    cr_assert_eq(p.intermediate_size, 512);
+    cr_assert_eq(p.refined_size, 0);
+    cr_assert_str_eq(p.score_aggregation, "sum");
+    cr_assert(p.apply_rerotation);
+    cr_assert_not(p.has_window);
+    cr_assert_str_eq(p.refined_algorithm, "kvcrush");
+    cr_assert_str_eq(p.kvcrush_anchor, "alternate");
+    cr_assert_str_eq(p.positions, "absolute");
+    cr_assert_eq(kv_evict_params_budget(&p), 672);
+}
+
+/* ---- the parser ---- */
+
+Test(evict_params, cli_flags_reproduce_the_seed_example)
+{
+    kv_evict_params p;
+    kv_evict_params_default(&p);
+    kv_error err;
+    static const char *const kv[] = {"algorithm",
+                                     "SnapKV",
+                                     "--start-size",
+                                     "32",
+                                     "--recent-size",
+                                     "64",
+                                     "--intermediate-size",
+                                     "128",
+                                     "--window-size",
+                                     "8",
+                                     "--strategy",
+                                     "per_token",
+                                     "--score-aggregation",
+                                     "norm_sum",
+                                     "apply-rerotation",
+                                     "false",
+                                     "seed",
+                                     "42",
+                                     NULL};
+    for (int i = 0; kv[i]; i += 2)
+        cr_assert_eq(kv_evict_params_set(&p, kv[i], kv[i + 1], &err), 0, "%s", err.msg);
+    cr_assert_eq(kv_evict_params_validate(&p, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(p.algorithm, "snapkv");
+    cr_assert_eq(kv_evict_params_budget(&p), 224);
+    cr_assert(p.has_window);
+    cr_assert_eq(p.window_size, 8);
+    cr_assert_str_eq(p.score_aggregation, "norm_sum");
+    cr_assert_not(p.apply_rerotation);
+    cr_assert_eq(p.seed, 42u);
+}
+
+Test(evict_params, bad_values_and_unknown_keys_are_named)
+{
+    kv_evict_params p;
+    kv_evict_params_default(&p);
+    kv_error err;
+    cr_assert_neq(kv_evict_params_set(&p, "--start-size", "3x", &err), 0);
+    cr_assert(strstr(err.msg, "start_size: expected an integer, got '3x'"), "%s", err.msg);
+    cr_assert_neq(kv_evict_params_set(&p, "--budget", "3", &err), 0);
+    cr_assert(strstr(err.msg, "unknown key '--budget'"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "intermediate_size"), "lists the known keys: %s", err.msg);
+    cr_assert_neq(kv_evict_params_set(&p, "apply_rerotation", "maybe", &err), 0);
+    cr_assert(strstr(err.msg, "apply_rerotation"), "%s", err.msg);
+    cr_assert_neq(kv_evict_params_set(&p, "seed", "-1", &err), 0);
+    cr_assert_neq(kv_evict_params_set(&p, "recent_size", "99999999999", &err), 0);
+    cr_assert_eq(kv_evict_params_set(&p, "window_size", "none", &err), 0);
+    cr_assert_not(p.has_window);
+}
+
+static int parse_json(kv_evict_params *p, const char *text, kv_error *err)
+{
+    cJSON *j = cJSON_Parse(text);
+    cr_assert_not_null(j, "test JSON: %s", text);
+    kv_evict_params_default(p);
+    int rc = kv_evict_params_from_json(p, j, err);
+    cJSON_Delete(j);
+    return rc;
+}
+
+Test(evict_params, json_config_files)
+{
+    kv_evict_params p;
+    kv_error err;
+    cr_assert_eq(parse_json(&p,
+                            "{\"algorithm\": \"h2o\", \"strategy\": \"per_group\", \"group_size\""
+                            ": 4, \"start_size\": 4, \"recent_size\": 16, \"intermediate_size\": "
+                            "44, \"score_aggregation\": \"sum\", \"window_size\": null, "
+                            "\"apply_rerotation\": false}",
+                            &err),
+                 0, "%s", err.msg);
+    cr_assert_str_eq(p.algorithm, "h2o");
+    cr_assert_eq(p.group_size, 4);
+    cr_assert_eq(p.intermediate_size, 44);
+    cr_assert_not(p.has_window);
+    cr_assert_not(p.apply_rerotation);
+    cr_assert_neq(parse_json(&p, "{\"start_size\": 1.5}", &err), 0);
+    cr_assert(strstr(err.msg, "start_size: expected an integer"), "%s", err.msg);
+    cr_assert_neq(parse_json(&p, "{\"strategy\": 3}", &err), 0);
+    cr_assert(strstr(err.msg, "strategy: expected a string"), "%s", err.msg);
+    cr_assert_neq(parse_json(&p, "{\"apply_rerotation\": 1}", &err), 0);
+    cr_assert_neq(parse_json(&p, "{\"kv_budget\": 1}", &err), 0);
+    cr_assert(strstr(err.msg, "unknown key 'kv_budget'"), "%s", err.msg);
+    cr_assert_neq(parse_json(&p, "[1]", &err), 0);
+}
+
+Test(evict_params, json_round_trip)
+{
+    kv_evict_params a, b;
+    kv_error err;
+    cr_assert_eq(parse_json(&a,
+                            "{\"algorithm\": \"snapkv\", \"window_size\": 16, \"refined_size\""
+                            ": 64, \"refined_algorithm\": \"CriticalKV\", \"positions\": "
+                            "\"compact\", \"seed\": 4000000000}",
+                            &err),
+                 0, "%s", err.msg);
+    cJSON *j = kv_evict_params_to_json(&a);
+    cr_assert_not_null(j);
+    cr_assert_eq(cJSON_GetArraySize(j), 14);
+    kv_evict_params_default(&b);
+    cr_assert_eq(kv_evict_params_from_json(&b, j, &err), 0, "%s", err.msg);
+    cr_assert_eq(memcmp(&a, &b, sizeof a), 0);
+    cr_assert_str_eq(b.refined_algorithm, "criticalkv");
+    cr_assert_eq(b.seed, 4000000000u);
+    cJSON_Delete(j);
+    kv_evict_params_default(&a);
+    j = kv_evict_params_to_json(&a);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, "window_size")));
+    cJSON_Delete(j);
+}
+
+/* ---- prefill once, fork many ---- */
+
+Test(evict, union_request_of_a_sweep)
+{
+    kv_evict_params ps[4];
+    ps[0] = params("snapkv", "per_token", 32, 2, 4, 4);
+    ps[1] = params("snapkv", "per_token", 32, 2, 4, 4);
+    ps[1].has_window = true;
+    ps[1].window_size = 16;
+    ps[2] = params("h2o", "per_token", 32, 2, 4, 4);
+    ps[3] = params("knorm", "per_token", 32, 2, 4, 4);
+    kv_attn_stats_request req;
+    kv_error err;
+    cr_assert_eq(kv_evict_stats_request(ps, 4, true, &req, &err), 0, "%s", err.msg);
+    cr_assert(req.col_sums);
+    cr_assert_eq(req.n_windows, 2);
+    cr_assert_eq(req.windows[0], 8);
+    cr_assert_eq(req.windows[1], 16);
+    cr_assert_eq(kv_evict_stats_request(ps + 3, 1, true, &req, &err), 0);
+    cr_assert_not(req.col_sums, "knorm needs no attention");
+    cr_assert_eq(req.n_windows, 0);
+    cr_assert_eq(kv_evict_stats_request(ps, 2, false, &req, &err), 0);
+    cr_assert(req.col_sums);
+    cr_assert_eq(req.n_windows, 0, "decode rows are the window");
+    strcpy(ps[2].strategy, "diagonal");
+    cr_assert_neq(kv_evict_stats_request(ps, 4, true, &req, &err), 0);
+    cr_assert(strstr(err.msg, "config 2: strategy"), "%s", err.msg);
+}
+
+/* Runs the TV-5 prompt under params p, forking the prefilled cache when
+ * `fork` (the prefill computed with the union request of all configs). */
+typedef struct run_out {
+    int n_events;
+    event events[64];
+    float keys[2][16 * 4];
+} run_out;
+
+static void run_tv5(const kv_evict_params *p, const kv_evict_params *sweep, int n_sweep,
+                    run_out *out)
+{
+    sim s;
+    sim_init(&s, p, 2, 2, logit_layered);
+    kv_error err;
+    if (sweep) {
+        /* the shared prefill: full attention, union statistics, no eviction */
+        sim base;
+        kv_evict_params none = params("h2o", "per_token", 32, 0, 64, 0);
+        sim_init(&base, &none, 2, 2, logit_layered);
+        kv_attn_stats_request req;
+        cr_assert_eq(kv_evict_stats_request(sweep, n_sweep, true, &req, &err), 0);
+        int q[12];
+        for (int i = 0; i < 12; i++)
+            q[i] = i;
+        for (int l = 0; l < 2; l++) {
+            for (int i = 0; i < 12; i++) {
+                append(base.cache, l, i);
+                for (int j = 0; j < 4; j++) /* distinct keys, to see rerotation */
+                    base.cache->layers[l].k[i * 4 + j] = (float)(i + j + l) / 10.0f;
+            }
+            kv_cache_layer *cl = &base.cache->layers[l];
+            kv_attn_stats st = {.n_heads = 2, .n_keys = 12};
+            st.col_sums = calloc(24, sizeof(double));
+            for (int w = 0; w < req.n_windows; w++)
+                st.win_sums[w] = calloc(24, sizeof(double));
+            for (int h = 0; h < 2; h++)
+                for (int i = 0; i < 12; i++) {
+                    double z = 0, e[12];
+                    for (int t = 0; t <= i; t++)
+                        z += e[t] = exp(logit_layered(l, h, q[i], cl->pos[t]));
+                    for (int t = 0; t <= i; t++) {
+                        st.col_sums[h * 12 + t] += e[t] / z;
+                        for (int w = 0; w < req.n_windows; w++)
+                            if (i >= 12 - req.windows[w])
+                                st.win_sums[w][h * 12 + t] += e[t] / z;
+                    }
+                }
+            cr_assert_eq(kv_evictor_observe(s.ev, l, &req, &st, true, &err), 0, "%s", err.msg);
+            free(st.col_sums);
+            for (int w = 0; w < req.n_windows; w++)
+                free(st.win_sums[w]);
+        }
+        base.cache->next_pos = 12;
+        kv_cache_free(s.cache);
+        s.cache = kv_cache_fork(base.cache, 0, &err);
+        sim_free(&base);
+        sim_compress(&s);
+    } else {
+        for (int l = 0; l < 2; l++)
+            for (int i = 0; i < 12; i++) {
+                append(s.cache, l, i);
+                for (int j = 0; j < 4; j++)
+                    s.cache->layers[l].k[i * 4 + j] = (float)(i + j + l) / 10.0f;
+            }
+        int q[12];
+        for (int i = 0; i < 12; i++)
+            q[i] = i;
+        for (int l = 0; l < 2; l++)
+            sim_attend(&s, l, q, 12, true);
+        s.cache->next_pos = 12;
+        sim_compress(&s);
+    }
+    for (int i = 0; i < 4; i++)
+        sim_decode(&s);
+    out->n_events = s.n_events;
+    memcpy(out->events, s.events, (size_t)s.n_events * sizeof(event));
+    for (int l = 0; l < 2; l++)
+        memcpy(out->keys[l], s.cache->layers[l].k, (size_t)s.cache->layers[l].len * 4 * 4);
+    sim_free(&s);
+}
+
+Test(evict, forked_cache_gives_the_fresh_run)
+{
+    kv_evict_params sweep[3];
+    sweep[0] = params("h2o", "per_token", 32, 2, 3, 4);
+    sweep[1] = params("snapkv", "per_token", 32, 2, 3, 4);
+    strcpy(sweep[1].score_aggregation, "norm_sum");
+    sweep[1].has_window = true;
+    sweep[1].window_size = 4;
+    sweep[2] = params("h2o", "per_group", 2, 2, 2, 4);
+    static run_out fresh, forked;
+    for (int i = 0; i < 3; i++) {
+        run_tv5(&sweep[i], NULL, 0, &fresh);
+        run_tv5(&sweep[i], sweep, 3, &forked);
+        cr_assert_gt(fresh.n_events, 2, "config %d evicts", i);
+        cr_assert_eq(fresh.n_events, forked.n_events, "config %d", i);
+        for (int e = 0; e < fresh.n_events; e++) {
+            cr_assert_eq(fresh.events[e].step, forked.events[e].step);
+            cr_assert_eq(fresh.events[e].layer, forked.events[e].layer);
+            cr_assert_eq(fresh.events[e].n, forked.events[e].n);
+            cr_assert_eq(memcmp(fresh.events[e].pos, forked.events[e].pos,
+                                (size_t)fresh.events[e].n * sizeof(int32_t)),
+                         0, "config %d event %d", i, e);
+        }
+        cr_assert_eq(memcmp(fresh.keys, forked.keys, sizeof fresh.keys), 0, "rerotated keys");
+    }
+}
+
+/* ---- the wider policy family ---- */
+
+Test(evict_policy, streaming_keeps_start_and_newest)
+{
+    sim s;
+    kv_evict_params p = params("streaming", "per_token", 32, 2, 2, 3);
+    sim_init(&s, &p, 1, 1, logit_tv5);
+    score_prefill(&s, 12, tv10_tok); /* scores are ignored */
+    POS(&s, 0, 0, 1, 7, 8, 9, 10, 11);
+    sim_decode(&s);
+    POS(&s, 0, 0, 1, 8, 9, 10, 11, 12);
+    kv_attn_stats_request req;
+    kv_evictor_stats_request(s.ev, true, &req);
+    cr_assert_not(req.col_sums);
+    cr_assert_eq(req.n_windows, 0);
+    sim_free(&s);
+}
+
+Test(evict_policy, random_is_seeded_and_uniform)
+{
+    int hits[10] = {0}, first[2][5];
+    for (int run = 0; run < 200; run++) {
+        sim s;
+        kv_evict_params p = params("random", "per_token", 32, 1, 1, 3);
+        p.seed = (uint32_t)(run % 100); /* runs 100.. repeat the seeds of 0.. */
+        sim_init(&s, &p, 1, 1, logit_uniform);
+        score_prefill(&s, 10, tv10_tok);
+        cr_assert_eq(s.cache->layers[0].len, 5);
+        cr_assert_eq(s.cache->layers[0].pos[0], 0);
+        cr_assert_eq(s.cache->layers[0].pos[4], 9);
+        for (int j = 1; j < 4; j++)
+            hits[s.cache->layers[0].pos[j]]++;
+        if (run == 3 || run == 103)
+            memcpy(first[run / 100], s.cache->layers[0].pos, sizeof first[0]);
+        sim_free(&s);
+    }
+    cr_assert_eq(memcmp(first[0], first[1], sizeof first[0]), 0, "same seed, same picks");
+    for (int t = 1; t < 9; t++) /* 600 picks over 8 candidates: 75 expected each */
+        cr_assert(hits[t] > 40 && hits[t] < 110, "slot %d kept %d times", t, hits[t]);
+}
+
+Test(evict_policy, knorm_keeps_small_keys)
+{
+    kv_evict_params p = params("knorm", "per_token", 32, 1, 1, 2);
+    kv_evict_model m = {
+        .n_layers = 1, .n_heads = 2, .n_kv_heads = 2, .head_dim = 2, .rope_theta = 1e4};
+    kv_error err;
+    kv_evictor *ev = kv_evictor_new(&p, &m, &err);
+    kv_cache *c = kv_cache_new(1, 2, 2, 8, &err);
+    kv_cache_layer *l = &c->layers[0];
+    static const float norms[7] = {9, 3, 1, 4, 0.5f, 2, 9}; /* slot t: keys of that size */
+    for (int t = 0; t < 7; t++) {
+        for (int j = 0; j < 4; j++)
+            l->k[t * 4 + j] = norms[t] / 2; /* ||k|| = norms[t] over both heads */
+        l->pos[t] = t;
+    }
+    l->len = 7;
+    /* no statistics at all: compress tracks the length itself */
+    cr_assert_eq(kv_evictor_compress(ev, c, NULL, NULL, &err), 0, "%s", err.msg);
+    static const int want[] = {0, 2, 4, 6};
+    cr_assert_eq(l->len, 4);
+    for (int j = 0; j < 4; j++)
+        cr_assert_eq(l->pos[j], want[j]);
+    kv_evictor_free(ev);
+    kv_cache_free(c);
+}
+
+/* ---- memory and positions ---- */
+
+Test(evict, compressed_cache_holds_only_the_budget)
+{
+    sim s;
+    kv_evict_params p = params("h2o", "per_token", 32, 2, 3, 4); /* M = 9 */
+    sim_init(&s, &p, 2, 2, logit_tv5);
+    kv_error err;
+    cr_assert_eq(kv_cache_reserve(s.cache, 200, &err), 0);
+    sim_prefill(&s, 60);
+    for (int l = 0; l < 2; l++) {
+        cr_assert_eq(s.cache->layers[l].len, 9);
+        cr_assert_leq(s.cache->layers[l].cap, 10, "cap %d", s.cache->layers[l].cap);
+    }
+    for (int i = 0; i < 5; i++)
+        sim_decode(&s);
+    cr_assert_leq(s.cache->layers[0].cap, 10);
+    cr_assert_eq(s.cache->next_pos, 65, "absolute positions continue");
+    sim_free(&s);
+}
+
+Test(evict, compact_positions_continue_at_cache_length)
+{
+    sim s;
+    kv_evict_params p = params("h2o", "per_token", 32, 2, 3, 4);
+    strcpy(p.positions, "compact");
+    sim_init(&s, &p, 1, 2, logit_tv5);
+    sim_prefill(&s, 12);
+    cr_assert_eq(s.cache->next_pos, 9);
+    sim_decode(&s);
+    cr_assert_eq(s.cache->next_pos, 9);
+    cr_assert_eq(s.cache->layers[0].pos[8], 9, "the new token was written at position 9");
+    sim_free(&s);
+}
+
+Test(evict, misuse_is_reported)
+{
+    sim s;
+    kv_evict_params p = params("h2o", "per_token", 32, 2, 3, 4);
+    sim_init(&s, &p, 1, 2, logit_tv5);
+    sim_prefill(&s, 12);
+    append(s.cache, 0, 12); /* a forward without observe */
+    kv_error err;
+    cr_assert_neq(kv_evictor_compress(s.ev, s.cache, NULL, NULL, &err), 0);
+    cr_assert(strstr(err.msg, "kv_evictor_observe"), "%s", err.msg);
+    kv_attn_stats_request req = {.n_windows = 1, .windows = {8}};
+    kv_attn_stats st = {.n_heads = 2, .n_keys = 10};
+    cr_assert_neq(kv_evictor_observe(s.ev, 0, &req, &st, false, &err), 0);
+    cr_assert_neq(kv_evictor_observe(s.ev, 3, &req, &st, false, &err), 0);
+    cr_assert(strstr(err.msg, "no layer 3"), "%s", err.msg);
+    st.n_keys = 13;
+    cr_assert_neq(kv_evictor_observe(s.ev, 0, &req, &st, false, &err), 0);
+    cr_assert(strstr(err.msg, "column sums"), "%s", err.msg);
     sim_free(&s);
 }
