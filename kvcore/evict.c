@@ -392,11 +392,33 @@ static void choose_top(const double *unit_scores, int n_units, int k, int *order
         chosen[order[i]] = 1;
 }
 
+/* CriticalKV's value weights of the slots that arrived since they were
+ * last computed. Values never change, so each slot is computed once; and
+ * only when a slot without one is a candidate: in decode the newest slots
+ * wait in the recent area, so they are done in batches of up to
+ * recent_size, reading o_proj once per batch instead of once per step. */
+static int update_vnorm(kv_evictor *ev, const kv_cache *cache, int layer, int cand_end,
+                        kv_error *err)
+{
+    layer_state *ls = &ev->layers[layer];
+    int L = ls->len, row = kv_cache_row(cache);
+    if (ls->n_vnorm >= cand_end)
+        return 0;
+    const float *v = cache->layers[layer].v + (size_t)ls->n_vnorm * (size_t)row;
+    if (kv_criticalkv_vnorm(&ev->model, layer, v, L - ls->n_vnorm, ls->vnorm + ls->n_vnorm, err))
+        return -1;
+    ls->n_vnorm = L;
+    return 0;
+}
+
 /* Lets the refiner pick among the candidate units the coarse top-k left. */
 static int refine(kv_evictor *ev, const kv_cache *cache, int layer, const double *s, int n_units,
                   char *chosen, double *masked, int *picks, kv_error *err)
 {
     int G = ev->cfg.group, n_pick = ev->p.refined_size / G;
+    if (ev->refiner->needs_vnorm &&
+        update_vnorm(ev, cache, layer, ev->p.start_size + n_units * G, err) != 0)
+        return -1;
     for (int i = 0; i < n_units * G; i++)
         masked[i] = chosen[i / G] ? -INFINITY : s[i];
     kv_refine_call c = {&ev->cfg, masked, n_units * G,
@@ -525,21 +547,6 @@ static void compact_state(layer_state *ls, const int *keep, int n_keep)
     ls->len = n_keep;
 }
 
-/* CriticalKV's value weights for the slots that arrived since the last
- * eviction (values never change, so each slot is computed once). */
-static int update_vnorm(kv_evictor *ev, const kv_cache *cache, int layer, kv_error *err)
-{
-    layer_state *ls = &ev->layers[layer];
-    int L = ls->len, row = kv_cache_row(cache);
-    if (ls->n_vnorm >= L)
-        return 0;
-    const float *v = cache->layers[layer].v + (size_t)ls->n_vnorm * (size_t)row;
-    if (kv_criticalkv_vnorm(&ev->model, layer, v, L - ls->n_vnorm, ls->vnorm + ls->n_vnorm, err))
-        return -1;
-    ls->n_vnorm = L;
-    return 0;
-}
-
 static int compress_layer(kv_evictor *ev, kv_cache *cache, int layer, kv_evict_trace_fn trace,
                           void *trace_ctx, kv_error *err)
 {
@@ -558,8 +565,6 @@ static int compress_layer(kv_evictor *ev, kv_cache *cache, int layer, kv_evict_t
     if (L <= kv_evict_params_budget(&ev->p))
         return 0;
     if (scratch_need(&ev->tmp, L + 1, err) != 0)
-        return -1;
-    if (ev->refiner && ev->refiner->needs_vnorm && update_vnorm(ev, cache, layer, err) != 0)
         return -1;
     double *s = ev->tmp.d;
     int *keep = malloc((size_t)L * sizeof *keep);

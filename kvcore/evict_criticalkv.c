@@ -9,7 +9,7 @@
 
 #include "evict_impl.h"
 
-enum { CHUNK = 64 }; /* slots per matrix product: bounds the scratch */
+enum { CHUNK = 256 }; /* slots per matrix product: bounds the scratch */
 
 int kv_criticalkv_vnorm(const kv_evict_model *m, int layer, const float *v, int n, double *out,
                         kv_error *err)
