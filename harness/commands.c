@@ -4,6 +4,7 @@
 
 #include "cli.h"
 
+extern const kb_command kb_cmd_generate;
 extern const kb_command kb_cmd_version;
 
 #define PENDING(NAME, SUMMARY, USAGE, WHERE)                                          \
@@ -19,9 +20,6 @@ PENDING(report, "build scores.csv, summary.md and report.html from runs",
         "kvbench report RUN... [options]", "issue 9 (runner)");
 PENDING(fetch, "download LongBench data or a model from the Hugging Face hub",
         "kvbench fetch longbench|model [NAME] [options]", "issue 7 (datasets)");
-PENDING(generate, "greedy generation from one prompt, with or without eviction",
-        "kvbench generate --model DIR (--prompt TEXT | --prompt-file F | --tokens IDS) [options]",
-        "issue 3 (engine)");
 PENDING(tokenize, "encode or decode text with a model's tokenizer",
         "kvbench tokenize --model DIR (--text T | --file F | --jsonl F) [options]",
         "issue 4 (tokenizer)");
@@ -33,7 +31,7 @@ const kb_command *const kb_commands[] = {
     &pending_score,
     &pending_report,
     &pending_fetch,
-    &pending_generate,
+    &kb_cmd_generate,
     &pending_tokenize,
     &pending_bench,
     &kb_cmd_version,

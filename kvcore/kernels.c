@@ -1,0 +1,340 @@
+#include "kernels.h"
+
+#include <assert.h>
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define KV_AVX2 1
+#endif
+
+void kv_set_threads(int n)
+{
+    if (n <= 0)
+        return;
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+}
+
+int kv_get_threads(void)
+{
+    return omp_get_max_threads();
+}
+
+float kv_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    union {
+        uint32_t u;
+        float f;
+    } v;
+    if (exp == 0x1f)
+        v.u = sign | 0x7f800000 | man << 13; /* inf / nan */
+    else if (exp != 0)
+        v.u = sign | (exp + 112) << 23 | man << 13;
+    else if (man == 0)
+        v.u = sign;
+    else { /* subnormal: exact as man * 2^-24 */
+        v.f = (float)man * 5.9604644775390625e-8f;
+        v.u |= sign;
+    }
+    return v.f;
+}
+
+static float load1(const kv_weight *w, size_t i)
+{
+    switch (w->dtype) {
+    case KV_DTYPE_BF16:
+        return kv_bf16_to_f32(((const uint16_t *)w->data)[i]);
+    case KV_DTYPE_F16:
+        return kv_f16_to_f32(((const uint16_t *)w->data)[i]);
+    default:
+        return ((const float *)w->data)[i];
+    }
+}
+
+#ifdef KV_AVX2
+#define INLINE static inline __attribute__((always_inline))
+
+/* dtype is a compile-time constant at every call below (the callers are
+ * instantiated per dtype), so the switch folds away. */
+INLINE __m256 load8(kv_dtype dtype, const void *data, size_t i)
+{
+    const uint16_t *p = (const uint16_t *)data + i;
+    switch (dtype) {
+    case KV_DTYPE_BF16: {
+        __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    }
+    case KV_DTYPE_F16:
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    default:
+        return _mm256_loadu_ps((const float *)data + i);
+    }
+}
+
+static inline float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Four rows at once: each load of x serves four weight streams, and eight
+ * accumulators keep the FMA units busy while the loads stream in. */
+INLINE void dot4_t(kv_dtype dt, const kv_weight *w, int r, const float *x, float *y)
+{
+    size_t cols = (size_t)w->cols, base = (size_t)r * cols, c = 0;
+    __m256 a[8];
+    for (int i = 0; i < 8; i++)
+        a[i] = _mm256_setzero_ps();
+    for (; c + 16 <= cols; c += 16) {
+        __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
+        for (int k = 0; k < 4; k++) {
+            a[2 * k] = _mm256_fmadd_ps(load8(dt, w->data, base + k * cols + c), x0, a[2 * k]);
+            a[2 * k + 1] =
+                _mm256_fmadd_ps(load8(dt, w->data, base + k * cols + c + 8), x1, a[2 * k + 1]);
+        }
+    }
+    for (int k = 0; k < 4; k++) {
+        float s = hsum8(_mm256_add_ps(a[2 * k], a[2 * k + 1]));
+        for (size_t t = c; t < cols; t++)
+            s += load1(w, base + k * cols + t) * x[t];
+        y[r + k] = s;
+    }
+}
+
+static void dot4(const kv_weight *w, int r, const float *x, float *y)
+{
+    switch (w->dtype) {
+    case KV_DTYPE_BF16:
+        dot4_t(KV_DTYPE_BF16, w, r, x, y);
+        break;
+    case KV_DTYPE_F16:
+        dot4_t(KV_DTYPE_F16, w, r, x, y);
+        break;
+    default:
+        dot4_t(KV_DTYPE_F32, w, r, x, y);
+    }
+}
+
+static float dot1(const kv_weight *w, int r, const float *x)
+{
+    size_t cols = (size_t)w->cols, base = (size_t)r * cols, c = 0;
+    __m256 a = _mm256_setzero_ps();
+    for (; c + 8 <= cols; c += 8)
+        a = _mm256_fmadd_ps(load8(w->dtype, w->data, base + c), _mm256_loadu_ps(x + c), a);
+    float s = hsum8(a);
+    for (; c < cols; c++)
+        s += load1(w, base + c) * x[c];
+    return s;
+}
+#else
+static float dot1(const kv_weight *w, int r, const float *x)
+{
+    size_t base = (size_t)r * (size_t)w->cols;
+    float s = 0;
+    for (int c = 0; c < w->cols; c++)
+        s += load1(w, base + (size_t)c) * x[c];
+    return s;
+}
+
+static void dot4(const kv_weight *w, int r, const float *x, float *y)
+{
+    for (int k = 0; k < 4; k++)
+        y[r + k] = dot1(w, r + k, x);
+}
+#endif
+
+void kv_gemv(const kv_weight *w, const float *x, float *y)
+{
+    kv_gemv_many(1, &w, x, &y);
+}
+
+void kv_gemv_many(int n, const kv_weight *const *ws, const float *x, float *const *ys)
+{
+    /* Blocks of 4 rows of all matrices, numbered matrix after matrix; the
+     * 0-3 leftover rows of each matrix are done one by one at the end. */
+    int first[9], total = 0;
+    size_t work = 0;
+    assert(n <= 8);
+    for (int i = 0; i < n; i++) {
+        first[i] = total;
+        total += ws[i]->rows / 4;
+        work += (size_t)ws[i]->rows * (size_t)ws[i]->cols;
+    }
+    first[n] = total;
+#pragma omp parallel for schedule(static) if (work > KV_PARALLEL_MIN_WORK)
+    for (int b = 0; b < total; b++) {
+        int i = 0;
+        while (b >= first[i + 1])
+            i++;
+        dot4(ws[i], (b - first[i]) * 4, x, ys[i]);
+    }
+    for (int i = 0; i < n; i++)
+        for (int r = ws[i]->rows / 4 * 4; r < ws[i]->rows; r++)
+            ys[i][r] = dot1(ws[i], r, x);
+}
+
+void kv_widen_rows(const kv_weight *w, int row0, int n, float *dst)
+{
+    size_t cols = (size_t)w->cols, base = (size_t)row0 * cols;
+    if (w->dtype == KV_DTYPE_F32) {
+        memcpy(dst, (const float *)w->data + base, (size_t)n * cols * sizeof *dst);
+        return;
+    }
+#pragma omp parallel for schedule(static) if ((size_t)n * cols > KV_PARALLEL_MIN_WORK)
+    for (int r = 0; r < n; r++) {
+        size_t i = 0, off = base + (size_t)r * cols;
+        float *d = dst + (size_t)r * cols;
+#ifdef KV_AVX2
+        for (; i + 8 <= cols; i += 8)
+            _mm256_storeu_ps(d + i, load8(w->dtype, w->data, off + i));
+#endif
+        for (; i < cols; i++)
+            d[i] = load1(w, off + i);
+    }
+}
+
+size_t kv_matmul_scratch(const kv_weight *w, size_t max_floats)
+{
+    if (w->dtype == KV_DTYPE_F32)
+        return 0;
+    size_t all = (size_t)w->rows * (size_t)w->cols;
+    return all < max_floats ? all : (max_floats > (size_t)w->cols ? max_floats : (size_t)w->cols);
+}
+
+void kv_matmul(const kv_weight *w, const float *x, int n, float *y, float *scratch,
+               size_t scratch_floats)
+{
+    if (n <= KV_GEMV_MAX_ROWS) {
+        for (int i = 0; i < n; i++)
+            kv_gemv(w, x + (size_t)i * (size_t)w->cols, y + (size_t)i * (size_t)w->rows);
+        return;
+    }
+    if (w->dtype == KV_DTYPE_F32) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, w->rows, w->cols, 1.0f, x,
+                    w->cols, w->data, w->cols, 0.0f, y, w->rows);
+        return;
+    }
+    /* Widen a block of rows at a time so scratch stays bounded (the
+     * embedding of a large vocabulary is hundreds of MB in F32). */
+    int block = (int)(scratch_floats / (size_t)w->cols);
+    if (block > w->rows)
+        block = w->rows;
+    for (int r0 = 0; r0 < w->rows; r0 += block) {
+        int nr = w->rows - r0 < block ? w->rows - r0 : block;
+        kv_widen_rows(w, r0, nr, scratch);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, nr, w->cols, 1.0f, x, w->cols,
+                    scratch, w->cols, 0.0f, y + r0, w->rows);
+    }
+}
+
+#ifdef KV_AVX2
+/* e^x for 8 floats, about 1 ulp: Cody-Waite reduction by ln 2 and Cephes'
+ * polynomial. Softmax over an 8k prompt evaluates billions of
+ * exponentials, and the scalar libm call would dominate attention. */
+static inline __m256 exp8(__m256 x)
+{
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33654f)), _mm256_set1_ps(88.72283f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+#endif
+
+void kv_softmax(float *x, int n)
+{
+    float mx = x[0];
+    for (int i = 1; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    int i = 0;
+    float sum = 0;
+#ifdef KV_AVX2
+    __m256 acc = _mm256_setzero_ps(), m = _mm256_set1_ps(mx);
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+        _mm256_storeu_ps(x + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    sum = hsum8(acc);
+#endif
+    for (; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = 1.0f / sum;
+    for (i = 0; i < n; i++)
+        x[i] *= inv;
+}
+
+void kv_silu_mul(float *g, const float *u, size_t n)
+{
+    size_t i = 0;
+#ifdef KV_AVX2
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(g + i);
+        __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), v));
+        __m256 s = _mm256_div_ps(v, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
+    }
+#endif
+    for (; i < n; i++)
+        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+void kv_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
+{
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    float r = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (int i = 0; i < n; i++)
+        out[i] = x[i] * r * w[i];
+}
+
+float kv_dot(const float *a, const float *b, int n)
+{
+    int i = 0;
+    float s = 0;
+#ifdef KV_AVX2
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    }
+    for (; i + 8 <= n; i += 8)
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    s = hsum8(_mm256_add_ps(acc0, acc1));
+#endif
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+void kv_axpy(float *y, float a, const float *x, int n)
+{
+    int i = 0;
+#ifdef KV_AVX2
+    __m256 av = _mm256_set1_ps(a);
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+#endif
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}

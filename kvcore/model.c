@@ -1,0 +1,632 @@
+#include "model.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "safetensors.h"
+
+#define DEFAULT_CHUNK 512
+
+typedef struct layer {
+    kv_weight wq, wk, wv, wo, gate, up, down;
+    float *attn_norm, *ffn_norm, *q_norm, *k_norm;     /* q/k norms: Qwen3 only */
+    float *bq, *bk, *bv, *bo, *b_gate, *b_up, *b_down; /* NULL when absent */
+} layer;
+
+struct kv_model {
+    kv_model_config cfg;
+    kv_rope rope;
+    kv_weight embed, lm_head;
+    float *norm;
+    layer *layers;
+    void **blobs; /* every weight allocation, freed with the model */
+    int n_blobs;
+    size_t weight_bytes;
+    int chunk;
+};
+
+/* ---------------------------------------------------------------- loading */
+
+typedef struct loader {
+    kv_model *m;
+    kv_safetensors *st;
+    const char *dir;
+    kv_error *err;
+} loader;
+
+static void *alloc_blob(loader *ld, size_t bytes)
+{
+    void **blobs = realloc(ld->m->blobs, (size_t)(ld->m->n_blobs + 1) * sizeof *blobs);
+    if (!blobs)
+        return NULL;
+    ld->m->blobs = blobs;
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (p)
+        blobs[ld->m->n_blobs++] = p;
+    return p;
+}
+
+/* The tensor `name`, checked to be a float tensor of the shape config.json
+ * implies ([d0] when d1 == 0, else [d0, d1]). */
+static const kv_st_tensor *find_tensor(loader *ld, const char *name, int d0, int d1)
+{
+    const kv_st_tensor *t = kv_safetensors_find(ld->st, name);
+    if (!t) {
+        kv_fail(ld->err, "%s: tensor '%s' is missing from the safetensors", ld->dir, name);
+        return NULL;
+    }
+    if (t->dtype == KV_DTYPE_OTHER) {
+        kv_fail(ld->err, "%s: tensor '%s' has dtype %s (supported: F32, F16, BF16)", ld->dir,
+                name, t->dtype_name);
+        return NULL;
+    }
+    int want_dims = d1 ? 2 : 1;
+    if (t->n_dims != want_dims || t->shape[0] != d0 || (d1 && t->shape[1] != d1)) {
+        char got[128] = "";
+        for (int i = 0, o = 0; i < t->n_dims && o < 100; i++)
+            o += snprintf(got + o, sizeof got - (size_t)o, "%s%lld", i ? ", " : "",
+                          (long long)t->shape[i]);
+        if (d1)
+            kv_fail(ld->err, "%s: tensor '%s' has shape [%s], config.json implies [%d, %d]",
+                    ld->dir, name, got, d0, d1);
+        else
+            kv_fail(ld->err, "%s: tensor '%s' has shape [%s], config.json implies [%d]", ld->dir,
+                    name, got, d0);
+        return NULL;
+    }
+    return t;
+}
+
+static int load_matrix(loader *ld, const char *name, int rows, int cols, kv_weight *w)
+{
+    const kv_st_tensor *t = find_tensor(ld, name, rows, cols);
+    if (!t)
+        return -1;
+    void *p = alloc_blob(ld, t->nbytes);
+    if (!p)
+        return kv_fail(ld->err, "%s: out of memory for tensor '%s' (%zu bytes)", ld->dir, name,
+                       t->nbytes);
+    if (kv_safetensors_read(ld->st, t, p, ld->err) != 0)
+        return -1;
+    *w = (kv_weight){.dtype = t->dtype, .data = p, .rows = rows, .cols = cols};
+    ld->m->weight_bytes += t->nbytes;
+    return 0;
+}
+
+/* Norm weights and biases: small, so widened to F32 once. Absent optional
+ * vectors leave *out NULL. */
+static int load_vector(loader *ld, const char *name, int n, bool required, float **out)
+{
+    *out = NULL;
+    if (!required && !kv_safetensors_find(ld->st, name))
+        return 0;
+    kv_weight w;
+    if (load_matrix(ld, name, n, 0, &w) != 0)
+        return -1;
+    w.rows = 1;
+    w.cols = n;
+    float *f = alloc_blob(ld, (size_t)n * sizeof *f);
+    if (!f)
+        return kv_fail(ld->err, "%s: out of memory", ld->dir);
+    kv_widen_rows(&w, 0, 1, f);
+    *out = f;
+    return 0;
+}
+
+static int load_layer(loader *ld, int i, layer *L)
+{
+    const kv_model_config *c = &ld->m->cfg;
+    int H = c->hidden, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    char name[256];
+#define NAME(s) (snprintf(name, sizeof name, "model.layers.%d.%s", i, s), name)
+    if (load_vector(ld, NAME("input_layernorm.weight"), H, true, &L->attn_norm) ||
+        load_vector(ld, NAME("post_attention_layernorm.weight"), H, true, &L->ffn_norm) ||
+        load_matrix(ld, NAME("self_attn.q_proj.weight"), qd, H, &L->wq) ||
+        load_matrix(ld, NAME("self_attn.k_proj.weight"), kvd, H, &L->wk) ||
+        load_matrix(ld, NAME("self_attn.v_proj.weight"), kvd, H, &L->wv) ||
+        load_matrix(ld, NAME("self_attn.o_proj.weight"), H, qd, &L->wo) ||
+        load_matrix(ld, NAME("mlp.gate_proj.weight"), c->ffn, H, &L->gate) ||
+        load_matrix(ld, NAME("mlp.up_proj.weight"), c->ffn, H, &L->up) ||
+        load_matrix(ld, NAME("mlp.down_proj.weight"), H, c->ffn, &L->down))
+        return -1;
+    if (c->qkv_bias && (load_vector(ld, NAME("self_attn.q_proj.bias"), qd, true, &L->bq) ||
+                        load_vector(ld, NAME("self_attn.k_proj.bias"), kvd, true, &L->bk) ||
+                        load_vector(ld, NAME("self_attn.v_proj.bias"), kvd, true, &L->bv)))
+        return -1;
+    if (c->o_bias && load_vector(ld, NAME("self_attn.o_proj.bias"), H, true, &L->bo))
+        return -1;
+    if (c->mlp_bias && (load_vector(ld, NAME("mlp.gate_proj.bias"), c->ffn, true, &L->b_gate) ||
+                        load_vector(ld, NAME("mlp.up_proj.bias"), c->ffn, true, &L->b_up) ||
+                        load_vector(ld, NAME("mlp.down_proj.bias"), H, true, &L->b_down)))
+        return -1;
+    if (c->qk_norm &&
+        (load_vector(ld, NAME("self_attn.q_norm.weight"), c->head_dim, true, &L->q_norm) ||
+         load_vector(ld, NAME("self_attn.k_norm.weight"), c->head_dim, true, &L->k_norm)))
+        return -1;
+#undef NAME
+    return 0;
+}
+
+static int load_weights(loader *ld)
+{
+    kv_model *m = ld->m;
+    const kv_model_config *c = &m->cfg;
+    if (load_matrix(ld, "model.embed_tokens.weight", c->vocab, c->hidden, &m->embed) ||
+        load_vector(ld, "model.norm.weight", c->hidden, true, &m->norm))
+        return -1;
+    if (c->tied_embeddings)
+        m->lm_head = m->embed;
+    else if (load_matrix(ld, "lm_head.weight", c->vocab, c->hidden, &m->lm_head))
+        return -1;
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers)
+        return kv_fail(ld->err, "out of memory");
+    for (int i = 0; i < c->n_layers; i++)
+        if (load_layer(ld, i, &m->layers[i]) != 0)
+            return -1;
+    return 0;
+}
+
+int kv_model_load(const char *dir, kv_model **out, kv_error *err)
+{
+    *out = NULL;
+    kv_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return kv_fail(err, "out of memory");
+    m->chunk = DEFAULT_CHUNK;
+    loader ld = {.m = m, .dir = dir, .err = err};
+    int rc = kv_model_config_load(dir, &m->cfg, err);
+    if (rc == 0)
+        rc = kv_rope_init(&m->rope, &m->cfg.rope, m->cfg.head_dim, err);
+    if (rc == 0)
+        rc = kv_safetensors_open(dir, &ld.st, err);
+    if (rc == 0)
+        rc = load_weights(&ld);
+    kv_safetensors_free(ld.st);
+    if (rc != 0) {
+        kv_model_free(m);
+        return -1;
+    }
+    *out = m;
+    return 0;
+}
+
+void kv_model_free(kv_model *m)
+{
+    if (!m)
+        return;
+    for (int i = 0; i < m->n_blobs; i++)
+        free(m->blobs[i]);
+    free(m->blobs);
+    free(m->layers);
+    kv_rope_free(&m->rope);
+    kv_model_config_free(&m->cfg);
+    free(m);
+}
+
+const kv_model_config *kv_model_get_config(const kv_model *m)
+{
+    return &m->cfg;
+}
+
+const kv_rope *kv_model_get_rope(const kv_model *m)
+{
+    return &m->rope;
+}
+
+size_t kv_model_weight_bytes(const kv_model *m)
+{
+    return m->weight_bytes;
+}
+
+void kv_model_set_chunk(kv_model *m, int chunk)
+{
+    m->chunk = chunk > 0 ? chunk : 1;
+}
+
+kv_cache *kv_model_cache_new(const kv_model *m, int cap, kv_error *err)
+{
+    return kv_cache_new(m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim, cap, err);
+}
+
+/* ------------------------------------------------------------- statistics */
+
+kv_attn_stats *kv_model_stats_new(const kv_model *m, const kv_cache *c, int n,
+                                  const kv_attn_stats_request *req, kv_error *err)
+{
+    int L = m->cfg.n_layers;
+    kv_attn_stats *s = calloc((size_t)L, sizeof *s);
+    if (!s) {
+        kv_fail(err, "out of memory for attention statistics");
+        return NULL;
+    }
+    for (int l = 0; l < L; l++) {
+        s[l].n_heads = m->cfg.n_heads;
+        s[l].n_keys = c->layers[l].len + n;
+        size_t cells = (size_t)s[l].n_heads * (size_t)s[l].n_keys;
+        bool ok = true;
+        if (req->col_sums)
+            ok = (s[l].col_sums = calloc(cells, sizeof(double))) != NULL;
+        for (int w = 0; w < req->n_windows && ok; w++)
+            ok = (s[l].win_sums[w] = calloc(cells, sizeof(double))) != NULL;
+        if (!ok) {
+            kv_model_stats_free(s, L);
+            kv_fail(err, "out of memory for attention statistics");
+            return NULL;
+        }
+    }
+    return s;
+}
+
+void kv_model_stats_free(kv_attn_stats *stats, int n_layers)
+{
+    if (!stats)
+        return;
+    for (int l = 0; l < n_layers; l++) {
+        free(stats[l].col_sums);
+        for (int w = 0; w < KV_MAX_WINDOWS; w++)
+            free(stats[l].win_sums[w]);
+    }
+    free(stats);
+}
+
+static int check_stats(const kv_model *m, const kv_cache *c, int n,
+                       const kv_attn_stats_request *req, kv_attn_stats *stats, kv_error *err)
+{
+    if (!req || (!req->col_sums && req->n_windows == 0))
+        return 0;
+    if (!stats)
+        return kv_fail(err, "attention statistics requested without buffers");
+    if (req->n_windows < 0 || req->n_windows > KV_MAX_WINDOWS)
+        return kv_fail(err, "attention statistics: %d windows (at most %d)", req->n_windows,
+                       KV_MAX_WINDOWS);
+    for (int w = 0; w < req->n_windows; w++)
+        if (req->windows[w] <= 0)
+            return kv_fail(err, "attention statistics: window %d is not positive", req->windows[w]);
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const kv_attn_stats *s = &stats[l];
+        if (s->n_heads != m->cfg.n_heads || s->n_keys != c->layers[l].len + n)
+            return kv_fail(err,
+                           "attention statistics of layer %d are shaped [%d][%d], the forward "
+                           "needs [%d][%d]",
+                           l, s->n_heads, s->n_keys, m->cfg.n_heads, c->layers[l].len + n);
+        if (req->col_sums && !s->col_sums)
+            return kv_fail(err, "attention statistics: layer %d has no col_sums buffer", l);
+        for (int w = 0; w < req->n_windows; w++)
+            if (!s->win_sums[w])
+                return kv_fail(err, "attention statistics: layer %d has no buffer for window %d",
+                               l, req->windows[w]);
+    }
+    return 0;
+}
+
+static void zero_stats(const kv_attn_stats_request *req, kv_attn_stats *stats, int n_layers)
+{
+    for (int l = 0; l < n_layers; l++) {
+        size_t bytes = (size_t)stats[l].n_heads * (size_t)stats[l].n_keys * sizeof(double);
+        if (req->col_sums)
+            memset(stats[l].col_sums, 0, bytes);
+        for (int w = 0; w < req->n_windows; w++)
+            memset(stats[l].win_sums[w], 0, bytes);
+    }
+}
+
+/* Adds probability row p[0..keys) of query row r (of n in the call) to
+ * head h's sums. */
+static void stats_add_row(const kv_attn_stats_request *req, kv_attn_stats *s, int h, const float *p,
+                          int keys, int r, int n)
+{
+    size_t off = (size_t)h * (size_t)s->n_keys;
+    if (req->col_sums)
+        for (int j = 0; j < keys; j++)
+            s->col_sums[off + (size_t)j] += p[j];
+    for (int w = 0; w < req->n_windows; w++)
+        if (r >= n - req->windows[w])
+            for (int j = 0; j < keys; j++)
+                s->win_sums[w][off + (size_t)j] += p[j];
+}
+
+/* ---------------------------------------------------------------- forward */
+
+/* Buffers of one forward call, sized for its chunk and longest layer. */
+typedef struct fwd {
+    float *x, *h, *q, *att, *tmp, *g, *u;
+    float *scores; /* [max(chunk, heads)][max_keys] */
+    float *wide;   /* widened weights for sgemm */
+    size_t wide_floats;
+    int max_keys;
+    const kv_attn_stats_request *req; /* NULL when no statistics are wanted */
+    kv_attn_stats *stats;
+    int n; /* tokens in the call */
+} fwd;
+
+static void fwd_free(fwd *f)
+{
+    free(f->x);
+    free(f->h);
+    free(f->q);
+    free(f->att);
+    free(f->tmp);
+    free(f->g);
+    free(f->u);
+    free(f->scores);
+    free(f->wide);
+}
+
+static size_t max_size(size_t a, size_t b)
+{
+    return a > b ? a : b;
+}
+
+static int fwd_alloc(const kv_model *m, const kv_cache *c, int n, int chunk, fwd *f,
+                     kv_error *err)
+{
+    const kv_model_config *cfg = &m->cfg;
+    size_t C = (size_t)chunk, qd = (size_t)cfg->n_heads * (size_t)cfg->head_dim;
+    f->max_keys = 0;
+    for (int l = 0; l < cfg->n_layers; l++)
+        if (c->layers[l].len + n > f->max_keys)
+            f->max_keys = c->layers[l].len + n;
+    size_t rows = max_size(C, (size_t)cfg->n_heads);
+    f->x = malloc(C * (size_t)cfg->hidden * sizeof(float));
+    f->h = malloc(C * (size_t)cfg->hidden * sizeof(float));
+    f->tmp = malloc(C * (size_t)cfg->hidden * sizeof(float));
+    f->q = malloc(C * qd * sizeof(float));
+    f->att = malloc(C * qd * sizeof(float));
+    f->g = malloc(C * (size_t)cfg->ffn * sizeof(float));
+    f->u = malloc(C * (size_t)cfg->ffn * sizeof(float));
+    f->scores = malloc(rows * (size_t)f->max_keys * sizeof(float));
+    bool ok = f->x && f->h && f->tmp && f->q && f->att && f->g && f->u && f->scores;
+    if (ok && chunk > KV_GEMV_MAX_ROWS) {
+        /* Room for the largest layer matrix; the embedding is widened in
+         * blocks of rows that fit the same room. */
+        size_t room = max_size((size_t)cfg->ffn, qd) * (size_t)cfg->hidden;
+        const layer *L = &m->layers[0];
+        const kv_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down,
+                                 &m->lm_head};
+        f->wide_floats = 0;
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            f->wide_floats = max_size(f->wide_floats, kv_matmul_scratch(ws[i], room));
+        if (f->wide_floats > 0)
+            ok = (f->wide = malloc(f->wide_floats * sizeof(float))) != NULL;
+    }
+    if (!ok) {
+        fwd_free(f);
+        return kv_fail(err, "out of memory for a forward of %d tokens over %d keys", n,
+                       f->max_keys);
+    }
+    return 0;
+}
+
+static void matmul(const fwd *f, const kv_weight *w, const float *x, int n, float *y,
+                   const float *bias)
+{
+    kv_matmul(w, x, n, y, f->wide, f->wide_floats);
+    if (bias)
+        for (int i = 0; i < n; i++)
+            for (int r = 0; r < w->rows; r++)
+                y[(size_t)i * (size_t)w->rows + (size_t)r] += bias[r];
+}
+
+/* matmul of several weights over the same input; one parallel loop for all
+ * of them in decode. */
+static void matmul_many(const fwd *f, int n, const kv_weight *const *ws, const float *x, int rows,
+                        float *const *ys, const float *const *bias)
+{
+    if (rows == 1)
+        kv_gemv_many(n, ws, x, ys);
+    else
+        for (int i = 0; i < n; i++)
+            kv_matmul(ws[i], x, rows, ys[i], f->wide, f->wide_floats);
+    for (int i = 0; i < n; i++)
+        if (bias[i])
+            for (int t = 0; t < rows; t++)
+                for (int r = 0; r < ws[i]->rows; r++)
+                    ys[i][(size_t)t * (size_t)ws[i]->rows + (size_t)r] += bias[i][r];
+}
+
+static void rmsnorm_rows(float *out, const float *x, const float *w, int n, int dim, double eps)
+{
+    for (int i = 0; i < n; i++)
+        kv_rmsnorm(out + (size_t)i * (size_t)dim, x + (size_t)i * (size_t)dim, w, dim, (float)eps);
+}
+
+/* Few query rows (decode): one head per thread, dot products against the
+ * cache, no score matrix. */
+static void attention_rows(const kv_model *m, const kv_cache_layer *cl, fwd *f, kv_attn_stats *st,
+                           int cn, int base, int row0)
+{
+    const kv_model_config *c = &m->cfg;
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
+    size_t qd = (size_t)c->n_heads * (size_t)hd, kvd = (size_t)c->n_kv_heads * (size_t)hd;
+    float scale = 1.0f / sqrtf((float)hd);
+    size_t work = (size_t)c->n_heads * (size_t)(base + cn) * (size_t)cn * (size_t)hd * 2;
+#pragma omp parallel for schedule(static) if (work > KV_PARALLEL_MIN_WORK)
+    for (int h = 0; h < c->n_heads; h++) {
+        size_t kvo = (size_t)(h / group) * (size_t)hd;
+        float *sc = f->scores + (size_t)h * (size_t)f->max_keys;
+        for (int i = 0; i < cn; i++) {
+            int keys = base + i + 1;
+            const float *qv = f->q + (size_t)i * qd + (size_t)h * (size_t)hd;
+            for (int j = 0; j < keys; j++)
+                sc[j] = kv_dot(qv, cl->k + (size_t)j * kvd + kvo, hd) * scale;
+            kv_softmax(sc, keys);
+            float *o = f->att + (size_t)i * qd + (size_t)h * (size_t)hd;
+            memset(o, 0, (size_t)hd * sizeof *o);
+            for (int j = 0; j < keys; j++)
+                kv_axpy(o, sc[j], cl->v + (size_t)j * kvd + kvo, hd);
+            if (f->req)
+                stats_add_row(f->req, st, h, sc, keys, row0 + i, f->n);
+        }
+    }
+}
+
+/* Adds the probability matrix p[cn][keys] of head h to the statistics;
+ * threads split the columns so no two write the same sum. */
+static void stats_add_matrix(const fwd *f, kv_attn_stats *st, int h, const float *p, int cn,
+                             int keys, int row0)
+{
+    const kv_attn_stats_request *req = f->req;
+    size_t off = (size_t)h * (size_t)st->n_keys;
+#pragma omp parallel for schedule(static) if ((size_t)cn * (size_t)keys > KV_PARALLEL_MIN_WORK)
+    for (int j0 = 0; j0 < keys; j0 += 256) {
+        int j1 = j0 + 256 < keys ? j0 + 256 : keys;
+        for (int i = 0; i < cn; i++) {
+            const float *row = p + (size_t)i * (size_t)keys;
+            if (req->col_sums)
+                for (int j = j0; j < j1; j++)
+                    st->col_sums[off + (size_t)j] += row[j];
+            for (int w = 0; w < req->n_windows; w++)
+                if (row0 + i >= f->n - req->windows[w])
+                    for (int j = j0; j < j1; j++)
+                        st->win_sums[w][off + (size_t)j] += row[j];
+        }
+    }
+}
+
+/* A chunk of query rows: per head, scores = Q K^T with sgemm, causal
+ * softmax by slot order, then P V with sgemm. */
+static void attention_gemm(const kv_model *m, const kv_cache_layer *cl, fwd *f, kv_attn_stats *st,
+                           int cn, int base, int row0)
+{
+    const kv_model_config *c = &m->cfg;
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, keys = base + cn;
+    int qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int h = 0; h < c->n_heads; h++) {
+        int kvo = (h / group) * hd;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, cn, keys, hd, scale, f->q + h * hd, qd,
+                    cl->k + kvo, kvd, 0.0f, f->scores, keys);
+#pragma omp parallel for schedule(static) if ((size_t)cn * (size_t)keys > KV_PARALLEL_MIN_WORK)
+        for (int i = 0; i < cn; i++) {
+            float *row = f->scores + (size_t)i * (size_t)keys;
+            int visible = base + i + 1;
+            kv_softmax(row, visible);
+            memset(row + visible, 0, (size_t)(keys - visible) * sizeof *row);
+        }
+        if (f->req)
+            stats_add_matrix(f, st, h, f->scores, cn, keys, row0);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, cn, hd, keys, 1.0f, f->scores, keys,
+                    cl->v + kvo, kvd, 0.0f, f->att + h * hd, qd);
+    }
+}
+
+/* Projects the chunk's queries, keys and values; keys and values go
+ * straight into their cache slots, rotated to their positions. */
+static void qkv(const kv_model *m, const layer *L, kv_cache *c, kv_cache_layer *cl, fwd *f, int cn,
+                int row0)
+{
+    const kv_model_config *cfg = &m->cfg;
+    int hd = cfg->head_dim, base = cl->len;
+    size_t qd = (size_t)cfg->n_heads * (size_t)hd, kvd = (size_t)cfg->n_kv_heads * (size_t)hd;
+    float *k = cl->k + (size_t)base * kvd, *v = cl->v + (size_t)base * kvd;
+    const kv_weight *ws[] = {&L->wq, &L->wk, &L->wv};
+    float *ys[] = {f->q, k, v};
+    const float *bs[] = {L->bq, L->bk, L->bv};
+    matmul_many(f, 3, ws, f->h, cn, ys, bs);
+    for (int i = 0; i < cn; i++) {
+        float *qi = f->q + (size_t)i * qd, *ki = k + (size_t)i * kvd;
+        if (cfg->qk_norm) {
+            rmsnorm_rows(qi, qi, L->q_norm, cfg->n_heads, hd, cfg->rms_eps);
+            rmsnorm_rows(ki, ki, L->k_norm, cfg->n_kv_heads, hd, cfg->rms_eps);
+        }
+        int32_t pos = c->next_pos + row0 + i;
+        kv_rope_apply(&m->rope, qi, cfg->n_heads, pos);
+        kv_rope_apply(&m->rope, ki, cfg->n_kv_heads, pos);
+        cl->pos[base + i] = pos;
+    }
+    cl->len = base + cn;
+}
+
+static void add_rows(float *x, const float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] += y[i];
+}
+
+static void layer_forward(const kv_model *m, int li, kv_cache *c, fwd *f, int cn, int row0)
+{
+    const kv_model_config *cfg = &m->cfg;
+    const layer *L = &m->layers[li];
+    kv_cache_layer *cl = &c->layers[li];
+    kv_attn_stats *st = f->req ? &f->stats[li] : NULL;
+    size_t H = (size_t)cfg->hidden;
+    int base = cl->len;
+
+    rmsnorm_rows(f->h, f->x, L->attn_norm, cn, cfg->hidden, cfg->rms_eps);
+    qkv(m, L, c, cl, f, cn, row0);
+    if (cn <= KV_GEMV_MAX_ROWS)
+        attention_rows(m, cl, f, st, cn, base, row0);
+    else
+        attention_gemm(m, cl, f, st, cn, base, row0);
+    matmul(f, &L->wo, f->att, cn, f->tmp, L->bo);
+    add_rows(f->x, f->tmp, (size_t)cn * H);
+
+    rmsnorm_rows(f->h, f->x, L->ffn_norm, cn, cfg->hidden, cfg->rms_eps);
+    const kv_weight *ws[] = {&L->gate, &L->up};
+    float *ys[] = {f->g, f->u};
+    const float *bs[] = {L->b_gate, L->b_up};
+    matmul_many(f, 2, ws, f->h, cn, ys, bs);
+    kv_silu_mul(f->g, f->u, (size_t)cn * (size_t)cfg->ffn);
+    matmul(f, &L->down, f->g, cn, f->tmp, L->b_down);
+    add_rows(f->x, f->tmp, (size_t)cn * H);
+}
+
+static int check_call(const kv_model *m, const kv_cache *c, const int32_t *tokens, int n,
+                      kv_error *err)
+{
+    const kv_model_config *cfg = &m->cfg;
+    if (n <= 0)
+        return kv_fail(err, "forward: no tokens");
+    if (c->n_layers != cfg->n_layers || c->n_kv_heads != cfg->n_kv_heads ||
+        c->head_dim != cfg->head_dim)
+        return kv_fail(err, "forward: the KV cache is shaped for another model");
+    if (c->next_pos > INT32_MAX - n)
+        return kv_fail(err, "forward: positions would pass %d", INT32_MAX);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= cfg->vocab)
+            return kv_fail(err, "forward: token id %d at index %d is outside the vocabulary (0..%d)",
+                           tokens[i], i, cfg->vocab - 1);
+    return 0;
+}
+
+int kv_model_forward(kv_model *m, kv_cache *c, const int32_t *tokens, int n,
+                     const kv_attn_stats_request *req, kv_attn_stats *stats, float *logits,
+                     bool all_logits, kv_error *err)
+{
+    const kv_model_config *cfg = &m->cfg;
+    if (check_call(m, c, tokens, n, err) != 0 || check_stats(m, c, n, req, stats, err) != 0 ||
+        kv_cache_reserve(c, n, err) != 0)
+        return -1;
+    int chunk = n < m->chunk ? n : m->chunk;
+    fwd f = {.n = n};
+    if (fwd_alloc(m, c, n, chunk, &f, err) != 0)
+        return -1;
+    if (req && (req->col_sums || req->n_windows > 0)) {
+        f.req = req;
+        f.stats = stats;
+        zero_stats(req, stats, cfg->n_layers);
+    }
+    size_t H = (size_t)cfg->hidden, V = (size_t)cfg->vocab;
+    for (int s = 0; s < n; s += chunk) {
+        int cn = n - s < chunk ? n - s : chunk;
+        for (int i = 0; i < cn; i++)
+            kv_widen_rows(&m->embed, tokens[s + i], 1, f.x + (size_t)i * H);
+        for (int l = 0; l < cfg->n_layers; l++)
+            layer_forward(m, l, c, &f, cn, s);
+        if (logits && all_logits) {
+            rmsnorm_rows(f.h, f.x, m->norm, cn, cfg->hidden, cfg->rms_eps);
+            matmul(&f, &m->lm_head, f.h, cn, logits + (size_t)s * V, NULL);
+        } else if (logits && s + cn == n) {
+            rmsnorm_rows(f.h, f.x + (size_t)(cn - 1) * H, m->norm, 1, cfg->hidden, cfg->rms_eps);
+            kv_gemv(&m->lm_head, f.h, logits);
+        }
+    }
+    c->next_pos += n;
+    fwd_free(&f);
+    return 0;
+}

@@ -1,0 +1,66 @@
+/* model: a Qwen3 / Qwen2 / Llama transformer loaded from a Hugging Face
+ * folder, and its forward pass over a KV cache.
+ *
+ * Weights are read into memory in their file dtype (BF16 stays BF16: decode
+ * widens it in registers; prefill widens blocks for sgemm). Norm weights and
+ * biases are small and widened to F32 at load.
+ *
+ * The forward appends n tokens to a cache. Token i gets RoPE position
+ * cache->next_pos + i, stored in its slot's pos; next_pos advances by n.
+ * Attention is causal by slot order (a token sees every slot before its own,
+ * whatever positions eviction left there), so a compacted cache works as is.
+ * A call is processed in query chunks (kv_model_set_chunk), so an 8k prompt
+ * never holds an 8k x 8k score matrix per head.
+ *
+ * A model is read-only during a forward; forwards on different caches may
+ * run one after the other freely.
+ */
+#ifndef KV_MODEL_H
+#define KV_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attn_stats.h"
+#include "error.h"
+#include "kvcache.h"
+#include "model_config.h"
+#include "rope.h"
+
+typedef struct kv_model kv_model;
+
+/* Loads DIR/config.json (+ generation_config.json) and the safetensors. */
+int kv_model_load(const char *dir, kv_model **out, kv_error *err);
+void kv_model_free(kv_model *m);
+
+const kv_model_config *kv_model_get_config(const kv_model *m);
+
+/* The model's RoPE (for eviction's key rerotation). */
+const kv_rope *kv_model_get_rope(const kv_model *m);
+
+/* Bytes of weights held in memory. */
+size_t kv_model_weight_bytes(const kv_model *m);
+
+/* Query rows per prefill chunk (default 512; at least 1). */
+void kv_model_set_chunk(kv_model *m, int chunk);
+
+/* An empty cache shaped for this model, with room for cap slots per layer. */
+kv_cache *kv_model_cache_new(const kv_model *m, int cap, kv_error *err);
+
+/* Runs tokens[0..n) after what the cache holds, appending their keys and
+ * values. logits (may be NULL): with all_logits [n][vocab], else [vocab] for
+ * the last token. When req asks for statistics, stats is an array of
+ * n_layers filled by the forward (see kv_model_stats_new); else NULL. */
+int kv_model_forward(kv_model *m, kv_cache *c, const int32_t *tokens, int n,
+                     const kv_attn_stats_request *req, kv_attn_stats *stats, float *logits,
+                     bool all_logits, kv_error *err);
+
+/* Per-layer statistics buffers for a forward of n tokens on cache c (n_keys
+ * = each layer's length after the call), zeroed; free with
+ * kv_model_stats_free. */
+kv_attn_stats *kv_model_stats_new(const kv_model *m, const kv_cache *c, int n,
+                                  const kv_attn_stats_request *req, kv_error *err);
+void kv_model_stats_free(kv_attn_stats *stats, int n_layers);
+
+#endif

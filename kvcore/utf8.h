@@ -1,0 +1,33 @@
+/* UTF-8 checks and repair shared by the tokenizer and its callers.
+ *
+ * "Lossy" follows the Unicode recommendation that Rust's from_utf8_lossy and
+ * the WHATWG decoder implement: each maximal subpart of an ill-formed sequence
+ * becomes one U+FFFD, so the tokenizer's decode matches Hugging Face's.
+ */
+#ifndef KV_UTF8_H
+#define KV_UTF8_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Length of the well-formed sequence at s[0..n) (1 to 4), or 0 when s starts
+ * an ill-formed one; then *bad receives the length of its maximal subpart
+ * (at least 1), the number of bytes one U+FFFD replaces. */
+size_t kv_utf8_seq(const unsigned char *s, size_t n, size_t *bad);
+
+/* Length of the longest well-formed prefix of s[0..n). */
+size_t kv_utf8_valid_prefix(const char *s, size_t n);
+
+/* Copy of s[0..n) with every ill-formed subpart replaced by U+FFFD, malloc'd
+ * and NUL-terminated; *out_len receives its length. NULL when out of memory. */
+char *kv_utf8_lossy(const char *s, size_t n, size_t *out_len);
+
+/* Decodes the well-formed sequence at s (as measured by kv_utf8_seq). */
+uint32_t kv_utf8_decode(const unsigned char *s, size_t len);
+
+/* Writes the UTF-8 form of code point c to out (room for 4 bytes); returns
+ * its length. */
+size_t kv_utf8_encode(uint32_t c, char *out);
+
+#endif

@@ -1,0 +1,221 @@
+/* kvcore/chat: chat templates rendered as transformers renders them. */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "chat.h"
+#include "file.h"
+#include "testutil.h"
+#include "tokenizer.h"
+
+static kv_tokenizer *load_or_die(const char *dir)
+{
+    kv_error err = {{0}};
+    kv_tokenizer *t = kv_tokenizer_load(dir, &err);
+    cr_assert(t, "loading %s: %s", dir, err.msg);
+    return t;
+}
+
+static char *render(const kv_tokenizer *t, const kv_chat_message *m, size_t n, bool gen, bool think)
+{
+    kv_error err = {{0}};
+    char *s = kv_chat_render(t, m, n, gen, think, &err);
+    cr_assert(s, "%s", err.msg);
+    return s;
+}
+
+/* ---- Qwen3: every case of ../shared/fixtures/tokenizer-cases/chat_ref.jsonl */
+
+static void check_chat_case(const kv_tokenizer *t, const cJSON *j)
+{
+    const char *id = cJSON_GetObjectItem(j, "id")->valuestring;
+    const cJSON *msgs = cJSON_GetObjectItem(j, "messages");
+    size_t n = (size_t)cJSON_GetArraySize(msgs), i = 0;
+    kv_chat_message *m = calloc(n, sizeof *m);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, msgs)
+    {
+        m[i].role = cJSON_GetObjectItem(e, "role")->valuestring;
+        m[i++].content = cJSON_GetObjectItem(e, "content")->valuestring;
+    }
+    bool gen = cJSON_IsTrue(cJSON_GetObjectItem(j, "add_generation_prompt"));
+    const cJSON *think = cJSON_GetObjectItem(j, "enable_thinking");
+    char *text = render(t, m, n, gen, think ? cJSON_IsTrue(think) : true);
+    cr_expect_str_eq(text, cJSON_GetObjectItem(j, "text")->valuestring, "%s: text differs", id);
+    int32_t *ids;
+    size_t n_ids;
+    kv_error err = {{0}};
+    cr_assert_eq(kv_tokenizer_encode(t, text, strlen(text), &ids, &n_ids, &err), 0, "%s", err.msg);
+    const cJSON *ref = cJSON_GetObjectItem(j, "ids");
+    bool same = n_ids == (size_t)cJSON_GetArraySize(ref);
+    i = 0;
+    cJSON_ArrayForEach(e, ref) same = same && ids[i++] == e->valueint;
+    cr_expect(same, "%s: ids differ", id);
+    free(ids);
+    free(text);
+    free(m);
+}
+
+Test(chat, qwen3_matches_transformers)
+{
+    char *cases = tu_shared("fixtures/tokenizer-cases/chat_ref.jsonl");
+    char *dir = tu_shared("fixtures/qwen3-tokenizer");
+    if (!cases || !dir)
+        cr_skip_test("fixtures/tokenizer-cases or qwen3-tokenizer missing (../shared absent)");
+    kv_tokenizer *t = load_or_die(dir);
+    kv_error err = {{0}};
+    cr_expect_str_eq(kv_chat_family(t, &err), "qwen3");
+    char *data = tu_slurp(cases, NULL);
+    int checked = 0;
+    for (char *line = strtok(data, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(line);
+        cr_assert(j);
+        check_chat_case(t, j);
+        cJSON_Delete(j);
+        checked++;
+    }
+    cr_expect_geq(checked, 40);
+    free(data);
+    kv_tokenizer_free(t);
+    free(dir);
+    free(cases);
+}
+
+Test(chat, qwen3_keeps_reasoning_of_the_turn_after_the_last_query)
+{
+    /* An assistant turn after the last user message keeps its <think> block;
+     * earlier ones lose it (transformers' rendering of the Qwen3 template). */
+    char *dir = tu_shared("fixtures/qwen3-tokenizer");
+    if (!dir)
+        cr_skip_test("fixtures/qwen3-tokenizer missing (../shared absent)");
+    kv_tokenizer *t = load_or_die(dir);
+    kv_chat_message m[] = {{"user", "Q1"},
+                           {"assistant", "<think>\nr1\n</think>\n\nA1"},
+                           {"user", "Q2"},
+                           {"assistant", "<think>\n\nr2\n\n</think>\n\n\nA2"}};
+    char *s = render(t, m, 4, false, true);
+    cr_expect_str_eq(s, "<|im_start|>user\nQ1<|im_end|>\n"
+                        "<|im_start|>assistant\nA1<|im_end|>\n"
+                        "<|im_start|>user\nQ2<|im_end|>\n"
+                        "<|im_start|>assistant\n<think>\nr2\n</think>\n\nA2<|im_end|>\n");
+    free(s);
+    kv_chat_message plain[] = {{"user", "Q"}, {"assistant", "A"}};
+    s = render(t, plain, 2, false, true);
+    cr_expect_str_eq(s, "<|im_start|>user\nQ<|im_end|>\n"
+                        "<|im_start|>assistant\n<think>\n\n</think>\n\nA<|im_end|>\n");
+    free(s);
+    kv_tokenizer_free(t);
+    free(dir);
+}
+
+/* ---- other families, on the toy tokenizer with a given template ------- */
+
+/* A model folder with the toy tokenizer.json and a tokenizer_config.json
+ * holding this template and bos_token. */
+static char *folder_with_template(const char *tpl, const char *bos)
+{
+    char *dir = tu_mkdtemp();
+    char *src = tu_source("tests/data/tokenizer/toy/tokenizer.json");
+    char *dst = kv_path_join(dir, "tokenizer.json");
+    cr_assert_eq(symlink(src, dst), 0);
+    cJSON *cfg = cJSON_CreateObject();
+    cJSON_AddStringToObject(cfg, "chat_template", tpl);
+    if (bos)
+        cJSON_AddStringToObject(cfg, "bos_token", bos);
+    char *text = cJSON_Print(cfg), *path = kv_path_join(dir, "tokenizer_config.json");
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    free(path);
+    free(text);
+    cJSON_Delete(cfg);
+    free(dst);
+    free(src);
+    return dir;
+}
+
+Test(chat, toy_template_of_the_tiny_models)
+{
+    char *dir = tu_source("tests/data/tokenizer/toy");
+    kv_tokenizer *t = load_or_die(dir);
+    kv_chat_message m[] = {{"system", "Be brief."}, {"user", "Hi"}};
+    char *s = render(t, m, 2, true, false);
+    cr_expect_str_eq(s, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                        "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    free(s);
+    s = render(t, m + 1, 1, true, true);
+    cr_expect_str_eq(s, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    free(s);
+    kv_tokenizer_free(t);
+    free(dir);
+}
+
+Test(chat, qwen2_default_system_prompt)
+{
+    const char *tpl =
+        "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
+        "'<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}{{'<|im_"
+        "start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor "
+        "%}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+    char *dir = folder_with_template(tpl, NULL);
+    kv_tokenizer *t = load_or_die(dir);
+    kv_chat_message m[] = {{"user", "Hi"}};
+    char *s = render(t, m, 1, true, false);
+    cr_expect_str_eq(s, "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+                        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    free(s);
+    kv_chat_message sys[] = {{"system", "S"}, {"user", "Hi"}};
+    s = render(t, sys, 2, false, true);
+    cr_expect_str_eq(s, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+    free(s);
+    kv_tokenizer_free(t);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+Test(chat, llama3_headers_and_trimmed_content)
+{
+    const char *tpl =
+        "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+        "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] "
+        "| trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}"
+        "{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ "
+        "'<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
+    char *dir = folder_with_template(tpl, "<|begin_of_text|>");
+    kv_tokenizer *t = load_or_die(dir);
+    kv_error err = {{0}};
+    cr_expect_str_eq(kv_chat_family(t, &err), "llama3");
+    kv_chat_message m[] = {{"system", " S \n"}, {"user", "\t Hi \xE3\x80\x80"}};
+    char *s = render(t, m, 2, true, true);
+    cr_expect_str_eq(s, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|>"
+                        "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                        "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    free(s);
+    kv_tokenizer_free(t);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+Test(chat, unknown_template_or_no_template_is_an_error)
+{
+    char *dir = folder_with_template("{{ messages[0].content }}", NULL);
+    kv_tokenizer *t = load_or_die(dir);
+    kv_chat_message m[] = {{"user", "Hi"}};
+    kv_error err = {{0}};
+    cr_expect_null(kv_chat_render(t, m, 1, true, true, &err));
+    cr_expect(strstr(err.msg, "not a family kvbench knows"), "%s", err.msg);
+    kv_tokenizer_free(t);
+    tu_rmtree(dir);
+    free(dir);
+
+    char *bytes = tu_source("tests/data/tokenizer/bytes");
+    t = load_or_die(bytes);
+    cr_expect_null(kv_chat_render(t, m, 1, true, true, &err));
+    cr_expect(strstr(err.msg, "no chat template"), "%s", err.msg);
+    cr_expect_null(kv_chat_render(t, m, 0, true, true, &err), "no messages");
+    kv_tokenizer_free(t);
+    free(bytes);
+}

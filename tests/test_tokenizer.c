@@ -1,0 +1,393 @@
+/* kvcore/tokenizer: conformance with Hugging Face tokenizers on the Qwen3
+ * corpus (../shared), the toy tokenizer of the tiny test models and a plain
+ * byte-level BPE without merges (committed under tests/data/tokenizer), and
+ * load-time refusal of features that are not implemented. */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "file.h"
+#include "testutil.h"
+#include "tokenizer.h"
+
+static kv_tokenizer *load_or_die(const char *dir)
+{
+    kv_error err = {{0}};
+    kv_tokenizer *t = kv_tokenizer_load(dir, &err);
+    cr_assert(t, "loading %s: %s", dir, err.msg);
+    return t;
+}
+
+/* The real Qwen3 tokenizer from ../shared, or NULL (the caller skips). */
+static kv_tokenizer *qwen3(void)
+{
+    char *dir = tu_shared("fixtures/qwen3-tokenizer/tokenizer.json");
+    if (!dir)
+        return NULL;
+    *strrchr(dir, '/') = '\0';
+    kv_tokenizer *t = load_or_die(dir);
+    free(dir);
+    return t;
+}
+
+#define QWEN3_OR_SKIP(t)                                                                           \
+    kv_tokenizer *t = qwen3();                                                                     \
+    if (!t)                                                                                        \
+    cr_skip_test("fixtures/qwen3-tokenizer missing (../shared absent)")
+
+/* Calls fn(line, ctx) for every JSON line of a file. */
+static void each_json_line(const char *path, void (*fn)(const cJSON *, void *), void *ctx)
+{
+    char *data = tu_slurp(path, NULL);
+    for (char *line = strtok(data, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(line);
+        cr_assert(j, "%s: bad JSON line", path);
+        fn(j, ctx);
+        cJSON_Delete(j);
+    }
+    free(data);
+}
+
+static int32_t *json_ids(const cJSON *arr, size_t *n)
+{
+    *n = (size_t)cJSON_GetArraySize(arr);
+    int32_t *v = malloc((*n + 1) * sizeof *v);
+    size_t i = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, arr) v[i++] = (int32_t)e->valueint;
+    return v;
+}
+
+static int32_t *encode(const kv_tokenizer *t, const char *s, size_t len, size_t *n)
+{
+    int32_t *ids;
+    kv_error err = {{0}};
+    cr_assert_eq(kv_tokenizer_encode(t, s, len, &ids, n, &err), 0, "%s", err.msg);
+    return ids;
+}
+
+static bool same_ids(const int32_t *a, size_t na, const int32_t *b, size_t nb)
+{
+    return na == nb && (na == 0 || memcmp(a, b, na * sizeof *a) == 0);
+}
+
+/* ---- Qwen3 corpus ------------------------------------------------------ */
+
+typedef struct corpus {
+    cJSON *texts; /* id -> text */
+    const kv_tokenizer *t;
+    int checked;
+} corpus;
+
+static void collect_text(const cJSON *j, void *ctx)
+{
+    corpus *c = ctx;
+    const cJSON *id = cJSON_GetObjectItem(j, "id"), *text = cJSON_GetObjectItem(j, "text");
+    cJSON_AddStringToObject(c->texts, id->valuestring, text->valuestring);
+}
+
+static void check_case(const cJSON *j, void *ctx)
+{
+    corpus *c = ctx;
+    const char *id = cJSON_GetObjectItem(j, "id")->valuestring;
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(c->texts, id);
+    cr_assert(cJSON_IsString(text), "%s: no text in corpus.jsonl", id);
+    size_t n_ref, n;
+    int32_t *ref = json_ids(cJSON_GetObjectItem(j, "ids"), &n_ref);
+    int32_t *ids = encode(c->t, text->valuestring, strlen(text->valuestring), &n);
+    cr_expect(same_ids(ids, n, ref, n_ref), "%s: ids differ from Hugging Face (%zu vs %zu tokens)",
+              id, n, n_ref);
+    const cJSON *decoded = cJSON_GetObjectItem(j, "decoded");
+    const char *want = cJSON_IsString(decoded) ? decoded->valuestring : text->valuestring;
+    char *back = kv_tokenizer_decode(c->t, ref, n_ref, false);
+    cr_expect_str_eq(back, want, "%s: decode differs", id);
+    free(back);
+    free(ids);
+    free(ref);
+    c->checked++;
+}
+
+Test(tokenizer, qwen3_corpus_matches_hugging_face)
+{
+    QWEN3_OR_SKIP(t);
+    char *texts = tu_shared("fixtures/tokenizer-cases/corpus.jsonl");
+    char *refs = tu_shared("fixtures/tokenizer-cases/corpus_ref.jsonl");
+    cr_assert(texts && refs, "fixtures/tokenizer-cases missing next to qwen3-tokenizer");
+    corpus c = {cJSON_CreateObject(), t, 0};
+    each_json_line(texts, collect_text, &c);
+    each_json_line(refs, check_case, &c);
+    cr_expect_geq(c.checked, 200, "only %d cases checked", c.checked);
+    cJSON_Delete(c.texts);
+    free(texts);
+    free(refs);
+    kv_tokenizer_free(t);
+}
+
+Test(tokenizer, qwen3_vocabulary_and_special_tokens)
+{
+    QWEN3_OR_SKIP(t);
+    cr_expect_eq(kv_tokenizer_vocab_size(t), 151669);
+    cr_expect_eq(kv_tokenizer_token_id(t, "<|im_start|>"), 151644);
+    cr_expect_eq(kv_tokenizer_token_id(t, "<|im_end|>"), 151645);
+    cr_expect_eq(kv_tokenizer_token_id(t, "<think>"), 151667);
+    cr_expect_eq(kv_tokenizer_token_id(t, "Hello"), 9707);
+    cr_expect_eq(kv_tokenizer_token_id(t, "Ġ"), 220);
+    cr_expect_eq(kv_tokenizer_token_id(t, "Ċ"), 198);
+    cr_expect_eq(kv_tokenizer_token_id(t, "<|im_end"), -1);
+    cr_expect_eq(kv_tokenizer_token_id(t, ""), -1);
+    cr_expect(kv_tokenizer_is_special(t, 151645));
+    cr_expect(!kv_tokenizer_is_special(t, 151667), "<think> is not special");
+    cr_expect(!kv_tokenizer_is_special(t, 9707));
+    cr_expect_eq(kv_tokenizer_bos_id(t), -1, "Qwen3 has no BOS");
+    cr_expect_eq(kv_tokenizer_eos_id(t), 151645);
+    kv_tokenizer_free(t);
+}
+
+Test(tokenizer, qwen3_skip_special_drops_only_special_tokens)
+{
+    QWEN3_OR_SKIP(t);
+    const char *text = "<|im_start|>user\n<think>x</think><tool_call><|endoftext|>";
+    size_t n;
+    int32_t *ids = encode(t, text, strlen(text), &n);
+    char *all = kv_tokenizer_decode(t, ids, n, false);
+    char *kept = kv_tokenizer_decode(t, ids, n, true);
+    cr_expect_str_eq(all, text);
+    cr_expect_str_eq(kept, "user\n<think>x</think><tool_call>");
+    free(all);
+    free(kept);
+    free(ids);
+    kv_tokenizer_free(t);
+}
+
+Test(tokenizer, qwen3_partial_utf8_decodes_to_replacement_characters)
+{
+    QWEN3_OR_SKIP(t);
+    /* "€" is E2 82 AC; its first byte alone, then the two others alone */
+    int32_t e2 = kv_tokenizer_token_id(t, "â"), b82 = kv_tokenizer_token_id(t, "Ĥ");
+    cr_assert(e2 >= 0 && b82 >= 0);
+    int32_t ids[] = {e2, 9707, b82};
+    char *s = kv_tokenizer_decode(t, ids, 3, false);
+    cr_expect_str_eq(s, "\xEF\xBF\xBDHello\xEF\xBF\xBD");
+    free(s);
+    int32_t out_of_range[] = {-5, 9707, 1 << 30};
+    s = kv_tokenizer_decode(t, out_of_range, 3, false);
+    cr_expect_str_eq(s, "Hello", "ids that are not tokens are skipped");
+    free(s);
+    kv_tokenizer_free(t);
+}
+
+Test(tokenizer, invalid_utf8_input_reads_as_replacement_characters)
+{
+    QWEN3_OR_SKIP(t);
+    size_t n1, n2;
+    const char bad[] = "a\xF1\x80\x80\xE1\x80\xC2"
+                       "b\x80";
+    const char fixed[] = "a\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"
+                         "b\xEF\xBF\xBD";
+    int32_t *a = encode(t, bad, sizeof bad - 1, &n1);
+    int32_t *b = encode(t, fixed, sizeof fixed - 1, &n2);
+    cr_expect(same_ids(a, n1, b, n2));
+    free(a);
+    free(b);
+    kv_tokenizer_free(t);
+}
+
+Test(tokenizer, long_words_round_trip)
+{
+    /* A 30,000-byte word takes the heap path of the merge loop (the corpus
+     * checks its ids on words up to 900 bytes); every byte must come back. */
+    QWEN3_OR_SKIP(t);
+    size_t reps = 10000;
+    char *run = malloc(reps * 3 + 1);
+    for (size_t i = 0; i < reps; i++)
+        memcpy(run + i * 3, "the", 3);
+    run[reps * 3] = '\0';
+    size_t n;
+    int32_t *ids = encode(t, run, reps * 3, &n);
+    char *back = kv_tokenizer_decode(t, ids, n, false);
+    cr_expect_str_eq(back, run);
+    cr_expect_lt(n, reps * 3, "letters merge");
+    free(back);
+    free(ids);
+    free(run);
+    kv_tokenizer_free(t);
+}
+
+/* ---- the toy tokenizer of the tiny test models ------------------------- */
+
+typedef struct toy {
+    const kv_tokenizer *t;
+    int checked;
+} toy;
+
+static void check_toy_case(const cJSON *j, void *ctx)
+{
+    toy *c = ctx;
+    const char *id = cJSON_GetObjectItem(j, "id")->valuestring;
+    const char *text = cJSON_GetObjectItem(j, "text")->valuestring;
+    size_t n_ref, n;
+    int32_t *ref = json_ids(cJSON_GetObjectItem(j, "ids"), &n_ref);
+    int32_t *ids = encode(c->t, text, strlen(text), &n);
+    cr_expect(same_ids(ids, n, ref, n_ref), "%s: ids differ from the reference", id);
+    char *back = kv_tokenizer_decode(c->t, ids, n, false);
+    cr_expect_str_eq(back, cJSON_GetObjectItem(j, "decoded")->valuestring, "%s", id);
+    free(back);
+    free(ids);
+    free(ref);
+    c->checked++;
+}
+
+Test(tokenizer, toy_tokenizer_matches_reference)
+{
+    /* tests/data/tokenizer/toy: written by ../shared/reference/make_tiny_qwen3.py;
+     * toy_cases.jsonl: ids from its qwen_tokenizer_ref.py. */
+    char *dir = tu_source("tests/data/tokenizer/toy");
+    char *cases = tu_source("tests/data/tokenizer/toy_cases.jsonl");
+    kv_tokenizer *t = load_or_die(dir);
+    cr_expect_eq(kv_tokenizer_vocab_size(t), 503);
+    cr_expect_eq(kv_tokenizer_token_id(t, "<|im_end|>"), 498);
+    cr_expect_eq(kv_tokenizer_eos_id(t), 498);
+    toy c = {t, 0};
+    each_json_line(cases, check_toy_case, &c);
+    cr_expect_eq(c.checked, 16);
+    kv_tokenizer_free(t);
+    free(dir);
+    free(cases);
+}
+
+Test(tokenizer, byte_level_without_merges)
+{
+    char *dir = tu_source("tests/data/tokenizer/bytes");
+    kv_tokenizer *t = load_or_die(dir);
+    cr_expect_eq(kv_tokenizer_vocab_size(t), 257);
+    const char *text = "Hi <|endoftext|>\xC3\xA9\n";
+    size_t n;
+    int32_t *ids = encode(t, text, strlen(text), &n);
+    /* GPT-2 byte order: printable bytes 0x21.. first, so 'H' is 0x48 - 0x21 */
+    int32_t want[] = {0x48 - 0x21,
+                      0x69 - 0x21,
+                      kv_tokenizer_token_id(t, "Ġ"),
+                      256,
+                      kv_tokenizer_token_id(t, "Ã"),
+                      kv_tokenizer_token_id(t, "©"),
+                      kv_tokenizer_token_id(t, "Ċ")};
+    cr_expect(same_ids(ids, n, want, sizeof want / sizeof *want), "got %zu ids", n);
+    char *back = kv_tokenizer_decode(t, ids, n, false);
+    cr_expect_str_eq(back, text);
+    free(back);
+    back = kv_tokenizer_decode(t, ids, n, true);
+    cr_expect_str_eq(back, "Hi \xC3\xA9\n");
+    free(back);
+    free(ids);
+    kv_tokenizer_free(t);
+    free(dir);
+}
+
+/* ---- refusing what is not implemented ---------------------------------- */
+
+/* Writes the toy tokenizer.json with one part replaced into a temporary
+ * folder and returns the load error. */
+static char *load_error_with(const char *key, const char *json_value)
+{
+    char *src = tu_source("tests/data/tokenizer/toy/tokenizer.json");
+    char *text = tu_slurp(src, NULL);
+    cJSON *root = cJSON_Parse(text);
+    cJSON *v = cJSON_Parse(json_value);
+    cr_assert(root && v);
+    /* "model.type": one level of nesting */
+    char parent[64] = "";
+    const char *dot = strchr(key, '.'), *leaf = dot ? dot + 1 : key;
+    if (dot)
+        snprintf(parent, sizeof parent, "%.*s", (int)(dot - key), key);
+    cJSON *at = dot ? cJSON_GetObjectItem(root, parent) : root;
+    cJSON_ReplaceItemInObject(at, leaf, v);
+    char *dir = tu_mkdtemp(), *out = kv_path_join(dir, "tokenizer.json");
+    char *printed = cJSON_PrintUnformatted(root);
+    FILE *f = fopen(out, "w");
+    fputs(printed, f);
+    fclose(f);
+    kv_error err = {{0}};
+    kv_tokenizer *t = kv_tokenizer_load(dir, &err);
+    cr_expect_null(t, "a tokenizer with %s = %s must not load", key, json_value);
+    kv_tokenizer_free(t);
+    tu_rmtree(dir);
+    free(printed);
+    free(out);
+    free(dir);
+    cJSON_Delete(root);
+    free(text);
+    free(src);
+    return strdup(err.msg);
+}
+
+#define EXPECT_REFUSED(key, value, words)                                                          \
+    do {                                                                                           \
+        char *msg = load_error_with(key, value);                                                   \
+        cr_expect(strstr(msg, words), "%s = %s: error \"%s\" should name %s", key, value, msg,     \
+                  words);                                                                          \
+        free(msg);                                                                                 \
+    } while (0)
+
+Test(tokenizer, unsupported_features_are_load_errors_that_name_them)
+{
+    EXPECT_REFUSED("normalizer", "{\"type\": \"Lowercase\"}", "normalizer \"Lowercase\"");
+    EXPECT_REFUSED("pre_tokenizer", "{\"type\": \"Metaspace\"}", "pre_tokenizer \"Metaspace\"");
+    EXPECT_REFUSED("pre_tokenizer",
+                   "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": "
+                   "\"Removed\", \"invert\": false}",
+                   "behavior \"Removed\"");
+    EXPECT_REFUSED("pre_tokenizer",
+                   "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"(?i:[a-z])\"}, \"behavior\": "
+                   "\"Isolated\", \"invert\": false}",
+                   "(?i:...)");
+    EXPECT_REFUSED("pre_tokenizer",
+                   "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"(\"}, \"behavior\": "
+                   "\"Isolated\", \"invert\": false}",
+                   "does not compile");
+    EXPECT_REFUSED("pre_tokenizer", "null", "no ByteLevel");
+    EXPECT_REFUSED("decoder", "{\"type\": \"WordPiece\"}", "decoder \"WordPiece\"");
+    EXPECT_REFUSED("post_processor", "{\"type\": \"BertProcessing\"}", "BertProcessing");
+    EXPECT_REFUSED("truncation", "{\"max_length\": 8}", "truncation");
+    EXPECT_REFUSED("model.type", "\"WordPiece\"", "model type \"WordPiece\"");
+    EXPECT_REFUSED("model.dropout", "0.1", "dropout");
+    EXPECT_REFUSED("model.continuing_subword_prefix", "\"##\"", "continuing_subword_prefix");
+    EXPECT_REFUSED("model.merges", "[\"a b c\"]", "merges[0]");
+    EXPECT_REFUSED("model.merges", "[[\"a\", \"zz\"]]", "not in the vocabulary");
+    EXPECT_REFUSED("added_tokens",
+                   "[{\"id\": 600, \"content\": \"<x>\", \"lstrip\": true, \"special\": true}]",
+                   "lstrip");
+}
+
+Test(tokenizer, byte_level_vocabulary_needs_every_byte)
+{
+    char *dir = tu_mkdtemp(), *path = kv_path_join(dir, "tokenizer.json");
+    FILE *f = fopen(path, "w");
+    fputs("{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"decoder\": {\"type\": "
+          "\"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
+          f);
+    fclose(f);
+    kv_error err = {{0}};
+    cr_expect_null(kv_tokenizer_load(dir, &err));
+    cr_expect(strstr(err.msg, "byte 0x00 has no token"), "%s", err.msg);
+    tu_rmtree(dir);
+    free(path);
+    free(dir);
+}
+
+Test(tokenizer, missing_or_broken_files_are_errors_naming_the_file)
+{
+    kv_error err = {{0}};
+    cr_expect_null(kv_tokenizer_load("/nonexistent/model", &err));
+    cr_expect(strstr(err.msg, "/nonexistent/model/tokenizer.json"), "%s", err.msg);
+    char *dir = tu_mkdtemp(), *path = kv_path_join(dir, "tokenizer.json");
+    FILE *f = fopen(path, "w");
+    fputs("{\"model\": ", f);
+    fclose(f);
+    cr_expect_null(kv_tokenizer_load(dir, &err));
+    cr_expect(strstr(err.msg, "not valid JSON") && strstr(err.msg, path), "%s", err.msg);
+    tu_rmtree(dir);
+    free(path);
+    free(dir);
+}
