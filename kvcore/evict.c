@@ -71,6 +71,15 @@ static void cfg_resolve(kv_evict_cfg *cfg, const kv_evict_params *p, const kv_ev
     cfg->model = m;
 }
 
+int kv_attn_stats_request_merge(kv_attn_stats_request *dst, const kv_attn_stats_request *src)
+{
+    dst->col_sums = dst->col_sums || src->col_sums;
+    for (int w = 0; w < src->n_windows; w++)
+        if (kv_attn_stats_request_window(dst, src->windows[w]) != 0)
+            return -1;
+    return 0;
+}
+
 int kv_evict_stats_request(const kv_evict_params *ps, int n, bool prefill,
                            kv_attn_stats_request *req, kv_error *err)
 {
@@ -87,13 +96,11 @@ int kv_evict_stats_request(const kv_evict_params *ps, int n, bool prefill,
         kv_attn_stats_request one = {0};
         if (s->request)
             s->request(&cfg, prefill, &one);
-        req->col_sums = req->col_sums || one.col_sums;
-        for (int w = 0; w < one.n_windows; w++)
-            if (kv_attn_stats_request_window(req, one.windows[w]) != 0)
-                return kv_fail(err,
-                               "eviction: the configs need more than %d distinct "
-                               "window sizes",
-                               KV_MAX_WINDOWS);
+        if (kv_attn_stats_request_merge(req, &one) != 0)
+            return kv_fail(err,
+                           "eviction: the configs need more than %d distinct "
+                           "window sizes",
+                           KV_MAX_WINDOWS);
     }
     return 0;
 }
@@ -262,10 +269,11 @@ kv_evictor *kv_evictor_new(const kv_evict_params *p, const kv_evict_model *m, kv
         return NULL;
     }
     if (m->inv_freq)
-        memcpy(ev->inv_freq, m->inv_freq, (size_t)half * sizeof *ev->inv_freq);
+        for (int f = 0; f < half; f++)
+            ev->inv_freq[f] = m->inv_freq[f];
     else
         kv_evict_rope_freqs(m->rope_theta, m->head_dim, ev->inv_freq);
-    ev->model.inv_freq = ev->inv_freq;
+    ev->model.inv_freq = NULL; /* the caller's array need not outlive this call */
     kv_evictor_reset(ev);
     return ev;
 }

@@ -95,7 +95,7 @@ const char *const *kv_evict_algorithms(void);
 typedef struct kv_evict_model {
     int n_layers, n_heads, n_kv_heads, head_dim;
     double rope_theta;          /* RoPE base, for rerotation */
-    const double *inv_freq;     /* [head_dim/2] or NULL: rope_theta^(-2f/head_dim);
+    const float *inv_freq;      /* [head_dim/2] or NULL: rope_theta^(-2f/head_dim);
                                    pass the engine's when it scales them (llama3) */
     int hidden;                 /* model width; only CriticalKV */
     const float *const *o_proj; /* [n_layers] -> o_proj.weight [hidden][n_heads*head_dim];
@@ -144,6 +144,33 @@ int kv_evictor_compress(kv_evictor *ev, kv_cache *cache, kv_evict_trace_fn trace
  * raw sums, and the norm_sum counters. For tests and traces. */
 const double *kv_evictor_scores(const kv_evictor *ev, int layer, int *len);
 const double *kv_evictor_counters(const kv_evictor *ev, int layer, int *len);
+
+/* Merges the statistics src asks for into dst; -1 when the windows do not
+ * fit (KV_MAX_WINDOWS). */
+int kv_attn_stats_request_merge(kv_attn_stats_request *dst, const kv_attn_stats_request *src);
+
+/* ---- with the engine (evict_model.c) ---- */
+
+struct kv_model;
+
+/* The eviction view of a loaded model: shapes and the engine's RoPE
+ * frequencies; with o_proj (CriticalKV) the o_proj weights widened to f32,
+ * read from the model folder dir. Release with kv_evict_model_release. */
+int kv_evict_model_load(kv_evict_model *em, const struct kv_model *m, const char *dir, bool o_proj,
+                        kv_error *err);
+void kv_evict_model_release(kv_evict_model *em);
+
+/* What a generation with this policy must ask every forward for (the
+ * prefill's and the decode's statistics together). */
+void kv_evictor_generation_request(const kv_evictor *ev, kv_attn_stats_request *req);
+
+/* One forward's eviction: observes the statistics of every layer (stats is
+ * [n_layers], NULL for an attention-free policy), then compresses. step 0
+ * is the prompt's forward (it starts the policy afresh). Fits kv_generate's
+ * on_step hook. */
+int kv_evictor_step(kv_evictor *ev, kv_cache *c, const kv_attn_stats_request *req,
+                    const kv_attn_stats *stats, int step, kv_evict_trace_fn trace, void *trace_ctx,
+                    kv_error *err);
 
 /* RoPE, half-split (HF rotate_half): the frequencies rope_theta^(-2f/D). */
 void kv_evict_rope_freqs(double rope_theta, int head_dim, double *inv_freq);
