@@ -107,45 +107,43 @@ int kv_evict_stats_request(const kv_evict_params *ps, int n, bool prefill,
 
 /* ---- ordering ---- */
 
-typedef struct ranked {
-    double score;
-    int index;
-} ranked;
-
-static int ranked_desc(const void *a, const void *b)
+/* Decision 2's order: higher score first, and among equal scores the
+ * higher index (so the lower slot is evicted first). NaN ranks lowest. */
+static bool better(const double *s, int i, int j)
 {
-    const ranked *x = a, *y = b;
-    if (x->score != y->score)
-        return x->score > y->score ? -1 : 1;
-    return y->index - x->index; /* equal scores: the higher index first */
+    double a = isnan(s[i]) ? -INFINITY : s[i], b = isnan(s[j]) ? -INFINITY : s[j];
+    return a > b || (a == b && i > j);
 }
 
-void kv_evict_rank_desc(const double *scores, int n, int *order)
+/* Quickselect: (score, index) is a total order with distinct keys, so the
+ * k best are well defined; finding them costs O(n), not a sort. */
+void kv_evict_top(const double *s, int n, int k, int *idx)
 {
-    ranked *r = malloc((size_t)(n > 0 ? n : 1) * sizeof *r);
-    if (!r) { /* no memory: fall back to a plain insertion sort in place */
-        for (int i = 0; i < n; i++)
-            order[i] = i;
-        for (int i = 1; i < n; i++)
-            for (int j = i; j > 0; j--) {
-                double a = scores[order[j - 1]], b = scores[order[j]];
-                if (a > b || (a == b && order[j - 1] > order[j]))
-                    break;
-                int t = order[j];
-                order[j] = order[j - 1];
-                order[j - 1] = t;
-            }
-        return;
-    }
-    for (int i = 0; i < n; i++) {
-        r[i].score = isnan(scores[i]) ? -INFINITY : scores[i];
-        r[i].index = i;
-    }
-    /* (score, index) is a total order, so qsort's instability cannot show. */
-    qsort(r, (size_t)n, sizeof *r, ranked_desc);
     for (int i = 0; i < n; i++)
-        order[i] = r[i].index;
-    free(r);
+        idx[i] = i;
+    int lo = 0, hi = n - 1, target = k - 1;
+    if (k <= 0 || k >= n)
+        return;
+    while (lo < hi) {
+        int pivot = idx[lo + (hi - lo) / 2], i = lo, j = hi;
+        while (i <= j) {
+            while (better(s, idx[i], pivot))
+                i++;
+            while (better(s, pivot, idx[j]))
+                j--;
+            if (i <= j) {
+                int t = idx[i];
+                idx[i++] = idx[j];
+                idx[j--] = t;
+            }
+        }
+        if (target <= j)
+            hi = j;
+        else if (target >= i)
+            lo = i;
+        else
+            break;
+    }
 }
 
 /* ---- the evictor ---- */
@@ -395,7 +393,7 @@ static int selection_scores(kv_evictor *ev, const kv_cache *cache, int layer, do
 /* Marks (chosen[u] = 1) the k best of the first n_units units. */
 static void choose_top(const double *unit_scores, int n_units, int k, int *order, char *chosen)
 {
-    kv_evict_rank_desc(unit_scores, n_units, order);
+    kv_evict_top(unit_scores, n_units, k, order);
     for (int i = 0; i < k && i < n_units; i++)
         chosen[order[i]] = 1;
 }

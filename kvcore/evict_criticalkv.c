@@ -59,7 +59,7 @@ static int criticalkv_pick(const kv_refine_call *c, int *picks, kv_error *err)
         }
         adj[u] = sum;
     }
-    kv_evict_rank_desc(adj, n_units, order);
+    kv_evict_top(adj, n_units, c->n_pick, order);
     for (int i = 0; i < c->n_pick; i++)
         picks[i] = order[i];
     free(adj);

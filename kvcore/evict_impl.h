@@ -107,8 +107,9 @@ const double *kv_attn_stats_window(const kv_attn_stats_request *req, const kv_at
 /* Adds w to req's windows unless present; -1 when they are full. */
 int kv_attn_stats_request_window(kv_attn_stats_request *req, int w);
 
-/* Indices 0..n-1 ordered by (score desc, index desc): the first k are the
- * top-k with ties kept at the higher index (decision 2). NaN ranks lowest. */
-void kv_evict_rank_desc(const double *scores, int n, int *order);
+/* idx[0..n) = a permutation of 0..n-1 whose first k are the k best by
+ * (score desc, index desc) -- decision 2's rule: among equal scores the
+ * higher index wins -- in no particular order. NaN ranks lowest. */
+void kv_evict_top(const double *scores, int n, int k, int *idx);
 
 #endif

@@ -24,53 +24,77 @@ static int token_bits(const double *s, int n, char *bits, int *order, double *tm
     for (int t = 0; t < n; t++)
         if (s[t] != -INFINITY)
             tmp[nv++] = s[t];
-    /* rank (score desc, index desc): its tail is (score asc, index asc) */
-    kv_evict_rank_desc(tmp, nv, order);
-    char *vbits = malloc((size_t)(nv > 0 ? nv : 1));
+    /* the floor(nv/2) lowest by (score asc, index asc) get 0: the rest
+     * are the top nv - nv/2 by (score desc, index desc) */
+    kv_evict_top(tmp, nv, nv - nv / 2, order);
+    char *vbits = calloc((size_t)nv + 1, 1);
     if (!vbits)
         return -1;
-    for (int j = 0; j < nv; j++)
-        vbits[order[j]] = j < nv - nv / 2 ? 1 : 0;
+    for (int j = 0; j < nv - nv / 2; j++)
+        vbits[order[j]] = 1;
     for (int t = 0, j = 0; t < n; t++)
         bits[t] = s[t] != -INFINITY ? vbits[j++] : 0;
     free(vbits);
     return nv;
 }
 
-static int anchor_bit(const char *mode, int index, kv_mt19937 *rng, const char *bits, int G)
+typedef enum { ANCHOR_ZEROS, ANCHOR_ONES, ANCHOR_ALTERNATE, ANCHOR_RANDOM, ANCHOR_MEAN } anchor;
+
+static anchor anchor_of(const char *name)
 {
-    if (strcmp(mode, "alternate") == 0)
+    static const char *const names[] = {"zeros", "ones", "alternate", "random", "mean"};
+    for (int i = 0; i < 5; i++)
+        if (strcmp(name, names[i]) == 0)
+            return (anchor)i;
+    return ANCHOR_ZEROS; /* validation rejects anything else */
+}
+
+static int anchor_bit(anchor mode, int index, kv_mt19937 *rng, const char *bits, int G)
+{
+    switch (mode) {
+    case ANCHOR_ALTERNATE:
         return index % 2;
-    if (strcmp(mode, "ones") == 0)
+    case ANCHOR_ONES:
         return 1;
-    if (strcmp(mode, "random") == 0)
+    case ANCHOR_RANDOM:
         return (int)(kv_mt19937_next(rng) & 1u);
-    if (strcmp(mode, "mean") == 0) { /* the group's own majority bit */
+    case ANCHOR_MEAN: { /* the group's own majority bit */
         int ones = 0;
         for (int r = 0; r < G; r++)
             ones += bits[r];
         return 2 * ones > G;
     }
-    return 0; /* zeros */
+    case ANCHOR_ZEROS:
+        break;
+    }
+    return 0;
 }
 
-/* Units by (distance desc, unit asc): the valid units with distance d are
- * listed for d = G down to 0. */
+/* Units by (distance desc, unit asc), a counting sort over distances
+ * 0..G; masked units (distance -1) are left out. Returns how many. */
 static int order_by_distance(const int *dist, int n_units, int G, int *order)
 {
-    int k = 0;
-    for (int d = G; d >= 0; d--)
-        for (int u = 0; u < n_units; u++)
-            if (dist[u] == d)
-                order[k++] = u;
-    return k;
+    int *start = calloc((size_t)G + 2, sizeof *start);
+    if (!start)
+        return -1;
+    for (int u = 0; u < n_units; u++)
+        if (dist[u] >= 0)
+            start[G - dist[u] + 1]++;
+    for (int d = 1; d <= G + 1; d++)
+        start[d] += start[d - 1];
+    for (int u = 0; u < n_units; u++)
+        if (dist[u] >= 0)
+            order[start[G - dist[u]]++] = u;
+    int n = start[G];
+    free(start);
+    return n;
 }
 
 static int kvcrush_pick(const kv_refine_call *c, int *picks, kv_error *err)
 {
-    const char *mode = c->cfg->p->kvcrush_anchor;
+    anchor mode = anchor_of(c->cfg->p->kvcrush_anchor);
     int G = c->unit, n = c->n_tokens, n_units = n / G;
-    if (G == 1 && strcmp(mode, "mean") == 0)
+    if (G == 1 && mode == ANCHOR_MEAN)
         return kv_fail(err, "Mean anchor is not supported for KVCrush in per-token mode.");
     char *bits = malloc((size_t)n + 1);
     int *ibuf = malloc((size_t)(2 * n + 1) * sizeof *ibuf);
@@ -102,6 +126,10 @@ static int kvcrush_pick(const kv_refine_call *c, int *picks, kv_error *err)
     }
     int n_valid = order_by_distance(dist, n_units, G, order);
     int nvu = nv / G;
+    if (n_valid < 0) {
+        kv_fail(err, "KVCrush: out of memory");
+        goto done;
+    }
     if (nvu < c->n_pick || n_valid < nvu) {
         kv_fail(err, "KVCrush: %d candidate units for %d picks", nvu, c->n_pick);
         goto done;

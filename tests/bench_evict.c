@@ -1,7 +1,8 @@
 /* bench_evict: what eviction costs on the Qwen3-0.6B shapes (28 layers, 16
  * query heads, 8 KV heads, head_dim 128, hidden 1024, rope_theta 1e6).
  *
- *   build/tests/bench_evict [PROMPT_TOKENS] [DECODE_STEPS]   (8192, 256)
+ *   build/tests/bench_evict [PROMPT_TOKENS] [DECODE_STEPS] [CONFIG_SUBSTRING]
+ *                                    (8192, 256, all configs and the sweep)
  *
  * Measures, with synthetic attention statistics and random keys:
  *   - compressing an 8k prefill (observe 28 layers + compress) per config,
@@ -68,9 +69,8 @@ static double sgemm_rate(void)
  * (f32), the memory-bound core of a decode step. */
 static double layer_sgemv_seconds(void)
 {
-    static const int shapes[][2] = {{2048, HIDDEN}, {1024, HIDDEN}, {1024, HIDDEN},
-                                    {HIDDEN, 2048}, {FFN, HIDDEN},  {FFN, HIDDEN},
-                                    {HIDDEN, FFN}};
+    static const int shapes[][2] = {{2048, HIDDEN}, {1024, HIDDEN}, {1024, HIDDEN}, {HIDDEN, 2048},
+                                    {FFN, HIDDEN},  {FFN, HIDDEN},  {HIDDEN, FFN}};
     float *w[7], x[FFN], y[FFN];
     for (int i = 0; i < FFN; i++)
         x[i] = frand();
@@ -199,14 +199,19 @@ static float *o_proj[LAYERS];
 
 static kv_evict_model model(void)
 {
-    return (kv_evict_model){.n_layers = LAYERS, .n_heads = HEADS, .n_kv_heads = KV_HEADS,
-                            .head_dim = DIM, .rope_theta = 1e6, .hidden = HIDDEN,
+    return (kv_evict_model){.n_layers = LAYERS,
+                            .n_heads = HEADS,
+                            .n_kv_heads = KV_HEADS,
+                            .head_dim = DIM,
+                            .rope_theta = 1e6,
+                            .hidden = HIDDEN,
                             .o_proj = (const float *const *)o_proj};
 }
 
 /* observe every layer's statistics (same values for each layer: content
  * does not change the cost) and compress; returns seconds. */
-static double forward_evict(kv_evictor *ev, kv_cache *c, stats_set *s, bool prefill)
+__attribute__((noinline)) static double forward_evict(kv_evictor *ev, kv_cache *c, stats_set *s,
+                                                      bool prefill)
 {
     kv_error err;
     double t0 = now();
@@ -221,20 +226,22 @@ static double forward_evict(kv_evictor *ev, kv_cache *c, stats_set *s, bool pref
 int main(int argc, char **argv)
 {
     int n = argc > 1 ? atoi(argv[1]) : 8192, steps = argc > 2 ? atoi(argv[2]) : 256;
+    const char *only = argc > 3 ? argv[3] : NULL;
     srand(1);
-    for (int l = 0; l < LAYERS; l++) {
+    for (int l = 0; l < LAYERS && !(only && !strstr(only, "critical")); l++) {
         o_proj[l] = malloc((size_t)HIDDEN * HEADS * DIM * 4);
         if (!o_proj[l])
             die("o_proj", NULL);
         for (size_t i = 0; i < (size_t)HIDDEN * HEADS * DIM; i++)
             o_proj[l][i] = frand() * 0.05f;
     }
-    double gflops = sgemm_rate();
-    double prefill_flop = 2.0 * n * LAYERS *
-                              (2048.0 * HIDDEN * 2 + 1024.0 * HIDDEN * 2 + 3.0 * FFN * HIDDEN) +
-                          2.0 * 2.0 * HEADS * DIM * ((double)n * n / 2) * LAYERS;
+    /* with a filter (profiling one config) the model estimate is skipped */
+    double gflops = only ? 1.0 : sgemm_rate();
+    double prefill_flop =
+        2.0 * n * LAYERS * (2048.0 * HIDDEN * 2 + 1024.0 * HIDDEN * 2 + 3.0 * FFN * HIDDEN) +
+        2.0 * 2.0 * HEADS * DIM * ((double)n * n / 2) * LAYERS;
     double prefill_s = prefill_flop / (gflops * 1e9);
-    double layer_s = layer_sgemv_seconds();
+    double layer_s = only ? 1.0 : layer_sgemv_seconds();
     double decode_s = layer_s * LAYERS + layer_s * VOCAB * HIDDEN / 15.7e6; /* + lm_head */
     printf("model work (estimates from the measured BLAS rates):\n");
     printf("  sgemm %.1f GFLOP/s -> %d-token prefill %.2f TFLOP = %.1f s\n", gflops, n,
@@ -247,6 +254,8 @@ int main(int argc, char **argv)
     kv_cache *base = prefilled_cache(n);
     kv_evict_model m = model();
     for (int i = 0; i < N_CONFIGS; i++) {
+        if (only && !strstr(configs[i].name, only))
+            continue;
         kv_evict_params p = params_of(&configs[i]);
         kv_error err;
         kv_evictor *ev = kv_evictor_new(&p, &m, &err);
@@ -271,6 +280,8 @@ int main(int argc, char **argv)
         kv_cache_free(c);
         kv_evictor_free(ev);
     }
+    if (only)
+        return 0; /* (the OS reclaims the rest) */
     /* a sweep: one prefill's statistics, 8 forks compressed */
     kv_evict_params ps[N_CONFIGS];
     for (int i = 0; i < N_CONFIGS; i++)

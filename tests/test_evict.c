@@ -1217,3 +1217,37 @@ Test(evict, misuse_is_reported)
     cr_assert(strstr(err.msg, "column sums"), "%s", err.msg);
     sim_free(&s);
 }
+
+/* kv_evict_top against a brute force, with plateaus (ties are common after
+ * SnapKV's max pool): the k best by (score desc, index desc). */
+Test(evict, top_k_selection_matches_brute_force)
+{
+    srand(11);
+    for (int trial = 0; trial < 300; trial++) {
+        int n = 1 + rand() % 300, k = rand() % (n + 1);
+        double *s = malloc((size_t)n * sizeof *s);
+        int *idx = malloc((size_t)n * sizeof *idx);
+        char *in = calloc((size_t)n, 1);
+        for (int i = 0; i < n; i++)
+            s[i] = trial % 3 == 0 ? rand() % 4 : (trial % 3 == 1 ? 1.0 : rand() / 1e9);
+        if (trial == 7)
+            s[n / 2] = NAN;
+        kv_evict_top(s, n, k, idx);
+        for (int i = 0; i < k; i++)
+            in[idx[i]] = 1;
+        for (int i = 0; i < n; i++) {
+            /* i belongs to the top k iff fewer than k elements beat it */
+            int beaten = 0;
+            double si = isnan(s[i]) ? -INFINITY : s[i];
+            for (int j = 0; j < n; j++) {
+                double sj = isnan(s[j]) ? -INFINITY : s[j];
+                beaten += sj > si || (sj == si && j > i);
+            }
+            cr_assert_eq(in[i], beaten < k, "trial %d n %d k %d: element %d (%g)", trial, n, k, i,
+                         s[i]);
+        }
+        free(s);
+        free(idx);
+        free(in);
+    }
+}
