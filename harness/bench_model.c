@@ -28,6 +28,15 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* CPU seconds of the whole process (all threads): on a shared machine the
+ * wall time depends on the neighbours, CPU time much less. */
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static double peak_rss_gib(void)
 {
     struct rusage ru;
@@ -41,19 +50,26 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median, min and max of a sample. */
-static void report(const kb_bench_model_opts *o, const char *what, int tokens, double *v, int n)
+static double median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
-    double med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Median, min and max of the wall-clock rates; median of the CPU rates. */
+static void report(const kb_bench_model_opts *o, const char *what, int tokens, double *v,
+                   double *cpu, int n)
+{
+    double med = median(v, n), cmed = median(cpu, n);
     if (o->json)
         printf("{\"measure\":\"%s\",\"tokens\":%d,\"tokens_per_s_median\":%.2f,"
                "\"tokens_per_s_min\":%.2f,\"tokens_per_s_max\":%.2f,\"runs\":%d,"
-               "\"peak_rss_gib\":%.3f}\n",
-               what, tokens, med, v[0], v[n - 1], n, peak_rss_gib());
+               "\"tokens_per_cpu_s_median\":%.2f,\"peak_rss_gib\":%.3f}\n",
+               what, tokens, med, v[0], v[n - 1], n, cmed, peak_rss_gib());
     else
-        printf("%-28s %6d  %8.2f tok/s  (min %.2f, max %.2f, %d runs)  peak RSS %.2f GiB\n", what,
-               tokens, med, v[0], v[n - 1], n, peak_rss_gib());
+        printf("%-22s %6d  %8.2f tok/s  (min %.2f, max %.2f, %d runs; %.2f tok/cpu-s)  "
+               "peak RSS %.2f GiB\n",
+               what, tokens, med, v[0], v[n - 1], n, cmed, peak_rss_gib());
     fflush(stdout);
 }
 
@@ -81,16 +97,19 @@ static int evict(kv_cache *c, int keep, kv_error *err)
 }
 
 typedef struct run_result {
-    double prefill, decode, decode_evicted;
+    double prefill, decode, decode_evicted;             /* tokens per wall second */
+    double prefill_cpu, decode_cpu, decode_evicted_cpu; /* tokens per CPU second */
 } run_result;
 
 static int decode(kv_model *m, kv_cache *c, const float *logits, int steps, double *tok_s,
-                  kv_error *err)
+                  double *tok_cpu_s, kv_error *err)
 {
     kv_generate_opts g = {.max_new_tokens = steps + 1, .ignore_eos = true};
     kv_generation out;
+    double cpu = cpu_now();
     if (kv_generate_from(m, c, logits, &g, &out, err) != 0)
         return -1;
+    *tok_cpu_s = out.n_decode_forwards / (cpu_now() - cpu);
     *tok_s = out.n_decode_forwards / out.decode_seconds;
     kv_generation_free(&out);
     return 0;
@@ -110,9 +129,10 @@ static int one_run(const kb_bench_model_opts *o, kv_model *m, int P, unsigned se
         tokens[i] = (int32_t)((seed >> 8) % (unsigned)cfg->vocab);
     }
     if (rc == 0) {
-        double t0 = now();
+        double t0 = now(), cpu = cpu_now();
         rc = kv_model_forward(m, c, tokens, P, NULL, NULL, logits, false, err);
         r->prefill = P / (now() - t0);
+        r->prefill_cpu = P / (cpu_now() - cpu);
     }
     kv_cache *ev = NULL;
     if (rc == 0 && o->evict_keep > 0 && P > o->evict_keep) {
@@ -120,10 +140,10 @@ static int one_run(const kb_bench_model_opts *o, kv_model *m, int P, unsigned se
         rc = ev ? evict(ev, o->evict_keep, err) : -1;
     }
     if (rc == 0 && o->gen_tokens > 0)
-        rc = decode(m, c, logits, o->gen_tokens, &r->decode, err);
+        rc = decode(m, c, logits, o->gen_tokens, &r->decode, &r->decode_cpu, err);
     kv_cache_free(c);
     if (rc == 0 && ev)
-        rc = decode(m, ev, logits, o->gen_tokens, &r->decode_evicted, err);
+        rc = decode(m, ev, logits, o->gen_tokens, &r->decode_evicted, &r->decode_evicted_cpu, err);
     kv_cache_free(ev);
     free(tokens);
     free(logits);
@@ -132,7 +152,7 @@ static int one_run(const kb_bench_model_opts *o, kv_model *m, int P, unsigned se
 
 static int bench_prompt(const kb_bench_model_opts *o, kv_model *m, int P)
 {
-    double pf[64], dc[64], de[64];
+    double pf[64], dc[64], de[64], pfc[64], dcc[64], dec[64];
     int n = o->repeats < 64 ? o->repeats : 64;
     kv_error err;
     for (int i = 0; i < n; i++) {
@@ -144,16 +164,19 @@ static int bench_prompt(const kb_bench_model_opts *o, kv_model *m, int P)
         pf[i] = r.prefill;
         dc[i] = r.decode;
         de[i] = r.decode_evicted;
+        pfc[i] = r.prefill_cpu;
+        dcc[i] = r.decode_cpu;
+        dec[i] = r.decode_evicted_cpu;
     }
     char what[64];
-    report(o, "prefill", P, pf, n);
+    report(o, "prefill", P, pf, pfc, n);
     if (o->gen_tokens > 0) {
         snprintf(what, sizeof what, "decode after prompt");
-        report(o, what, P, dc, n);
+        report(o, what, P, dc, dcc, n);
     }
     if (o->gen_tokens > 0 && o->evict_keep > 0 && P > o->evict_keep) {
         snprintf(what, sizeof what, "decode evicted to %d", o->evict_keep);
-        report(o, what, P, de, n);
+        report(o, what, P, de, dec, n);
     }
     return 0;
 }
@@ -174,7 +197,7 @@ int kb_bench_model(const kb_bench_model_opts *o)
             "weights loaded in %.1f s; %d threads\n",
             o->model, kv_arch_name(c->arch), c->n_layers, c->hidden, c->n_heads, c->n_kv_heads,
             c->head_dim, c->ffn, c->vocab, (double)kv_model_weight_bytes(m) / (1 << 30),
-            now() - t0, kv_get_threads());
+            now() - t0, kv_model_threads(m));
     int rc = 0;
     for (int i = 0; i < o->n_prompts && rc == 0; i++)
         rc = bench_prompt(o, m, o->prompt_tokens[i]);

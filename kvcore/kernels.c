@@ -3,7 +3,8 @@
 #include <assert.h>
 #include <cblas.h>
 #include <math.h>
-#include <omp.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -11,17 +12,21 @@
 #define KV_AVX2 1
 #endif
 
+/* The thread count new pools get; 0 = the number of online CPUs. A process
+ * setting, like OMP_NUM_THREADS. */
+static int default_threads;
+
 void kv_set_threads(int n)
 {
-    if (n <= 0)
-        return;
-    omp_set_num_threads(n);
-    openblas_set_num_threads(n);
+    default_threads = n > 0 ? n : 0;
 }
 
 int kv_get_threads(void)
 {
-    return omp_get_max_threads();
+    if (default_threads > 0)
+        return default_threads;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
 }
 
 float kv_f16_to_f32(uint16_t h)
@@ -108,11 +113,53 @@ INLINE void dot4_t(kv_dtype dt, const kv_weight *w, int r, const float *x, float
     }
 }
 
-static void dot4(const kv_weight *w, int r, const float *x, float *y)
+/* BF16 rows against x permuted in blocks of 16 (xp: the 8 even elements,
+ * then the 8 odd ones). A 32-byte load holds 16 BF16 values; shifting each
+ * 32-bit lane left by 16 yields the even ones as floats and masking off the
+ * low half the odd ones, so no widening shuffle is needed: two cheap integer
+ * ops feed two FMAs. Decode is bound by memory bandwidth, and this leaves
+ * the core enough headroom to reach it. */
+static void dot4_bf16(const kv_weight *w, int r, const float *x, const float *xp, float *y)
+{
+    size_t cols = (size_t)w->cols, full = cols / 16 * 16;
+    const uint16_t *p[4];
+    for (int k = 0; k < 4; k++)
+        p[k] = (const uint16_t *)w->data + (size_t)(r + k) * cols;
+    __m256 a[4], b[4];
+    for (int k = 0; k < 4; k++)
+        a[k] = b[k] = _mm256_setzero_ps();
+    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
+    for (size_t c = 0; c < full; c += 16) {
+        __m256 xe = _mm256_loadu_ps(xp + c), xo = _mm256_loadu_ps(xp + c + 8);
+        for (int k = 0; k < 4; k++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(p[k] + c));
+            a[k] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), xe, a[k]);
+            b[k] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, hi)), xo, b[k]);
+        }
+    }
+    for (int k = 0; k < 4; k++) {
+        float s = hsum8(_mm256_add_ps(a[k], b[k]));
+        for (size_t c = full; c < cols; c++)
+            s += kv_bf16_to_f32(p[k][c]) * x[c];
+        y[r + k] = s;
+    }
+}
+
+/* The block-of-16 even/odd permutation of x that dot4_bf16 reads. */
+static void permute16(const float *x, int n, float *xp)
+{
+    for (int c = 0; c + 16 <= n; c += 16)
+        for (int j = 0; j < 8; j++) {
+            xp[c + j] = x[c + 2 * j];
+            xp[c + 8 + j] = x[c + 2 * j + 1];
+        }
+}
+
+static void dot4(const kv_weight *w, int r, const float *x, const float *xp, float *y)
 {
     switch (w->dtype) {
     case KV_DTYPE_BF16:
-        dot4_t(KV_DTYPE_BF16, w, r, x, y);
+        dot4_bf16(w, r, x, xp, y);
         break;
     case KV_DTYPE_F16:
         dot4_t(KV_DTYPE_F16, w, r, x, y);
@@ -143,95 +190,176 @@ static float dot1(const kv_weight *w, int r, const float *x)
     return s;
 }
 
-static void dot4(const kv_weight *w, int r, const float *x, float *y)
+static void dot4(const kv_weight *w, int r, const float *x, const float *xp, float *y)
 {
+    (void)xp;
     for (int k = 0; k < 4; k++)
         y[r + k] = dot1(w, r + k, x);
 }
+
+static void permute16(const float *x, int n, float *xp)
+{
+    (void)x, (void)n, (void)xp;
+}
 #endif
 
-void kv_gemv(const kv_weight *w, const float *x, float *y)
+void kv_gemv(kv_pool *p, const kv_weight *w, const float *x, float *y)
 {
-    kv_gemv_many(1, &w, x, &y);
+    kv_gemv_many(p, 1, &w, x, &y);
 }
 
-void kv_gemv_many(int n, const kv_weight *const *ws, const float *x, float *const *ys)
+/* Rows per GEMV task: large enough that claiming a task (one atomic
+ * increment) is noise, small enough that a late thread finds work. */
+#define GEMV_TASK_ROWS 32
+
+typedef struct gemv_job {
+    int n;
+    const kv_weight *const *ws;
+    float *const *ys;
+    const float *x, *xp;
+    int first[9]; /* first task of each matrix; first[n] = all tasks */
+} gemv_job;
+
+static void gemv_task(void *ctx, int task, int worker)
 {
-    /* Blocks of 4 rows of all matrices, numbered matrix after matrix; the
-     * 0-3 leftover rows of each matrix are done one by one at the end. */
-    int first[9], total = 0;
+    (void)worker;
+    const gemv_job *j = ctx;
+    int i = 0;
+    while (task >= j->first[i + 1])
+        i++;
+    const kv_weight *w = j->ws[i];
+    int r0 = (task - j->first[i]) * GEMV_TASK_ROWS;
+    int r1 = r0 + GEMV_TASK_ROWS < w->rows ? r0 + GEMV_TASK_ROWS : w->rows, r = r0;
+    for (; r + 4 <= r1; r += 4)
+        dot4(w, r, j->x, j->xp, j->ys[i]);
+    for (; r < r1; r++)
+        j->ys[i][r] = dot1(w, r, j->x);
+}
+
+void kv_gemv_many(kv_pool *p, int n, const kv_weight *const *ws, const float *x,
+                  float *const *ys)
+{
+    assert(n >= 1 && n <= 8);
+    gemv_job j = {.n = n, .ws = ws, .ys = ys, .x = x};
     size_t work = 0;
-    assert(n <= 8);
     for (int i = 0; i < n; i++) {
-        first[i] = total;
-        total += ws[i]->rows / 4;
+        j.first[i + 1] = j.first[i] + (ws[i]->rows + GEMV_TASK_ROWS - 1) / GEMV_TASK_ROWS;
         work += (size_t)ws[i]->rows * (size_t)ws[i]->cols;
     }
-    first[n] = total;
-#pragma omp parallel for schedule(static) if (work > KV_PARALLEL_MIN_WORK)
-    for (int b = 0; b < total; b++) {
-        int i = 0;
-        while (b >= first[i + 1])
-            i++;
-        dot4(ws[i], (b - first[i]) * 4, x, ys[i]);
+    int cols = ws[0]->cols;
+    float stack[4096], *xp = cols <= 4096 ? stack : malloc((size_t)cols * sizeof *xp);
+    if (!xp) { /* no room for the permuted copy: the plain kernel needs none */
+        for (int i = 0; i < n; i++)
+            for (int r = 0; r < ws[i]->rows; r++)
+                ys[i][r] = dot1(ws[i], r, x);
+        return;
     }
-    for (int i = 0; i < n; i++)
-        for (int r = ws[i]->rows / 4 * 4; r < ws[i]->rows; r++)
-            ys[i][r] = dot1(ws[i], r, x);
+    permute16(x, cols, xp);
+    j.xp = xp;
+    /* Small matrices are not worth waking the other threads for. */
+    kv_pool_run(work > KV_PARALLEL_MIN_WORK ? p : NULL, j.first[n], gemv_task, &j);
+    if (xp != stack)
+        free(xp);
 }
 
-void kv_widen_rows(const kv_weight *w, int row0, int n, float *dst)
+static void widen_range(const kv_weight *w, int row0, int n, float *dst)
 {
     size_t cols = (size_t)w->cols, base = (size_t)row0 * cols;
     if (w->dtype == KV_DTYPE_F32) {
         memcpy(dst, (const float *)w->data + base, (size_t)n * cols * sizeof *dst);
         return;
     }
-#pragma omp parallel for schedule(static) if ((size_t)n * cols > KV_PARALLEL_MIN_WORK)
     for (int r = 0; r < n; r++) {
         size_t i = 0, off = base + (size_t)r * cols;
         float *d = dst + (size_t)r * cols;
 #ifdef KV_AVX2
-        for (; i + 8 <= cols; i += 8)
-            _mm256_storeu_ps(d + i, load8(w->dtype, w->data, off + i));
+        if (w->dtype == KV_DTYPE_BF16)
+            for (; i + 8 <= cols; i += 8)
+                _mm256_storeu_ps(d + i, load8(KV_DTYPE_BF16, w->data, off + i));
+        else
+            for (; i + 8 <= cols; i += 8)
+                _mm256_storeu_ps(d + i, load8(KV_DTYPE_F16, w->data, off + i));
 #endif
         for (; i < cols; i++)
             d[i] = load1(w, off + i);
     }
 }
 
-size_t kv_matmul_scratch(const kv_weight *w, size_t max_floats)
+typedef struct widen_job {
+    const kv_weight *w;
+    int row0, n, per_task;
+    float *dst;
+} widen_job;
+
+static void widen_task(void *ctx, int task, int worker)
 {
-    if (w->dtype == KV_DTYPE_F32)
-        return 0;
-    size_t all = (size_t)w->rows * (size_t)w->cols;
-    return all < max_floats ? all : (max_floats > (size_t)w->cols ? max_floats : (size_t)w->cols);
+    (void)worker;
+    const widen_job *j = ctx;
+    int r0 = task * j->per_task, n = j->n - r0 < j->per_task ? j->n - r0 : j->per_task;
+    widen_range(j->w, j->row0 + r0, n, j->dst + (size_t)r0 * (size_t)j->w->cols);
 }
 
-void kv_matmul(const kv_weight *w, const float *x, int n, float *y, float *scratch,
-               size_t scratch_floats)
+void kv_widen_rows(kv_pool *p, const kv_weight *w, int row0, int n, float *dst)
+{
+    widen_job j = {.w = w, .row0 = row0, .n = n, .dst = dst};
+    j.per_task = (int)(16384 / (size_t)w->cols) + 1;
+    kv_pool_run((size_t)n * (size_t)w->cols > KV_PARALLEL_MIN_WORK ? p : NULL,
+                (n + j.per_task - 1) / j.per_task, widen_task, &j);
+}
+
+/* Output columns (weight rows) per sgemm task. */
+static int matmul_block(const kv_pool *p, const kv_weight *w)
+{
+    int threads = kv_pool_threads(p);
+    int b = (w->rows + threads * 4 - 1) / (threads * 4);
+    b = (b + 15) / 16 * 16;
+    if (b < 64)
+        b = 64;
+    if (w->dtype != KV_DTYPE_F32 && b > 1024)
+        b = 1024; /* bounds the per-worker widening scratch */
+    return b < w->rows ? b : w->rows;
+}
+
+size_t kv_matmul_scratch(const kv_pool *p, const kv_weight *w)
+{
+    return w->dtype == KV_DTYPE_F32 ? 0 : (size_t)matmul_block(p, w) * (size_t)w->cols;
+}
+
+typedef struct matmul_job {
+    const kv_weight *w;
+    const float *x;
+    int n, block;
+    float *y, *scratch;
+    size_t scratch_floats;
+} matmul_job;
+
+/* One block of output columns: sgemm on one thread (OpenBLAS stays
+ * single-threaded; the pool spreads the blocks). */
+static void matmul_task(void *ctx, int task, int worker)
+{
+    const matmul_job *j = ctx;
+    const kv_weight *w = j->w;
+    int r0 = task * j->block, nr = w->rows - r0 < j->block ? w->rows - r0 : j->block;
+    const float *b = (const float *)w->data + (size_t)r0 * (size_t)w->cols;
+    if (w->dtype != KV_DTYPE_F32) {
+        float *s = j->scratch + (size_t)worker * j->scratch_floats;
+        widen_range(w, r0, nr, s);
+        b = s;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->n, nr, w->cols, 1.0f, j->x, w->cols, b,
+                w->cols, 0.0f, j->y + r0, w->rows);
+}
+
+void kv_matmul(kv_pool *p, const kv_weight *w, const float *x, int n, float *y, float *scratch)
 {
     if (n <= KV_GEMV_MAX_ROWS) {
         for (int i = 0; i < n; i++)
-            kv_gemv(w, x + (size_t)i * (size_t)w->cols, y + (size_t)i * (size_t)w->rows);
+            kv_gemv(p, w, x + (size_t)i * (size_t)w->cols, y + (size_t)i * (size_t)w->rows);
         return;
     }
-    if (w->dtype == KV_DTYPE_F32) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, w->rows, w->cols, 1.0f, x,
-                    w->cols, w->data, w->cols, 0.0f, y, w->rows);
-        return;
-    }
-    /* Widen a block of rows at a time so scratch stays bounded (the
-     * embedding of a large vocabulary is hundreds of MB in F32). */
-    int block = (int)(scratch_floats / (size_t)w->cols);
-    if (block > w->rows)
-        block = w->rows;
-    for (int r0 = 0; r0 < w->rows; r0 += block) {
-        int nr = w->rows - r0 < block ? w->rows - r0 : block;
-        kv_widen_rows(w, r0, nr, scratch);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, nr, w->cols, 1.0f, x, w->cols,
-                    scratch, w->cols, 0.0f, y + r0, w->rows);
-    }
+    matmul_job j = {.w = w, .x = x, .n = n, .y = y, .scratch = scratch,
+                    .block = matmul_block(p, w), .scratch_floats = kv_matmul_scratch(p, w)};
+    kv_pool_run(p, (w->rows + j.block - 1) / j.block, matmul_task, &j);
 }
 
 #ifdef KV_AVX2

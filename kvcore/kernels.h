@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pool.h"
 #include "safetensors.h"
 
 typedef struct kv_weight {
@@ -25,7 +26,9 @@ typedef struct kv_weight {
  * weights directly; beyond it, widening + sgemm is faster. */
 #define KV_GEMV_MAX_ROWS 4
 
-/* Threads for OpenMP loops and OpenBLAS (n <= 0: leave the defaults). */
+/* Threads of the pools created from now on (kv_model_load); n <= 0: the
+ * number of online CPUs, which kv_get_threads then reports. OpenBLAS is
+ * called single-threaded from the pool's threads. */
 void kv_set_threads(int n);
 int kv_get_threads(void);
 
@@ -43,24 +46,26 @@ float kv_f16_to_f32(uint16_t h);
  * team costs microseconds on an idle machine and far more on a busy one. */
 #define KV_PARALLEL_MIN_WORK 65536
 
-/* y[r] = W[r] . x for every row r. */
-void kv_gemv(const kv_weight *w, const float *x, float *y);
+/* Parallel work runs on pool p; p may be NULL (the calling thread only). */
 
-/* Several GEMVs of one input vector (q/k/v, gate/up) in one parallel loop:
- * ys[i][r] = ws[i][r] . x. All ws have x's length as cols. */
-void kv_gemv_many(int n, const kv_weight *const *ws, const float *x, float *const *ys);
+/* y[r] = W[r] . x for every row r. */
+void kv_gemv(kv_pool *p, const kv_weight *w, const float *x, float *y);
+
+/* Several GEMVs of one input vector (q/k/v, gate/up) as one job:
+ * ys[i][r] = ws[i][r] . x (1 <= n <= 8). All ws have x's length as cols. */
+void kv_gemv_many(kv_pool *p, int n, const kv_weight *const *ws, const float *x,
+                  float *const *ys);
 
 /* Widens rows [row0, row0 + n) of w into dst ([n][cols] floats). */
-void kv_widen_rows(const kv_weight *w, int row0, int n, float *dst);
+void kv_widen_rows(kv_pool *p, const kv_weight *w, int row0, int n, float *dst);
 
-/* Floats of scratch kv_matmul wants for w (0 for F32 weights). */
-size_t kv_matmul_scratch(const kv_weight *w, size_t max_floats);
+/* Floats of scratch one worker of p needs in kv_matmul over w (0 for F32). */
+size_t kv_matmul_scratch(const kv_pool *p, const kv_weight *w);
 
 /* y[i][r] = W[r] . x[i] for n input rows of w->cols floats; y rows are
- * w->rows floats apart. scratch holds scratch_floats (>= w->cols) floats
- * for widening 16-bit weights; unused for F32 weights. */
-void kv_matmul(const kv_weight *w, const float *x, int n, float *y, float *scratch,
-               size_t scratch_floats);
+ * w->rows floats apart. scratch: kv_pool_threads(p) * kv_matmul_scratch(p, w)
+ * floats for widening 16-bit weights (unused for F32 weights). */
+void kv_matmul(kv_pool *p, const kv_weight *w, const float *x, int n, float *y, float *scratch);
 
 /* out = x / rms(x) * w over n floats (out may alias x). */
 void kv_rmsnorm(float *out, const float *x, const float *w, int n, float eps);

@@ -27,6 +27,7 @@ struct kv_model {
     int n_blobs;
     size_t weight_bytes;
     int chunk;
+    kv_pool *pool;
 };
 
 /* ---------------------------------------------------------------- loading */
@@ -112,7 +113,7 @@ static int load_vector(loader *ld, const char *name, int n, bool required, float
     float *f = alloc_blob(ld, (size_t)n * sizeof *f);
     if (!f)
         return kv_fail(ld->err, "%s: out of memory", ld->dir);
-    kv_widen_rows(&w, 0, 1, f);
+    kv_widen_rows(NULL, &w, 0, 1, f);
     *out = f;
     return 0;
 }
@@ -186,6 +187,11 @@ int kv_model_load(const char *dir, kv_model **out, kv_error *err)
         rc = kv_safetensors_open(dir, &ld.st, err);
     if (rc == 0)
         rc = load_weights(&ld);
+    /* sgemm runs on the pool's threads, one block each: OpenBLAS's own
+     * threads would only compete with them. */
+    openblas_set_num_threads(1);
+    if (rc == 0 && !(m->pool = kv_pool_new(kv_get_threads(), err)))
+        rc = -1;
     kv_safetensors_free(ld.st);
     if (rc != 0) {
         kv_model_free(m);
@@ -203,6 +209,7 @@ void kv_model_free(kv_model *m)
         free(m->blobs[i]);
     free(m->blobs);
     free(m->layers);
+    kv_pool_free(m->pool);
     kv_rope_free(&m->rope);
     kv_model_config_free(&m->cfg);
     free(m);
@@ -221,6 +228,21 @@ const kv_rope *kv_model_get_rope(const kv_model *m)
 size_t kv_model_weight_bytes(const kv_model *m)
 {
     return m->weight_bytes;
+}
+
+int kv_model_set_threads(kv_model *m, int threads, kv_error *err)
+{
+    kv_pool *p = kv_pool_new(threads, err);
+    if (!p)
+        return -1;
+    kv_pool_free(m->pool);
+    m->pool = p;
+    return 0;
+}
+
+int kv_model_threads(const kv_model *m)
+{
+    return kv_pool_threads(m->pool);
 }
 
 void kv_model_set_chunk(kv_model *m, int chunk)
@@ -332,16 +354,21 @@ static void stats_add_row(const kv_attn_stats_request *req, kv_attn_stats *s, in
 
 /* ---------------------------------------------------------------- forward */
 
-/* Buffers of one forward call, sized for its chunk and longest layer. */
+/* Buffers of one forward call: the hidden states of all its tokens, and
+ * per-chunk work space sized for the longest layer. */
 typedef struct fwd {
-    float *x, *h, *q, *att, *tmp, *g, *u;
-    float *scores; /* [max(chunk, heads)][max_keys] */
-    float *wide;   /* widened weights for sgemm */
-    size_t wide_floats;
+    float *x;      /* [n][hidden] */
+    float *h, *q, *att, *tmp, *g, *u;
+    float *scores; /* [max(threads * chunk, heads)][max_keys] */
+    float *wide;   /* per-worker room to widen the output embedding for sgemm */
+    float *layer_f32; /* one layer's 16-bit matrices widened for sgemm, or NULL */
+    size_t layer_floats;
     int max_keys;
     const kv_attn_stats_request *req; /* NULL when no statistics are wanted */
     kv_attn_stats *stats;
     int n; /* tokens in the call */
+    int chunk;
+    kv_pool *pool;
 } fwd;
 
 static void fwd_free(fwd *f)
@@ -355,6 +382,7 @@ static void fwd_free(fwd *f)
     free(f->u);
     free(f->scores);
     free(f->wide);
+    free(f->layer_f32);
 }
 
 static size_t max_size(size_t a, size_t b)
@@ -371,8 +399,9 @@ static int fwd_alloc(const kv_model *m, const kv_cache *c, int n, int chunk, fwd
     for (int l = 0; l < cfg->n_layers; l++)
         if (c->layers[l].len + n > f->max_keys)
             f->max_keys = c->layers[l].len + n;
-    size_t rows = max_size(C, (size_t)cfg->n_heads);
-    f->x = malloc(C * (size_t)cfg->hidden * sizeof(float));
+    size_t threads = (size_t)kv_pool_threads(m->pool);
+    size_t rows = max_size(C * threads, (size_t)cfg->n_heads);
+    f->x = malloc((size_t)n * (size_t)cfg->hidden * sizeof(float));
     f->h = malloc(C * (size_t)cfg->hidden * sizeof(float));
     f->tmp = malloc(C * (size_t)cfg->hidden * sizeof(float));
     f->q = malloc(C * qd * sizeof(float));
@@ -382,17 +411,19 @@ static int fwd_alloc(const kv_model *m, const kv_cache *c, int n, int chunk, fwd
     f->scores = malloc(rows * (size_t)f->max_keys * sizeof(float));
     bool ok = f->x && f->h && f->tmp && f->q && f->att && f->g && f->u && f->scores;
     if (ok && chunk > KV_GEMV_MAX_ROWS) {
-        /* Room for the largest layer matrix; the embedding is widened in
-         * blocks of rows that fit the same room. */
-        size_t room = max_size((size_t)cfg->ffn, qd) * (size_t)cfg->hidden;
+        /* sgemm wants F32: a layer's 16-bit matrices are widened once per
+         * call (not per chunk), the embedding in blocks of rows. */
+        size_t wide = threads * kv_matmul_scratch(m->pool, &m->lm_head);
         const layer *L = &m->layers[0];
-        const kv_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down,
-                                 &m->lm_head};
-        f->wide_floats = 0;
+        const kv_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+        f->layer_floats = 0;
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-            f->wide_floats = max_size(f->wide_floats, kv_matmul_scratch(ws[i], room));
-        if (f->wide_floats > 0)
-            ok = (f->wide = malloc(f->wide_floats * sizeof(float))) != NULL;
+            if (ws[i]->dtype != KV_DTYPE_F32)
+                f->layer_floats += (size_t)ws[i]->rows * (size_t)ws[i]->cols;
+        if (wide > 0)
+            ok = (f->wide = malloc(wide * sizeof(float))) != NULL;
+        if (ok && f->layer_floats > 0)
+            ok = (f->layer_f32 = malloc(f->layer_floats * sizeof(float))) != NULL;
     }
     if (!ok) {
         fwd_free(f);
@@ -405,7 +436,7 @@ static int fwd_alloc(const kv_model *m, const kv_cache *c, int n, int chunk, fwd
 static void matmul(const fwd *f, const kv_weight *w, const float *x, int n, float *y,
                    const float *bias)
 {
-    kv_matmul(w, x, n, y, f->wide, f->wide_floats);
+    kv_matmul(f->pool, w, x, n, y, f->wide);
     if (bias)
         for (int i = 0; i < n; i++)
             for (int r = 0; r < w->rows; r++)
@@ -418,10 +449,10 @@ static void matmul_many(const fwd *f, int n, const kv_weight *const *ws, const f
                         float *const *ys, const float *const *bias)
 {
     if (rows == 1)
-        kv_gemv_many(n, ws, x, ys);
+        kv_gemv_many(f->pool, n, ws, x, ys);
     else
         for (int i = 0; i < n; i++)
-            kv_matmul(ws[i], x, rows, ys[i], f->wide, f->wide_floats);
+            kv_matmul(f->pool, ws[i], x, rows, ys[i], f->wide);
     for (int i = 0; i < n; i++)
         if (bias[i])
             for (int t = 0; t < rows; t++)
@@ -435,84 +466,109 @@ static void rmsnorm_rows(float *out, const float *x, const float *w, int n, int 
         kv_rmsnorm(out + (size_t)i * (size_t)dim, x + (size_t)i * (size_t)dim, w, dim, (float)eps);
 }
 
-/* Few query rows (decode): one head per thread, dot products against the
- * cache, no score matrix. */
-static void attention_rows(const kv_model *m, const kv_cache_layer *cl, fwd *f, kv_attn_stats *st,
-                           int cn, int base, int row0)
+/* One attention call: a chunk of query rows against a layer's cache. */
+typedef struct attn_job {
+    const kv_model_config *cfg;
+    const kv_cache_layer *cl;
+    fwd *f;
+    kv_attn_stats *st; /* NULL: no statistics */
+    int cn, base, row0;
+    float scale;
+} attn_job;
+
+/* Few query rows (decode), one KV head per task: each key and value row is
+ * read once for all the query heads that share it (GQA), which halves the
+ * cache traffic of a long-context decode step for Qwen3's 2:1 grouping. */
+static void attention_rows_task(void *ctx, int g, int worker)
 {
-    const kv_model_config *c = &m->cfg;
-    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
+    (void)worker;
+    const attn_job *j = ctx;
+    const kv_model_config *c = j->cfg;
+    fwd *f = j->f;
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, h0 = g * group;
     size_t qd = (size_t)c->n_heads * (size_t)hd, kvd = (size_t)c->n_kv_heads * (size_t)hd;
-    float scale = 1.0f / sqrtf((float)hd);
-    size_t work = (size_t)c->n_heads * (size_t)(base + cn) * (size_t)cn * (size_t)hd * 2;
-#pragma omp parallel for schedule(static) if (work > KV_PARALLEL_MIN_WORK)
-    for (int h = 0; h < c->n_heads; h++) {
-        size_t kvo = (size_t)(h / group) * (size_t)hd;
-        float *sc = f->scores + (size_t)h * (size_t)f->max_keys;
-        for (int i = 0; i < cn; i++) {
-            int keys = base + i + 1;
-            const float *qv = f->q + (size_t)i * qd + (size_t)h * (size_t)hd;
-            for (int j = 0; j < keys; j++)
-                sc[j] = kv_dot(qv, cl->k + (size_t)j * kvd + kvo, hd) * scale;
-            kv_softmax(sc, keys);
-            float *o = f->att + (size_t)i * qd + (size_t)h * (size_t)hd;
-            memset(o, 0, (size_t)hd * sizeof *o);
-            for (int j = 0; j < keys; j++)
-                kv_axpy(o, sc[j], cl->v + (size_t)j * kvd + kvo, hd);
-            if (f->req)
-                stats_add_row(f->req, st, h, sc, keys, row0 + i, f->n);
+    size_t kvo = (size_t)g * (size_t)hd;
+    for (int i = 0; i < j->cn; i++) {
+        int keys = j->base + i + 1;
+        const float *q = f->q + (size_t)i * qd + (size_t)h0 * (size_t)hd;
+        float *o = f->att + (size_t)i * qd + (size_t)h0 * (size_t)hd;
+        for (int k = 0; k < keys; k++) {
+            const float *kr = j->cl->k + (size_t)k * kvd + kvo;
+            for (int h = 0; h < group; h++)
+                f->scores[(size_t)(h0 + h) * (size_t)f->max_keys + (size_t)k] =
+                    kv_dot(q + (size_t)h * (size_t)hd, kr, hd) * j->scale;
         }
+        for (int h = 0; h < group; h++)
+            kv_softmax(f->scores + (size_t)(h0 + h) * (size_t)f->max_keys, keys);
+        memset(o, 0, (size_t)group * (size_t)hd * sizeof *o);
+        for (int k = 0; k < keys; k++) {
+            const float *vr = j->cl->v + (size_t)k * kvd + kvo;
+            for (int h = 0; h < group; h++)
+                kv_axpy(o + (size_t)h * (size_t)hd,
+                        f->scores[(size_t)(h0 + h) * (size_t)f->max_keys + (size_t)k], vr, hd);
+        }
+        if (j->st)
+            for (int h = 0; h < group; h++)
+                stats_add_row(f->req, j->st, h0 + h,
+                              f->scores + (size_t)(h0 + h) * (size_t)f->max_keys, keys,
+                              j->row0 + i, f->n);
     }
 }
 
-/* Adds the probability matrix p[cn][keys] of head h to the statistics;
- * threads split the columns so no two write the same sum. */
-static void stats_add_matrix(const fwd *f, kv_attn_stats *st, int h, const float *p, int cn,
-                             int keys, int row0)
+/* Adds head h's probability matrix p[cn][keys] to the statistics. */
+static void stats_add_matrix(const attn_job *j, int h, const float *p, int keys)
 {
-    const kv_attn_stats_request *req = f->req;
+    const kv_attn_stats_request *req = j->f->req;
+    kv_attn_stats *st = j->st;
     size_t off = (size_t)h * (size_t)st->n_keys;
-#pragma omp parallel for schedule(static) if ((size_t)cn * (size_t)keys > KV_PARALLEL_MIN_WORK)
-    for (int j0 = 0; j0 < keys; j0 += 256) {
-        int j1 = j0 + 256 < keys ? j0 + 256 : keys;
-        for (int i = 0; i < cn; i++) {
-            const float *row = p + (size_t)i * (size_t)keys;
-            if (req->col_sums)
-                for (int j = j0; j < j1; j++)
-                    st->col_sums[off + (size_t)j] += row[j];
-            for (int w = 0; w < req->n_windows; w++)
-                if (row0 + i >= f->n - req->windows[w])
-                    for (int j = j0; j < j1; j++)
-                        st->win_sums[w][off + (size_t)j] += row[j];
-        }
+    for (int i = 0; i < j->cn; i++) {
+        const float *row = p + (size_t)i * (size_t)keys;
+        if (req->col_sums)
+            for (int k = 0; k < keys; k++)
+                st->col_sums[off + (size_t)k] += row[k];
+        for (int w = 0; w < req->n_windows; w++)
+            if (j->row0 + i >= j->f->n - req->windows[w])
+                for (int k = 0; k < keys; k++)
+                    st->win_sums[w][off + (size_t)k] += row[k];
     }
 }
 
-/* A chunk of query rows: per head, scores = Q K^T with sgemm, causal
- * softmax by slot order, then P V with sgemm. */
-static void attention_gemm(const kv_model *m, const kv_cache_layer *cl, fwd *f, kv_attn_stats *st,
-                           int cn, int base, int row0)
+/* A chunk of query rows, one head per task: scores = Q K^T with sgemm,
+ * causal softmax by slot order, then P V with sgemm. */
+static void attention_gemm_task(void *ctx, int h, int worker)
+{
+    const attn_job *j = ctx;
+    const kv_model_config *c = j->cfg;
+    fwd *f = j->f;
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, keys = j->base + j->cn;
+    int qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, kvo = (h / group) * hd;
+    float *sc = f->scores + (size_t)worker * (size_t)f->chunk * (size_t)f->max_keys;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->cn, keys, hd, j->scale, f->q + h * hd,
+                qd, j->cl->k + kvo, kvd, 0.0f, sc, keys);
+    for (int i = 0; i < j->cn; i++) {
+        float *row = sc + (size_t)i * (size_t)keys;
+        int visible = j->base + i + 1;
+        kv_softmax(row, visible);
+        memset(row + visible, 0, (size_t)(keys - visible) * sizeof *row);
+    }
+    if (j->st)
+        stats_add_matrix(j, h, sc, keys);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, j->cn, hd, keys, 1.0f, sc, keys,
+                j->cl->v + kvo, kvd, 0.0f, f->att + h * hd, qd);
+}
+
+static void attention(const kv_model *m, const kv_cache_layer *cl, fwd *f, kv_attn_stats *st,
+                      int cn, int base, int row0)
 {
     const kv_model_config *c = &m->cfg;
-    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, keys = base + cn;
-    int qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
-    float scale = 1.0f / sqrtf((float)hd);
-    for (int h = 0; h < c->n_heads; h++) {
-        int kvo = (h / group) * hd;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, cn, keys, hd, scale, f->q + h * hd, qd,
-                    cl->k + kvo, kvd, 0.0f, f->scores, keys);
-#pragma omp parallel for schedule(static) if ((size_t)cn * (size_t)keys > KV_PARALLEL_MIN_WORK)
-        for (int i = 0; i < cn; i++) {
-            float *row = f->scores + (size_t)i * (size_t)keys;
-            int visible = base + i + 1;
-            kv_softmax(row, visible);
-            memset(row + visible, 0, (size_t)(keys - visible) * sizeof *row);
-        }
-        if (f->req)
-            stats_add_matrix(f, st, h, f->scores, cn, keys, row0);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, cn, hd, keys, 1.0f, f->scores, keys,
-                    cl->v + kvo, kvd, 0.0f, f->att + h * hd, qd);
-    }
+    attn_job j = {.cfg = c, .cl = cl, .f = f, .st = st, .cn = cn, .base = base, .row0 = row0,
+                  .scale = 1.0f / sqrtf((float)c->head_dim)};
+    size_t work = (size_t)c->n_heads * (size_t)(base + cn) * (size_t)cn * (size_t)c->head_dim;
+    kv_pool *p = work > KV_PARALLEL_MIN_WORK ? f->pool : NULL;
+    if (cn <= KV_GEMV_MAX_ROWS)
+        kv_pool_run(p, c->n_kv_heads, attention_rows_task, &j);
+    else
+        kv_pool_run(p, c->n_heads, attention_gemm_task, &j);
 }
 
 /* Projects the chunk's queries, keys and values; keys and values go
@@ -548,32 +604,51 @@ static void add_rows(float *x, const float *y, size_t n)
         x[i] += y[i];
 }
 
-static void layer_forward(const kv_model *m, int li, kv_cache *c, fwd *f, int cn, int row0)
+/* One layer over the chunk of rows [row0, row0 + cn) of the call. */
+static void layer_forward(const kv_model *m, const layer *L, int li, kv_cache *c, fwd *f, int cn,
+                          int row0)
 {
     const kv_model_config *cfg = &m->cfg;
-    const layer *L = &m->layers[li];
     kv_cache_layer *cl = &c->layers[li];
     kv_attn_stats *st = f->req ? &f->stats[li] : NULL;
     size_t H = (size_t)cfg->hidden;
+    float *x = f->x + (size_t)row0 * H;
     int base = cl->len;
 
-    rmsnorm_rows(f->h, f->x, L->attn_norm, cn, cfg->hidden, cfg->rms_eps);
+    rmsnorm_rows(f->h, x, L->attn_norm, cn, cfg->hidden, cfg->rms_eps);
     qkv(m, L, c, cl, f, cn, row0);
-    if (cn <= KV_GEMV_MAX_ROWS)
-        attention_rows(m, cl, f, st, cn, base, row0);
-    else
-        attention_gemm(m, cl, f, st, cn, base, row0);
+    attention(m, cl, f, st, cn, base, row0);
     matmul(f, &L->wo, f->att, cn, f->tmp, L->bo);
-    add_rows(f->x, f->tmp, (size_t)cn * H);
+    add_rows(x, f->tmp, (size_t)cn * H);
 
-    rmsnorm_rows(f->h, f->x, L->ffn_norm, cn, cfg->hidden, cfg->rms_eps);
+    rmsnorm_rows(f->h, x, L->ffn_norm, cn, cfg->hidden, cfg->rms_eps);
     const kv_weight *ws[] = {&L->gate, &L->up};
     float *ys[] = {f->g, f->u};
     const float *bs[] = {L->b_gate, L->b_up};
     matmul_many(f, 2, ws, f->h, cn, ys, bs);
     kv_silu_mul(f->g, f->u, (size_t)cn * (size_t)cfg->ffn);
     matmul(f, &L->down, f->g, cn, f->tmp, L->b_down);
-    add_rows(f->x, f->tmp, (size_t)cn * H);
+    add_rows(x, f->tmp, (size_t)cn * H);
+}
+
+/* The layer with its 16-bit matrices widened into f->layer_f32 (when the
+ * call uses sgemm), so every chunk's sgemm reads F32 without widening again. */
+static layer widened_layer(const layer *L, fwd *f)
+{
+    layer w = *L;
+    if (!f->layer_f32)
+        return w;
+    kv_weight *ws[] = {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down};
+    float *dst = f->layer_f32;
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+        if (ws[i]->dtype == KV_DTYPE_F32)
+            continue;
+        kv_widen_rows(f->pool, ws[i], 0, ws[i]->rows, dst);
+        ws[i]->dtype = KV_DTYPE_F32;
+        ws[i]->data = dst;
+        dst += (size_t)ws[i]->rows * (size_t)ws[i]->cols;
+    }
+    return w;
 }
 
 static int check_call(const kv_model *m, const kv_cache *c, const int32_t *tokens, int n,
@@ -603,7 +678,7 @@ int kv_model_forward(kv_model *m, kv_cache *c, const int32_t *tokens, int n,
         kv_cache_reserve(c, n, err) != 0)
         return -1;
     int chunk = n < m->chunk ? n : m->chunk;
-    fwd f = {.n = n};
+    fwd f = {.n = n, .chunk = chunk, .pool = m->pool};
     if (fwd_alloc(m, c, n, chunk, &f, err) != 0)
         return -1;
     if (req && (req->col_sums || req->n_windows > 0)) {
@@ -612,19 +687,24 @@ int kv_model_forward(kv_model *m, kv_cache *c, const int32_t *tokens, int n,
         zero_stats(req, stats, cfg->n_layers);
     }
     size_t H = (size_t)cfg->hidden, V = (size_t)cfg->vocab;
-    for (int s = 0; s < n; s += chunk) {
-        int cn = n - s < chunk ? n - s : chunk;
-        for (int i = 0; i < cn; i++)
-            kv_widen_rows(&m->embed, tokens[s + i], 1, f.x + (size_t)i * H);
-        for (int l = 0; l < cfg->n_layers; l++)
-            layer_forward(m, l, c, &f, cn, s);
-        if (logits && all_logits) {
-            rmsnorm_rows(f.h, f.x, m->norm, cn, cfg->hidden, cfg->rms_eps);
+    for (int i = 0; i < n; i++)
+        kv_widen_rows(NULL, &m->embed, tokens[i], 1, f.x + (size_t)i * H);
+    /* Layer by layer, chunk by chunk: a layer's keys and values of earlier
+     * chunks are in the cache when a later chunk attends to them. */
+    for (int l = 0; l < cfg->n_layers; l++) {
+        layer L = widened_layer(&m->layers[l], &f);
+        for (int s = 0; s < n; s += chunk)
+            layer_forward(m, &L, l, c, &f, n - s < chunk ? n - s : chunk, s);
+    }
+    if (logits && all_logits)
+        for (int s = 0; s < n; s += chunk) {
+            int cn = n - s < chunk ? n - s : chunk;
+            rmsnorm_rows(f.h, f.x + (size_t)s * H, m->norm, cn, cfg->hidden, cfg->rms_eps);
             matmul(&f, &m->lm_head, f.h, cn, logits + (size_t)s * V, NULL);
-        } else if (logits && s + cn == n) {
-            rmsnorm_rows(f.h, f.x + (size_t)(cn - 1) * H, m->norm, 1, cfg->hidden, cfg->rms_eps);
-            kv_gemv(&m->lm_head, f.h, logits);
         }
+    else if (logits) {
+        rmsnorm_rows(f.h, f.x + (size_t)(n - 1) * H, m->norm, 1, cfg->hidden, cfg->rms_eps);
+        kv_gemv(f.pool, &m->lm_head, f.h, logits);
     }
     c->next_pos += n;
     fwd_free(&f);

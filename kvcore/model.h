@@ -42,6 +42,10 @@ const kv_rope *kv_model_get_rope(const kv_model *m);
 /* Bytes of weights held in memory. */
 size_t kv_model_weight_bytes(const kv_model *m);
 
+/* Threads of the model's pool (kv_set_threads sets the default). */
+int kv_model_set_threads(kv_model *m, int threads, kv_error *err);
+int kv_model_threads(const kv_model *m);
+
 /* Query rows per prefill chunk (default 512; at least 1). */
 void kv_model_set_chunk(kv_model *m, int chunk);
 

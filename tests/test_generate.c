@@ -307,3 +307,52 @@ Test(generate_cli, chat_prompt_matches_reference)
     free(ref);
     free(dir);
 }
+
+typedef struct logit_sink {
+    float *rows;
+    int n, vocab;
+} logit_sink;
+
+static int collect(void *user, const float *logits, int n_rows, kv_error *err)
+{
+    (void)err;
+    logit_sink *s = user;
+    memcpy(s->rows + (size_t)s->n * s->vocab, logits, (size_t)n_rows * s->vocab * sizeof(float));
+    s->n += n_rows;
+    return 0;
+}
+
+/* A prompt longer than one logits slice (256 rows): the rows on_logits
+ * sees equal one forward over the whole sequence. */
+Test(generate, logits_of_a_long_prompt_come_in_order)
+{
+    char *dir = model_dir("llama-f32");
+    kv_model *m;
+    kv_error err;
+    cr_assert_eq(kv_model_load(dir, &m, &err), 0, "%s", err.msg);
+    int P = 300, G = 4, V = kv_model_get_config(m)->vocab;
+    int32_t ids[304];
+    for (int i = 0; i < P; i++)
+        ids[i] = (int32_t)((i * 131 + 7) % 500);
+    logit_sink s = {.rows = malloc((size_t)(P + G) * V * sizeof(float)), .vocab = V};
+    kv_generate_opts o = {.max_new_tokens = G, .ignore_eos = true, .on_logits = collect, .user = &s};
+    kv_cache *c = kv_model_cache_new(m, 8, &err);
+    kv_generation out;
+    cr_assert_eq(kv_generate(m, c, ids, P, &o, &out, &err), 0, "%s", err.msg);
+    cr_assert_eq(s.n, P + G - 1);
+    memcpy(ids + P, out.ids, (G - 1) * sizeof(int32_t));
+    float *all = malloc((size_t)(P + G - 1) * V * sizeof(float));
+    kv_cache *c2 = kv_model_cache_new(m, 8, &err);
+    cr_assert_eq(kv_model_forward(m, c2, ids, P + G - 1, NULL, NULL, all, true, &err), 0);
+    double d = 0;
+    for (size_t i = 0; i < (size_t)(P + G - 1) * V; i++)
+        d = fmax(d, fabs((double)all[i] - s.rows[i]));
+    cr_assert_leq(d, 1e-4, "max diff %g", d);
+    kv_generation_free(&out);
+    kv_cache_free(c);
+    kv_cache_free(c2);
+    free(all);
+    free(s.rows);
+    kv_model_free(m);
+    free(dir);
+}
