@@ -487,13 +487,14 @@ void kv_evict_rope_freqs(double rope_theta, int head_dim, double *inv_freq)
         inv_freq[f] = pow(rope_theta, -2.0 * f / head_dim);
 }
 
-/* x*cos + rotate_half(x)*sin with the angles' cosines and sines given. */
-static void rotate_by(float *x, int half, const double *c, const double *s)
+/* dst = x*cos + rotate_half(x)*sin with the angles' cosines and sines
+ * given; dst may be x. */
+static void rotate_by(float *dst, const float *x, int half, const double *c, const double *s)
 {
     for (int f = 0; f < half; f++) {
         double x1 = x[f], x2 = x[f + half];
-        x[f] = (float)(x1 * c[f] - x2 * s[f]);
-        x[f + half] = (float)(x2 * c[f] + x1 * s[f]);
+        dst[f] = (float)(x1 * c[f] - x2 * s[f]);
+        dst[f + half] = (float)(x2 * c[f] + x1 * s[f]);
     }
 }
 
@@ -508,32 +509,42 @@ void kv_evict_rope_rotate(float *x, int head_dim, const double *inv_freq, double
     }
 }
 
-/* Rotates kept slot j by j - keep[j]. Deltas only decrease along the slots
- * and come in long runs (per_token decode: one run of -1), so the angles
- * are computed once per run, not once per key. */
-static int rerotate(kv_evictor *ev, kv_cache *cache, int layer, const int *keep, int n_keep,
-                    kv_error *err)
+/* kv_cache_compact with key rerotation in the same pass: kept slot keep[j]
+ * moves to j and its key turns by j - keep[j] as it is copied, so each key
+ * row is read and written once. Deltas only decrease along the slots and
+ * come in long runs (per_token decode: one run of -1), so the angles are
+ * computed once per run, not once per key. */
+static int compact_rotated(kv_evictor *ev, kv_cache *cache, int layer, const int *keep, int n_keep,
+                           kv_error *err)
 {
-    int D = cache->head_dim, half = D / 2, row = kv_cache_row(cache);
+    kv_cache_layer *l = &cache->layers[layer];
+    int D = cache->head_dim, half = D / 2;
+    size_t row = (size_t)kv_cache_row(cache);
+    for (int j = 0; j < n_keep; j++)
+        if (keep[j] < j || keep[j] >= l->len || (j > 0 && keep[j] <= keep[j - 1]))
+            return kv_fail(err, "eviction: kept slots must be ascending and < %d", l->len);
     double *cs = malloc((size_t)D * sizeof *cs);
     if (!cs)
         return kv_fail(err, "eviction: out of memory");
     double *sn = cs + half;
-    float *k = cache->layers[layer].k;
     int delta = 0;
     for (int j = 0; j < n_keep; j++) {
-        if (keep[j] == j)
+        int from = keep[j];
+        if (from == j)
             continue;
-        if (j - keep[j] != delta) {
-            delta = j - keep[j];
-            for (int f = 0; f < half; f++) {
-                cs[f] = cos(delta * ev->inv_freq[f]);
-                sn[f] = sin(delta * ev->inv_freq[f]);
-            }
+        if (j - from != delta) {
+            delta = j - from;
+            for (int f = 0; f < half; f++)
+                sincos(delta * ev->inv_freq[f], &sn[f], &cs[f]);
         }
+        /* ascending keep with keep[j] >= j: row j is free once read */
         for (int h = 0; h < cache->n_kv_heads; h++)
-            rotate_by(k + (size_t)j * (size_t)row + (size_t)h * (size_t)D, half, cs, sn);
+            rotate_by(l->k + (size_t)j * row + (size_t)h * D,
+                      l->k + (size_t)from * row + (size_t)h * D, half, cs, sn);
+        memcpy(l->v + (size_t)j * row, l->v + (size_t)from * row, row * sizeof(float));
+        l->pos[j] = l->pos[from];
     }
+    l->len = n_keep;
     free(cs);
     return 0;
 }
@@ -579,12 +590,11 @@ static int compress_layer(kv_evictor *ev, kv_cache *cache, int layer, kv_evict_t
     int n_keep = -1;
     if (selection_scores(ev, cache, layer, s, err) == 0)
         n_keep = select_keep(ev, cache, layer, s, L, keep, err);
-    if (n_keep < 0 || kv_cache_compact(cache, layer, keep, n_keep, err) != 0) {
-        free(keep);
-        return -1;
-    }
-    compact_state(ls, keep, n_keep);
-    int rc = ev->p.apply_rerotation ? rerotate(ev, cache, layer, keep, n_keep, err) : 0;
+    int rc = n_keep < 0               ? -1
+             : ev->p.apply_rerotation ? compact_rotated(ev, cache, layer, keep, n_keep, err)
+                                      : kv_cache_compact(cache, layer, keep, n_keep, err);
+    if (rc == 0)
+        compact_state(ls, keep, n_keep);
     free(keep);
     if (rc != 0)
         return -1;
