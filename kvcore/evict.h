@@ -37,6 +37,7 @@
 #include "kvcache.h"
 
 struct cJSON;
+struct kv_pool;
 
 /* Longest accepted name value ("per_token", "criticalkv", ...). */
 #define KV_EVICT_NAME_MAX 24
@@ -100,6 +101,7 @@ typedef struct kv_evict_model {
     int hidden;                 /* model width; only CriticalKV */
     const float *const *o_proj; /* [n_layers] -> o_proj.weight [hidden][n_heads*head_dim];
                                    only CriticalKV (NULL otherwise) */
+    struct kv_pool *pool;       /* threads for CriticalKV's products (NULL: the caller's) */
 } kv_evict_model;
 
 typedef struct kv_evictor kv_evictor;

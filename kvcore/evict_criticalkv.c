@@ -8,36 +8,58 @@
 #include <stdlib.h>
 
 #include "evict_impl.h"
+#include "pool.h"
 
-enum { CHUNK = 256 }; /* slots per matrix product: bounds the scratch */
+enum { CHUNK = 128 }; /* slots per matrix product: bounds the scratch */
+
+typedef struct vnorm_job {
+    const kv_evict_model *m;
+    const float *w, *v;
+    int n;
+    double *out;
+    float *prod; /* [workers][CHUNK][hidden] */
+} vnorm_job;
+
+/* One chunk of slots: out[t] = sum_h ||V_kv(h),t . Wo_h^T||_1. */
+static void vnorm_chunk(void *ctx, int task, int worker)
+{
+    const vnorm_job *j = ctx;
+    const kv_evict_model *m = j->m;
+    int H = m->n_heads, D = m->head_dim, hid = m->hidden, row = m->n_kv_heads * D;
+    int per_kv = H / m->n_kv_heads, t0 = task * CHUNK;
+    int rows = j->n - t0 < CHUNK ? j->n - t0 : CHUNK;
+    float *prod = j->prod + (size_t)worker * CHUNK * (size_t)hid;
+    for (int r = 0; r < rows; r++)
+        j->out[t0 + r] = 0.0;
+    for (int h = 0; h < H; h++) {
+        /* prod[rows][hid] = V_kv(h)[rows][D] . (Wo[:, h*D:(h+1)*D])^T */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, hid, D, 1.0f,
+                    j->v + (size_t)t0 * row + (size_t)(h / per_kv) * D, row, j->w + (size_t)h * D,
+                    H * D, 0.0f, prod, hid);
+        for (int r = 0; r < rows; r++) {
+            double l1 = 0.0;
+            for (int i = 0; i < hid; i++)
+                l1 += fabs((double)prod[(size_t)r * hid + i]);
+            j->out[t0 + r] += l1;
+        }
+    }
+}
 
 int kv_criticalkv_vnorm(const kv_evict_model *m, int layer, const float *v, int n, double *out,
                         kv_error *err)
 {
-    int H = m->n_heads, D = m->head_dim, hid = m->hidden, row = m->n_kv_heads * D;
-    int per_kv = H / m->n_kv_heads;
-    const float *w = m->o_proj[layer];
-    float *prod = malloc((size_t)CHUNK * (size_t)hid * sizeof *prod);
-    if (!prod)
+    int tasks = (n + CHUNK - 1) / CHUNK;
+    int workers = m->pool ? kv_pool_threads(m->pool) : 1;
+    vnorm_job j = {m, m->o_proj[layer], v, n, out, NULL};
+    j.prod = malloc((size_t)workers * CHUNK * (size_t)m->hidden * sizeof *j.prod);
+    if (!j.prod)
         return kv_fail(err, "CriticalKV: out of memory");
-    for (int t = 0; t < n; t++)
-        out[t] = 0.0;
-    for (int t0 = 0; t0 < n; t0 += CHUNK) {
-        int rows = n - t0 < CHUNK ? n - t0 : CHUNK;
-        for (int h = 0; h < H; h++) {
-            /* prod[rows][hid] = V_kv(h)[rows][D] . (Wo[:, h*D:(h+1)*D])^T */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, hid, D, 1.0f,
-                        v + (size_t)t0 * row + (size_t)(h / per_kv) * D, row, w + (size_t)h * D,
-                        H * D, 0.0f, prod, hid);
-            for (int r = 0; r < rows; r++) {
-                double l1 = 0.0;
-                for (int i = 0; i < hid; i++)
-                    l1 += fabs((double)prod[(size_t)r * hid + i]);
-                out[t0 + r] += l1;
-            }
-        }
-    }
-    free(prod);
+    if (m->pool && tasks > 1)
+        kv_pool_run(m->pool, tasks, vnorm_chunk, &j);
+    else
+        for (int t = 0; t < tasks; t++)
+            vnorm_chunk(&j, t, 0);
+    free(j.prod);
     return 0;
 }
 

@@ -7,6 +7,7 @@
 #include "evict.h"
 #include "kernels.h"
 #include "model.h"
+#include "pool.h"
 #include "safetensors.h"
 
 /* Reads one o_proj weight as f32 [hidden][n_heads * head_dim]. */
@@ -73,7 +74,8 @@ int kv_evict_model_load(kv_evict_model *em, const kv_model *m, const char *dir, 
         .inv_freq = rope->inv_freq, /* the engine's, llama3 scaling included */
         .hidden = cfg->hidden,
     };
-    if (o_proj && load_o_proj(em, dir, err) != 0) {
+    if (o_proj &&
+        (load_o_proj(em, dir, err) != 0 || !(em->pool = kv_pool_new(kv_get_threads(), err)))) {
         kv_evict_model_release(em);
         return -1;
     }
@@ -82,6 +84,8 @@ int kv_evict_model_load(kv_evict_model *em, const kv_model *m, const char *dir, 
 
 void kv_evict_model_release(kv_evict_model *em)
 {
+    kv_pool_free(em->pool);
+    em->pool = NULL;
     if (em->o_proj) {
         for (int l = 0; l < em->n_layers; l++)
             free((void *)em->o_proj[l]);

@@ -19,6 +19,8 @@
 #include <time.h>
 
 #include "evict.h"
+#include "kernels.h"
+#include "pool.h"
 
 enum { LAYERS = 28, HEADS = 16, KV_HEADS = 8, DIM = 128, HIDDEN = 1024, FFN = 3072 };
 static const double VOCAB = 151936;
@@ -253,6 +255,11 @@ int main(int argc, char **argv)
     stats_set pre = {0}, dec = {0};
     kv_cache *base = prefilled_cache(n);
     kv_evict_model m = model();
+    openblas_set_num_threads(1); /* threads come from the pool, as in the engine */
+    kv_error perr;
+    m.pool = kv_pool_new(kv_get_threads(), &perr); /* CriticalKV's products, as generate does */
+    if (!m.pool)
+        die("pool", &perr);
     for (int i = 0; i < N_CONFIGS; i++) {
         if (only && !strstr(configs[i].name, only))
             continue;
