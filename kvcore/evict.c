@@ -509,20 +509,26 @@ void kv_evict_rope_rotate(float *x, int head_dim, const double *inv_freq, double
     }
 }
 
-/* kv_cache_compact with key rerotation in the same pass: kept slot keep[j]
- * moves to j and its key turns by j - keep[j] as it is copied, so each key
- * row is read and written once. Deltas only decrease along the slots and
- * come in long runs (per_token decode: one run of -1), so the angles are
- * computed once per run, not once per key. */
-static int compact_rotated(kv_evictor *ev, kv_cache *cache, int layer, const int *keep, int n_keep,
-                           kv_error *err)
+/* Writes the kept slots keep[0..n_keep) of src's layer into dst's, in
+ * order; dst may be src (rows then move down in place). With rerotation
+ * each key turns by (new slot - old slot) as it is copied, so a key row is
+ * read and written once. Deltas only decrease along the slots and come in
+ * long runs (per_token decode: one run of -1), so the angles are computed
+ * once per run, not once per key. */
+static int gather(kv_evictor *ev, const kv_cache *src, kv_cache *dst, int layer, const int *keep,
+                  int n_keep, kv_error *err)
 {
-    kv_cache_layer *l = &cache->layers[layer];
-    int D = cache->head_dim, half = D / 2;
-    size_t row = (size_t)kv_cache_row(cache);
+    const kv_cache_layer *s = &src->layers[layer];
+    kv_cache_layer *d = &dst->layers[layer];
+    int D = src->head_dim, half = D / 2;
+    size_t row = (size_t)kv_cache_row(src);
+    bool in_place = src == dst, rotate = ev->p.apply_rerotation;
     for (int j = 0; j < n_keep; j++)
-        if (keep[j] < j || keep[j] >= l->len || (j > 0 && keep[j] <= keep[j - 1]))
-            return kv_fail(err, "eviction: kept slots must be ascending and < %d", l->len);
+        if (keep[j] < j || keep[j] >= s->len || (j > 0 && keep[j] <= keep[j - 1]))
+            return kv_fail(err, "eviction: kept slots must be ascending and < %d", s->len);
+    if (n_keep > d->cap)
+        return kv_fail(err, "eviction: the target cache holds %d slots, %d are kept", d->cap,
+                       n_keep);
     double *cs = malloc((size_t)D * sizeof *cs);
     if (!cs)
         return kv_fail(err, "eviction: out of memory");
@@ -530,21 +536,25 @@ static int compact_rotated(kv_evictor *ev, kv_cache *cache, int layer, const int
     int delta = 0;
     for (int j = 0; j < n_keep; j++) {
         int from = keep[j];
-        if (from == j)
+        if (in_place && from == j)
             continue;
-        if (j - from != delta) {
+        if (rotate && j - from != delta) {
             delta = j - from;
             for (int f = 0; f < half; f++)
                 sincos(delta * ev->inv_freq[f], &sn[f], &cs[f]);
         }
-        /* ascending keep with keep[j] >= j: row j is free once read */
-        for (int h = 0; h < cache->n_kv_heads; h++)
-            rotate_by(l->k + (size_t)j * row + (size_t)h * D,
-                      l->k + (size_t)from * row + (size_t)h * D, half, cs, sn);
-        memcpy(l->v + (size_t)j * row, l->v + (size_t)from * row, row * sizeof(float));
-        l->pos[j] = l->pos[from];
+        /* in place, keep[j] >= j and ascending: row j is free once read */
+        float *kd = d->k + (size_t)j * row;
+        const float *ks = s->k + (size_t)from * row;
+        if (rotate && from != j)
+            for (int h = 0; h < src->n_kv_heads; h++)
+                rotate_by(kd + (size_t)h * D, ks + (size_t)h * D, half, cs, sn);
+        else
+            memcpy(kd, ks, row * sizeof(float));
+        memcpy(d->v + (size_t)j * row, s->v + (size_t)from * row, row * sizeof(float));
+        d->pos[j] = s->pos[from];
     }
-    l->len = n_keep;
+    d->len = n_keep;
     free(cs);
     return 0;
 }
@@ -564,11 +574,13 @@ static void compact_state(layer_state *ls, const int *keep, int n_keep)
     ls->len = n_keep;
 }
 
-static int compress_layer(kv_evictor *ev, kv_cache *cache, int layer, kv_evict_trace_fn trace,
-                          void *trace_ctx, kv_error *err)
+/* Evicts one layer of src into dst (dst may be src). A layer within the
+ * budget is left as it is (copied when dst is another cache). */
+static int compress_layer(kv_evictor *ev, const kv_cache *src, kv_cache *dst, int layer,
+                          kv_evict_trace_fn trace, void *trace_ctx, kv_error *err)
 {
     layer_state *ls = &ev->layers[layer];
-    int L = cache->layers[layer].len;
+    int L = src->layers[layer].len;
     if (!ev->scorer->observe && ls->len != L) {
         ls->len = ls->len < L ? ls->len : L;
         if (layer_extend(ev, ls, L, err) != 0)
@@ -579,27 +591,29 @@ static int compress_layer(kv_evictor *ev, kv_cache *cache, int layer, kv_evict_t
                        "eviction: layer %d holds %d slots but statistics were observed for "
                        "%d (call kv_evictor_observe after every forward)",
                        layer, L, ls->len);
-    if (L <= kv_evict_params_budget(&ev->p))
-        return 0;
     if (scratch_need(&ev->tmp, L + 1, err) != 0)
         return -1;
-    double *s = ev->tmp.d;
-    int *keep = malloc((size_t)L * sizeof *keep);
+    int *keep = malloc((size_t)(L > 0 ? L : 1) * sizeof *keep);
     if (!keep)
         return kv_fail(err, "eviction: out of memory");
-    int n_keep = -1;
-    if (selection_scores(ev, cache, layer, s, err) == 0)
-        n_keep = select_keep(ev, cache, layer, s, L, keep, err);
-    int rc = n_keep < 0               ? -1
-             : ev->p.apply_rerotation ? compact_rotated(ev, cache, layer, keep, n_keep, err)
-                                      : kv_cache_compact(cache, layer, keep, n_keep, err);
-    if (rc == 0)
+    bool evict = L > kv_evict_params_budget(&ev->p);
+    int n_keep = L;
+    for (int j = 0; j < L; j++)
+        keep[j] = j;
+    if (evict && selection_scores(ev, src, layer, ev->tmp.d, err) != 0)
+        n_keep = -1;
+    else if (evict)
+        n_keep = select_keep(ev, src, layer, ev->tmp.d, L, keep, err);
+    int rc = n_keep < 0 ? -1 : 0;
+    if (rc == 0 && (evict || src != dst))
+        rc = gather(ev, src, dst, layer, keep, n_keep, err);
+    if (rc == 0 && evict)
         compact_state(ls, keep, n_keep);
     free(keep);
     if (rc != 0)
         return -1;
-    if (trace)
-        trace(trace_ctx, ev->step, layer, cache->layers[layer].pos, n_keep);
+    if (evict && trace)
+        trace(trace_ctx, ev->step, layer, dst->layers[layer].pos, n_keep);
     return 0;
 }
 
@@ -638,7 +652,7 @@ int kv_evictor_compress(kv_evictor *ev, kv_cache *cache, kv_evict_trace_fn trace
     bool evicted = false;
     for (int l = 0; l < cache->n_layers; l++) {
         int before = cache->layers[l].len;
-        if (compress_layer(ev, cache, l, trace, trace_ctx, err) != 0)
+        if (compress_layer(ev, cache, cache, l, trace, trace_ctx, err) != 0)
             return -1;
         evicted = evicted || cache->layers[l].len != before;
     }
@@ -646,4 +660,29 @@ int kv_evictor_compress(kv_evictor *ev, kv_cache *cache, kv_evict_trace_fn trace
         cache->next_pos = cache->layers[0].len; /* kvpress: continue at the compacted length */
     ev->step++;
     return evicted ? release_memory(ev, cache, err) : 0;
+}
+
+int kv_evictor_compress_into(kv_evictor *ev, const kv_cache *src, kv_cache **out,
+                             kv_evict_trace_fn trace, void *trace_ctx, kv_error *err)
+{
+    *out = NULL;
+    if (src->n_layers != ev->model.n_layers)
+        return kv_fail(err, "eviction: the cache has %d layers, the policy %d", src->n_layers,
+                       ev->model.n_layers);
+    /* every layer ends with at most M slots, or its own length when shorter */
+    int cap = kv_evict_params_budget(&ev->p) + 1;
+    kv_cache *dst = kv_cache_new(src->n_layers, src->n_kv_heads, src->head_dim, cap, err);
+    if (!dst)
+        return -1;
+    dst->next_pos = src->next_pos;
+    for (int l = 0; l < src->n_layers; l++)
+        if (compress_layer(ev, src, dst, l, trace, trace_ctx, err) != 0) {
+            kv_cache_free(dst);
+            return -1;
+        }
+    if (strcmp(ev->p.positions, "compact") == 0)
+        dst->next_pos = dst->layers[0].len;
+    ev->step++;
+    *out = dst;
+    return 0;
 }

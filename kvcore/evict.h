@@ -112,7 +112,8 @@ typedef struct kv_evictor kv_evictor;
 typedef void (*kv_evict_trace_fn)(void *ctx, int step, int layer, const int32_t *kept_positions,
                                   int n_kept);
 
-/* A policy for one config (validated here) over a model's layers. */
+/* A policy for one config (validated here) over a model's layers. It keeps
+ * m's o_proj and pool (they must outlive it) and copies the rest. */
 kv_evictor *kv_evictor_new(const kv_evict_params *p, const kv_evict_model *m, kv_error *err);
 void kv_evictor_free(kv_evictor *ev);
 
@@ -141,6 +142,13 @@ int kv_evictor_observe(kv_evictor *ev, int layer, const kv_attn_stats_request *r
  * Call it once after every forward: prefill, then each decode step. */
 int kv_evictor_compress(kv_evictor *ev, kv_cache *cache, kv_evict_trace_fn trace, void *trace_ctx,
                         kv_error *err);
+
+/* The same, leaving src untouched: *out is a new cache holding only the
+ * kept slots (M + 1 slots allocated per layer). Prefill once, fork many:
+ * each config compresses the shared prefill's cache into its own, copying
+ * M rows per layer instead of the whole prompt. */
+int kv_evictor_compress_into(kv_evictor *ev, const kv_cache *src, kv_cache **out,
+                             kv_evict_trace_fn trace, void *trace_ctx, kv_error *err);
 
 /* The current scores of a layer's slots [0, len) (0 for start slots): the
  * raw sums, and the norm_sum counters. For tests and traces. */
@@ -173,6 +181,15 @@ void kv_evictor_generation_request(const kv_evictor *ev, kv_attn_stats_request *
 int kv_evictor_step(kv_evictor *ev, kv_cache *c, const kv_attn_stats_request *req,
                     const kv_attn_stats *stats, int step, kv_evict_trace_fn trace, void *trace_ctx,
                     kv_error *err);
+
+/* Starts this policy from a shared prefill: observes its statistics (the
+ * union request req, stats [n_layers]) as step 0 and compresses the shared
+ * cache base into a new *out holding only what this policy keeps; base is
+ * untouched. Then decode from *out (kv_generate_from) with
+ * kv_evictor_step as the hook. */
+int kv_evictor_fork(kv_evictor *ev, const kv_cache *base, const kv_attn_stats_request *req,
+                    const kv_attn_stats *stats, kv_cache **out, kv_evict_trace_fn trace,
+                    void *trace_ctx, kv_error *err);
 
 /* RoPE, half-split (HF rotate_half): the frequencies rope_theta^(-2f/D). */
 void kv_evict_rope_freqs(double rope_theta, int head_dim, double *inv_freq);

@@ -113,3 +113,15 @@ int kv_evictor_step(kv_evictor *ev, kv_cache *c, const kv_attn_stats_request *re
             return -1;
     return kv_evictor_compress(ev, c, trace, trace_ctx, err);
 }
+
+int kv_evictor_fork(kv_evictor *ev, const kv_cache *base, const kv_attn_stats_request *req,
+                    const kv_attn_stats *stats, kv_cache **out, kv_evict_trace_fn trace,
+                    void *trace_ctx, kv_error *err)
+{
+    *out = NULL;
+    kv_evictor_reset(ev);
+    for (int l = 0; stats && l < base->n_layers; l++)
+        if (kv_evictor_observe(ev, l, req, &stats[l], true, err) != 0)
+            return -1;
+    return kv_evictor_compress_into(ev, base, out, trace, trace_ctx, err);
+}

@@ -341,9 +341,17 @@ Test(evict_e2e, forked_prefill_equals_fresh_runs, .timeout = 120)
         memset(&forked, 0, sizeof forked);
         forked.ev = kv_evictor_new(&ps[i], &em, &err);
         kv_evictor_generation_request(forked.ev, &forked.req);
-        c = kv_cache_fork(base, 0, &err);
-        cr_assert_eq(kv_evictor_step(forked.ev, c, &shared, stats, 0, trace_to_text, &forked, &err),
-                     0, "%s", err.msg);
+        if (i % 2 == 0) { /* a full copy, compressed in place */
+            c = kv_cache_fork(base, 0, &err);
+            cr_assert_eq(
+                kv_evictor_step(forked.ev, c, &shared, stats, 0, trace_to_text, &forked, &err), 0,
+                "%s", err.msg);
+        } else { /* only the kept rows copied out of the shared cache */
+            cr_assert_eq(
+                kv_evictor_fork(forked.ev, base, &shared, stats, &c, trace_to_text, &forked, &err),
+                0, "%s", err.msg);
+            cr_assert_eq(base->layers[0].len, n_prompt, "the shared cache is untouched");
+        }
         o.stats_req = forked.req;
         o.user = &forked;
         kv_generation b;
