@@ -313,14 +313,17 @@ const double *kv_evictor_counters(const kv_evictor *ev, int layer, int *len)
 
 /* ---- accumulation (§2.4) ---- */
 
-/* Appends slots [len, n) with zero scores: attention-free scorers track
- * only the cache length. */
-static int layer_extend(kv_evictor *ev, layer_state *ls, int n, kv_error *err)
+/* Appends slots [len, n) for attention-free scorers: their fixed slot
+ * scores when they have them, else zeros (only the length matters). */
+static int layer_extend(kv_evictor *ev, const kv_cache *c, int layer, int n, kv_error *err)
 {
+    layer_state *ls = &ev->layers[layer];
     if (layer_grow(ls, n, ev->refiner && ev->refiner->needs_vnorm, err) != 0)
         return -1;
-    for (int t = ls->len; t < n; t++)
-        ls->score[t] = ls->count[t] = 0.0;
+    for (int t = ls->len; t < n; t++) {
+        ls->count[t] = 0.0;
+        ls->score[t] = ev->scorer->slot_score ? ev->scorer->slot_score(c, layer, t) : 0.0;
+    }
     ls->len = n;
     return 0;
 }
@@ -344,7 +347,7 @@ int kv_evictor_observe(kv_evictor *ev, int layer, const kv_attn_stats_request *r
                        "the cache only through kv_evictor_compress)",
                        layer, n, old);
     if (!ev->scorer->observe)
-        return layer_extend(ev, ls, n, err);
+        return 0; /* kv_evictor_compress tracks the length, with the cache at hand */
     if (scratch_need(&ev->tmp, n, err) != 0 ||
         layer_grow(ls, n, ev->refiner && ev->refiner->needs_vnorm, err) != 0)
         return -1;
@@ -385,8 +388,9 @@ static int selection_scores(kv_evictor *ev, const kv_cache *cache, int layer, do
         kv_scorer_rank r = {&ev->cfg, cache, layer, S, n, &ev->rng};
         return ev->scorer->rank(&r, s, err);
     }
+    bool fixed = ev->scorer->slot_score != NULL; /* not sums: no norm_sum */
     for (int i = 0; i < n; i++)
-        s[i] = ev->cfg.norm_sum ? ls->score[S + i] / ls->count[S + i] : ls->score[S + i];
+        s[i] = ev->cfg.norm_sum && !fixed ? ls->score[S + i] / ls->count[S + i] : ls->score[S + i];
     return 0;
 }
 
@@ -583,7 +587,7 @@ static int compress_layer(kv_evictor *ev, const kv_cache *src, kv_cache *dst, in
     int L = src->layers[layer].len;
     if (!ev->scorer->observe && ls->len != L) {
         ls->len = ls->len < L ? ls->len : L;
-        if (layer_extend(ev, ls, L, err) != 0)
+        if (layer_extend(ev, src, layer, L, err) != 0)
             return -1;
     }
     if (ls->len != L)

@@ -64,6 +64,9 @@ typedef struct kv_scorer {
     /* Writes the selection scores of the n candidates itself, replacing
      * the accumulated ones (NULL: sum / norm_sum of the accumulation). */
     int (*rank)(const kv_scorer_rank *r, double *scores, kv_error *err);
+    /* Attention-free alternative to rank: a slot's score once and for all,
+     * computed when the slot is first seen and moved with it. */
+    double (*slot_score)(const kv_cache *c, int layer, int slot);
 } kv_scorer;
 
 /* A refinement: pick n_pick units among the candidate units that the coarse
