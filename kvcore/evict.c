@@ -33,12 +33,9 @@ const kv_refiner *kv_refiner_find(const char *name)
     return NULL;
 }
 
-const char *const *kv_evict_algorithms(void)
+const char *kv_evict_algorithm(int i)
 {
-    static const char *names[COUNT(scorers) + 1];
-    for (int i = 0; i < COUNT(scorers); i++)
-        names[i] = scorers[i]->name;
-    return names;
+    return i >= 0 && i < COUNT(scorers) ? scorers[i]->name : NULL;
 }
 
 /* ---- statistics requests ---- */

@@ -87,10 +87,11 @@ int kv_evict_params_validate(const kv_evict_params *p, kv_error *err);
 /* M = start + intermediate + recent: the cache length after an eviction. */
 int kv_evict_params_budget(const kv_evict_params *p);
 
-/* The keys kv_evict_params_set accepts, NULL-terminated (for --help). */
-extern const char *const kv_evict_param_keys[];
-/* The algorithms of the scorer registry, NULL-terminated. */
-const char *const *kv_evict_algorithms(void);
+/* The i-th key kv_evict_params_set accepts ("algorithm", ...), NULL past
+ * the last (for help texts and config matrices). */
+const char *kv_evict_param_key(int i);
+/* The i-th algorithm of the scorer registry, NULL past the last. */
+const char *kv_evict_algorithm(int i);
 
 /* What eviction needs to know about the model. */
 typedef struct kv_evict_model {

@@ -46,10 +46,9 @@ typedef struct field {
     size_t offset;
 } field;
 
-#define FIELD(k, kind)                                                                             \
-    {                                                                                              \
-#k, kind, offsetof(kv_evict_params, k)                                                     \
-    }
+/* clang-format off */
+#define FIELD(k, kind) {#k, kind, offsetof(kv_evict_params, k)}
+/* clang-format on */
 static const field fields[] = {
     FIELD(algorithm, F_NAME),         FIELD(strategy, F_NAME),
     FIELD(group_size, F_INT),         FIELD(start_size, F_INT),
@@ -61,23 +60,10 @@ static const field fields[] = {
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 
-const char *const kv_evict_param_keys[] = {
-    "algorithm",
-    "strategy",
-    "group_size",
-    "start_size",
-    "recent_size",
-    "intermediate_size",
-    "refined_size",
-    "score_aggregation",
-    "apply_rerotation",
-    "window_size",
-    "refined_algorithm",
-    "kvcrush_anchor",
-    "positions",
-    "seed",
-    NULL,
-};
+const char *kv_evict_param_key(int i)
+{
+    return i >= 0 && (size_t)i < N_FIELDS ? fields[i].key : NULL;
+}
 
 /* "--start-size", "start-size" and "start_size" all name start_size. */
 static const field *field_find(const char *key)
@@ -281,9 +267,9 @@ static int check_names(const kv_evict_params *p, kv_error *err)
 {
     if (!kv_scorer_find(p->algorithm)) {
         char known[256] = "";
-        for (const char *const *a = kv_evict_algorithms(); *a; a++) {
-            strcat(known, known[0] ? ", " : "");
-            strcat(known, *a);
+        for (int i = 0; kv_evict_algorithm(i); i++) {
+            strcat(known, i ? ", " : "");
+            strcat(known, kv_evict_algorithm(i));
         }
         return kv_fail(err, "Unknown eviction algorithm '%s' (known: %s).", p->algorithm, known);
     }

@@ -1286,3 +1286,27 @@ Test(evict, snapkv_pool_matches_definition)
         kv_evictor_free(ev);
     }
 }
+
+Test(evict_params, keys_and_algorithms_are_listed)
+{
+    kv_evict_params p;
+    kv_evict_params_default(&p);
+    kv_error err;
+    int n = 0;
+    for (; kv_evict_param_key(n); n++) /* every listed key is accepted */
+        cr_assert_neq(strstr("algorithm strategy group_size start_size recent_size "
+                             "intermediate_size refined_size score_aggregation apply_rerotation "
+                             "window_size refined_algorithm kvcrush_anchor positions seed",
+                             kv_evict_param_key(n)),
+                      NULL, "%s", kv_evict_param_key(n));
+    cr_assert_eq(n, 14);
+    cr_assert_null(kv_evict_param_key(-1));
+    for (int i = 0; kv_evict_algorithm(i); i++) {
+        cr_assert_eq(kv_evict_params_set(&p, "algorithm", kv_evict_algorithm(i), &err), 0);
+        p.has_window = false;
+        cr_assert_eq(kv_evict_params_validate(&p, &err), 0, "%s: %s", kv_evict_algorithm(i),
+                     err.msg);
+    }
+    cr_assert_str_eq(kv_evict_algorithm(0), "snapkv");
+    cr_assert_null(kv_evict_algorithm(5));
+}
