@@ -116,8 +116,8 @@ static int decode(kv_model *m, kv_cache *c, const float *logits, int steps, doub
 }
 
 /* One run: prefill P random tokens, decode, optionally evict and decode. */
-static int one_run(const kb_bench_model_opts *o, kv_model *m, int P, unsigned seed,
-                   run_result *r, kv_error *err)
+static int one_run(const kb_bench_model_opts *o, kv_model *m, int P, unsigned seed, run_result *r,
+                   kv_error *err)
 {
     const kv_model_config *cfg = kv_model_get_config(m);
     int32_t *tokens = malloc((size_t)P * sizeof *tokens);
@@ -134,17 +134,19 @@ static int one_run(const kb_bench_model_opts *o, kv_model *m, int P, unsigned se
         r->prefill = P / (now() - t0);
         r->prefill_cpu = P / (cpu_now() - cpu);
     }
-    kv_cache *ev = NULL;
-    if (rc == 0 && o->evict_keep > 0 && P > o->evict_keep) {
-        ev = kv_cache_fork(c, o->evict_keep + o->gen_tokens + 1, err);
-        rc = ev ? evict(ev, o->evict_keep, err) : -1;
-    }
+    /* The evicted decode reuses the same cache, compacted in place: a fork
+     * would hold a second full cache and double the peak memory. */
     if (rc == 0 && o->gen_tokens > 0)
         rc = decode(m, c, logits, o->gen_tokens, &r->decode, &r->decode_cpu, err);
+    if (rc == 0 && o->gen_tokens > 0 && o->evict_keep > 0 && P > o->evict_keep) {
+        rc = evict(c, o->evict_keep, err);
+        if (rc == 0)
+            rc = kv_cache_shrink(c, o->evict_keep + o->gen_tokens + 1, err);
+        if (rc == 0)
+            rc = decode(m, c, logits, o->gen_tokens, &r->decode_evicted, &r->decode_evicted_cpu,
+                        err);
+    }
     kv_cache_free(c);
-    if (rc == 0 && ev)
-        rc = decode(m, ev, logits, o->gen_tokens, &r->decode_evicted, &r->decode_evicted_cpu, err);
-    kv_cache_free(ev);
     free(tokens);
     free(logits);
     return rc;
@@ -196,8 +198,8 @@ int kb_bench_model(const kb_bench_model_opts *o)
             "# %s: %s, %d layers, hidden %d, %d/%d heads x %d, ffn %d, vocab %d; %.2f GiB of "
             "weights loaded in %.1f s; %d threads\n",
             o->model, kv_arch_name(c->arch), c->n_layers, c->hidden, c->n_heads, c->n_kv_heads,
-            c->head_dim, c->ffn, c->vocab, (double)kv_model_weight_bytes(m) / (1 << 30),
-            now() - t0, kv_model_threads(m));
+            c->head_dim, c->ffn, c->vocab, (double)kv_model_weight_bytes(m) / (1 << 30), now() - t0,
+            kv_model_threads(m));
     int rc = 0;
     for (int i = 0; i < o->n_prompts && rc == 0; i++)
         rc = bench_prompt(o, m, o->prompt_tokens[i]);
@@ -227,8 +229,8 @@ static int parse_list(const char *s, kb_bench_model_opts *o)
 
 int kb_bench_model_run(const kb_args *a)
 {
-    kb_bench_model_opts o = {.prompt_tokens = {512, 2048, 8192}, .n_prompts = 3,
-                             .gen_tokens = 128, .repeats = 3};
+    kb_bench_model_opts o = {
+        .prompt_tokens = {512, 2048, 8192}, .n_prompts = 3, .gen_tokens = 128, .repeats = 3};
     long gen = o.gen_tokens, rep = o.repeats, threads = 0, keep = 0;
     o.model = kb_arg(a, "model");
     o.json = kb_flag(a, "json");

@@ -1,9 +1,7 @@
 /* kvbench bench model: prefill and decode throughput of the engine, and its
- * peak memory.
- *
- * To hook it into `kvbench bench`: add kb_bench_model_options to the bench
- * command's option table (or declare the same names) and call
- * kb_bench_model_run(args) for the "model" kind.
+ * peak memory. cmd_bench.c declares the options of kb_bench_model_options
+ * and dispatches the "model" kind to kb_bench_model_run; tests/bench_model.c
+ * is the same benchmark as a standalone program.
  */
 #ifndef KB_BENCH_MODEL_H
 #define KB_BENCH_MODEL_H
@@ -16,10 +14,10 @@ typedef struct kb_bench_model_opts {
     const char *model;
     int prompt_tokens[16]; /* prompt lengths to measure */
     int n_prompts;
-    int gen_tokens;        /* decode steps after each prompt */
-    int repeats;           /* runs per prompt length (median reported) */
-    int threads;           /* 0: default */
-    int evict_keep;        /* > 0: also decode after keeping this many slots per layer */
+    int gen_tokens; /* decode steps after each prompt */
+    int repeats;    /* runs per prompt length (median reported) */
+    int threads;    /* 0: default */
+    int evict_keep; /* > 0: also decode after keeping this many slots per layer */
     bool json;
 } kb_bench_model_opts;
 

@@ -39,14 +39,14 @@ static const kb_option options[] = {
 };
 
 typedef struct gen_ctx {
-    kv_tokenizer *tok;   /* NULL: print ids */
-    kv_npy_writer npy;   /* open when dumping logits */
+    kv_tokenizer *tok; /* NULL: print ids */
+    kv_npy_writer npy; /* open when dumping logits */
     bool dump, stream;
     int vocab;
-    int32_t *ids;        /* generated so far, for incremental decoding */
+    int32_t *ids; /* generated so far, for incremental decoding */
     int n, cap;
-    size_t printed;      /* bytes of decoded text already printed */
-    kb_eviction *ev;     /* NULL: full cache */
+    size_t printed;   /* bytes of decoded text already printed */
+    kb_eviction *ev;  /* NULL: full cache */
 } gen_ctx;
 
 static int parse_ids(const char *s, int32_t **out, int *n)
@@ -305,8 +305,8 @@ static int run(const kb_args *a)
     if (rc == 0)
         rc = prompt_ids(a, tok, &prompt, &n_prompt);
     if (rc == 0) {
-        gen_ctx g = {.tok = tok, .stream = !kb_flag(a, "json"),
-                     .vocab = kv_model_get_config(m)->vocab};
+        gen_ctx g = {
+            .tok = tok, .stream = !kb_flag(a, "json"), .vocab = kv_model_get_config(m)->vocab};
         rc = kb_eviction_open(a, m, kb_arg(a, "model"), &g.ev);
         if (rc == 0)
             rc = generate(a, m, &g, prompt, n_prompt, max_new);

@@ -4,7 +4,9 @@
 
 #include "cli.h"
 
+extern const kb_command kb_cmd_bench;
 extern const kb_command kb_cmd_generate;
+extern const kb_command kb_cmd_tokenize;
 extern const kb_command kb_cmd_version;
 
 #define PENDING(NAME, SUMMARY, USAGE, WHERE)                                          \
@@ -20,11 +22,6 @@ PENDING(report, "build scores.csv, summary.md and report.html from runs",
         "kvbench report RUN... [options]", "issue 9 (runner)");
 PENDING(fetch, "download LongBench data or a model from the Hugging Face hub",
         "kvbench fetch longbench|model [NAME] [options]", "issue 7 (datasets)");
-PENDING(tokenize, "encode or decode text with a model's tokenizer",
-        "kvbench tokenize --model DIR (--text T | --file F | --jsonl F) [options]",
-        "issue 4 (tokenizer)");
-PENDING(bench, "measure throughput of the model, tokenizer, loader or scorers",
-        "kvbench bench model|tokenizer|... [options]", "issues 3, 4, 7, 8");
 
 const kb_command *const kb_commands[] = {
     &pending_run,
@@ -32,8 +29,8 @@ const kb_command *const kb_commands[] = {
     &pending_report,
     &pending_fetch,
     &kb_cmd_generate,
-    &pending_tokenize,
-    &pending_bench,
+    &kb_cmd_tokenize,
+    &kb_cmd_bench,
     &kb_cmd_version,
     NULL,
 };

@@ -20,16 +20,26 @@ typedef struct merge_slot {
 
 #define EMPTY_KEY UINT64_MAX
 
+/* Where the bytes of one token live: arena + off, len bytes (off ABSENT: no
+ * token has this id). */
+typedef struct tok_ref {
+    size_t off;
+    uint32_t len;
+} tok_ref;
+
+/* A slot of the bytes -> id table; the hash is kept so that a probe touches
+ * the token's bytes only when it is almost surely the one. */
+typedef struct str_slot {
+    uint32_t hash;
+    int32_t id; /* -1: empty */
+} str_slot;
+
 struct kv_bpe {
-    /* id -> bytes: the bytes of id live at arena + off[id] (off ABSENT: no such id) */
     char *arena;
     size_t arena_n, arena_cap;
-    size_t *off;
-    uint32_t *len;
+    tok_ref *tok; /* id -> bytes */
     int32_t id_cap, id_end;
-    /* bytes -> id: open addressing, -1 marks an empty slot */
-    int32_t *slot;
-    uint32_t *slot_hash;
+    str_slot *slot; /* bytes -> id, open addressing */
     size_t mask, count;
     /* (a, b) -> merge */
     merge_slot *merge;
@@ -106,10 +116,10 @@ static size_t pow2_at_least(size_t n)
 static int str_table_alloc(kv_bpe *m, size_t cap)
 {
     m->slot = malloc(cap * sizeof *m->slot);
-    m->slot_hash = malloc(cap * sizeof *m->slot_hash);
-    if (!m->slot || !m->slot_hash)
+    if (!m->slot)
         return -1;
-    memset(m->slot, 0xFF, cap * sizeof *m->slot);
+    for (size_t i = 0; i < cap; i++)
+        m->slot[i] = (str_slot){0, -1};
     m->mask = cap - 1;
     return 0;
 }
@@ -144,62 +154,51 @@ void kv_bpe_free(kv_bpe *m)
     if (!m)
         return;
     free(m->arena);
-    free(m->off);
-    free(m->len);
+    free(m->tok);
     free(m->slot);
-    free(m->slot_hash);
     free(m->merge);
     free(m);
 }
 
-static bool slot_is(const kv_bpe *m, size_t i, uint32_t h, const char *s, size_t n)
+static bool slot_is(const kv_bpe *m, const str_slot *sl, uint32_t h, const char *s, size_t n)
 {
-    int32_t id = m->slot[i];
-    return m->slot_hash[i] == h && m->len[id] == n && memcmp(m->arena + m->off[id], s, n) == 0;
+    const tok_ref *t = &m->tok[sl->id];
+    return sl->hash == h && t->len == n && memcmp(m->arena + t->off, s, n) == 0;
 }
 
-int32_t kv_bpe_lookup(const kv_bpe *m, const char *s, size_t n)
+/* The slot holding s[0..n), or the empty slot where it would go. */
+static str_slot *str_probe(const kv_bpe *m, const char *s, size_t n)
 {
     uint64_t hh = hash_bytes((const unsigned char *)s, n);
     uint32_t h = (uint32_t)hh;
     for (size_t i = (size_t)(hh >> 20) & m->mask;; i = (i + 1) & m->mask) {
-        if (m->slot[i] < 0)
-            return -1;
-        if (slot_is(m, i, h, s, n))
-            return m->slot[i];
+        str_slot *sl = &m->slot[i];
+        if (sl->id < 0 || slot_is(m, sl, h, s, n))
+            return sl;
     }
 }
 
-static void str_insert(kv_bpe *m, int32_t id)
+int32_t kv_bpe_lookup(const kv_bpe *m, const char *s, size_t n)
 {
-    const char *s = m->arena + m->off[id];
-    uint64_t hh = hash_bytes((const unsigned char *)s, m->len[id]);
-    size_t i = (size_t)(hh >> 20) & m->mask;
-    while (m->slot[i] >= 0)
-        i = (i + 1) & m->mask;
-    m->slot[i] = id;
-    m->slot_hash[i] = (uint32_t)hh;
-    m->count++;
+    return str_probe(m, s, n)->id;
 }
 
 static int str_grow(kv_bpe *m)
 {
-    int32_t *old = m->slot;
-    uint32_t *old_hash = m->slot_hash;
+    str_slot *old = m->slot;
     size_t old_cap = m->mask + 1;
     if (str_table_alloc(m, old_cap * 2) != 0) {
-        free(m->slot);
-        free(m->slot_hash);
         m->slot = old;
-        m->slot_hash = old_hash;
+        m->mask = old_cap - 1;
         return -1;
     }
-    m->count = 0;
-    for (size_t i = 0; i < old_cap; i++)
-        if (old[i] >= 0)
-            str_insert(m, old[i]);
+    for (size_t i = 0; i < old_cap; i++) {
+        if (old[i].id < 0)
+            continue;
+        const tok_ref *t = &m->tok[old[i].id];
+        *str_probe(m, m->arena + t->off, t->len) = old[i];
+    }
     free(old);
-    free(old_hash);
     return 0;
 }
 
@@ -210,16 +209,12 @@ static int ensure_id(kv_bpe *m, int32_t id)
     int32_t cap = m->id_cap ? m->id_cap : 1024;
     while (cap <= id)
         cap = cap > INT32_MAX / 2 ? INT32_MAX : cap * 2;
-    size_t *off = realloc(m->off, (size_t)cap * sizeof *off);
-    if (!off)
+    tok_ref *tok = realloc(m->tok, (size_t)cap * sizeof *tok);
+    if (!tok)
         return -1;
-    m->off = off;
-    uint32_t *len = realloc(m->len, (size_t)cap * sizeof *len);
-    if (!len)
-        return -1;
-    m->len = len;
+    m->tok = tok;
     for (int32_t i = m->id_cap; i < cap; i++)
-        m->off[i] = ABSENT;
+        m->tok[i] = (tok_ref){ABSENT, 0};
     m->id_cap = cap;
     return 0;
 }
@@ -245,31 +240,32 @@ static int arena_put(kv_bpe *m, const char *s, size_t n, size_t *off)
 int kv_bpe_add_token(kv_bpe *m, const char *s, size_t n, int32_t id, kv_error *err)
 {
     if (id < 0 || n == 0 || n > UINT32_MAX)
-        return kv_fail(err, "vocabulary entry %d: a token needs an id >= 0 and 1 or more bytes",
-                       id);
+        return kv_fail(err, "entry %d: a token needs an id >= 0 and 1 or more bytes", id);
     if (ensure_id(m, id) != 0)
         return kv_fail(err, "out of memory for token id %d", id);
-    if (m->off[id] != ABSENT)
-        return kv_fail(err, "vocabulary: id %d is given to two tokens", id);
-    if (kv_bpe_lookup(m, s, n) >= 0)
-        return kv_fail(err, "vocabulary: the same token appears twice (id %d)", id);
+    if (m->tok[id].off != ABSENT)
+        return kv_fail(err, "id %d is given to two tokens", id);
     if ((m->count + 1) * 2 > m->mask + 1 && str_grow(m) != 0)
         return kv_fail(err, "out of memory for the vocabulary");
-    if (arena_put(m, s, n, &m->off[id]) != 0)
+    str_slot *sl = str_probe(m, s, n);
+    if (sl->id >= 0)
+        return kv_fail(err, "the same token appears twice (ids %d and %d)", sl->id, id);
+    if (arena_put(m, s, n, &m->tok[id].off) != 0)
         return kv_fail(err, "out of memory for the vocabulary");
-    m->len[id] = (uint32_t)n;
+    m->tok[id].len = (uint32_t)n;
     if (id >= m->id_end)
         m->id_end = id + 1;
-    str_insert(m, id);
+    *sl = (str_slot){(uint32_t)hash_bytes((const unsigned char *)s, n), id};
+    m->count++;
     return 0;
 }
 
 const char *kv_bpe_token(const kv_bpe *m, int32_t id, size_t *len)
 {
-    if (id < 0 || id >= m->id_end || m->off[id] == ABSENT)
+    if (id < 0 || id >= m->id_end || m->tok[id].off == ABSENT)
         return NULL;
-    *len = m->len[id];
-    return m->arena + m->off[id];
+    *len = m->tok[id].len;
+    return m->arena + m->tok[id].off;
 }
 
 int32_t kv_bpe_id_end(const kv_bpe *m)

@@ -63,4 +63,24 @@ int kv_bpe_finish(kv_bpe *m, bool ignore_merges, kv_error *err);
 int kv_bpe_word(const kv_bpe *m, const unsigned char *w, size_t n, kv_bpe_scratch *s, kv_ids *out,
                 kv_error *err);
 
+/* ---- loading from tokenizer.json (bpe_json.c) ---- */
+
+/* Where model.vocab and model.merges lie in a tokenizer.json text (end == 0:
+ * absent). */
+typedef struct kv_bpe_json {
+    size_t vocab_at, vocab_end, merges_at, merges_end;
+} kv_bpe_json;
+
+/* Finds them in the top-level object of s[0..n). */
+int kv_bpe_json_find(const char *s, size_t n, kv_bpe_json *where, kv_error *err);
+
+/* A malloc'd copy of s with model.vocab as {} and model.merges as [], small
+ * enough for cJSON. */
+char *kv_bpe_json_strip(const char *s, size_t n, const kv_bpe_json *where, size_t *len);
+
+/* The model: vocab tokens written in the byte-level alphabet, merges as
+ * "a b" or ["a", "b"]. */
+kv_bpe *kv_bpe_json_load(const char *s, const kv_bpe_json *where, bool ignore_merges,
+                         kv_error *err);
+
 #endif

@@ -404,6 +404,12 @@ char *kv_chat_render(const kv_tokenizer *t, const kv_chat_message *msgs, size_t 
         style_free(&s);
         return NULL;
     }
+    for (size_t i = 0; s.fam == FAM_LLAMA3 && i < n; i++)
+        if (is(msgs[i].role, "tool") || is(msgs[i].role, "ipython")) {
+            style_free(&s);
+            kv_fail(err, "chat template: Llama-3 tool messages (message %zu) are not supported", i);
+            return NULL;
+        }
     out o = {0};
     puts_(&o, "");
     if (s.fam == FAM_QWEN3)

@@ -11,8 +11,9 @@
  *            template of the tiny test models).
  *   llama3   Llama-3 headers (<|start_header_id|>), with Llama-3.1's
  *            "Cutting Knowledge Date" system block when the template has it.
- * Tools and tool calls are not rendered (no API for them); a template of
- * another family is an error that says so.
+ * Tool definitions and tool calls have no API here; Qwen tool results (role
+ * "tool") are rendered, Llama-3 ones are an error. A template of another
+ * family is an error that says so.
  */
 #ifndef KV_CHAT_H
 #define KV_CHAT_H

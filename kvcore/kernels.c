@@ -4,8 +4,8 @@
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
-#include <unistd.h>
 #include <string.h>
+#include <unistd.h>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -236,8 +236,7 @@ static void gemv_task(void *ctx, int task, int worker)
         j->ys[i][r] = dot1(w, r, j->x);
 }
 
-void kv_gemv_many(kv_pool *p, int n, const kv_weight *const *ws, const float *x,
-                  float *const *ys)
+void kv_gemv_many(kv_pool *p, int n, const kv_weight *const *ws, const float *x, float *const *ys)
 {
     assert(n >= 1 && n <= 8);
     gemv_job j = {.n = n, .ws = ws, .ys = ys, .x = x};
@@ -357,8 +356,13 @@ void kv_matmul(kv_pool *p, const kv_weight *w, const float *x, int n, float *y, 
             kv_gemv(p, w, x + (size_t)i * (size_t)w->cols, y + (size_t)i * (size_t)w->rows);
         return;
     }
-    matmul_job j = {.w = w, .x = x, .n = n, .y = y, .scratch = scratch,
-                    .block = matmul_block(p, w), .scratch_floats = kv_matmul_scratch(p, w)};
+    matmul_job j = {.w = w,
+                    .x = x,
+                    .n = n,
+                    .y = y,
+                    .scratch = scratch,
+                    .block = matmul_block(p, w),
+                    .scratch_floats = kv_matmul_scratch(p, w)};
     kv_pool_run(p, (w->rows + j.block - 1) / j.block, matmul_task, &j);
 }
 
@@ -380,7 +384,8 @@ static inline __m256 exp8(__m256 x)
     y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
     y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
     y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 #endif
@@ -461,7 +466,8 @@ void kv_axpy(float *y, float a, const float *x, int n)
 #ifdef KV_AVX2
     __m256 av = _mm256_set1_ps(a);
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+        _mm256_storeu_ps(y + i,
+                         _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
 #endif
     for (; i < n; i++)
         y[i] += a * x[i];

@@ -53,8 +53,7 @@ void kv_gemv(kv_pool *p, const kv_weight *w, const float *x, float *y);
 
 /* Several GEMVs of one input vector (q/k/v, gate/up) as one job:
  * ys[i][r] = ws[i][r] . x (1 <= n <= 8). All ws have x's length as cols. */
-void kv_gemv_many(kv_pool *p, int n, const kv_weight *const *ws, const float *x,
-                  float *const *ys);
+void kv_gemv_many(kv_pool *p, int n, const kv_weight *const *ws, const float *x, float *const *ys);
 
 /* Widens rows [row0, row0 + n) of w into dst ([n][cols] floats). */
 void kv_widen_rows(kv_pool *p, const kv_weight *w, int row0, int n, float *dst);

@@ -61,8 +61,8 @@ static const kv_st_tensor *find_tensor(loader *ld, const char *name, int d0, int
         return NULL;
     }
     if (t->dtype == KV_DTYPE_OTHER) {
-        kv_fail(ld->err, "%s: tensor '%s' has dtype %s (supported: F32, F16, BF16)", ld->dir,
-                name, t->dtype_name);
+        kv_fail(ld->err, "%s: tensor '%s' has dtype %s (supported: F32, F16, BF16)", ld->dir, name,
+                t->dtype_name);
         return NULL;
     }
     int want_dims = d1 ? 2 : 1;
@@ -320,8 +320,8 @@ static int check_stats(const kv_model *m, const kv_cache *c, int n,
             return kv_fail(err, "attention statistics: layer %d has no col_sums buffer", l);
         for (int w = 0; w < req->n_windows; w++)
             if (!s->win_sums[w])
-                return kv_fail(err, "attention statistics: layer %d has no buffer for window %d",
-                               l, req->windows[w]);
+                return kv_fail(err, "attention statistics: layer %d has no buffer for window %d", l,
+                               req->windows[w]);
     }
     return 0;
 }
@@ -357,10 +357,10 @@ static void stats_add_row(const kv_attn_stats_request *req, kv_attn_stats *s, in
 /* Buffers of one forward call: the hidden states of all its tokens, and
  * per-chunk work space sized for the longest layer. */
 typedef struct fwd {
-    float *x;      /* [n][hidden] */
+    float *x; /* [n][hidden] */
     float *h, *q, *att, *tmp, *g, *u;
-    float *scores; /* [max(threads * chunk, heads)][max_keys] */
-    float *wide;   /* per-worker room to widen the output embedding for sgemm */
+    float *scores;    /* [max(threads * chunk, heads)][max_keys] */
+    float *wide;      /* per-worker room to widen the output embedding for sgemm */
     float *layer_f32; /* one layer's 16-bit matrices widened for sgemm, or NULL */
     size_t layer_floats;
     int max_keys;
@@ -390,8 +390,7 @@ static size_t max_size(size_t a, size_t b)
     return a > b ? a : b;
 }
 
-static int fwd_alloc(const kv_model *m, const kv_cache *c, int n, int chunk, fwd *f,
-                     kv_error *err)
+static int fwd_alloc(const kv_model *m, const kv_cache *c, int n, int chunk, fwd *f, kv_error *err)
 {
     const kv_model_config *cfg = &m->cfg;
     size_t C = (size_t)chunk, qd = (size_t)cfg->n_heads * (size_t)cfg->head_dim;
@@ -510,8 +509,8 @@ static void attention_rows_task(void *ctx, int g, int worker)
         if (j->st)
             for (int h = 0; h < group; h++)
                 stats_add_row(f->req, j->st, h0 + h,
-                              f->scores + (size_t)(h0 + h) * (size_t)f->max_keys, keys,
-                              j->row0 + i, f->n);
+                              f->scores + (size_t)(h0 + h) * (size_t)f->max_keys, keys, j->row0 + i,
+                              f->n);
     }
 }
 
@@ -561,7 +560,13 @@ static void attention(const kv_model *m, const kv_cache_layer *cl, fwd *f, kv_at
                       int cn, int base, int row0)
 {
     const kv_model_config *c = &m->cfg;
-    attn_job j = {.cfg = c, .cl = cl, .f = f, .st = st, .cn = cn, .base = base, .row0 = row0,
+    attn_job j = {.cfg = c,
+                  .cl = cl,
+                  .f = f,
+                  .st = st,
+                  .cn = cn,
+                  .base = base,
+                  .row0 = row0,
                   .scale = 1.0f / sqrtf((float)c->head_dim)};
     size_t work = (size_t)c->n_heads * (size_t)(base + cn) * (size_t)cn * (size_t)c->head_dim;
     kv_pool *p = work > KV_PARALLEL_MIN_WORK ? f->pool : NULL;
@@ -664,7 +669,8 @@ static int check_call(const kv_model *m, const kv_cache *c, const int32_t *token
         return kv_fail(err, "forward: positions would pass %d", INT32_MAX);
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= cfg->vocab)
-            return kv_fail(err, "forward: token id %d at index %d is outside the vocabulary (0..%d)",
+            return kv_fail(err,
+                           "forward: token id %d at index %d is outside the vocabulary (0..%d)",
                            tokens[i], i, cfg->vocab - 1);
     return 0;
 }

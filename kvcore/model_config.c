@@ -15,13 +15,13 @@ static const struct {
     {"Qwen2ForCausalLM", "qwen2", KV_ARCH_QWEN2},
     {"LlamaForCausalLM", "llama", KV_ARCH_LLAMA},
 };
-#define N_ARCHS (sizeof archs / sizeof archs[0])
+#define N_ARCHS   (sizeof archs / sizeof archs[0])
 #define SUPPORTED "Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM"
 
 /* Sizes beyond these are not models this engine can hold; refusing them keeps
  * every later size computation far from integer overflow. */
-#define MAX_DIM (1 << 20)
-#define MAX_VOCAB (1 << 24)
+#define MAX_DIM    (1 << 20)
+#define MAX_VOCAB  (1 << 24)
 #define MAX_LAYERS 4096
 
 const char *kv_arch_name(kv_arch arch)
@@ -56,8 +56,8 @@ static int find_arch(const cJSON *root, const char *path, kv_arch *out, kv_error
 }
 
 /* A required positive integer field no larger than max. */
-static int get_int(const cJSON *root, const char *key, int max, int dflt, const char *path, int *out,
-                   kv_error *err)
+static int get_int(const cJSON *root, const char *key, int max, int dflt, const char *path,
+                   int *out, kv_error *err)
 {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, key);
     if (!j || cJSON_IsNull(j)) {
@@ -139,7 +139,8 @@ static int parse_rope(const cJSON *root, const char *path, kv_rope_config *r, kv
         return 0;
     if (strcmp(type->valuestring, "llama3") == 0)
         return parse_llama3(sc, path, r, err);
-    return kv_fail(err, "%s: rope scaling type '%.60s' is not supported (supported: default, llama3)",
+    return kv_fail(err,
+                   "%s: rope scaling type '%.60s' is not supported (supported: default, llama3)",
                    path, type->valuestring);
 }
 
@@ -177,7 +178,8 @@ static int parse_eos(const cJSON *root, const char *path, kv_model_config *cfg, 
 static int check_shapes(const char *path, kv_model_config *c, kv_error *err)
 {
     if (c->n_heads % c->n_kv_heads != 0)
-        return kv_fail(err, "%s: num_attention_heads (%d) is not a multiple of num_key_value_heads (%d)",
+        return kv_fail(err,
+                       "%s: num_attention_heads (%d) is not a multiple of num_key_value_heads (%d)",
                        path, c->n_heads, c->n_kv_heads);
     if (c->head_dim % 2 != 0)
         return kv_fail(err, "%s: head_dim %d is odd (RoPE rotates pairs)", path, c->head_dim);
@@ -233,8 +235,8 @@ int kv_model_config_parse(const char *json, size_t len, const char *path, kv_mod
     return rc;
 }
 
-int kv_generation_config_parse(const char *json, size_t len, const char *path,
-                               kv_model_config *cfg, kv_error *err)
+int kv_generation_config_parse(const char *json, size_t len, const char *path, kv_model_config *cfg,
+                               kv_error *err)
 {
     cJSON *root = cJSON_ParseWithLength(json, len);
     if (!root || !cJSON_IsObject(root)) {
@@ -273,7 +275,8 @@ int kv_model_config_load(const char *dir, kv_model_config *cfg, kv_error *err)
     memset(cfg, 0, sizeof *cfg);
     if (parse_file(dir, "config.json", true, cfg, kv_model_config_parse, err) != 0)
         return -1;
-    if (parse_file(dir, "generation_config.json", false, cfg, kv_generation_config_parse, err) != 0) {
+    if (parse_file(dir, "generation_config.json", false, cfg, kv_generation_config_parse, err) !=
+        0) {
         kv_model_config_free(cfg);
         return -1;
     }

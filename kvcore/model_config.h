@@ -19,7 +19,7 @@ typedef enum kv_arch { KV_ARCH_QWEN3, KV_ARCH_QWEN2, KV_ARCH_LLAMA } kv_arch;
 
 typedef struct kv_rope_config {
     double theta;
-    bool llama3;                  /* Llama 3 frequency scaling */
+    bool llama3; /* Llama 3 frequency scaling */
     double factor, low_freq_factor, high_freq_factor, original_max_pos;
 } kv_rope_config;
 
@@ -30,7 +30,7 @@ typedef struct kv_model_config {
     kv_rope_config rope;
     bool tied_embeddings;
     bool qkv_bias, o_bias, mlp_bias, qk_norm;
-    int32_t *eos_ids;             /* config.json's and generation_config.json's, deduplicated */
+    int32_t *eos_ids; /* config.json's and generation_config.json's, deduplicated */
     int n_eos;
 } kv_model_config;
 
@@ -39,8 +39,8 @@ int kv_model_config_parse(const char *json, size_t len, const char *path, kv_mod
                           kv_error *err);
 
 /* Adds the eos ids of generation_config.json text to cfg->eos_ids. */
-int kv_generation_config_parse(const char *json, size_t len, const char *path,
-                               kv_model_config *cfg, kv_error *err);
+int kv_generation_config_parse(const char *json, size_t len, const char *path, kv_model_config *cfg,
+                               kv_error *err);
 
 /* Reads DIR/config.json and, when present, DIR/generation_config.json. */
 int kv_model_config_load(const char *dir, kv_model_config *cfg, kv_error *err);

@@ -22,9 +22,9 @@ struct kv_pool {
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    atomic_uint generation;  /* bumped for every job */
-    _Atomic(job *) current;  /* the running job, NULL between jobs */
-    atomic_int busy;         /* workers that may be reading current */
+    atomic_uint generation; /* bumped for every job */
+    _Atomic(job *) current; /* the running job, NULL between jobs */
+    atomic_int busy;        /* workers that may be reading current */
     atomic_int sleepers;
     atomic_int stop;
 };

@@ -20,10 +20,10 @@ static const struct {
     size_t size;
     kv_dtype dtype;
 } dtypes[] = {
-    {"F32", 4, KV_DTYPE_F32},   {"F16", 2, KV_DTYPE_F16},     {"BF16", 2, KV_DTYPE_BF16},
-    {"F64", 8, KV_DTYPE_OTHER}, {"I64", 8, KV_DTYPE_OTHER},   {"I32", 4, KV_DTYPE_OTHER},
-    {"I16", 2, KV_DTYPE_OTHER}, {"I8", 1, KV_DTYPE_OTHER},    {"U64", 8, KV_DTYPE_OTHER},
-    {"U32", 4, KV_DTYPE_OTHER}, {"U16", 2, KV_DTYPE_OTHER},   {"U8", 1, KV_DTYPE_OTHER},
+    {"F32", 4, KV_DTYPE_F32},    {"F16", 2, KV_DTYPE_F16},       {"BF16", 2, KV_DTYPE_BF16},
+    {"F64", 8, KV_DTYPE_OTHER},  {"I64", 8, KV_DTYPE_OTHER},     {"I32", 4, KV_DTYPE_OTHER},
+    {"I16", 2, KV_DTYPE_OTHER},  {"I8", 1, KV_DTYPE_OTHER},      {"U64", 8, KV_DTYPE_OTHER},
+    {"U32", 4, KV_DTYPE_OTHER},  {"U16", 2, KV_DTYPE_OTHER},     {"U8", 1, KV_DTYPE_OTHER},
     {"BOOL", 1, KV_DTYPE_OTHER}, {"F8_E4M3", 1, KV_DTYPE_OTHER}, {"F8_E5M2", 1, KV_DTYPE_OTHER},
 };
 
@@ -90,8 +90,8 @@ static int parse_tensor(const cJSON *e, size_t data_start, size_t data_size, con
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
     const cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
     if (!cJSON_IsString(dt) || !shape || !offs)
-        return kv_fail(err, "%s: tensor '%s' lacks \"dtype\", \"shape\" or \"data_offsets\"",
-                       path, t->name);
+        return kv_fail(err, "%s: tensor '%s' lacks \"dtype\", \"shape\" or \"data_offsets\"", path,
+                       t->name);
     size_t elsize = kv_dtype_size(dt->valuestring);
     if (elsize == 0)
         return kv_fail(err, "%s: tensor '%s' has unknown dtype '%.16s'", path, t->name,
@@ -105,8 +105,7 @@ static int parse_tensor(const cJSON *e, size_t data_start, size_t data_size, con
     if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
         json_uint(cJSON_GetArrayItem(offs, 0), &begin) != 0 ||
         json_uint(cJSON_GetArrayItem(offs, 1), &end) != 0)
-        return kv_fail(err, "%s: tensor '%s': \"data_offsets\" is not [begin, end]", path,
-                       t->name);
+        return kv_fail(err, "%s: tensor '%s': \"data_offsets\" is not [begin, end]", path, t->name);
     if (begin > end || end > data_size)
         return kv_fail(err,
                        "%s: tensor '%s': data_offsets [%llu, %llu] lie outside the %zu data "
@@ -147,9 +146,9 @@ static int check_overlaps(const kv_st_tensor *t, int n, const char *path, kv_err
     return rc;
 }
 
-int kv_safetensors_parse_header(const char *json, size_t len, size_t data_start,
-                                size_t data_size, const char *path, int file,
-                                kv_st_tensor **tensors, int *n, kv_error *err)
+int kv_safetensors_parse_header(const char *json, size_t len, size_t data_start, size_t data_size,
+                                const char *path, int file, kv_st_tensor **tensors, int *n,
+                                kv_error *err)
 {
     cJSON *root = cJSON_ParseWithLength(json, len);
     if (!root)
@@ -221,8 +220,9 @@ static int open_file(kv_safetensors *st, const char *path, kv_error *err)
     for (int i = 7; i >= 0; i--)
         hlen = hlen << 8 | lenbuf[i];
     if (hlen > size - 8 || hlen > MAX_HEADER_BYTES) {
-        kv_fail(err, "%s: header length %llu does not fit the %zu-byte file (truncated or not "
-                     "safetensors)",
+        kv_fail(err,
+                "%s: header length %llu does not fit the %zu-byte file (truncated or not "
+                "safetensors)",
                 path, (unsigned long long)hlen, size);
         goto done;
     }

@@ -28,19 +28,19 @@ typedef enum kv_dtype {
 
 typedef struct kv_st_tensor {
     char *name;
-    char dtype_name[8];         /* as written in the header: "BF16", "I64"... */
+    char dtype_name[8]; /* as written in the header: "BF16", "I64"... */
     kv_dtype dtype;
     int n_dims;
     int64_t shape[KV_ST_MAX_DIMS];
-    size_t offset;              /* absolute byte offset in its file */
+    size_t offset; /* absolute byte offset in its file */
     size_t nbytes;
-    int file;                   /* index into kv_safetensors.files */
+    int file; /* index into kv_safetensors.files */
 } kv_st_tensor;
 
 typedef struct kv_safetensors {
-    char **files;               /* paths of the files, [n_files] */
+    char **files; /* paths of the files, [n_files] */
     int n_files;
-    kv_st_tensor *tensors;      /* sorted by name, [n_tensors] */
+    kv_st_tensor *tensors; /* sorted by name, [n_tensors] */
     int n_tensors;
 } kv_safetensors;
 
@@ -59,9 +59,9 @@ int kv_safetensors_read(const kv_safetensors *st, const kv_st_tensor *t, void *d
  * section is data_size bytes long starting at file offset data_start, and
  * appends its tensors to *tensors / *n (a realloc'd array). `path` names the
  * file in errors; `file` is stored in each tensor. Exposed for fuzzing. */
-int kv_safetensors_parse_header(const char *json, size_t len, size_t data_start,
-                                size_t data_size, const char *path, int file,
-                                kv_st_tensor **tensors, int *n, kv_error *err);
+int kv_safetensors_parse_header(const char *json, size_t len, size_t data_start, size_t data_size,
+                                const char *path, int file, kv_st_tensor **tensors, int *n,
+                                kv_error *err);
 
 /* Bytes per element of a dtype name ("BF16" -> 2), 0 when unknown. */
 size_t kv_dtype_size(const char *name);

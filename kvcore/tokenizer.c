@@ -6,6 +6,7 @@
 #include <utf8proc.h>
 
 #include "bpe.h"
+#include "bytelevel.h"
 #include "file.h"
 #include "pretok.h"
 #include "utf8.h"
@@ -32,55 +33,13 @@ struct kv_tokenizer {
     int32_t *added_of_id; /* id -> index in added, or -1; id_end entries */
     int32_t id_end;
     int32_t bos, eos;
-    char *chat_template; /* tokenizer_config.json, or NULL */
+    int32_t *prefix, *suffix; /* post_processor's tokens around one sequence */
+    size_t n_prefix, n_suffix;
+    bool has_template;
+    bool clean_up_spaces; /* tokenizer_config.json's clean_up_tokenization_spaces */
+    char *chat_template;  /* tokenizer_config.json, or NULL */
     char *bos_token, *eos_token;
 };
-
-/* ---- the GPT-2 byte <-> unicode map ------------------------------------ */
-
-/* Printable Latin-1 bytes stand for themselves; the 68 others (controls,
- * space, 0x7F-0xA0, 0xAD) take U+0100 onwards in byte order. */
-static uint32_t byte_to_cp[256];
-static int16_t cp_to_byte[0x144];
-
-static bool printable_byte(int b)
-{
-    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-}
-
-static void byte_map_init(void)
-{
-    /* Idempotent and the same every time, so concurrent loads may race on it
-     * harmlessly; done at load rather than as a constant table for clarity. */
-    int extra = 0;
-    for (int cp = 0; cp < 0x144; cp++)
-        cp_to_byte[cp] = -1;
-    for (int b = 0; b < 256; b++) {
-        uint32_t cp = printable_byte(b) ? (uint32_t)b : 0x100u + (uint32_t)extra++;
-        byte_to_cp[b] = cp;
-        cp_to_byte[cp] = (int16_t)b;
-    }
-}
-
-/* Byte-level string (UTF-8 of mapped code points) -> raw bytes, written to out
- * (at most n bytes). Returns the byte count, or -1 when a character is not in
- * the byte alphabet. */
-static long from_byte_level(const char *s, size_t n, char *out)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0, o = 0;
-    while (i < n) {
-        size_t bad, k = kv_utf8_seq(u + i, n - i, &bad);
-        if (k == 0)
-            return -1;
-        uint32_t cp = kv_utf8_decode(u + i, k);
-        if (cp >= 0x144 || cp_to_byte[cp] < 0)
-            return -1;
-        out[o++] = (char)cp_to_byte[cp];
-        i += k;
-    }
-    return (long)o;
-}
 
 /* ---- loading ----------------------------------------------------------- */
 
@@ -184,10 +143,65 @@ static int load_pre_tokenizer(kv_tokenizer *t, const cJSON *p, bool first, bool 
                    type);
 }
 
-/* Post-processors only add tokens around a sequence (BOS/EOS), which encode
- * never does (add_special_tokens=False); ByteLevel's offset trimming does not
- * change ids. Anything else is refused. */
-static int check_post_processor(const cJSON *p, kv_error *err)
+/* The ids a TemplateProcessing special token stands for
+ * (special_tokens: {"<s>": {"ids": [1], ...}}), appended to *v. */
+static int template_ids(const cJSON *specials, const char *name, int32_t **v, size_t *n,
+                        kv_error *err)
+{
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(specials, name);
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(tok, "ids"), *e;
+    if (!cJSON_IsArray(ids))
+        return kv_fail(err, "post_processor TemplateProcessing: special token \"%s\" has no ids",
+                       name);
+    cJSON_ArrayForEach(e, ids)
+    {
+        int32_t *m = realloc(*v, (*n + 1) * sizeof *m);
+        if (!m)
+            return kv_fail(err, "out of memory");
+        *v = m;
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > INT32_MAX)
+            return kv_fail(err, "post_processor TemplateProcessing: bad id for \"%s\"", name);
+        (*v)[(*n)++] = (int32_t)e->valueint;
+    }
+    return 0;
+}
+
+/* TemplateProcessing's "single" template: special tokens, then the sequence
+ * ($A), then special tokens; they are what add_special_tokens=True adds. */
+static int load_template(kv_tokenizer *t, const cJSON *p, kv_error *err)
+{
+    if (t->has_template)
+        return kv_fail(err, "post_processor: two TemplateProcessing steps are not supported");
+    t->has_template = true;
+    const cJSON *specials = cJSON_GetObjectItemCaseSensitive(p, "special_tokens"), *item;
+    bool seen_a = false;
+    cJSON_ArrayForEach(item, cJSON_GetObjectItemCaseSensitive(p, "single"))
+    {
+        const cJSON *seq = cJSON_GetObjectItemCaseSensitive(item, "Sequence");
+        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(item, "SpecialToken");
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(seq ? seq : sp, "id");
+        if (seq && cJSON_IsString(id) && strcmp(id->valuestring, "A") == 0 && !seen_a) {
+            seen_a = true;
+        } else if (sp && cJSON_IsString(id)) {
+            int rc = seen_a
+                         ? template_ids(specials, id->valuestring, &t->suffix, &t->n_suffix, err)
+                         : template_ids(specials, id->valuestring, &t->prefix, &t->n_prefix, err);
+            if (rc != 0)
+                return -1;
+        } else {
+            return kv_fail(err, "post_processor TemplateProcessing: \"single\" must be special "
+                                "tokens around one $A");
+        }
+    }
+    if (!seen_a)
+        return kv_fail(err, "post_processor TemplateProcessing: \"single\" has no $A");
+    return 0;
+}
+
+/* Post-processors add tokens around a sequence (TemplateProcessing: BOS/EOS,
+ * applied by kv_tokenizer_encode_special); ByteLevel's offset trimming does
+ * not change ids. Anything else is refused. */
+static int load_post_processor(kv_tokenizer *t, const cJSON *p, kv_error *err)
 {
     if (is_null(p))
         return 0;
@@ -196,13 +210,15 @@ static int check_post_processor(const cJSON *p, kv_error *err)
         const cJSON *item;
         cJSON_ArrayForEach(item, cJSON_GetObjectItemCaseSensitive(p, "processors"))
         {
-            if (check_post_processor(item, err) != 0)
+            if (load_post_processor(t, item, err) != 0)
                 return -1;
         }
         return 0;
     }
-    if (strcmp(type, "ByteLevel") == 0 || strcmp(type, "TemplateProcessing") == 0)
+    if (strcmp(type, "ByteLevel") == 0)
         return 0;
+    if (strcmp(type, "TemplateProcessing") == 0)
+        return load_template(t, p, err);
     return kv_fail(err,
                    "post_processor \"%s\" is not supported (only ByteLevel, "
                    "TemplateProcessing)",
@@ -235,113 +251,15 @@ static int check_model_options(const cJSON *m, kv_error *err)
     return 0;
 }
 
-static int load_vocab(kv_tokenizer *t, const cJSON *vocab, char *buf, kv_error *err)
-{
-    if (!cJSON_IsObject(vocab))
-        return kv_fail(err, "model.vocab must be an object of token: id");
-    const cJSON *e;
-    cJSON_ArrayForEach(e, vocab)
-    {
-        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > INT32_MAX - 1)
-            return kv_fail(err, "model.vocab: token \"%s\" needs a non-negative integer id",
-                           e->string);
-        size_t n = strlen(e->string);
-        long bytes = from_byte_level(e->string, n, buf);
-        if (bytes < 0)
-            return kv_fail(err,
-                           "model.vocab: token \"%s\" is not in the byte-level alphabet "
-                           "(only byte-level BPE is supported)",
-                           e->string);
-        if (kv_bpe_add_token(t->bpe, buf, (size_t)bytes, (int32_t)e->valueint, err) != 0)
-            return kv_fail_prefix(err, "model.vocab");
-    }
-    return 0;
-}
-
-/* One side of a merge: its byte string's token id. */
-static int32_t merge_side(const kv_tokenizer *t, const char *s, size_t n, char *buf, long *len)
-{
-    *len = from_byte_level(s, n, buf);
-    return *len < 0 ? -1 : kv_bpe_lookup(t->bpe, buf, (size_t)*len);
-}
-
-static int load_merge(kv_tokenizer *t, const cJSON *m, uint32_t rank, char *buf, kv_error *err)
-{
-    const char *a, *b;
-    size_t na, nb;
-    if (cJSON_IsString(m)) { /* "a b" */
-        const char *sp = strchr(m->valuestring, ' ');
-        if (!sp || strchr(sp + 1, ' '))
-            return kv_fail(err,
-                           "model.merges[%u]: \"%s\" is not two tokens separated by a "
-                           "space",
-                           rank, m->valuestring);
-        a = m->valuestring, na = (size_t)(sp - a), b = sp + 1, nb = strlen(b);
-    } else if (cJSON_GetArraySize(m) == 2 && cJSON_IsString(m->child) &&
-               cJSON_IsString(m->child->next)) { /* ["a", "b"] */
-        a = m->child->valuestring, na = strlen(a);
-        b = m->child->next->valuestring, nb = strlen(b);
-    } else {
-        return kv_fail(err, "model.merges[%u] is neither \"a b\" nor [\"a\", \"b\"]", rank);
-    }
-    long la, lb;
-    int32_t ia = merge_side(t, a, na, buf, &la);
-    int32_t ib = merge_side(t, b, nb, buf + (la > 0 ? la : 0), &lb);
-    if (ia < 0 || ib < 0)
-        return kv_fail(err, "model.merges[%u]: token \"%s\" is not in the vocabulary", rank,
-                       ia < 0 ? a : b);
-    int32_t merged = kv_bpe_lookup(t->bpe, buf, (size_t)(la + lb));
-    if (merged < 0)
-        return kv_fail(err,
-                       "model.merges[%u]: the merge of \"%.*s\" and \"%.*s\" is not in the "
-                       "vocabulary",
-                       rank, (int)na, a, (int)nb, b);
-    return kv_bpe_add_merge(t->bpe, ia, ib, merged, rank, err);
-}
-
-static int load_model(kv_tokenizer *t, const cJSON *m, kv_error *err)
+static int load_model(kv_tokenizer *t, const cJSON *m, const char *text, const kv_bpe_json *where,
+                      kv_error *err)
 {
     if (!cJSON_IsObject(m))
         return kv_fail(err, "\"model\" is missing");
     if (check_model_options(m, err) != 0)
         return -1;
-    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(m, "vocab");
-    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(m, "merges");
-    if (!is_null(merges) && !cJSON_IsArray(merges))
-        return kv_fail(err, "model.merges must be an array");
-    t->bpe = kv_bpe_new((size_t)cJSON_GetArraySize(vocab), (size_t)cJSON_GetArraySize(merges), err);
-    if (!t->bpe)
-        return -1;
-    /* Longest token string: bounds the byte buffers below. */
-    size_t longest = 16;
-    const cJSON *e;
-    cJSON_ArrayForEach(e, vocab)
-    {
-        size_t n = strlen(e->string);
-        longest = n > longest ? n : longest;
-    }
-    cJSON_ArrayForEach(e, merges)
-    {
-        size_t n = cJSON_IsString(e) ? strlen(e->valuestring) : 0;
-        for (const cJSON *c = e->child; c; c = c->next)
-            n += cJSON_IsString(c) ? strlen(c->valuestring) : 0;
-        longest = n > longest ? n : longest;
-    }
-    char *buf = malloc(2 * longest + 2);
-    if (!buf)
-        return kv_fail(err, "out of memory");
-    int rc = load_vocab(t, vocab, buf, err);
-    uint32_t rank = 0;
-    cJSON_ArrayForEach(e, merges)
-    {
-        if (rc != 0)
-            break;
-        rc = load_merge(t, e, rank++, buf, err);
-    }
-    free(buf);
-    if (rc != 0)
-        return -1;
-    return kv_bpe_finish(t->bpe, flag(m, "ignore_merges"), err);
+    t->bpe = kv_bpe_json_load(text, where, flag(m, "ignore_merges"), err);
+    return t->bpe ? 0 : -1;
 }
 
 /* The bytes HF's ByteLevel decoder gives for a token string: every character
@@ -352,7 +270,7 @@ static char *decoded_form(const char *s, size_t n, size_t *out_len)
     char *out = malloc(n + 1);
     if (!out)
         return NULL;
-    long k = from_byte_level(s, n, out);
+    long k = kv_bytelevel_to_bytes(s, n, out);
     if (k < 0) {
         memcpy(out, s, n);
         k = (long)n;
@@ -451,7 +369,8 @@ static int load_added(kv_tokenizer *t, const cJSON *list, kv_error *err)
     return index_added(t, err);
 }
 
-static int load_tokenizer_json(kv_tokenizer *t, const cJSON *root, kv_error *err)
+static int load_tokenizer_json(kv_tokenizer *t, const cJSON *root, const char *text,
+                               const kv_bpe_json *where, kv_error *err)
 {
     if (!cJSON_IsObject(root))
         return kv_fail(err, "not a JSON object");
@@ -466,15 +385,34 @@ static int load_tokenizer_json(kv_tokenizer *t, const cJSON *root, kv_error *err
         load_normalizer(t, cJSON_GetObjectItemCaseSensitive(root, "normalizer"), err) != 0 ||
         load_pre_tokenizer(t, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), true,
                            &byte_level, err) != 0 ||
-        check_post_processor(cJSON_GetObjectItemCaseSensitive(root, "post_processor"), err) != 0 ||
+        load_post_processor(t, cJSON_GetObjectItemCaseSensitive(root, "post_processor"), err) !=
+            0 ||
         check_decoder(cJSON_GetObjectItemCaseSensitive(root, "decoder"), err) != 0)
         return -1;
     if (!byte_level)
         return kv_fail(err, "pre_tokenizer has no ByteLevel step (only byte-level BPE is "
                             "supported)");
-    if (load_model(t, cJSON_GetObjectItemCaseSensitive(root, "model"), err) != 0)
+    if (load_model(t, cJSON_GetObjectItemCaseSensitive(root, "model"), text, where, err) != 0)
         return -1;
     return load_added(t, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), err);
+}
+
+/* tokenizer.json: the big parts by scanning, the rest by cJSON. */
+static int parse_tokenizer_json(kv_tokenizer *t, const char *data, size_t len, kv_error *err)
+{
+    kv_bpe_json where;
+    if (kv_bpe_json_find(data, len, &where, err) != 0)
+        return -1;
+    size_t small_len;
+    char *small = kv_bpe_json_strip(data, len, &where, &small_len);
+    if (!small)
+        return kv_fail(err, "out of memory");
+    cJSON *root = cJSON_ParseWithLength(small, small_len);
+    free(small);
+    int rc =
+        root ? load_tokenizer_json(t, root, data, &where, err) : kv_fail(err, "not valid JSON");
+    cJSON_Delete(root);
+    return rc;
 }
 
 /* "bos_token": "<s>" or {"content": "<s>", ...} or null. */
@@ -527,6 +465,8 @@ static int load_config(kv_tokenizer *t, const char *dir, kv_error *err)
         rc = kv_fail(err, "%s: not valid JSON", path);
     if (rc == 0 && flag(cfg, "split_special_tokens"))
         rc = kv_fail(err, "%s: split_special_tokens true is not supported", path);
+    /* absent: false, the default of transformers since 4.45 */
+    t->clean_up_spaces = flag(cfg, "clean_up_tokenization_spaces");
     if (rc == 0)
         rc = config_template(t, cfg, err);
     if (rc == 0)
@@ -548,7 +488,6 @@ static int load_config(kv_tokenizer *t, const char *dir, kv_error *err)
 
 kv_tokenizer *kv_tokenizer_load(const char *model_dir, kv_error *err)
 {
-    byte_map_init();
     kv_tokenizer *t = calloc(1, sizeof *t);
     char *path = kv_path_join(model_dir, "tokenizer.json");
     if (!t || !path) {
@@ -561,15 +500,11 @@ kv_tokenizer *kv_tokenizer_load(const char *model_dir, kv_error *err)
     char *data = NULL;
     size_t len;
     int rc = kv_file_read(path, &data, &len, err);
-    if (rc == 0) {
-        cJSON *root = cJSON_ParseWithLength(data, len);
-        free(data);
-        if (!root)
-            rc = kv_fail(err, "%s: not valid JSON", path);
-        else if (load_tokenizer_json(t, root, err) != 0)
-            rc = kv_fail_prefix(err, path);
-        cJSON_Delete(root);
-    }
+    if (rc == 0)
+        rc = parse_tokenizer_json(t, data, len, err);
+    if (rc != 0)
+        kv_fail_prefix(err, path);
+    free(data);
     free(path);
     if (rc == 0)
         rc = load_config(t, model_dir, err);
@@ -592,6 +527,8 @@ void kv_tokenizer_free(kv_tokenizer *t)
     }
     free(t->added);
     free(t->added_of_id);
+    free(t->prefix);
+    free(t->suffix);
     free(t->chat_template);
     free(t->bos_token);
     free(t->eos_token);
@@ -687,8 +624,16 @@ static int encode_text(encoder *e, const char *s, size_t n)
     return 0;
 }
 
-int kv_tokenizer_encode(const kv_tokenizer *t, const char *text, size_t len, int32_t **ids,
-                        size_t *n_ids, kv_error *err)
+static int push_all(kv_ids *ids, const int32_t *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (kv_ids_push(ids, v[i]) != 0)
+            return -1;
+    return 0;
+}
+
+static int encode(const kv_tokenizer *t, const char *text, size_t len, bool special, int32_t **ids,
+                  size_t *n_ids, kv_error *err)
 {
     *ids = NULL;
     *n_ids = 0;
@@ -700,7 +645,13 @@ int kv_tokenizer_encode(const kv_tokenizer *t, const char *text, size_t len, int
         text = fixed;
     }
     encoder e = {.t = t, .err = err, .st = kv_pretok_state_new(t->pretok)};
-    int rc = e.st ? encode_text(&e, text, len) : kv_fail(err, "out of memory");
+    int rc = e.st ? 0 : kv_fail(err, "out of memory");
+    if (rc == 0 && special && push_all(&e.ids, t->prefix, t->n_prefix) != 0)
+        rc = kv_fail(err, "out of memory");
+    if (rc == 0)
+        rc = encode_text(&e, text, len);
+    if (rc == 0 && special && push_all(&e.ids, t->suffix, t->n_suffix) != 0)
+        rc = kv_fail(err, "out of memory");
     kv_pretok_state_free(e.st);
     kv_bpe_scratch_free(&e.scratch);
     free(fixed);
@@ -711,6 +662,18 @@ int kv_tokenizer_encode(const kv_tokenizer *t, const char *text, size_t len, int
     *ids = e.ids.v;
     *n_ids = e.ids.n;
     return 0;
+}
+
+int kv_tokenizer_encode(const kv_tokenizer *t, const char *text, size_t len, int32_t **ids,
+                        size_t *n_ids, kv_error *err)
+{
+    return encode(t, text, len, false, ids, n_ids, err);
+}
+
+int kv_tokenizer_encode_special(const kv_tokenizer *t, const char *text, size_t len, int32_t **ids,
+                                size_t *n_ids, kv_error *err)
+{
+    return encode(t, text, len, true, ids, n_ids, err);
 }
 
 /* ---- decoding and lookups ---------------------------------------------- */
@@ -733,7 +696,36 @@ bool kv_tokenizer_is_special(const kv_tokenizer *t, int32_t id)
            t->added[t->added_of_id[id]].special;
 }
 
-char *kv_tokenizer_decode(const kv_tokenizer *t, const int32_t *ids, size_t n, bool skip_special)
+/* Replaces every `from` in s[0..*n) by the shorter `to`, in place. */
+static void replace_shorter(char *s, size_t *n, const char *from, const char *to)
+{
+    size_t lf = strlen(from), lt = strlen(to), o = 0;
+    for (size_t i = 0; i < *n;) {
+        if (i + lf <= *n && memcmp(s + i, from, lf) == 0) {
+            memcpy(s + o, to, lt);
+            o += lt;
+            i += lf;
+        } else {
+            s[o++] = s[i++];
+        }
+    }
+    *n = o;
+    s[o] = '\0';
+}
+
+/* transformers' clean_up_tokenization: these replacements, in this order. */
+static void clean_up_spaces(char *s, size_t *n)
+{
+    static const char *const pairs[][2] = {
+        {" .", "."},     {" ?", "?"},   {" !", "!"},   {" ,", ","},     {" ' ", "'"},
+        {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"},
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++)
+        replace_shorter(s, n, pairs[i][0], pairs[i][1]);
+}
+
+static char *decode_bytes(const kv_tokenizer *t, const int32_t *ids, size_t n, bool skip_special,
+                          size_t *out_len)
 {
     size_t total = 0, len;
     for (size_t i = 0; i < n; i++)
@@ -752,9 +744,29 @@ char *kv_tokenizer_decode(const kv_tokenizer *t, const int32_t *ids, size_t n, b
             o += len;
         }
     }
-    char *out = kv_utf8_lossy(raw, o, &len);
+    raw[o] = '\0';
+    if (kv_utf8_valid_prefix(raw, o) == o) { /* the usual case: nothing to repair */
+        *out_len = o;
+        return raw;
+    }
+    char *out = kv_utf8_lossy(raw, o, out_len);
     free(raw);
     return out;
+}
+
+char *kv_tokenizer_decode_len(const kv_tokenizer *t, const int32_t *ids, size_t n,
+                              bool skip_special, size_t *len)
+{
+    char *s = decode_bytes(t, ids, n, skip_special, len);
+    if (s && t->clean_up_spaces)
+        clean_up_spaces(s, len);
+    return s;
+}
+
+char *kv_tokenizer_decode(const kv_tokenizer *t, const int32_t *ids, size_t n, bool skip_special)
+{
+    size_t len;
+    return kv_tokenizer_decode_len(t, ids, n, skip_special, &len);
 }
 
 int32_t kv_tokenizer_token_id(const kv_tokenizer *t, const char *token)
@@ -769,7 +781,7 @@ int32_t kv_tokenizer_token_id(const kv_tokenizer *t, const char *token)
     char *buf = malloc(n);
     if (!buf)
         return -1;
-    long bytes = from_byte_level(token, n, buf);
+    long bytes = kv_bytelevel_to_bytes(token, n, buf);
     int32_t id = bytes > 0 ? kv_bpe_lookup(t->bpe, buf, (size_t)bytes) : -1;
     free(buf);
     return id;

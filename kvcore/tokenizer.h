@@ -5,7 +5,8 @@
  * each text segment between them is NFC-normalised (when the tokenizer has the
  * NFC normalizer), pre-tokenised by the Split/ByteLevel regexes and BPE-merged
  * by merge rank. No BOS/EOS is added: encode is HF's encode(text,
- * add_special_tokens=False), which is what chat prompts need.
+ * add_special_tokens=False), which is what chat prompts need (their template
+ * writes the BOS); kv_tokenizer_encode_special adds them.
  * decode: ids to bytes through the GPT-2 byte map, then lossy UTF-8 (every
  * invalid or partial sequence becomes U+FFFD, like Rust's from_utf8_lossy).
  *
@@ -36,10 +37,24 @@ void kv_tokenizer_free(kv_tokenizer *t);
 int kv_tokenizer_encode(const kv_tokenizer *t, const char *text, size_t len, int32_t **ids,
                         size_t *n_ids, kv_error *err);
 
+/* The same as HF's encode(text, add_special_tokens=True): the tokens that
+ * tokenizer.json's TemplateProcessing post-processor puts around a single
+ * sequence are added (Llama-3: BOS first; Qwen3: nothing). */
+int kv_tokenizer_encode_special(const kv_tokenizer *t, const char *text, size_t len, int32_t **ids,
+                                size_t *n_ids, kv_error *err);
+
 /* Decodes ids into malloc'd, NUL-terminated UTF-8 text (NULL only when out of
- * memory). Ids outside the vocabulary are skipped, like HF. skip_special drops
- * the added tokens marked "special": true and keeps the others (<think>...). */
+ * memory), as transformers' tokenizer.decode does. Ids outside the vocabulary
+ * are skipped, like HF. skip_special drops the added tokens marked "special":
+ * true and keeps the others (<think>...). When tokenizer_config.json sets
+ * clean_up_tokenization_spaces (Qwen3 does not), " ." becomes "." and so on,
+ * as transformers does; absent means false (transformers >= 4.45). */
 char *kv_tokenizer_decode(const kv_tokenizer *t, const int32_t *ids, size_t n, bool skip_special);
+
+/* The same, with the length: decoded text may hold NUL bytes (the token for
+ * byte 0x00), which a C string would cut short. */
+char *kv_tokenizer_decode_len(const kv_tokenizer *t, const int32_t *ids, size_t n,
+                              bool skip_special, size_t *len);
 
 /* The id of a token given in its vocabulary form ("Ġthe", "<|im_end|>"), or -1
  * when there is no such token. */

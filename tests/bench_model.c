@@ -4,6 +4,7 @@
  *   build/tests/bench_model --model DIR [--prompt-tokens 512,2048] [--gen-tokens 128] ...
  */
 #include "bench_model.h"
+
 #include "cli.h"
 
 static const kb_command cmd = {

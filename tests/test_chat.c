@@ -59,6 +59,63 @@ static void check_chat_case(const kv_tokenizer *t, const cJSON *j)
     free(m);
 }
 
+/* Every line of a file of {"messages", "add_generation_prompt",
+ * ["enable_thinking",] "text"} renders to its text. */
+static void check_render_file(const kv_tokenizer *t, const char *path)
+{
+    char *data = tu_slurp(path, NULL);
+    int checked = 0;
+    for (char *line = strtok(data, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(line);
+        cr_assert(j, "%s: bad JSON line", path);
+        const cJSON *msgs = cJSON_GetObjectItem(j, "messages"), *e;
+        size_t n = (size_t)cJSON_GetArraySize(msgs), i = 0;
+        kv_chat_message *m = calloc(n, sizeof *m);
+        cJSON_ArrayForEach(e, msgs)
+        {
+            m[i].role = cJSON_GetObjectItem(e, "role")->valuestring;
+            m[i++].content = cJSON_GetObjectItem(e, "content")->valuestring;
+        }
+        const cJSON *think = cJSON_GetObjectItem(j, "enable_thinking");
+        char *text = render(t, m, n, cJSON_IsTrue(cJSON_GetObjectItem(j, "add_generation_prompt")),
+                            think ? cJSON_IsTrue(think) : true);
+        cr_expect_str_eq(text, cJSON_GetObjectItem(j, "text")->valuestring, "%s: %s", path,
+                         cJSON_GetObjectItem(j, "id")->valuestring);
+        free(text);
+        free(m);
+        cJSON_Delete(j);
+        checked++;
+    }
+    cr_expect_geq(checked, 100, "%s: only %d cases", path, checked);
+    free(data);
+}
+
+Test(chat, random_conversations_match_jinja_qwen3)
+{
+    /* tests/data/tokenizer/chat/NAME.jsonl: rendered by Jinja2 as transformers
+     * sets it up (tests/tools/render_chat_jinja.py) */
+    char *dir = tu_shared("fixtures/qwen3-tokenizer");
+    if (!dir)
+        cr_skip_test("fixtures/qwen3-tokenizer missing (../shared absent)");
+    kv_tokenizer *t = load_or_die(dir);
+    char *path = tu_source("tests/data/tokenizer/chat/qwen3_random.jsonl");
+    check_render_file(t, path);
+    free(path);
+    kv_tokenizer_free(t);
+    free(dir);
+}
+
+Test(chat, random_conversations_match_jinja_toy)
+{
+    char *dir = tu_source("tests/data/tokenizer/toy");
+    kv_tokenizer *t = load_or_die(dir);
+    char *path = tu_source("tests/data/tokenizer/chat/toy.jsonl");
+    check_render_file(t, path);
+    free(path);
+    kv_tokenizer_free(t);
+    free(dir);
+}
+
 Test(chat, qwen3_matches_transformers)
 {
     char *cases = tu_shared("fixtures/tokenizer-cases/chat_ref.jsonl");
@@ -194,6 +251,60 @@ Test(chat, llama3_headers_and_trimmed_content)
                         "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
                         "<|start_header_id|>assistant<|end_header_id|>\n\n");
     free(s);
+    kv_tokenizer_free(t);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* A model folder with the toy tokenizer.json and a committed
+ * tokenizer_config.json (tests/data/tokenizer/chat/NAME_config.json). */
+static char *folder_with_config(const char *name)
+{
+    char rel[256];
+    snprintf(rel, sizeof rel, "tests/data/tokenizer/chat/%s_config.json", name);
+    char *cfg_path = tu_source(rel);
+    char *text = tu_slurp(cfg_path, NULL);
+    cJSON *cfg = cJSON_Parse(text);
+    const cJSON *bos = cJSON_GetObjectItem(cfg, "bos_token");
+    char *dir = folder_with_template(cJSON_GetObjectItem(cfg, "chat_template")->valuestring,
+                                     cJSON_IsString(bos) ? bos->valuestring : NULL);
+    cJSON_Delete(cfg);
+    free(text);
+    free(cfg_path);
+    return dir;
+}
+
+Test(chat, random_conversations_match_jinja_qwen2_and_llama3)
+{
+    /* The templates in tests/data/tokenizer/chat/NAME_config.json are written
+     * after Qwen2-Instruct's, Llama-3-Instruct's and Llama-3.1-Instruct's
+     * (without tools); the renderings are Jinja2's. */
+    static const char *const names[] = {"qwen2", "llama3", "llama31"};
+    static const char *const families[] = {"chatml", "llama3", "llama3"};
+    for (int i = 0; i < 3; i++) {
+        char *dir = folder_with_config(names[i]);
+        kv_tokenizer *t = load_or_die(dir);
+        kv_error err = {{0}};
+        cr_expect_str_eq(kv_chat_family(t, &err), families[i]);
+        char rel[256];
+        snprintf(rel, sizeof rel, "tests/data/tokenizer/chat/%s.jsonl", names[i]);
+        char *path = tu_source(rel);
+        check_render_file(t, path);
+        free(path);
+        kv_tokenizer_free(t);
+        tu_rmtree(dir);
+        free(dir);
+    }
+}
+
+Test(chat, llama3_tool_messages_are_refused)
+{
+    char *dir = folder_with_config("llama31");
+    kv_tokenizer *t = load_or_die(dir);
+    kv_chat_message m[] = {{"user", "Hi"}, {"tool", "{}"}};
+    kv_error err = {{0}};
+    cr_expect_null(kv_chat_render(t, m, 2, true, true, &err));
+    cr_expect(strstr(err.msg, "tool messages"), "%s", err.msg);
     kv_tokenizer_free(t);
     tu_rmtree(dir);
     free(dir);

@@ -41,8 +41,9 @@ static void check_cli(const char *name)
     char *ids = tu_slurp(ids_path, NULL);
     ids[strcspn(ids, "\n")] = '\0';
     snprintf(npy, sizeof npy, "%s/logits.npy", tmp);
-    tu_result r = tu_kvbench("generate", "--model", dir, "--tokens", ids, "--max-new-tokens", "64",
-                             "--ignore-eos", "--json", "--threads", "2", "--dump-logits", npy, NULL);
+    tu_result r =
+        tu_kvbench("generate", "--model", dir, "--tokens", ids, "--max-new-tokens", "64",
+                   "--ignore-eos", "--json", "--threads", "2", "--dump-logits", npy, NULL);
     cr_assert_eq(r.status, 0, "%s: %s", name, r.err);
     int32_t gen[64];
     cr_assert_eq(read_ids(dir, "ref_gen.txt", gen, 64), 64);
@@ -106,7 +107,8 @@ Test(generate_cli, bad_inputs_are_one_line_errors)
         cr_expect_eq(r.status, cases[i].status, "case %zu: status %d, stderr %s", i, r.status,
                      r.err);
         cr_expect(strstr(r.err, cases[i].msg), "case %zu: %s", i, r.err);
-        cr_expect(strncmp(r.err, "kvbench: ", 9) == 0 && strchr(r.err, '\n') == r.err + strlen(r.err) - 1,
+        cr_expect(strncmp(r.err, "kvbench: ", 9) == 0 &&
+                      strchr(r.err, '\n') == r.err + strlen(r.err) - 1,
                   "case %zu: not one line: %s", i, r.err);
         tu_result_free(&r);
     }
@@ -259,8 +261,11 @@ Test(generate, stops_at_a_stop_string_spanning_tokens)
     snprintf(stop, sizeof stop, "%d><%d", gen[6], gen[7]);
     const char *stops[] = {stop};
     hook_log h = {0};
-    kv_generate_opts o = {.max_new_tokens = 64, .ignore_eos = true, .stop_strings = stops,
-                          .n_stop_strings = 1, .token_text = fake_text};
+    kv_generate_opts o = {.max_new_tokens = 64,
+                          .ignore_eos = true,
+                          .stop_strings = stops,
+                          .n_stop_strings = 1,
+                          .token_text = fake_text};
     kv_generation out;
     generate_with("qwen3-f32", &o, &out, &h);
     cr_assert_eq(out.stop, KV_STOP_STRING);
@@ -272,7 +277,9 @@ Test(generate, stops_at_a_stop_string_spanning_tokens)
 Test(generate, step_hook_sees_statistics_and_may_compact_the_cache)
 {
     hook_log h = {.compact = true};
-    kv_generate_opts o = {.max_new_tokens = 8, .ignore_eos = true, .on_step = on_step,
+    kv_generate_opts o = {.max_new_tokens = 8,
+                          .ignore_eos = true,
+                          .on_step = on_step,
                           .stats_req = {.col_sums = true}};
     kv_generation out;
     generate_with("qwen2-bf16", &o, &out, &h);
@@ -335,7 +342,8 @@ Test(generate, logits_of_a_long_prompt_come_in_order)
     for (int i = 0; i < P; i++)
         ids[i] = (int32_t)((i * 131 + 7) % 500);
     logit_sink s = {.rows = malloc((size_t)(P + G) * V * sizeof(float)), .vocab = V};
-    kv_generate_opts o = {.max_new_tokens = G, .ignore_eos = true, .on_logits = collect, .user = &s};
+    kv_generate_opts o = {
+        .max_new_tokens = G, .ignore_eos = true, .on_logits = collect, .user = &s};
     kv_cache *c = kv_model_cache_new(m, 8, &err);
     kv_generation out;
     cr_assert_eq(kv_generate(m, c, ids, P, &o, &out, &err), 0, "%s", err.msg);
@@ -354,5 +362,21 @@ Test(generate, logits_of_a_long_prompt_come_in_order)
     free(all);
     free(s.rows);
     kv_model_free(m);
+    free(dir);
+}
+
+/* `kvbench bench model` runs end to end (what it measures is not asserted:
+ * performance is not a unit test). */
+Test(generate_cli, bench_model_reports_each_measure)
+{
+    char *dir = model_dir("qwen3-bf16");
+    tu_result r =
+        tu_kvbench("bench", "model", "--model", dir, "--prompt-tokens", "16,24", "--gen-tokens",
+                   "3", "--repeats", "1", "--evict-keep", "12", "--json", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "{\"measure\":\"prefill\",\"tokens\":24,"), "%s", r.out);
+    cr_assert(strstr(r.out, "{\"measure\":\"decode after prompt\",\"tokens\":16,"), "%s", r.out);
+    cr_assert(strstr(r.out, "{\"measure\":\"decode evicted to 12\",\"tokens\":24,"), "%s", r.out);
+    tu_result_free(&r);
     free(dir);
 }

@@ -15,18 +15,18 @@
 #define TOL 1e-4
 
 static const char *const models[] = {
-    "qwen3-f32",      "qwen3-bf16",        "qwen3-f16", "qwen3-bf16-sharded",
-    "qwen2-bf16",     "qwen2-f32-hd16",    "llama-f32", "llama-bf16-llama3",
+    "qwen3-f32",  "qwen3-bf16",     "qwen3-f16", "qwen3-bf16-sharded",
+    "qwen2-bf16", "qwen2-f32-hd16", "llama-f32", "llama-bf16-llama3",
 };
 #define N_MODELS (sizeof models / sizeof models[0])
 
 typedef struct fixture {
     char *dir;
     kv_model *m;
-    int32_t ids[256];  /* prompt + the first 63 generated tokens */
+    int32_t ids[256]; /* prompt + the first 63 generated tokens */
     int n_prompt, n_all;
     int32_t gen[64];
-    float *ref;        /* [n_all][vocab] */
+    float *ref; /* [n_all][vocab] */
     size_t ref_rows, vocab;
 } fixture;
 
@@ -102,8 +102,8 @@ static void check_prefill(const char *name, int chunk)
     kv_error err;
     kv_cache *c = kv_model_cache_new(f.m, 4, &err);
     float *logits = malloc((size_t)f.n_all * f.vocab * sizeof *logits);
-    cr_assert_eq(kv_model_forward(f.m, c, f.ids, f.n_all, NULL, NULL, logits, true, &err), 0,
-                 "%s", err.msg);
+    cr_assert_eq(kv_model_forward(f.m, c, f.ids, f.n_all, NULL, NULL, logits, true, &err), 0, "%s",
+                 err.msg);
     double d = max_diff(logits, f.ref, (size_t)f.n_all * f.vocab);
     cr_expect_leq(d, TOL, "%s (chunk %d): max |logit - reference| = %g", name, chunk, d);
     cr_assert_eq(c->next_pos, f.n_all);
@@ -164,7 +164,8 @@ typedef struct stats_run {
     int n_layers;
 } stats_run;
 
-static const kv_attn_stats_request req3 = {.col_sums = true, .n_windows = 3, .windows = {1, 8, 100}};
+static const kv_attn_stats_request req3 = {
+    .col_sums = true, .n_windows = 3, .windows = {1, 8, 100}};
 
 /* Prefill of the 40 prompt tokens with statistics, in chunks of `chunk`. */
 static stats_run prefill_stats(fixture *f, int chunk)
@@ -212,8 +213,8 @@ Test(attn_stats, prefill_sums_equal_token_by_token_rows)
         for (int l = 0; l < L; l++) {
             cr_assert_eq(s[l].n_keys, t + 1);
             for (int h = 0; h < H; h++)
-                memcpy(rows + (((size_t)l * H + h) * P + t) * P, s[l].col_sums + (size_t)h * (t + 1),
-                       (size_t)(t + 1) * sizeof(double));
+                memcpy(rows + (((size_t)l * H + h) * P + t) * P,
+                       s[l].col_sums + (size_t)h * (t + 1), (size_t)(t + 1) * sizeof(double));
         }
         kv_model_stats_free(s, L);
     }

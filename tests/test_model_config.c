@@ -9,7 +9,7 @@
 #include "rope.h"
 
 #define BASE                                                                                       \
-    "\"hidden_size\":64,\"num_hidden_layers\":2,\"num_attention_heads\":4,"                       \
+    "\"hidden_size\":64,\"num_hidden_layers\":2,\"num_attention_heads\":4,"                        \
     "\"num_key_value_heads\":2,\"intermediate_size\":192,\"vocab_size\":512"
 
 static int parse(const char *json, kv_model_config *c, kv_error *err)
@@ -127,9 +127,10 @@ Test(model_config, bad_configs_name_the_problem)
                  "rope scaling type 'yarn' is not supported (supported: default, llama3)");
     expect_error("{\"model_type\":\"llama\"," BASE ",\"rope_scaling\":{\"type\":\"llama3\"}}",
                  "factor");
-    expect_error("{\"model_type\":\"llama\",\"num_hidden_layers\":2}", "\"hidden_size\" is missing");
+    expect_error("{\"model_type\":\"llama\",\"num_hidden_layers\":2}",
+                 "\"hidden_size\" is missing");
 #define SHAPE(kv, vocab)                                                                           \
-    "{\"model_type\":\"llama\",\"hidden_size\":64,\"num_hidden_layers\":2,"                      \
+    "{\"model_type\":\"llama\",\"hidden_size\":64,\"num_hidden_layers\":2,"                        \
     "\"num_attention_heads\":4,\"intermediate_size\":192,\"num_key_value_heads\":" kv              \
     ",\"vocab_size\":" vocab "}"
     expect_error(SHAPE("3", "512"), "not a multiple");
@@ -150,8 +151,8 @@ Test(model_config, generation_config_adds_eos_ids)
     kv_error err;
     cr_assert_eq(parse("{\"model_type\":\"qwen3\"," BASE ",\"eos_token_id\":5}", &c, &err), 0);
     const char *gen = "{\"eos_token_id\":[6,5,7],\"do_sample\":false}";
-    cr_assert_eq(kv_generation_config_parse(gen, strlen(gen), "generation_config.json", &c, &err), 0,
-                 "%s", err.msg);
+    cr_assert_eq(kv_generation_config_parse(gen, strlen(gen), "generation_config.json", &c, &err),
+                 0, "%s", err.msg);
     cr_assert_eq(c.n_eos, 3, "5 is not repeated");
     cr_assert_eq(c.eos_ids[1], 6);
     cr_assert_eq(c.eos_ids[2], 7);

@@ -92,15 +92,19 @@ Test(safetensors, hostile_headers_are_clear_errors)
         {"{\"a\":", 0, "not valid JSON"},
         {"{\"a\":3}", 0, "not an object"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, "lacks"},
-        {"{\"a\":{\"dtype\":\"Q4\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "unknown dtype 'Q4'"},
+        {"{\"a\":{\"dtype\":\"Q4\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+         "unknown dtype 'Q4'"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4, "shape[0]"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", 4, "shape[0]"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":3,\"data_offsets\":[0,4]}}", 4, "not an array"},
-        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,8]}}", 4, "outside the 4 data bytes"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,8]}}", 4,
+         "outside the 4 data bytes"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,0]}}", 4, "outside"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]}}", 4, "[begin, end]"},
-        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, "4 bytes of data for 2 elements"},
-        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4294967296],\"data_offsets\":[0,4]}}",
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4,
+         "4 bytes of data for 2 elements"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4294967296],\"data_offsets\":["
+         "0,4]}}",
          4, "overflows"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", 4,
          "9 dimensions"},
@@ -183,10 +187,13 @@ Test(safetensors, every_truncation_of_a_real_file_is_an_error)
 Test(safetensors, sharded_index)
 {
     char *dir = tu_mkdtemp();
-    write_st(dir, "s1.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4);
-    write_st(dir, "s2.safetensors", "{\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8);
-    write_text(dir, "model.safetensors.index.json",
-               "{\"metadata\":{},\"weight_map\":{\"a\":\"s1.safetensors\",\"b\":\"s2.safetensors\"}}");
+    write_st(dir, "s1.safetensors",
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4);
+    write_st(dir, "s2.safetensors",
+             "{\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8);
+    write_text(
+        dir, "model.safetensors.index.json",
+        "{\"metadata\":{},\"weight_map\":{\"a\":\"s1.safetensors\",\"b\":\"s2.safetensors\"}}");
     kv_safetensors *st;
     kv_error err;
     cr_assert_eq(kv_safetensors_open(dir, &st, &err), 0, "%s", err.msg);
@@ -198,13 +205,16 @@ Test(safetensors, sharded_index)
     write_text(dir, "model.safetensors.index.json",
                "{\"weight_map\":{\"a\":\"s1.safetensors\",\"b\":\"s1.safetensors\"}}");
     expect_error(dir, "tensor 'b' is not in s1.safetensors");
-    write_text(dir, "model.safetensors.index.json", "{\"weight_map\":{\"a\":\"../s1.safetensors\"}}");
+    write_text(dir, "model.safetensors.index.json",
+               "{\"weight_map\":{\"a\":\"../s1.safetensors\"}}");
     expect_error(dir, "not a file name in the folder");
-    write_text(dir, "model.safetensors.index.json", "{\"weight_map\":{\"a\":\"gone.safetensors\"}}");
+    write_text(dir, "model.safetensors.index.json",
+               "{\"weight_map\":{\"a\":\"gone.safetensors\"}}");
     expect_error(dir, "gone.safetensors: cannot open");
     write_text(dir, "model.safetensors.index.json", "{\"weight_map\":[]}");
     expect_error(dir, "weight_map");
-    write_st(dir, "s2.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4);
+    write_st(dir, "s2.safetensors",
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4);
     write_text(dir, "model.safetensors.index.json",
                "{\"weight_map\":{\"a\":\"s1.safetensors\",\"b\":\"s2.safetensors\"}}");
     expect_error(dir, "appears twice");

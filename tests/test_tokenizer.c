@@ -4,6 +4,7 @@
  * load-time refusal of features that are not implemented. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -285,18 +286,146 @@ Test(tokenizer, byte_level_without_merges)
     free(dir);
 }
 
+/* ---- random texts against Hugging Face's JS port ----------------------- */
+
+/* tests/data/tokenizer/random_*.jsonl: texts from tests/tools/random_texts.py
+ * with ids and decoded text from tests/tools/encode_js.mjs. */
+static void check_ref_file(const char *model_dir, const char *rel)
+{
+    kv_tokenizer *t = load_or_die(model_dir);
+    char *path = tu_source(rel);
+    toy c = {t, 0};
+    each_json_line(path, check_toy_case, &c);
+    cr_expect_geq(c.checked, 200, "%s: only %d cases", rel, c.checked);
+    free(path);
+    kv_tokenizer_free(t);
+}
+
+Test(tokenizer, random_texts_match_hugging_face_js_toy_and_bytes)
+{
+    char *toy_dir = tu_source("tests/data/tokenizer/toy");
+    char *bytes_dir = tu_source("tests/data/tokenizer/bytes");
+    check_ref_file(toy_dir, "tests/data/tokenizer/random_toy.jsonl");
+    check_ref_file(bytes_dir, "tests/data/tokenizer/random_bytes.jsonl");
+    free(toy_dir);
+    free(bytes_dir);
+}
+
+Test(tokenizer, random_texts_match_hugging_face_js_qwen3)
+{
+    char *dir = tu_shared("fixtures/qwen3-tokenizer/tokenizer.json");
+    if (!dir)
+        cr_skip_test("fixtures/qwen3-tokenizer missing (../shared absent)");
+    *strrchr(dir, '/') = '\0';
+    check_ref_file(dir, "tests/data/tokenizer/random_qwen3.jsonl");
+    free(dir);
+}
+
+/* ---- one tokenizer, many threads --------------------------------------- */
+
+typedef struct worker {
+    const kv_tokenizer *t;
+    const char *text;
+    int32_t *ids;
+    size_t n;
+    int rc;
+} worker;
+
+static void *encode_many(void *arg)
+{
+    worker *w = arg;
+    kv_error err;
+    for (int i = 0; i < 20 && w->rc == 0; i++) {
+        free(w->ids);
+        w->rc = kv_tokenizer_encode(w->t, w->text, strlen(w->text), &w->ids, &w->n, &err);
+    }
+    return NULL;
+}
+
+Test(tokenizer, concurrent_encodes_agree)
+{
+    /* The engine and runner may encode on several threads with one loaded
+     * tokenizer: encode keeps its state per call. */
+    char *dir = tu_source("tests/data/tokenizer/toy");
+    kv_tokenizer *t = load_or_die(dir);
+    const char *text = "It's fine, we'll see <|im_end|> Caf\xC3\xA9 2025-04-29\n\n  x";
+    size_t n;
+    int32_t *want = encode(t, text, strlen(text), &n);
+    pthread_t th[4];
+    worker w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (worker){t, text, NULL, 0, 0};
+        pthread_create(&th[i], NULL, encode_many, &w[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        cr_expect_eq(w[i].rc, 0);
+        cr_expect(same_ids(w[i].ids, w[i].n, want, n), "thread %d", i);
+        free(w[i].ids);
+    }
+    free(want);
+    kv_tokenizer_free(t);
+    free(dir);
+}
+
+static char *toy_with(const char *key, const char *json_value);
+
+/* ---- add_special_tokens=True ------------------------------------------ */
+
+Test(tokenizer, template_processing_adds_its_tokens_only_when_asked)
+{
+    /* Llama-3 style: BOS before the sequence (and here an EOS after it). */
+    char *dir = toy_with(
+        "post_processor",
+        "{\"type\": \"Sequence\", \"processors\": [{\"type\": \"ByteLevel\"}, {\"type\": "
+        "\"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<|endoftext|>\", "
+        "\"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}, {\"SpecialToken\": "
+        "{\"id\": \"<|im_end|>\", \"type_id\": 0}}], \"special_tokens\": {\"<|endoftext|>\": "
+        "{\"id\": \"<|endoftext|>\", \"ids\": [496], \"tokens\": [\"<|endoftext|>\"]}, "
+        "\"<|im_end|>\": {\"id\": \"<|im_end|>\", \"ids\": [498], \"tokens\": "
+        "[\"<|im_end|>\"]}}}]}");
+    kv_tokenizer *t = load_or_die(dir);
+    size_t n;
+    int32_t *ids = encode(t, "The", 3, &n);
+    int32_t plain[] = {275};
+    cr_expect(same_ids(ids, n, plain, 1), "encode adds nothing");
+    free(ids);
+    kv_error err = {{0}};
+    cr_assert_eq(kv_tokenizer_encode_special(t, "The", 3, &ids, &n, &err), 0, "%s", err.msg);
+    int32_t special[] = {496, 275, 498};
+    cr_expect(same_ids(ids, n, special, 3), "got %zu ids", n);
+    free(ids);
+    kv_tokenizer_free(t);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+Test(tokenizer, qwen3_adds_no_special_tokens)
+{
+    QWEN3_OR_SKIP(t);
+    size_t n1, n2;
+    kv_error err = {{0}};
+    int32_t *a = encode(t, "Hello world", 11, &n1), *b;
+    cr_assert_eq(kv_tokenizer_encode_special(t, "Hello world", 11, &b, &n2, &err), 0);
+    cr_expect(same_ids(a, n1, b, n2), "Qwen3 has no BOS or EOS");
+    free(a);
+    free(b);
+    kv_tokenizer_free(t);
+}
+
 /* ---- refusing what is not implemented ---------------------------------- */
 
 /* Writes the toy tokenizer.json with one part replaced into a temporary
  * folder and returns the load error. */
-static char *load_error_with(const char *key, const char *json_value)
+/* A temporary folder with the toy tokenizer.json where key ("model.type":
+ * one level of nesting) is replaced by json_value. */
+static char *toy_with(const char *key, const char *json_value)
 {
     char *src = tu_source("tests/data/tokenizer/toy/tokenizer.json");
     char *text = tu_slurp(src, NULL);
     cJSON *root = cJSON_Parse(text);
     cJSON *v = cJSON_Parse(json_value);
     cr_assert(root && v);
-    /* "model.type": one level of nesting */
     char parent[64] = "";
     const char *dot = strchr(key, '.'), *leaf = dot ? dot + 1 : key;
     if (dot)
@@ -308,17 +437,24 @@ static char *load_error_with(const char *key, const char *json_value)
     FILE *f = fopen(out, "w");
     fputs(printed, f);
     fclose(f);
+    free(printed);
+    free(out);
+    cJSON_Delete(root);
+    free(text);
+    free(src);
+    return dir;
+}
+
+/* The load error of the toy tokenizer with key replaced by json_value. */
+static char *load_error_with(const char *key, const char *json_value)
+{
+    char *dir = toy_with(key, json_value);
     kv_error err = {{0}};
     kv_tokenizer *t = kv_tokenizer_load(dir, &err);
     cr_expect_null(t, "a tokenizer with %s = %s must not load", key, json_value);
     kv_tokenizer_free(t);
     tu_rmtree(dir);
-    free(printed);
-    free(out);
     free(dir);
-    cJSON_Delete(root);
-    free(text);
-    free(src);
     return strdup(err.msg);
 }
 
@@ -350,6 +486,14 @@ Test(tokenizer, unsupported_features_are_load_errors_that_name_them)
     EXPECT_REFUSED("decoder", "{\"type\": \"WordPiece\"}", "decoder \"WordPiece\"");
     EXPECT_REFUSED("post_processor", "{\"type\": \"BertProcessing\"}", "BertProcessing");
     EXPECT_REFUSED("truncation", "{\"max_length\": 8}", "truncation");
+    EXPECT_REFUSED("post_processor",
+                   "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": "
+                   "{\"id\": \"<s>\"}}, {\"Sequence\": {\"id\": \"A\"}}], \"special_tokens\": {}}",
+                   "special token \"<s>\" has no ids");
+    EXPECT_REFUSED("post_processor",
+                   "{\"type\": \"TemplateProcessing\", \"single\": [{\"Sequence\": {\"id\": "
+                   "\"A\"}}, {\"Sequence\": {\"id\": \"B\"}}]}",
+                   "one $A");
     EXPECT_REFUSED("model.type", "\"WordPiece\"", "model type \"WordPiece\"");
     EXPECT_REFUSED("model.dropout", "0.1", "dropout");
     EXPECT_REFUSED("model.continuing_subword_prefix", "\"##\"", "continuing_subword_prefix");
@@ -371,6 +515,47 @@ Test(tokenizer, byte_level_vocabulary_needs_every_byte)
     kv_error err = {{0}};
     cr_expect_null(kv_tokenizer_load(dir, &err));
     cr_expect(strstr(err.msg, "byte 0x00 has no token"), "%s", err.msg);
+    tu_rmtree(dir);
+    free(path);
+    free(dir);
+}
+
+/* The GPT-2 code point that stands for byte b. */
+static unsigned byte_cp(int b)
+{
+    int extra = 0;
+    for (int x = 0; x < b; x++)
+        extra += !((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE));
+    bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+    return printable ? (unsigned)b : 0x100u + (unsigned)extra;
+}
+
+Test(tokenizer, json_escapes_and_string_merges)
+{
+    /* Every vocab key written as a \u escape, a merge in "a b" form and an
+     * added token given as a surrogate pair: the scanner must read them as
+     * the raw characters. */
+    char *dir = tu_mkdtemp(), *path = kv_path_join(dir, "tokenizer.json");
+    FILE *f = fopen(path, "w");
+    fputs("{\"added_tokens\": [{\"id\": 257, \"content\": \"\\ud83d\\ude00\", \"special\": "
+          "false}],\n \"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"decoder\": {\"type\": "
+          "\"ByteLevel\"},\n \"model\": {\"merges\": [\"\\u0120 a\"], \"vocab\": {",
+          f);
+    for (int b = 0; b < 256; b++)
+        fprintf(f, "\"\\u%04x\": %d, ", byte_cp(b), b);
+    fputs("\"\\u0120\\u0061\": 256}}}", f);
+    fclose(f);
+    kv_tokenizer *t = load_or_die(dir);
+    size_t n;
+    const char text[] = " a\xF0\x9F\x98\x80 b";
+    int32_t *ids = encode(t, text, sizeof text - 1, &n);
+    int32_t want[] = {256, 257, ' ', 'b'}; /* this vocab gives byte b the id b */
+    cr_expect(same_ids(ids, n, want, 4), "got %zu ids", n);
+    cr_expect_eq(kv_tokenizer_token_id(t, "\xC4\xA0"
+                                          "a"),
+                 256, "\"Ġa\" is the merged token");
+    free(ids);
+    kv_tokenizer_free(t);
     tu_rmtree(dir);
     free(path);
     free(dir);
