@@ -45,8 +45,8 @@ typedef struct gen_ctx {
     int vocab;
     int32_t *ids; /* generated so far, for incremental decoding */
     int n, cap;
-    size_t printed;   /* bytes of decoded text already printed */
-    kb_eviction *ev;  /* NULL: full cache */
+    size_t printed;  /* bytes of decoded text already printed */
+    kb_eviction *ev; /* NULL: full cache */
 } gen_ctx;
 
 static int parse_ids(const char *s, int32_t **out, int *n)
