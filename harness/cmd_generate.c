@@ -14,6 +14,7 @@
 
 #include "chat.h"
 #include "cli.h"
+#include "eviction.h"
 #include "file.h"
 #include "generate.h"
 #include "kernels.h"
@@ -33,6 +34,7 @@ static const kb_option options[] = {
     {"threads", "N", "threads for the forward (default: all cores)"},
     {"dump-logits", "FILE.npy", "write the logits of every fed position (float32 [P+N-1, vocab])"},
     {"json", NULL, "print one JSON object: prompt ids, generated ids, text, timing"},
+    KB_EVICTION_OPTIONS,
     {NULL, NULL, NULL},
 };
 
@@ -43,7 +45,8 @@ typedef struct gen_ctx {
     int vocab;
     int32_t *ids; /* generated so far, for incremental decoding */
     int n, cap;
-    size_t printed; /* bytes of decoded text already printed */
+    size_t printed;  /* bytes of decoded text already printed */
+    kb_eviction *ev; /* NULL: full cache */
 } gen_ctx;
 
 static int parse_ids(const char *s, int32_t **out, int *n)
@@ -86,6 +89,12 @@ static int on_logits(void *user, const float *logits, int n_rows, kv_error *err)
 {
     gen_ctx *g = user;
     return g->dump ? kv_npy_append(&g->npy, logits, (size_t)n_rows, err) : 0;
+}
+
+static int on_step(void *user, kv_cache *c, const kv_attn_stats *stats, int step, kv_error *err)
+{
+    gen_ctx *g = user;
+    return kb_eviction_step(g->ev, c, stats, step, err);
 }
 
 /* Prints the text the new token completes. Byte-level BPE tokens can end
@@ -258,8 +267,11 @@ static int generate(const kb_args *a, kv_model *m, gen_ctx *g, const int32_t *pr
         .ignore_eos = kb_flag(a, "ignore-eos"),
         .on_token = on_token,
         .on_logits = dump ? on_logits : NULL,
+        .on_step = g->ev ? on_step : NULL,
         .user = g,
     };
+    if (g->ev)
+        o.stats_req = kb_eviction_request(g->ev);
     kv_cache *c = kv_model_cache_new(m, n_prompt + (int)max_new, &err);
     kv_generation out = {0};
     int rc = c ? kv_generate(m, c, prompt, n_prompt, &o, &out, &err) : -1;
@@ -295,7 +307,10 @@ static int run(const kb_args *a)
     if (rc == 0) {
         gen_ctx g = {
             .tok = tok, .stream = !kb_flag(a, "json"), .vocab = kv_model_get_config(m)->vocab};
-        rc = generate(a, m, &g, prompt, n_prompt, max_new);
+        rc = kb_eviction_open(a, m, kb_arg(a, "model"), &g.ev);
+        if (rc == 0)
+            rc = generate(a, m, &g, prompt, n_prompt, max_new);
+        kb_eviction_close(g.ev);
         free(g.ids);
     }
     free(prompt);

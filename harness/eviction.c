@@ -1,0 +1,164 @@
+#include "eviction.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "file.h"
+
+struct kb_eviction {
+    kv_evict_params params;
+    kv_evict_model model;
+    kv_evictor *ev;
+    kv_attn_stats_request req;
+    FILE *trace;
+    const char *trace_path;
+    int trace_errno;
+};
+
+/* Option -> parameter key; the rest of the option names are the keys. */
+static const char *const renamed[][2] = {
+    {"eviction", "algorithm"},
+    {"eviction-seed", "seed"},
+};
+static const char *const flags[] = {
+    "eviction",       "strategy",          "group-size",   "start-size",
+    "recent-size",    "intermediate-size", "refined-size", "refined-algorithm",
+    "kvcrush-anchor", "score-aggregation", "window-size",  "apply-rerotation",
+    "positions",      "eviction-seed",     NULL,
+};
+
+static const char *key_of(const char *option)
+{
+    for (size_t i = 0; i < sizeof renamed / sizeof renamed[0]; i++)
+        if (strcmp(renamed[i][0], option) == 0)
+            return renamed[i][1];
+    return option;
+}
+
+static int read_config(const char *path, kv_evict_params *p)
+{
+    char *text = NULL;
+    size_t len = 0;
+    kv_error err;
+    if (kv_file_read(path, &text, &len, &err) != 0) {
+        kb_error("%s", err.msg);
+        return -1;
+    }
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!j) {
+        kb_error("%s: not valid JSON", path);
+        return -1;
+    }
+    int rc = kv_evict_params_from_json(p, j, &err);
+    cJSON_Delete(j);
+    if (rc != 0)
+        kb_error("%s: %s", path, err.msg);
+    return rc;
+}
+
+int kb_eviction_params(const kb_args *a, kv_evict_params *p)
+{
+    const char *config = kb_arg(a, "eviction-config");
+    bool any = config != NULL;
+    for (int i = 0; flags[i]; i++)
+        any = any || kb_arg(a, flags[i]) != NULL;
+    if (!any)
+        return 1;
+    kv_evict_params_default(p);
+    if (config && read_config(config, p) != 0)
+        return -1;
+    kv_error err;
+    for (int i = 0; flags[i]; i++) {
+        const char *v = kb_arg(a, flags[i]);
+        if (v && kv_evict_params_set(p, key_of(flags[i]), v, &err) != 0) {
+            kb_error("--%s: %s", flags[i], err.msg);
+            return -1;
+        }
+    }
+    if (kv_evict_params_validate(p, &err) != 0) {
+        kb_error("eviction: %s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Trace lines are written as they happen and flushed, so a killed run
+ * still leaves every eviction it made. */
+static void write_trace(void *ctx, int step, int layer, const int32_t *pos, int n)
+{
+    kb_eviction *e = ctx;
+    if (!e->trace || e->trace_errno)
+        return;
+    fprintf(e->trace, "{\"step\": %d, \"layer\": %d, \"kept_positions\": [", step, layer);
+    for (int i = 0; i < n; i++)
+        fprintf(e->trace, i ? ", %d" : "%d", pos[i]);
+    if (fputs("]}\n", e->trace) == EOF || fflush(e->trace) != 0)
+        e->trace_errno = errno ? errno : EIO;
+}
+
+int kb_eviction_open(const kb_args *a, const kv_model *m, const char *dir, kb_eviction **out)
+{
+    *out = NULL;
+    kv_evict_params p;
+    int rc = kb_eviction_params(a, &p);
+    if (rc != 0) {
+        if (rc > 0 && kb_arg(a, "trace")) {
+            kb_error("--trace needs eviction (--eviction ALGO or --eviction-config FILE)");
+            return KB_EXIT_USAGE;
+        }
+        return rc > 0 ? KB_EXIT_OK : KB_EXIT_USAGE;
+    }
+    kb_eviction *e = calloc(1, sizeof *e);
+    if (!e) {
+        kb_error("out of memory");
+        return KB_EXIT_FAIL;
+    }
+    e->params = p;
+    kv_error err;
+    bool o_proj = p.refined_size > 0 && strcmp(p.refined_algorithm, "criticalkv") == 0;
+    if (kv_evict_model_load(&e->model, m, dir, o_proj, &err) != 0 ||
+        !(e->ev = kv_evictor_new(&e->params, &e->model, &err))) {
+        kb_error("%s", err.msg);
+        kb_eviction_close(e);
+        return KB_EXIT_FAIL;
+    }
+    kv_evictor_generation_request(e->ev, &e->req);
+    e->trace_path = kb_arg(a, "trace");
+    if (e->trace_path && !(e->trace = fopen(e->trace_path, "w"))) {
+        kb_error("%s: cannot write: %s", e->trace_path, strerror(errno));
+        kb_eviction_close(e);
+        return KB_EXIT_FAIL;
+    }
+    *out = e;
+    return KB_EXIT_OK;
+}
+
+void kb_eviction_close(kb_eviction *e)
+{
+    if (!e)
+        return;
+    if (e->trace)
+        fclose(e->trace);
+    kv_evictor_free(e->ev);
+    kv_evict_model_release(&e->model);
+    free(e);
+}
+
+kv_attn_stats_request kb_eviction_request(const kb_eviction *e)
+{
+    return e->req;
+}
+
+int kb_eviction_step(kb_eviction *e, kv_cache *c, const kv_attn_stats *stats, int step,
+                     kv_error *err)
+{
+    if (kv_evictor_step(e->ev, c, &e->req, stats, step, write_trace, e, err) != 0)
+        return -1;
+    if (e->trace_errno)
+        return kv_fail(err, "%s: cannot write: %s", e->trace_path, strerror(e->trace_errno));
+    return 0;
+}

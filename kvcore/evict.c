@@ -1,0 +1,689 @@
+/* The evictor: score accumulation, the shared selection machinery
+ * (start / intermediate / recent areas, per_token or per_group, sum or
+ * norm_sum, refiners) and compaction with key rerotation. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "evict_impl.h"
+
+/* ---- registries: one line per scorer / refiner ---- */
+
+static const kv_scorer *const scorers[] = {
+    &kv_scorer_snapkv, &kv_scorer_h2o, &kv_scorer_streaming, &kv_scorer_random, &kv_scorer_knorm,
+};
+static const kv_refiner *const refiners[] = {&kv_refiner_kvcrush, &kv_refiner_criticalkv};
+
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+const kv_scorer *kv_scorer_find(const char *name)
+{
+    for (int i = 0; i < COUNT(scorers); i++)
+        if (strcmp(scorers[i]->name, name) == 0)
+            return scorers[i];
+    return NULL;
+}
+
+const kv_refiner *kv_refiner_find(const char *name)
+{
+    for (int i = 0; i < COUNT(refiners); i++)
+        if (strcmp(refiners[i]->name, name) == 0)
+            return refiners[i];
+    return NULL;
+}
+
+const char *kv_evict_algorithm(int i)
+{
+    return i >= 0 && i < COUNT(scorers) ? scorers[i]->name : NULL;
+}
+
+/* ---- statistics requests ---- */
+
+const double *kv_attn_stats_window(const kv_attn_stats_request *req, const kv_attn_stats *st, int w)
+{
+    for (int i = 0; i < req->n_windows; i++)
+        if (req->windows[i] == w)
+            return st->win_sums[i];
+    return NULL;
+}
+
+int kv_attn_stats_request_window(kv_attn_stats_request *req, int w)
+{
+    for (int i = 0; i < req->n_windows; i++)
+        if (req->windows[i] == w)
+            return 0;
+    if (req->n_windows >= KV_MAX_WINDOWS)
+        return -1;
+    req->windows[req->n_windows++] = w;
+    return 0;
+}
+
+static void cfg_resolve(kv_evict_cfg *cfg, const kv_evict_params *p, const kv_evict_model *m)
+{
+    cfg->p = p;
+    cfg->window = p->has_window ? p->window_size : strcmp(p->algorithm, "snapkv") == 0 ? 8 : 0;
+    cfg->group = strcmp(p->strategy, "per_group") == 0 ? p->group_size : 1;
+    cfg->norm_sum = strcmp(p->score_aggregation, "norm_sum") == 0;
+    cfg->model = m;
+}
+
+int kv_attn_stats_request_merge(kv_attn_stats_request *dst, const kv_attn_stats_request *src)
+{
+    dst->col_sums = dst->col_sums || src->col_sums;
+    for (int w = 0; w < src->n_windows; w++)
+        if (kv_attn_stats_request_window(dst, src->windows[w]) != 0)
+            return -1;
+    return 0;
+}
+
+int kv_evict_stats_request(const kv_evict_params *ps, int n, bool prefill,
+                           kv_attn_stats_request *req, kv_error *err)
+{
+    memset(req, 0, sizeof *req);
+    for (int i = 0; i < n; i++) {
+        if (kv_evict_params_validate(&ps[i], err) != 0) {
+            char which[32];
+            snprintf(which, sizeof which, "config %d", i);
+            return kv_fail_prefix(err, which);
+        }
+        kv_evict_cfg cfg;
+        cfg_resolve(&cfg, &ps[i], NULL);
+        const kv_scorer *s = kv_scorer_find(ps[i].algorithm);
+        kv_attn_stats_request one = {0};
+        if (s->request)
+            s->request(&cfg, prefill, &one);
+        if (kv_attn_stats_request_merge(req, &one) != 0)
+            return kv_fail(err,
+                           "eviction: the configs need more than %d distinct "
+                           "window sizes",
+                           KV_MAX_WINDOWS);
+    }
+    return 0;
+}
+
+/* ---- ordering ---- */
+
+/* Decision 2's order: higher score first, and among equal scores the
+ * higher index (so the lower slot is evicted first). NaN ranks lowest. */
+static bool better(const double *s, int i, int j)
+{
+    double a = isnan(s[i]) ? -INFINITY : s[i], b = isnan(s[j]) ? -INFINITY : s[j];
+    return a > b || (a == b && i > j);
+}
+
+/* Quickselect: (score, index) is a total order with distinct keys, so the
+ * k best are well defined; finding them costs O(n), not a sort. */
+void kv_evict_top(const double *s, int n, int k, int *idx)
+{
+    for (int i = 0; i < n; i++)
+        idx[i] = i;
+    int lo = 0, hi = n - 1, target = k - 1;
+    if (k <= 0 || k >= n)
+        return;
+    while (lo < hi) {
+        int pivot = idx[lo + (hi - lo) / 2], i = lo, j = hi;
+        while (i <= j) {
+            while (better(s, idx[i], pivot))
+                i++;
+            while (better(s, pivot, idx[j]))
+                j--;
+            if (i <= j) {
+                int t = idx[i];
+                idx[i++] = idx[j];
+                idx[j--] = t;
+            }
+        }
+        if (target <= j)
+            hi = j;
+        else if (target >= i)
+            lo = i;
+        else
+            break;
+    }
+}
+
+/* ---- the evictor ---- */
+
+typedef struct layer_state {
+    double *score; /* [cap] accumulated raw score per slot (0 for start slots) */
+    double *count; /* [cap] norm_sum counters */
+    double *vnorm; /* [cap] CriticalKV value weights of slots [0, n_vnorm) */
+    int len, cap, n_vnorm;
+} layer_state;
+
+typedef struct scratch {
+    double *d; /* 2 * cap doubles */
+    int *i;    /* 3 * cap ints */
+    int cap;
+} scratch;
+
+struct kv_evictor {
+    kv_evict_params p;
+    kv_evict_model model;
+    double *inv_freq; /* [head_dim / 2] */
+    kv_evict_cfg cfg;
+    const kv_scorer *scorer;
+    const kv_refiner *refiner; /* NULL when refined_size == 0 */
+    layer_state *layers;
+    int step;
+    kv_mt19937 rng;
+    scratch tmp;
+};
+
+static int scratch_need(scratch *s, int n, kv_error *err)
+{
+    if (n <= s->cap)
+        return 0;
+    int cap = n > 2 * s->cap ? n : 2 * s->cap;
+    double *d = realloc(s->d, (size_t)cap * 2 * sizeof *d);
+    if (!d)
+        return kv_fail(err, "eviction: out of memory for %d slots", n);
+    s->d = d;
+    int *i = realloc(s->i, (size_t)cap * 3 * sizeof *i);
+    if (!i)
+        return kv_fail(err, "eviction: out of memory for %d slots", n);
+    s->i = i;
+    s->cap = cap;
+    return 0;
+}
+
+static int layer_grow(layer_state *ls, int n, bool vnorm, kv_error *err)
+{
+    if (n <= ls->cap)
+        return 0;
+    int cap = n > 2 * ls->cap ? n : 2 * ls->cap;
+    double *a = realloc(ls->score, (size_t)cap * sizeof *a);
+    if (a)
+        ls->score = a;
+    double *b = a ? realloc(ls->count, (size_t)cap * sizeof *b) : NULL;
+    if (b)
+        ls->count = b;
+    double *c = b && vnorm ? realloc(ls->vnorm, (size_t)cap * sizeof *c) : NULL;
+    if (c)
+        ls->vnorm = c;
+    if (!a || !b || (vnorm && !c))
+        return kv_fail(err, "eviction: out of memory for the scores of %d slots", n);
+    ls->cap = cap;
+    return 0;
+}
+
+void kv_evictor_reset(kv_evictor *ev)
+{
+    for (int l = 0; l < ev->model.n_layers; l++) {
+        ev->layers[l].len = 0;
+        ev->layers[l].n_vnorm = 0;
+    }
+    ev->step = 0;
+    kv_mt19937_seed(&ev->rng, ev->p.seed); /* reseeded for every prompt */
+}
+
+static int check_model(const kv_evict_model *m, const kv_evictor *ev, kv_error *err)
+{
+    if (m->n_layers <= 0 || m->n_heads <= 0 || m->n_kv_heads <= 0 || m->head_dim <= 0 ||
+        m->n_heads % m->n_kv_heads != 0)
+        return kv_fail(err,
+                       "eviction: bad model shape (%d layers, %d heads, %d kv heads, "
+                       "head_dim %d)",
+                       m->n_layers, m->n_heads, m->n_kv_heads, m->head_dim);
+    if (ev->p.apply_rerotation && (m->head_dim % 2 != 0 || (!m->inv_freq && m->rope_theta <= 0)))
+        return kv_fail(err,
+                       "eviction: key rerotation needs an even head_dim and rope_theta > 0 "
+                       "(got %d, %g)",
+                       m->head_dim, m->rope_theta);
+    if (ev->refiner && ev->refiner->needs_vnorm && (!m->o_proj || m->hidden <= 0))
+        return kv_fail(err, "eviction: refined_algorithm criticalkv needs the model's o_proj "
+                            "weights");
+    return 0;
+}
+
+kv_evictor *kv_evictor_new(const kv_evict_params *p, const kv_evict_model *m, kv_error *err)
+{
+    if (kv_evict_params_validate(p, err) != 0)
+        return NULL;
+    kv_evictor *ev = calloc(1, sizeof *ev);
+    if (!ev) {
+        kv_fail(err, "eviction: out of memory");
+        return NULL;
+    }
+    ev->p = *p;
+    ev->model = *m;
+    ev->scorer = kv_scorer_find(p->algorithm);
+    ev->refiner = p->refined_size > 0 ? kv_refiner_find(p->refined_algorithm) : NULL;
+    cfg_resolve(&ev->cfg, &ev->p, &ev->model);
+    if (check_model(m, ev, err) != 0) {
+        free(ev);
+        return NULL;
+    }
+    int half = m->head_dim / 2;
+    ev->inv_freq = malloc((size_t)(half > 0 ? half : 1) * sizeof *ev->inv_freq);
+    ev->layers = calloc((size_t)m->n_layers, sizeof *ev->layers);
+    if (!ev->inv_freq || !ev->layers) {
+        kv_evictor_free(ev);
+        kv_fail(err, "eviction: out of memory");
+        return NULL;
+    }
+    if (m->inv_freq)
+        for (int f = 0; f < half; f++)
+            ev->inv_freq[f] = m->inv_freq[f];
+    else
+        kv_evict_rope_freqs(m->rope_theta, m->head_dim, ev->inv_freq);
+    ev->model.inv_freq = NULL; /* the caller's array need not outlive this call */
+    kv_evictor_reset(ev);
+    return ev;
+}
+
+void kv_evictor_free(kv_evictor *ev)
+{
+    if (!ev)
+        return;
+    for (int l = 0; ev->layers && l < ev->model.n_layers; l++) {
+        free(ev->layers[l].score);
+        free(ev->layers[l].count);
+        free(ev->layers[l].vnorm);
+    }
+    free(ev->layers);
+    free(ev->inv_freq);
+    free(ev->tmp.d);
+    free(ev->tmp.i);
+    free(ev);
+}
+
+void kv_evictor_stats_request(const kv_evictor *ev, bool prefill, kv_attn_stats_request *req)
+{
+    memset(req, 0, sizeof *req);
+    if (ev->scorer->request)
+        ev->scorer->request(&ev->cfg, prefill, req);
+}
+
+const double *kv_evictor_scores(const kv_evictor *ev, int layer, int *len)
+{
+    *len = ev->layers[layer].len;
+    return ev->layers[layer].score;
+}
+
+const double *kv_evictor_counters(const kv_evictor *ev, int layer, int *len)
+{
+    *len = ev->layers[layer].len;
+    return ev->layers[layer].count;
+}
+
+/* ---- accumulation (§2.4) ---- */
+
+/* Appends slots [len, n) for attention-free scorers: their fixed slot
+ * scores when they have them, else zeros (only the length matters). */
+static int layer_extend(kv_evictor *ev, const kv_cache *c, int layer, int n, kv_error *err)
+{
+    layer_state *ls = &ev->layers[layer];
+    if (layer_grow(ls, n, ev->refiner && ev->refiner->needs_vnorm, err) != 0)
+        return -1;
+    for (int t = ls->len; t < n; t++) {
+        ls->count[t] = 0.0;
+        ls->score[t] = ev->scorer->slot_score ? ev->scorer->slot_score(c, layer, t) : 0.0;
+    }
+    ls->len = n;
+    return 0;
+}
+
+int kv_evictor_observe(kv_evictor *ev, int layer, const kv_attn_stats_request *req,
+                       const kv_attn_stats *st, bool prefill, kv_error *err)
+{
+    if (layer < 0 || layer >= ev->model.n_layers)
+        return kv_fail(err, "eviction: no layer %d (the model has %d)", layer, ev->model.n_layers);
+    if (prefill && layer == 0)
+        kv_evictor_reset(ev); /* a new prompt: NNCF's clean() */
+    layer_state *ls = &ev->layers[layer];
+    if (prefill) {
+        ls->len = 0;
+        ls->n_vnorm = 0;
+    }
+    int old = ls->len, n = st->n_keys;
+    if (n < old)
+        return kv_fail(err,
+                       "eviction: layer %d reports %d slots but %d are tracked (compress "
+                       "the cache only through kv_evictor_compress)",
+                       layer, n, old);
+    if (!ev->scorer->observe)
+        return 0; /* kv_evictor_compress tracks the length, with the cache at hand */
+    if (scratch_need(&ev->tmp, n, err) != 0 ||
+        layer_grow(ls, n, ev->refiner && ev->refiner->needs_vnorm, err) != 0)
+        return -1;
+    double *contrib = ev->tmp.d;
+    int rows = 0;
+    kv_scorer_obs o = {&ev->cfg, req, st, old == 0, n - old};
+    if (ev->scorer->observe(&o, contrib, &rows, err) != 0)
+        return kv_fail_prefix(err, "eviction");
+    int S = ev->p.start_size;
+    for (int t = 0; t < n; t++) {
+        if (t < S) { /* start slots are always kept and never scored */
+            ls->score[t] = ls->count[t] = 0.0;
+            continue;
+        }
+        /* rows that can see slot t among the last `rows` query rows */
+        double seen = n - t < rows ? n - t : rows;
+        if (t < old) {
+            ls->score[t] += contrib[t];
+            ls->count[t] += seen;
+        } else {
+            ls->score[t] = contrib[t];
+            ls->count[t] = seen;
+        }
+    }
+    ls->len = n;
+    return 0;
+}
+
+/* ---- selection (§2.5, §2.6) ---- */
+
+/* The selection scores of slots S..L-1 into s[0..n). */
+static int selection_scores(kv_evictor *ev, const kv_cache *cache, int layer, double *s,
+                            kv_error *err)
+{
+    const layer_state *ls = &ev->layers[layer];
+    int S = ev->p.start_size, n = ls->len - S;
+    if (ev->scorer->rank) {
+        kv_scorer_rank r = {&ev->cfg, cache, layer, S, n, &ev->rng};
+        return ev->scorer->rank(&r, s, err);
+    }
+    bool fixed = ev->scorer->slot_score != NULL; /* not sums: no norm_sum */
+    for (int i = 0; i < n; i++)
+        s[i] = ev->cfg.norm_sum && !fixed ? ls->score[S + i] / ls->count[S + i] : ls->score[S + i];
+    return 0;
+}
+
+/* Marks (chosen[u] = 1) the k best of the first n_units units. */
+static void choose_top(const double *unit_scores, int n_units, int k, int *order, char *chosen)
+{
+    kv_evict_top(unit_scores, n_units, k, order);
+    for (int i = 0; i < k && i < n_units; i++)
+        chosen[order[i]] = 1;
+}
+
+/* CriticalKV's value weights of the slots that arrived since they were
+ * last computed. Values never change, so each slot is computed once; and
+ * only when a slot without one is a candidate: in decode the newest slots
+ * wait in the recent area, so they are done in batches of up to
+ * recent_size, reading o_proj once per batch instead of once per step. */
+static int update_vnorm(kv_evictor *ev, const kv_cache *cache, int layer, int cand_end,
+                        kv_error *err)
+{
+    layer_state *ls = &ev->layers[layer];
+    int L = ls->len, row = kv_cache_row(cache);
+    if (ls->n_vnorm >= cand_end)
+        return 0;
+    const float *v = cache->layers[layer].v + (size_t)ls->n_vnorm * (size_t)row;
+    if (kv_criticalkv_vnorm(&ev->model, layer, v, L - ls->n_vnorm, ls->vnorm + ls->n_vnorm, err))
+        return -1;
+    ls->n_vnorm = L;
+    return 0;
+}
+
+/* Lets the refiner pick among the candidate units the coarse top-k left. */
+static int refine(kv_evictor *ev, const kv_cache *cache, int layer, const double *s, int n_units,
+                  char *chosen, double *masked, int *picks, kv_error *err)
+{
+    int G = ev->cfg.group, n_pick = ev->p.refined_size / G;
+    if (ev->refiner->needs_vnorm &&
+        update_vnorm(ev, cache, layer, ev->p.start_size + n_units * G, err) != 0)
+        return -1;
+    for (int i = 0; i < n_units * G; i++)
+        masked[i] = chosen[i / G] ? -INFINITY : s[i];
+    kv_refine_call c = {&ev->cfg, masked, n_units * G,
+                        G,        n_pick, ev->p.start_size,
+                        cache,    layer,  ev->layers[layer].vnorm,
+                        &ev->rng};
+    if (ev->refiner->pick(&c, picks, err) != 0)
+        return -1;
+    for (int i = 0; i < n_pick; i++) {
+        if (picks[i] < 0 || picks[i] >= n_units || chosen[picks[i]])
+            return kv_fail(err, "eviction: refiner %s picked an invalid unit %d", ev->refiner->name,
+                           picks[i]);
+        chosen[picks[i]] = 1;
+    }
+    return 0;
+}
+
+/* The kept slots of a layer of L slots, ascending, into keep; returns how
+ * many. s holds the selection scores of slots S..L-1. */
+static int select_keep(kv_evictor *ev, const kv_cache *cache, int layer, const double *s, int L,
+                       int *keep, kv_error *err)
+{
+    const kv_evict_params *p = &ev->p;
+    int S = p->start_size, G = ev->cfg.group, n = L - S;
+    int n_units = (n + G - 1) / G;     /* groups incl. a partial last one */
+    int n_recent = p->recent_size / G; /* the partial group counts as recent */
+    int n_cand = n_units - n_recent;   /* candidate units */
+    if (n_cand < 0)
+        n_cand = 0;
+    double *unit_scores = ev->tmp.d + ev->tmp.cap; /* second half of the double scratch */
+    int *order = ev->tmp.i;
+    int *picks = ev->tmp.i + ev->tmp.cap;
+    char *chosen = (char *)(ev->tmp.i + 2 * ev->tmp.cap);
+    memset(chosen, 0, (size_t)n_units + 1);
+    for (int u = 0; u < n_cand; u++) {
+        double sum = 0.0;
+        for (int r = 0; r < G; r++)
+            sum += s[u * G + r]; /* candidate units are whole */
+        unit_scores[u] = sum;
+    }
+    choose_top(unit_scores, n_cand, (p->intermediate_size - p->refined_size) / G, order, chosen);
+    if (ev->refiner && refine(ev, cache, layer, s, n_cand, chosen, unit_scores, picks, err) != 0)
+        return -1;
+    for (int u = n_cand; u < n_units; u++)
+        chosen[u] = 1;
+    int k = 0;
+    for (int t = 0; t < S && t < L; t++)
+        keep[k++] = t;
+    for (int u = 0; u < n_units; u++)
+        for (int r = 0; chosen[u] && r < G && S + u * G + r < L; r++)
+            keep[k++] = S + u * G + r;
+    return k;
+}
+
+/* ---- compaction ---- */
+
+void kv_evict_rope_freqs(double rope_theta, int head_dim, double *inv_freq)
+{
+    for (int f = 0; f < head_dim / 2; f++)
+        inv_freq[f] = pow(rope_theta, -2.0 * f / head_dim);
+}
+
+/* dst = x*cos + rotate_half(x)*sin with the angles' cosines and sines
+ * given; dst may be x. */
+static void rotate_by(float *dst, const float *x, int half, const double *c, const double *s)
+{
+    for (int f = 0; f < half; f++) {
+        double x1 = x[f], x2 = x[f + half];
+        dst[f] = (float)(x1 * c[f] - x2 * s[f]);
+        dst[f + half] = (float)(x2 * c[f] + x1 * s[f]);
+    }
+}
+
+void kv_evict_rope_rotate(float *x, int head_dim, const double *inv_freq, double delta)
+{
+    int half = head_dim / 2;
+    for (int f = 0; f < half; f++) {
+        double c = cos(delta * inv_freq[f]), s = sin(delta * inv_freq[f]);
+        double x1 = x[f], x2 = x[f + half];
+        x[f] = (float)(x1 * c - x2 * s);
+        x[f + half] = (float)(x2 * c + x1 * s);
+    }
+}
+
+/* Writes the kept slots keep[0..n_keep) of src's layer into dst's, in
+ * order; dst may be src (rows then move down in place). With rerotation
+ * each key turns by (new slot - old slot) as it is copied, so a key row is
+ * read and written once. Deltas only decrease along the slots and come in
+ * long runs (per_token decode: one run of -1), so the angles are computed
+ * once per run, not once per key. */
+static int gather(kv_evictor *ev, const kv_cache *src, kv_cache *dst, int layer, const int *keep,
+                  int n_keep, kv_error *err)
+{
+    const kv_cache_layer *s = &src->layers[layer];
+    kv_cache_layer *d = &dst->layers[layer];
+    int D = src->head_dim, half = D / 2;
+    size_t row = (size_t)kv_cache_row(src);
+    bool in_place = src == dst, rotate = ev->p.apply_rerotation;
+    for (int j = 0; j < n_keep; j++)
+        if (keep[j] < j || keep[j] >= s->len || (j > 0 && keep[j] <= keep[j - 1]))
+            return kv_fail(err, "eviction: kept slots must be ascending and < %d", s->len);
+    if (n_keep > d->cap)
+        return kv_fail(err, "eviction: the target cache holds %d slots, %d are kept", d->cap,
+                       n_keep);
+    double *cs = malloc((size_t)D * sizeof *cs);
+    if (!cs)
+        return kv_fail(err, "eviction: out of memory");
+    double *sn = cs + half;
+    int delta = 0;
+    for (int j = 0; j < n_keep; j++) {
+        int from = keep[j];
+        if (in_place && from == j)
+            continue;
+        if (rotate && j - from != delta) {
+            delta = j - from;
+            for (int f = 0; f < half; f++)
+                sincos(delta * ev->inv_freq[f], &sn[f], &cs[f]);
+        }
+        /* in place, keep[j] >= j and ascending: row j is free once read */
+        float *kd = d->k + (size_t)j * row;
+        const float *ks = s->k + (size_t)from * row;
+        if (rotate && from != j)
+            for (int h = 0; h < src->n_kv_heads; h++)
+                rotate_by(kd + (size_t)h * D, ks + (size_t)h * D, half, cs, sn);
+        else
+            memcpy(kd, ks, row * sizeof(float));
+        memcpy(d->v + (size_t)j * row, s->v + (size_t)from * row, row * sizeof(float));
+        d->pos[j] = s->pos[from];
+    }
+    d->len = n_keep;
+    free(cs);
+    return 0;
+}
+
+static void compact_state(layer_state *ls, const int *keep, int n_keep)
+{
+    for (int j = 0; j < n_keep; j++) {
+        ls->score[j] = ls->score[keep[j]];
+        ls->count[j] = ls->count[keep[j]];
+        if (ls->vnorm && keep[j] < ls->n_vnorm)
+            ls->vnorm[j] = ls->vnorm[keep[j]];
+    }
+    int n_vnorm = 0;
+    while (n_vnorm < n_keep && keep[n_vnorm] < ls->n_vnorm)
+        n_vnorm++;
+    ls->n_vnorm = n_vnorm;
+    ls->len = n_keep;
+}
+
+/* Evicts one layer of src into dst (dst may be src). A layer within the
+ * budget is left as it is (copied when dst is another cache). */
+static int compress_layer(kv_evictor *ev, const kv_cache *src, kv_cache *dst, int layer,
+                          kv_evict_trace_fn trace, void *trace_ctx, kv_error *err)
+{
+    layer_state *ls = &ev->layers[layer];
+    int L = src->layers[layer].len;
+    if (!ev->scorer->observe && ls->len != L) {
+        ls->len = ls->len < L ? ls->len : L;
+        if (layer_extend(ev, src, layer, L, err) != 0)
+            return -1;
+    }
+    if (ls->len != L)
+        return kv_fail(err,
+                       "eviction: layer %d holds %d slots but statistics were observed for "
+                       "%d (call kv_evictor_observe after every forward)",
+                       layer, L, ls->len);
+    if (scratch_need(&ev->tmp, L + 1, err) != 0)
+        return -1;
+    int *keep = malloc((size_t)(L > 0 ? L : 1) * sizeof *keep);
+    if (!keep)
+        return kv_fail(err, "eviction: out of memory");
+    bool evict = L > kv_evict_params_budget(&ev->p);
+    int n_keep = L;
+    for (int j = 0; j < L; j++)
+        keep[j] = j;
+    if (evict && selection_scores(ev, src, layer, ev->tmp.d, err) != 0)
+        n_keep = -1;
+    else if (evict)
+        n_keep = select_keep(ev, src, layer, ev->tmp.d, L, keep, err);
+    int rc = n_keep < 0 ? -1 : 0;
+    if (rc == 0 && (evict || src != dst))
+        rc = gather(ev, src, dst, layer, keep, n_keep, err);
+    if (rc == 0 && evict)
+        compact_state(ls, keep, n_keep);
+    free(keep);
+    if (rc != 0)
+        return -1;
+    if (evict && trace)
+        trace(trace_ctx, ev->step, layer, dst->layers[layer].pos, n_keep);
+    return 0;
+}
+
+/* After an eviction a layer never holds more than M + 1 slots (M, plus the
+ * token of the next step), so memory above that goes back. */
+static int release_memory(kv_evictor *ev, kv_cache *cache, kv_error *err)
+{
+    int keep_cap = kv_evict_params_budget(&ev->p) + 1;
+    if (kv_cache_shrink(cache, keep_cap, err) != 0)
+        return -1;
+    for (int l = 0; l < ev->model.n_layers; l++) {
+        layer_state *ls = &ev->layers[l];
+        if (ls->cap > 2 * keep_cap && ls->len <= keep_cap) {
+            double *a = realloc(ls->score, (size_t)keep_cap * sizeof *a);
+            if (a)
+                ls->score = a;
+            double *b = realloc(ls->count, (size_t)keep_cap * sizeof *b);
+            if (b)
+                ls->count = b;
+            double *c = ls->vnorm ? realloc(ls->vnorm, (size_t)keep_cap * sizeof *c) : NULL;
+            if (c)
+                ls->vnorm = c;
+            if (a && b && (c || !ls->vnorm))
+                ls->cap = keep_cap;
+        }
+    }
+    return 0;
+}
+
+int kv_evictor_compress(kv_evictor *ev, kv_cache *cache, kv_evict_trace_fn trace, void *trace_ctx,
+                        kv_error *err)
+{
+    if (cache->n_layers != ev->model.n_layers)
+        return kv_fail(err, "eviction: the cache has %d layers, the policy %d", cache->n_layers,
+                       ev->model.n_layers);
+    bool evicted = false;
+    for (int l = 0; l < cache->n_layers; l++) {
+        int before = cache->layers[l].len;
+        if (compress_layer(ev, cache, cache, l, trace, trace_ctx, err) != 0)
+            return -1;
+        evicted = evicted || cache->layers[l].len != before;
+    }
+    if (strcmp(ev->p.positions, "compact") == 0)
+        cache->next_pos = cache->layers[0].len; /* kvpress: continue at the compacted length */
+    ev->step++;
+    return evicted ? release_memory(ev, cache, err) : 0;
+}
+
+int kv_evictor_compress_into(kv_evictor *ev, const kv_cache *src, kv_cache **out,
+                             kv_evict_trace_fn trace, void *trace_ctx, kv_error *err)
+{
+    *out = NULL;
+    if (src->n_layers != ev->model.n_layers)
+        return kv_fail(err, "eviction: the cache has %d layers, the policy %d", src->n_layers,
+                       ev->model.n_layers);
+    /* every layer ends with at most M slots, or its own length when shorter */
+    int cap = kv_evict_params_budget(&ev->p) + 1;
+    kv_cache *dst = kv_cache_new(src->n_layers, src->n_kv_heads, src->head_dim, cap, err);
+    if (!dst)
+        return -1;
+    dst->next_pos = src->next_pos;
+    for (int l = 0; l < src->n_layers; l++)
+        if (compress_layer(ev, src, dst, l, trace, trace_ctx, err) != 0) {
+            kv_cache_free(dst);
+            return -1;
+        }
+    if (strcmp(ev->p.positions, "compact") == 0)
+        dst->next_pos = dst->layers[0].len;
+    ev->step++;
+    *out = dst;
+    return 0;
+}

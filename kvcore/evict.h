@@ -1,0 +1,201 @@
+/* KV-cache eviction: which tokens a layer's cache keeps once it is full.
+ *
+ * Semantics are those of ../shared/EVICTION.md (the NNCF pull request,
+ * §2): after every forward, each layer folds the attention statistics of
+ * that forward into per-slot scores; whenever a layer holds more than
+ * M = start_size + intermediate_size + recent_size slots it keeps
+ *   - the first start_size slots,
+ *   - the intermediate_size best-scored slots between start and recent
+ *     (refined_size of them picked by a refiner: KVCrush or CriticalKV),
+ *   - the last recent_size slots,
+ * per token or per group of group_size consecutive slots, and compacts the
+ * cache to them (slot order kept), optionally rerotating the surviving keys.
+ *
+ * A policy is a scorer (how importance accumulates: h2o, snapkv, streaming,
+ * random, knorm; one file each, one registry line) + this shared selection
+ * machinery + an optional refiner.
+ *
+ * Driving it (one prompt):
+ *     kv_evictor *ev = kv_evictor_new(&params, &model, &err);
+ *     kv_evictor_stats_request(ev, true, &req);   // what the prefill must report
+ *     ... prefill, filling stats[layer] for req ...
+ *     for each layer: kv_evictor_observe(ev, layer, &req, &stats[layer], true, &err);
+ *     kv_evictor_compress(ev, cache, trace, ctx, &err);
+ *     then per decode step: the same with prefill = false.
+ * Prefill once, fork many: kv_evict_stats_request() gives the union request
+ * of a set of configs; every config's evictor then observes the same
+ * prefill statistics and compresses its own kv_cache_fork() of the cache.
+ */
+#ifndef KV_EVICT_H
+#define KV_EVICT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "attn_stats.h"
+#include "error.h"
+#include "kvcache.h"
+
+struct cJSON;
+struct kv_pool;
+
+/* Longest accepted name value ("per_token", "criticalkv", ...). */
+#define KV_EVICT_NAME_MAX 24
+
+/* The parameters, named and defaulted as EVICTION.md §2.1 (NNCF's
+ * KVCacheCompressionParameters) plus kvbench's `positions` and `seed`.
+ * Names are stored in lower case; kv_evict_params_validate() checks them. */
+typedef struct kv_evict_params {
+    char algorithm[KV_EVICT_NAME_MAX]; /* "snapkv" | "h2o" | "streaming" | "random" | "knorm" */
+    char strategy[KV_EVICT_NAME_MAX];  /* "per_token" | "per_group" */
+    int group_size;                    /* 32; only with per_group */
+    int start_size;                    /* 32 */
+    int recent_size;                   /* 128 */
+    int intermediate_size;             /* 512 */
+    int refined_size;                  /* 0: part of intermediate_size */
+    char score_aggregation[KV_EVICT_NAME_MAX]; /* "sum" | "norm_sum" */
+    bool apply_rerotation;                     /* true */
+    bool has_window;                           /* false: window_size is None */
+    int window_size;                           /* SnapKV rows; None -> 8 for snapkv */
+    char refined_algorithm[KV_EVICT_NAME_MAX]; /* "kvcrush" | "criticalkv" */
+    char kvcrush_anchor[KV_EVICT_NAME_MAX]; /* "alternate" | "random" | "zeros" | "ones" | "mean" */
+    char positions[KV_EVICT_NAME_MAX];      /* "absolute" | "compact" (kvpress) */
+    uint32_t seed;                          /* 0: random scorer, KVCrush random anchor */
+} kv_evict_params;
+
+/* The §2.1 defaults. */
+void kv_evict_params_default(kv_evict_params *p);
+
+/* Sets one parameter from text: key as in the config file ("start_size") or
+ * as a CLI flag ("--start-size", "start-size"); value as typed. Unknown keys
+ * and malformed values fail with a message naming the key. */
+int kv_evict_params_set(kv_evict_params *p, const char *key, const char *value, kv_error *err);
+
+/* Sets every key of a JSON object (config file); same rules, JSON types
+ * (numbers, true/false, strings, null for window_size). */
+int kv_evict_params_from_json(kv_evict_params *p, const struct cJSON *obj, kv_error *err);
+
+/* The full parameter set as a new JSON object (every key, window_size null
+ * when None), or NULL when out of memory. */
+struct cJSON *kv_evict_params_to_json(const kv_evict_params *p);
+
+/* The checks of EVICTION.md §2.2 in their order (first failure reported
+ * with NNCF's message), then kvbench's own (per_group needs recent_size > 0,
+ * per_token KVCrush cannot use the mean anchor, positions). */
+int kv_evict_params_validate(const kv_evict_params *p, kv_error *err);
+
+/* M = start + intermediate + recent: the cache length after an eviction. */
+int kv_evict_params_budget(const kv_evict_params *p);
+
+/* The i-th key kv_evict_params_set accepts ("algorithm", ...), NULL past
+ * the last (for help texts and config matrices). */
+const char *kv_evict_param_key(int i);
+/* The i-th algorithm of the scorer registry, NULL past the last. */
+const char *kv_evict_algorithm(int i);
+
+/* What eviction needs to know about the model. */
+typedef struct kv_evict_model {
+    int n_layers, n_heads, n_kv_heads, head_dim;
+    double rope_theta;          /* RoPE base, for rerotation */
+    const float *inv_freq;      /* [head_dim/2] or NULL: rope_theta^(-2f/head_dim);
+                                   pass the engine's when it scales them (llama3) */
+    int hidden;                 /* model width; only CriticalKV */
+    const float *const *o_proj; /* [n_layers] -> o_proj.weight [hidden][n_heads*head_dim];
+                                   only CriticalKV (NULL otherwise) */
+    struct kv_pool *pool;       /* threads for CriticalKV's products (NULL: the caller's) */
+} kv_evict_model;
+
+typedef struct kv_evictor kv_evictor;
+
+/* One eviction event: after (step, layer) the cache keeps these absolute
+ * positions, in slot order. step 0 = end of prefill, k = the forward pass
+ * of generated token k. */
+typedef void (*kv_evict_trace_fn)(void *ctx, int step, int layer, const int32_t *kept_positions,
+                                  int n_kept);
+
+/* A policy for one config (validated here) over a model's layers. It keeps
+ * m's o_proj and pool (they must outlive it) and copies the rest. */
+kv_evictor *kv_evictor_new(const kv_evict_params *p, const kv_evict_model *m, kv_error *err);
+void kv_evictor_free(kv_evictor *ev);
+
+/* Forgets every score: the next prompt starts afresh (a prefill observed on
+ * layer 0 does the same). */
+void kv_evictor_reset(kv_evictor *ev);
+
+/* The statistics this policy reads from a prefill (prefill = true) or a
+ * decode step. */
+void kv_evictor_stats_request(const kv_evictor *ev, bool prefill, kv_attn_stats_request *req);
+
+/* The union request of n configs, for one prefill shared by all of them. */
+int kv_evict_stats_request(const kv_evict_params *ps, int n, bool prefill,
+                           kv_attn_stats_request *req, kv_error *err);
+
+/* Folds one layer's statistics of one forward into its scores. `req` is the
+ * request the forward served (it tells which win_sums holds which window);
+ * it must include what kv_evictor_stats_request asked for. st->n_keys is
+ * the layer's cache length during that attention. A prefill restarts the
+ * layer's scores (on layer 0: every layer's). */
+int kv_evictor_observe(kv_evictor *ev, int layer, const kv_attn_stats_request *req,
+                       const kv_attn_stats *st, bool prefill, kv_error *err);
+
+/* Compacts every layer whose cache exceeds the budget (rerotating keys when
+ * asked), reports each eviction to trace (may be NULL), and counts a step.
+ * Call it once after every forward: prefill, then each decode step. */
+int kv_evictor_compress(kv_evictor *ev, kv_cache *cache, kv_evict_trace_fn trace, void *trace_ctx,
+                        kv_error *err);
+
+/* The same, leaving src untouched: *out is a new cache holding only the
+ * kept slots (M + 1 slots allocated per layer). Prefill once, fork many:
+ * each config compresses the shared prefill's cache into its own, copying
+ * M rows per layer instead of the whole prompt. */
+int kv_evictor_compress_into(kv_evictor *ev, const kv_cache *src, kv_cache **out,
+                             kv_evict_trace_fn trace, void *trace_ctx, kv_error *err);
+
+/* The current scores of a layer's slots [0, len) (0 for start slots): the
+ * raw sums, and the norm_sum counters. For tests and traces. */
+const double *kv_evictor_scores(const kv_evictor *ev, int layer, int *len);
+const double *kv_evictor_counters(const kv_evictor *ev, int layer, int *len);
+
+/* Merges the statistics src asks for into dst; -1 when the windows do not
+ * fit (KV_MAX_WINDOWS). */
+int kv_attn_stats_request_merge(kv_attn_stats_request *dst, const kv_attn_stats_request *src);
+
+/* ---- with the engine (evict_model.c) ---- */
+
+struct kv_model;
+
+/* The eviction view of a loaded model: shapes and the engine's RoPE
+ * frequencies; with o_proj (CriticalKV) the o_proj weights widened to f32,
+ * read from the model folder dir. Release with kv_evict_model_release. */
+int kv_evict_model_load(kv_evict_model *em, const struct kv_model *m, const char *dir, bool o_proj,
+                        kv_error *err);
+void kv_evict_model_release(kv_evict_model *em);
+
+/* What a generation with this policy must ask every forward for (the
+ * prefill's and the decode's statistics together). */
+void kv_evictor_generation_request(const kv_evictor *ev, kv_attn_stats_request *req);
+
+/* One forward's eviction: observes the statistics of every layer (stats is
+ * [n_layers], NULL for an attention-free policy), then compresses. step 0
+ * is the prompt's forward (it starts the policy afresh). Fits kv_generate's
+ * on_step hook. */
+int kv_evictor_step(kv_evictor *ev, kv_cache *c, const kv_attn_stats_request *req,
+                    const kv_attn_stats *stats, int step, kv_evict_trace_fn trace, void *trace_ctx,
+                    kv_error *err);
+
+/* Starts this policy from a shared prefill: observes its statistics (the
+ * union request req, stats [n_layers]) as step 0 and compresses the shared
+ * cache base into a new *out holding only what this policy keeps; base is
+ * untouched. Then decode from *out (kv_generate_from) with
+ * kv_evictor_step as the hook. */
+int kv_evictor_fork(kv_evictor *ev, const kv_cache *base, const kv_attn_stats_request *req,
+                    const kv_attn_stats *stats, kv_cache **out, kv_evict_trace_fn trace,
+                    void *trace_ctx, kv_error *err);
+
+/* RoPE, half-split (HF rotate_half): the frequencies rope_theta^(-2f/D). */
+void kv_evict_rope_freqs(double rope_theta, int head_dim, double *inv_freq);
+/* Rotates one head vector x[head_dim] by `delta` positions: applied to a
+ * key rotated for position p it gives the key for position p + delta. */
+void kv_evict_rope_rotate(float *x, int head_dim, const double *inv_freq, double delta);
+
+#endif

@@ -1,0 +1,25 @@
+/* Key norm (kvpress's KnormPress): keys with a small L2 norm tend to draw
+ * the most attention, so the score is -||k||_2 over all KV heads of the
+ * slot. Attention-free. RoPE and rerotation leave the norm unchanged, so
+ * each slot is scored once, when it arrives. */
+#include <math.h>
+
+#include "evict_impl.h"
+
+static double knorm_slot(const kv_cache *c, int layer, int slot)
+{
+    int row = kv_cache_row(c);
+    const float *x = c->layers[layer].k + (size_t)slot * (size_t)row;
+    double ss = 0.0;
+    for (int j = 0; j < row; j++)
+        ss += (double)x[j] * x[j];
+    return -sqrt(ss);
+}
+
+const kv_scorer kv_scorer_knorm = {
+    .name = "knorm",
+    .request = NULL,
+    .observe = NULL,
+    .rank = NULL,
+    .slot_score = knorm_slot,
+};

@@ -1,0 +1,336 @@
+/* Eviction parameters: defaults, the one parser (JSON or text), validation. */
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "evict_impl.h"
+
+void kv_evict_params_default(kv_evict_params *p)
+{
+    memset(p, 0, sizeof *p);
+    strcpy(p->algorithm, "snapkv");
+    strcpy(p->strategy, "per_token");
+    p->group_size = 32;
+    p->start_size = 32;
+    p->recent_size = 128;
+    p->intermediate_size = 512;
+    p->refined_size = 0;
+    strcpy(p->score_aggregation, "sum");
+    p->apply_rerotation = true;
+    p->has_window = false;
+    p->window_size = 0;
+    strcpy(p->refined_algorithm, "kvcrush");
+    strcpy(p->kvcrush_anchor, "alternate");
+    strcpy(p->positions, "absolute");
+    p->seed = 0;
+}
+
+int kv_evict_params_budget(const kv_evict_params *p)
+{
+    return p->start_size + p->intermediate_size + p->recent_size;
+}
+
+/* ---- the field table: one row per key, shared by both input forms ---- */
+
+typedef enum { F_INT, F_NAME, F_BOOL, F_WINDOW, F_SEED } field_kind;
+
+typedef struct field {
+    const char *key;
+    field_kind kind;
+    size_t offset;
+} field;
+
+/* clang-format off */
+#define FIELD(k, kind) {#k, kind, offsetof(kv_evict_params, k)}
+/* clang-format on */
+static const field fields[] = {
+    FIELD(algorithm, F_NAME),         FIELD(strategy, F_NAME),
+    FIELD(group_size, F_INT),         FIELD(start_size, F_INT),
+    FIELD(recent_size, F_INT),        FIELD(intermediate_size, F_INT),
+    FIELD(refined_size, F_INT),       FIELD(score_aggregation, F_NAME),
+    FIELD(apply_rerotation, F_BOOL),  FIELD(window_size, F_WINDOW),
+    FIELD(refined_algorithm, F_NAME), FIELD(kvcrush_anchor, F_NAME),
+    FIELD(positions, F_NAME),         FIELD(seed, F_SEED),
+};
+#define N_FIELDS (sizeof fields / sizeof fields[0])
+
+const char *kv_evict_param_key(int i)
+{
+    return i >= 0 && (size_t)i < N_FIELDS ? fields[i].key : NULL;
+}
+
+/* "--start-size", "start-size" and "start_size" all name start_size. */
+static const field *field_find(const char *key)
+{
+    while (key[0] == '-')
+        key++;
+    char norm[64];
+    size_t n = strlen(key);
+    if (n >= sizeof norm)
+        return NULL;
+    for (size_t i = 0; i <= n; i++)
+        norm[i] = key[i] == '-' ? '_' : key[i];
+    for (size_t i = 0; i < N_FIELDS; i++)
+        if (strcmp(fields[i].key, norm) == 0)
+            return &fields[i];
+    return NULL;
+}
+
+static int unknown_key(const char *key, kv_error *err)
+{
+    char known[512] = "";
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        strcat(known, i ? ", " : "");
+        strcat(known, fields[i].key);
+    }
+    return kv_fail(err, "eviction config: unknown key '%s' (known keys: %s)", key, known);
+}
+
+/* Names are stored lower-cased so "SnapKV" (NNCF's enum value) and
+ * "snapkv" are the same; validation checks whether the name exists. */
+static int set_name(char *dst, const field *f, const char *v, kv_error *err)
+{
+    size_t n = strlen(v);
+    if (n >= KV_EVICT_NAME_MAX)
+        return kv_fail(err, "eviction config: %s: '%.40s' is not a known name", f->key, v);
+    for (size_t i = 0; i <= n; i++)
+        dst[i] = (char)tolower((unsigned char)v[i]);
+    return 0;
+}
+
+static int parse_int(const field *f, const char *v, int *out, kv_error *err)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end != '\0' || errno || x < INT_MIN || x > INT_MAX)
+        return kv_fail(err, "eviction config: %s: expected an integer, got '%s'", f->key, v);
+    *out = (int)x;
+    return 0;
+}
+
+static int parse_bool(const field *f, const char *v, bool *out, kv_error *err)
+{
+    if (!strcasecmp(v, "true") || !strcmp(v, "1") || !strcasecmp(v, "yes"))
+        *out = true;
+    else if (!strcasecmp(v, "false") || !strcmp(v, "0") || !strcasecmp(v, "no"))
+        *out = false;
+    else
+        return kv_fail(err, "eviction config: %s: expected true or false, got '%s'", f->key, v);
+    return 0;
+}
+
+/* Every input form ends here, with the value as text. */
+static int set_field(kv_evict_params *p, const field *f, const char *v, kv_error *err)
+{
+    char *base = (char *)p + f->offset;
+    switch (f->kind) {
+    case F_INT:
+        return parse_int(f, v, (int *)base, err);
+    case F_NAME:
+        return set_name(base, f, v, err);
+    case F_BOOL:
+        return parse_bool(f, v, (bool *)base, err);
+    case F_WINDOW:
+        if (!strcasecmp(v, "none") || !strcasecmp(v, "null")) {
+            p->has_window = false;
+            p->window_size = 0;
+            return 0;
+        }
+        p->has_window = true;
+        return parse_int(f, v, &p->window_size, err);
+    case F_SEED: {
+        char *end;
+        errno = 0;
+        unsigned long long x = strtoull(v, &end, 10);
+        if (end == v || *end != '\0' || errno || x > UINT32_MAX || v[0] == '-')
+            return kv_fail(err, "eviction config: seed: expected an integer 0..%u, got '%s'",
+                           UINT32_MAX, v);
+        p->seed = (uint32_t)x;
+        return 0;
+    }
+    }
+    return kv_fail(err, "eviction config: %s: unsupported field", f->key);
+}
+
+int kv_evict_params_set(kv_evict_params *p, const char *key, const char *value, kv_error *err)
+{
+    const field *f = field_find(key);
+    if (!f)
+        return unknown_key(key, err);
+    return set_field(p, f, value, err);
+}
+
+/* A JSON value as the text set_field parses, checking its JSON type. */
+static int json_text(const field *f, const cJSON *v, char *buf, size_t n, kv_error *err)
+{
+    if (f->kind == F_WINDOW && cJSON_IsNull(v)) {
+        snprintf(buf, n, "none");
+        return 0;
+    }
+    if (f->kind == F_NAME) {
+        if (!cJSON_IsString(v))
+            return kv_fail(err, "eviction config: %s: expected a string", f->key);
+        if (strlen(v->valuestring) >= n)
+            return kv_fail(err, "eviction config: %s: '%.40s...' is not a known name", f->key,
+                           v->valuestring);
+        snprintf(buf, n, "%s", v->valuestring);
+        return 0;
+    }
+    if (f->kind == F_BOOL) {
+        if (!cJSON_IsBool(v))
+            return kv_fail(err, "eviction config: %s: expected true or false", f->key);
+        snprintf(buf, n, "%s", cJSON_IsTrue(v) ? "true" : "false");
+        return 0;
+    }
+    double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    if (!isfinite(d) || d != floor(d) || fabs(d) > 4294967295.0)
+        return kv_fail(err, "eviction config: %s: expected an integer%s", f->key,
+                       f->kind == F_WINDOW ? " or null" : "");
+    snprintf(buf, n, "%.0f", d);
+    return 0;
+}
+
+int kv_evict_params_from_json(kv_evict_params *p, const cJSON *obj, kv_error *err)
+{
+    if (!cJSON_IsObject(obj))
+        return kv_fail(err, "eviction config: expected a JSON object");
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        const field *f = field_find(it->string);
+        if (!f)
+            return unknown_key(it->string, err);
+        char text[64];
+        if (json_text(f, it, text, sizeof text, err) != 0 || set_field(p, f, text, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+cJSON *kv_evict_params_to_json(const kv_evict_params *p)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    bool ok = true;
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        const field *f = &fields[i];
+        const char *base = (const char *)p + f->offset;
+        cJSON *v = NULL;
+        switch (f->kind) {
+        case F_INT:
+            v = cJSON_CreateNumber(*(const int *)base);
+            break;
+        case F_NAME:
+            v = cJSON_CreateString(base);
+            break;
+        case F_BOOL:
+            v = cJSON_CreateBool(*(const bool *)base);
+            break;
+        case F_WINDOW:
+            v = p->has_window ? cJSON_CreateNumber(p->window_size) : cJSON_CreateNull();
+            break;
+        case F_SEED:
+            v = cJSON_CreateNumber(p->seed);
+            break;
+        }
+        ok = ok && v && cJSON_AddItemToObject(o, f->key, v);
+    }
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* ---- validation ---- */
+
+static bool name_in(const char *v, const char *const *names)
+{
+    for (; *names; names++)
+        if (strcmp(v, *names) == 0)
+            return true;
+    return false;
+}
+
+static const char *const aggregations[] = {"sum", "norm_sum", NULL};
+static const char *const strategies[] = {"per_token", "per_group", NULL};
+static const char *const anchors[] = {"random", "zeros", "ones", "mean", "alternate", NULL};
+static const char *const positions[] = {"absolute", "compact", NULL};
+
+static int check_names(const kv_evict_params *p, kv_error *err)
+{
+    if (!kv_scorer_find(p->algorithm)) {
+        char known[256] = "";
+        for (int i = 0; kv_evict_algorithm(i); i++) {
+            strcat(known, i ? ", " : "");
+            strcat(known, kv_evict_algorithm(i));
+        }
+        return kv_fail(err, "Unknown eviction algorithm '%s' (known: %s).", p->algorithm, known);
+    }
+    if (!kv_refiner_find(p->refined_algorithm))
+        return kv_fail(err, "Unknown refined_algorithm '%s' (known: kvcrush, criticalkv).",
+                       p->refined_algorithm);
+    return 0;
+}
+
+/* §2.2 in order; the message of the first failing check. */
+static int check_nncf(const kv_evict_params *p, kv_error *err)
+{
+    int S = p->start_size, R = p->recent_size, I = p->intermediate_size, F = p->refined_size;
+    bool per_group = strcmp(p->strategy, "per_group") == 0;
+    if (S < 0 || R < 0 || I < 0 || F < 0)
+        return kv_fail(err, "KV cache sizes must be non-negative integers.");
+    if (F > I)
+        return kv_fail(err, "refined_size cannot be greater than intermediate_size.");
+    if ((long)S + R + I + F <= 0)
+        return kv_fail(err, "At least one of the KV cache sizes must be greater than zero.");
+    if (per_group && p->group_size <= 0)
+        return kv_fail(err, "group_size must be a positive integer (got %d).", p->group_size);
+    int g = per_group ? p->group_size : 1;
+    if (S % g || R % g || I % g || F % g)
+        return kv_fail(err, "KV cache part sizes must be divisible by the group size.");
+    if (!name_in(p->score_aggregation, aggregations))
+        return kv_fail(err, "score_aggregation must be 'sum' or 'norm_sum' (got '%s').",
+                       p->score_aggregation);
+    if (p->has_window && strcmp(p->algorithm, "snapkv") != 0)
+        return kv_fail(err, "Window size is only supported for SNAPKV algorithm.");
+    if (p->has_window && p->window_size <= 0)
+        return kv_fail(err, "window_size must be a positive integer (got %d).", p->window_size);
+    if (!name_in(p->strategy, strategies))
+        return kv_fail(err, "strategy must be 'per_token' or 'per_group' (got '%s').", p->strategy);
+    if (!name_in(p->kvcrush_anchor, anchors))
+        return kv_fail(err,
+                       "kvcrush_anchor must be one of random, zeros, ones, mean, alternate "
+                       "(got '%s').",
+                       p->kvcrush_anchor);
+    return 0;
+}
+
+/* kvbench's own rules, after NNCF's. */
+static int check_kvbench(const kv_evict_params *p, kv_error *err)
+{
+    if (strcmp(p->strategy, "per_group") == 0 && p->recent_size == 0)
+        return kv_fail(err, "recent_size must be greater than zero with strategy per_group "
+                            "(the partial last group counts as recent).");
+    /* NNCF raises this only at the first eviction; a sweep is better off
+     * learning it before any prefill runs. */
+    if (p->refined_size > 0 && strcmp(p->refined_algorithm, "kvcrush") == 0 &&
+        strcmp(p->strategy, "per_token") == 0 && strcmp(p->kvcrush_anchor, "mean") == 0)
+        return kv_fail(err, "Mean anchor is not supported for KVCrush in per-token mode.");
+    if (!name_in(p->positions, positions))
+        return kv_fail(err, "positions must be 'absolute' or 'compact' (got '%s').", p->positions);
+    return 0;
+}
+
+int kv_evict_params_validate(const kv_evict_params *p, kv_error *err)
+{
+    if (check_names(p, err) || check_nncf(p, err) || check_kvbench(p, err))
+        return -1;
+    return 0;
+}

@@ -1,0 +1,379 @@
+/* Eviction end to end on the tiny Qwen3 model: `kvbench generate
+ * --eviction-config ... --trace` against the reference fixtures, the
+ * no-eviction invariant, and prefill-once-fork-many against fresh runs. */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "evict.h"
+#include "generate.h"
+#include "model.h"
+#include "npy.h"
+#include "testutil.h"
+
+#define MODEL "tests/data/models/qwen3-bf16"
+#define DATA  "tests/data/eviction/"
+
+static char *data(const char *name, const char *ext)
+{
+    char rel[256];
+    snprintf(rel, sizeof rel, DATA "%s%s", name, ext);
+    return tu_source(rel);
+}
+
+static cJSON *json_file(const char *path)
+{
+    char *s = tu_slurp(path, NULL);
+    cJSON *j = cJSON_Parse(s);
+    cr_assert_not_null(j, "%s is not JSON", path);
+    free(s);
+    return j;
+}
+
+/* Trace files as lists of lines, compared line by line as JSON. */
+static void assert_same_trace(const char *got_path, const char *want_path)
+{
+    char *got = tu_slurp(got_path, NULL), *want = tu_slurp(want_path, NULL);
+    char *gs, *ws;
+    char *g = strtok_r(got, "\n", &gs), *w = strtok_r(want, "\n", &ws);
+    int line = 1;
+    for (; g && w; line++, g = strtok_r(NULL, "\n", &gs), w = strtok_r(NULL, "\n", &ws)) {
+        cJSON *a = cJSON_Parse(g), *b = cJSON_Parse(w);
+        cr_assert(a && b && cJSON_Compare(a, b, true), "trace line %d:\n got  %.200s\n want %.200s",
+                  line, g, w);
+        cJSON_Delete(a);
+        cJSON_Delete(b);
+    }
+    cr_assert(!g && !w, "trace lengths differ at line %d", line);
+    free(got);
+    free(want);
+}
+
+/* kvbench generate on the fixture prompt, 32 tokens, logits to tmp/logits.npy,
+ * plus the extra arguments (NULL-terminated). */
+static tu_result generate(const char *tmp, const char *const *extra)
+{
+    char *model = tu_source(MODEL), *prompt = data("prompt", ".txt");
+    char npy[512];
+    snprintf(npy, sizeof npy, "%s/logits.npy", tmp);
+    const char *bin = getenv("KVBENCH");
+    const char *argv[48] = {bin ? bin : "./kvbench", "generate", "--model",          model,
+                            "--prompt-file",         prompt,     "--max-new-tokens", "32",
+                            "--ignore-eos",          "--json",   "--threads",        "2",
+                            "--dump-logits",         npy};
+    int n = 14;
+    for (; *extra && n < 47; extra++)
+        argv[n++] = *extra;
+    argv[n] = NULL;
+    tu_result r = tu_run_argv((char *const *)argv);
+    free(model);
+    free(prompt);
+    return r;
+}
+
+/* The generated ids of a --json output. */
+static int generated(const tu_result *r, int *ids, int max)
+{
+    cJSON *j = cJSON_Parse(r->out);
+    cr_assert_not_null(j, "not JSON: %s", r->out);
+    cJSON *arr = cJSON_GetObjectItem(j, "generated_ids");
+    int n = 0;
+    cJSON *it;
+    cJSON_ArrayForEach(it, arr) if (n < max) ids[n++] = it->valueint;
+    cJSON_Delete(j);
+    return n;
+}
+
+static float *read_npy(const char *path, size_t *rows, size_t *cols)
+{
+    float *x;
+    kv_error err;
+    cr_assert_eq(kv_npy_read(path, &x, rows, cols, &err), 0, "%s", err.msg);
+    return x;
+}
+
+static void check_fixture(const char *name)
+{
+    char *tmp = tu_mkdtemp(), trace[512], npy[512];
+    snprintf(trace, sizeof trace, "%s/trace.jsonl", tmp);
+    snprintf(npy, sizeof npy, "%s/logits.npy", tmp);
+    char *config = data(name, ".config.json");
+    const char *extra[] = {"--eviction-config", config, "--trace", trace, NULL};
+    tu_result r = generate(tmp, extra);
+    cr_assert_eq(r.status, 0, "%s: %s", name, r.err);
+
+    char *want_trace = data(name, ".trace.jsonl");
+    assert_same_trace(trace, want_trace);
+
+    char *tokens_path = data(name, ".tokens.json");
+    cJSON *want = json_file(tokens_path);
+    int ids[64], n = generated(&r, ids, 64), i = 0;
+    cJSON *it;
+    cr_assert_eq(n, cJSON_GetArraySize(cJSON_GetObjectItem(want, "tokens")));
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(want, "tokens"))
+    {
+        cr_assert_eq(ids[i], it->valueint, "%s: token %d is %d, want %d", name, i, ids[i],
+                     it->valueint);
+        i++;
+    }
+
+    /* the logits that chose each token: rows P-1 .. P+30 of the dump */
+    size_t rows, cols, rrows, rcols;
+    float *got = read_npy(npy, &rows, &cols);
+    char *ref_path = data(name, ".logits.npy");
+    float *ref = read_npy(ref_path, &rrows, &rcols);
+    cr_assert_eq(cols, rcols);
+    cr_assert_eq(rrows, 32);
+    size_t first = rows - 31 - 1; /* P + 31 rows in all; P - 1 chose token 1 */
+    double worst = 0;
+    for (size_t k = 0; k < rrows * cols; k++)
+        worst = fmax(worst, fabs((double)got[first * cols + k] - ref[k]));
+    cr_assert_lt(worst, 1e-4, "%s: logits differ by %g", name, worst);
+    free(got);
+    free(ref);
+    free(ref_path);
+    cJSON_Delete(want);
+    free(tokens_path);
+    free(want_trace);
+    free(config);
+    tu_result_free(&r);
+    tu_rmtree(tmp);
+    free(tmp);
+}
+
+Test(evict_e2e, h2o_sum_per_token)
+{
+    check_fixture("ex1_h2o_sum_token");
+}
+
+Test(evict_e2e, snapkv_sum_per_token)
+{
+    check_fixture("ex3_snapkv_sum_token");
+}
+
+Test(evict_e2e, h2o_sum_per_group)
+{
+    check_fixture("ex4_h2o_sum_group4");
+}
+
+/* M >= prompt + generated: the very same tokens and logits as no eviction,
+ * and nothing in the trace. */
+Test(evict_e2e, budget_above_length_changes_nothing)
+{
+    char *tmp = tu_mkdtemp(), trace[512], npy[512], full_npy[512];
+    snprintf(trace, sizeof trace, "%s/trace.jsonl", tmp);
+    snprintf(npy, sizeof npy, "%s/logits.npy", tmp);
+    snprintf(full_npy, sizeof full_npy, "%s/full.npy", tmp);
+    const char *none[] = {NULL};
+    tu_result full = generate(tmp, none);
+    cr_assert_eq(full.status, 0, "%s", full.err);
+    cr_assert_eq(rename(npy, full_npy), 0);
+    static const char *const algos[] = {"snapkv", "h2o", "knorm"};
+    for (int a = 0; a < 3; a++) {
+        const char *extra[] = {"--eviction",
+                               algos[a],
+                               "--start-size",
+                               "4",
+                               "--recent-size",
+                               "16",
+                               "--intermediate-size",
+                               "220",
+                               "--trace",
+                               trace,
+                               NULL};
+        tu_result r = generate(tmp, extra);
+        cr_assert_eq(r.status, 0, "%s", r.err);
+        int a_ids[64], b_ids[64];
+        int na = generated(&full, a_ids, 64), nb = generated(&r, b_ids, 64);
+        cr_assert_eq(na, 32);
+        cr_assert_eq(nb, 32);
+        cr_assert_eq(memcmp(a_ids, b_ids, sizeof(int) * 32), 0, "%s: tokens differ", algos[a]);
+        size_t rows, cols, rows2, cols2;
+        float *x = read_npy(full_npy, &rows, &cols), *y = read_npy(npy, &rows2, &cols2);
+        cr_assert_eq(rows, rows2);
+        cr_assert_eq(memcmp(x, y, rows * cols * sizeof *x), 0, "%s: logits differ", algos[a]);
+        size_t len;
+        char *t = tu_slurp(trace, &len);
+        cr_assert_eq(len, 0, "%s: evicted: %s", algos[a], t);
+        free(t);
+        free(x);
+        free(y);
+        tu_result_free(&r);
+    }
+    tu_result_free(&full);
+    tu_rmtree(tmp);
+    free(tmp);
+}
+
+Test(evict_e2e, cli_errors)
+{
+    char *tmp = tu_mkdtemp();
+    const char *bad[] = {"--eviction", "h2o", "--window-size", "8", NULL};
+    tu_result r = generate(tmp, bad);
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "Window size is only supported for SNAPKV algorithm."), "%s", r.err);
+    tu_result_free(&r);
+    const char *trace_only[] = {"--trace", "x.jsonl", NULL};
+    r = generate(tmp, trace_only);
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "--trace needs eviction"), "%s", r.err);
+    tu_result_free(&r);
+    const char *bad_value[] = {"--eviction", "snapkv", "--start-size", "lots", NULL};
+    r = generate(tmp, bad_value);
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "--start-size: eviction config: start_size: expected an integer"), "%s",
+              r.err);
+    tu_result_free(&r);
+    tu_rmtree(tmp);
+    free(tmp);
+}
+
+/* ---- prefill once, fork many (kvcore API) ---- */
+
+typedef struct run {
+    kv_evictor *ev;
+    kv_attn_stats_request req;
+    char trace[64 * 1024];
+    size_t len;
+} run;
+
+static void trace_to_text(void *ctx, int step, int layer, const int32_t *pos, int n)
+{
+    run *r = ctx;
+    r->len += (size_t)snprintf(r->trace + r->len, sizeof r->trace - r->len, "%d %d:", step, layer);
+    for (int i = 0; i < n && r->len < sizeof r->trace; i++)
+        r->len += (size_t)snprintf(r->trace + r->len, sizeof r->trace - r->len, " %d", pos[i]);
+    if (r->len < sizeof r->trace - 1)
+        r->trace[r->len++] = '\n';
+}
+
+static int step_hook(void *user, kv_cache *c, const kv_attn_stats *stats, int step, kv_error *err)
+{
+    run *r = user;
+    return kv_evictor_step(r->ev, c, &r->req, stats, step, trace_to_text, r, err);
+}
+
+static int32_t *prompt_ids(int *n)
+{
+    char *path = data("prompt", ".txt");
+    char *s = tu_slurp(path, NULL);
+    free(path);
+    /* the tiny model's tokenizer comes with the engine; ids via the CLI */
+    char *model = tu_source(MODEL);
+    tu_result r = tu_kvbench("generate", "--model", model, "--prompt", s, "--max-new-tokens", "0",
+                             "--json", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cJSON *j = cJSON_Parse(r.out);
+    cJSON *arr = cJSON_GetObjectItem(j, "prompt_ids");
+    *n = cJSON_GetArraySize(arr);
+    int32_t *ids = malloc((size_t)*n * sizeof *ids);
+    for (int i = 0; i < *n; i++)
+        ids[i] = cJSON_GetArrayItem(arr, i)->valueint;
+    cJSON_Delete(j);
+    tu_result_free(&r);
+    free(s);
+    free(model);
+    return ids;
+}
+
+static const char *const sweep_json[] = {
+    "{\"algorithm\": \"h2o\", \"start_size\": 4, \"recent_size\": 16, \"intermediate_size\": 44}",
+    "{\"algorithm\": \"snapkv\", \"start_size\": 4, \"recent_size\": 16, \"intermediate_size\": "
+    "44, \"score_aggregation\": \"norm_sum\"}",
+    "{\"algorithm\": \"snapkv\", \"start_size\": 4, \"recent_size\": 16, \"intermediate_size\": "
+    "44, \"window_size\": 16, \"strategy\": \"per_group\", \"group_size\": 4}",
+    "{\"algorithm\": \"snapkv\", \"start_size\": 4, \"recent_size\": 16, \"intermediate_size\": "
+    "44, \"refined_size\": 12}",
+    "{\"algorithm\": \"h2o\", \"start_size\": 4, \"recent_size\": 16, \"intermediate_size\": "
+    "44, \"refined_size\": 12, \"refined_algorithm\": \"criticalkv\"}",
+    "{\"algorithm\": \"knorm\", \"start_size\": 4, \"recent_size\": 16, \"intermediate_size\": "
+    "44, \"positions\": \"compact\"}",
+    "{\"algorithm\": \"random\", \"start_size\": 4, \"recent_size\": 16, \"intermediate_size\": "
+    "44, \"seed\": 3}",
+};
+#define N_SWEEP (int)(sizeof sweep_json / sizeof sweep_json[0])
+
+Test(evict_e2e, forked_prefill_equals_fresh_runs, .timeout = 120)
+{
+    char *dir = tu_source(MODEL);
+    kv_model *m;
+    kv_error err;
+    cr_assert_eq(kv_model_load(dir, &m, &err), 0, "%s", err.msg);
+    int n_prompt;
+    int32_t *prompt = prompt_ids(&n_prompt);
+    cr_assert_eq(n_prompt, 206);
+    kv_evict_params ps[N_SWEEP];
+    kv_evict_model em;
+    cr_assert_eq(kv_evict_model_load(&em, m, dir, true, &err), 0, "%s", err.msg);
+    for (int i = 0; i < N_SWEEP; i++) {
+        cJSON *j = cJSON_Parse(sweep_json[i]);
+        kv_evict_params_default(&ps[i]);
+        cr_assert_eq(kv_evict_params_from_json(&ps[i], j, &err), 0, "%s", err.msg);
+        cJSON_Delete(j);
+    }
+    /* the shared prefill: full attention, the union of the statistics */
+    kv_attn_stats_request shared;
+    cr_assert_eq(kv_evict_stats_request(ps, N_SWEEP, true, &shared, &err), 0, "%s", err.msg);
+    kv_cache *base = kv_model_cache_new(m, n_prompt, &err);
+    kv_attn_stats *stats = kv_model_stats_new(m, base, n_prompt, &shared, &err);
+    int vocab = kv_model_get_config(m)->vocab;
+    float *last = malloc((size_t)vocab * sizeof *last);
+    cr_assert_eq(kv_model_forward(m, base, prompt, n_prompt, &shared, stats, last, false, &err), 0,
+                 "%s", err.msg);
+    static run fresh, forked;
+    for (int i = 0; i < N_SWEEP; i++) {
+        kv_generate_opts o = {.max_new_tokens = 24, .ignore_eos = true, .on_step = step_hook};
+        /* fresh: its own prefill with its own statistics */
+        memset(&fresh, 0, sizeof fresh);
+        fresh.ev = kv_evictor_new(&ps[i], &em, &err);
+        cr_assert_not_null(fresh.ev, "%s", err.msg);
+        kv_evictor_generation_request(fresh.ev, &fresh.req);
+        o.stats_req = fresh.req;
+        o.user = &fresh;
+        kv_cache *c = kv_model_cache_new(m, n_prompt + 24, &err);
+        kv_generation a;
+        cr_assert_eq(kv_generate(m, c, prompt, n_prompt, &o, &a, &err), 0, "%s", err.msg);
+        kv_cache_free(c);
+        /* forked: the shared prefill's cache and statistics */
+        memset(&forked, 0, sizeof forked);
+        forked.ev = kv_evictor_new(&ps[i], &em, &err);
+        kv_evictor_generation_request(forked.ev, &forked.req);
+        if (i % 2 == 0) { /* a full copy, compressed in place */
+            c = kv_cache_fork(base, 0, &err);
+            cr_assert_eq(
+                kv_evictor_step(forked.ev, c, &shared, stats, 0, trace_to_text, &forked, &err), 0,
+                "%s", err.msg);
+        } else { /* only the kept rows copied out of the shared cache */
+            cr_assert_eq(
+                kv_evictor_fork(forked.ev, base, &shared, stats, &c, trace_to_text, &forked, &err),
+                0, "%s", err.msg);
+            cr_assert_eq(base->layers[0].len, n_prompt, "the shared cache is untouched");
+        }
+        o.stats_req = forked.req;
+        o.user = &forked;
+        kv_generation b;
+        cr_assert_eq(kv_generate_from(m, c, last, &o, &b, &err), 0, "%s", err.msg);
+        cr_assert_eq(a.n, b.n);
+        cr_assert_eq(memcmp(a.ids, b.ids, (size_t)a.n * sizeof *a.ids), 0,
+                     "config %d: tokens differ", i);
+        cr_assert_gt(fresh.len, 0, "config %d evicted", i);
+        cr_assert_eq(fresh.len, forked.len, "config %d: traces differ", i);
+        cr_assert_eq(memcmp(fresh.trace, forked.trace, fresh.len), 0, "config %d: traces differ",
+                     i);
+        kv_cache_free(c);
+        kv_generation_free(&a);
+        kv_generation_free(&b);
+        kv_evictor_free(fresh.ev);
+        kv_evictor_free(forked.ev);
+    }
+    kv_model_stats_free(stats, kv_model_get_config(m)->n_layers);
+    kv_cache_free(base);
+    free(last);
+    free(prompt);
+    kv_evict_model_release(&em);
+    kv_model_free(m);
+    free(dir);
+}
