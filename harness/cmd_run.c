@@ -1,10 +1,74 @@
 /* kvbench run: the config matrix over LongBench, resumable and shardable.
- * The sample loop needs the engine; until it is wired (see runner.h),
- * --dry-run validates a config file and shows exactly what would run. */
+ * runner.c drives the loop; backend.c puts the engine, eviction, datasets
+ * and scorers behind it. */
+#include <signal.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
 
+#include "backend.h"
 #include "cli.h"
+#include "hash.h"
 #include "runner.h"
+#include "version.h"
+
+/* The one static a signal handler needs: the loop polls it between samples,
+ * so Ctrl-C finishes the sample in flight's bookkeeping and exits cleanly. */
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+static bool is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Loads the model once and runs the matrix. */
+static int run_matrix(kb_matrix *m, const kb_runner_options *o)
+{
+    kv_error err = {{0}};
+    if (!is_dir(m->model)) {
+        kb_error("run: model folder '%s' not found (download a hub model with "
+                 "'kvbench fetch model ORG/NAME --dir %s')",
+                 m->model, m->model);
+        return KB_EXIT_FAIL;
+    }
+    char hash[17];
+    if (kb_hash_model(m->model, hash, &err) < 0) {
+        kb_error("run: %s", err.msg);
+        return KB_EXIT_FAIL;
+    }
+    kb_runner_backend b;
+    if (kb_engine_backend_open(m, m->model, &b, &err) < 0) {
+        kb_error("run: %s", err.msg);
+        return KB_EXIT_FAIL;
+    }
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    kb_progress *progress = kb_progress_new(&(kb_progress_opts){.out = stderr, .tty = -1}, 0, 0);
+    kb_runner_stats stats = {0};
+    int rc = kb_runner_run(m, o, KB_VERSION " (" KB_GIT_VERSION ")", hash, &b, &stop_requested,
+                           progress, &stats, &err);
+    kb_progress_free(progress);
+    kb_engine_backend_close(&b);
+    if (rc < 0) {
+        kb_error("run: %s", err.msg);
+        return KB_EXIT_FAIL;
+    }
+    fprintf(stderr, "kvbench: run: %ld samples done, %ld already on disk, %ld prefills, %ld decodes\n",
+            stats.samples_done, stats.samples_skipped, stats.prefills, stats.decodes);
+    if (stats.stopped) {
+        kb_error("run: stopped; run the same command again to resume");
+        return 130;
+    }
+    return KB_EXIT_OK;
+}
 
 static const kb_option options[] = {
     {"dry-run", NULL, "validate the config and print the expanded matrix; run nothing"},
@@ -29,7 +93,7 @@ static int run(const kb_args *a)
         kb_arg_long(a, "limit", 1, 1L << 40, &o.limit) < 0)
         return KB_EXIT_USAGE;
     kb_matrix m;
-    if (kb_matrix_load(a->positional[0], NULL, &m, &err) < 0) {
+    if (kb_matrix_load(a->positional[0], kb_engine_matrix_hooks(), &m, &err) < 0) {
         kb_error("%s", err.msg);
         return KB_EXIT_FAIL;
     }
@@ -40,9 +104,7 @@ static int run(const kb_args *a)
     } else if (kb_flag(a, "dry-run")) {
         kb_runner_plan_print(stdout, &m, &o);
     } else {
-        kb_error("run: the sample loop is not wired in yet (engine, eviction, datasets and "
-                 "scorers are being merged; see harness/runner.h). --dry-run shows the plan.");
-        rc = KB_EXIT_USAGE;
+        rc = run_matrix(&m, &o);
     }
     kb_matrix_free(&m);
     return rc;

@@ -57,7 +57,7 @@ static char *default_csv(const char *path)
 static void print_per_line(const kb_predictions *p)
 {
     for (size_t i = 0; i < p->n; i++) {
-        const kb_prediction *pr = &p->v[i];
+        const kb_scored_line *pr = &p->v[i];
         cJSON *id = pr->id ? cJSON_CreateString(pr->id) : cJSON_CreateNull();
         cJSON *ds = cJSON_CreateString(pr->dataset);
         char *ids = id ? cJSON_PrintUnformatted(id) : NULL;

@@ -1,4 +1,5 @@
 #include "score.h"
+#include "tasks.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -55,6 +56,13 @@ int kb_task_metric(const char *dataset, kb_metric *metric, bool *first_line)
             *first_line = tasks[i].first_line;
             return 0;
         }
+    /* kvbench's own tasks (synthetic retrieval) name their metric in the
+     * datasets registry. */
+    const lb_task *t = lb_task_find(dataset);
+    if (t && kb_metric_from_name(t->metric, metric) == 0) {
+        *first_line = t->first_line;
+        return 0;
+    }
     return -1;
 }
 
@@ -150,7 +158,7 @@ int kb_bucket_of(long length)
 
 /* ---- reading prediction files ------------------------------------------------ */
 
-static void prediction_free(kb_prediction *p)
+static void prediction_free(kb_scored_line *p)
 {
     free(p->id);
     free(p->dataset);
@@ -201,7 +209,7 @@ static char *dataset_from_path(const char *path)
     return strndup(base, strcspn(base, ".")); /* eval.py: filename.split('.')[0] */
 }
 
-static int parse_line(const cJSON *o, kb_prediction *p, const char *path, kv_error *err)
+static int parse_line(const cJSON *o, kb_scored_line *p, const char *path, kv_error *err)
 {
     const char *where = p->where;
     if (!cJSON_IsObject(o))
@@ -238,18 +246,18 @@ static int parse_line(const cJSON *o, kb_prediction *p, const char *path, kv_err
     return 0;
 }
 
-static int push(kb_predictions *p, kb_prediction **out)
+static int push(kb_predictions *p, kb_scored_line **out)
 {
     if (p->n == p->cap) {
         size_t cap = p->cap ? p->cap * 2 : 256;
-        kb_prediction *v = realloc(p->v, cap * sizeof *v);
+        kb_scored_line *v = realloc(p->v, cap * sizeof *v);
         if (!v)
             return -1;
         p->v = v;
         p->cap = cap;
     }
     *out = &p->v[p->n++];
-    **out = (kb_prediction){.length = -1};
+    **out = (kb_scored_line){.length = -1};
     return 0;
 }
 
@@ -260,7 +268,7 @@ int kb_predictions_read(kb_predictions *p, const char *path, kv_error *err)
         return kv_fail(err, "%s: %s", path, strerror(errno));
     int rc = 0, got;
     while (rc == 0 && (got = lb_jsonl_next(r)) == 1) {
-        kb_prediction *pr;
+        kb_scored_line *pr;
         if (push(p, &pr) < 0) {
             rc = kv_fail(err, "out of memory");
             break;
@@ -386,7 +394,7 @@ static int score_task(kb_metrics *m, kb_predictions *p, kb_task_score *t, kv_err
         if (!(bucket[b] = malloc((p->n ? p->n : 1) * sizeof **bucket)))
             rc = kv_fail(err, "out of memory");
     for (size_t i = 0; i < p->n && rc == 0; i++) {
-        kb_prediction *pr = &p->v[i];
+        kb_scored_line *pr = &p->v[i];
         if (strcmp(pr->dataset, t->dataset) != 0)
             continue;
         if (t->refused) {

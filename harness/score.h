@@ -38,7 +38,7 @@ extern const char *const kb_bucket_names[KB_N_BUCKETS]; /* "0-4k", "4-8k", "8k+"
 int kb_bucket_of(long length);
 
 /* One prediction line, as read from a prediction file. */
-typedef struct kb_prediction {
+typedef struct kb_scored_line {
     char *id;      /* "id" or "_id", NULL when absent */
     char *dataset; /* "dataset", else the file name up to its first '.' */
     char *pred;    /* "pred" (LongBench) or "prediction" */
@@ -49,10 +49,10 @@ typedef struct kb_prediction {
     long length;  /* "length", -1 when absent */
     char *where;  /* "file:line" for messages */
     double score; /* filled by kb_score_predictions */
-} kb_prediction;
+} kb_scored_line;
 
 typedef struct kb_predictions {
-    kb_prediction *v;
+    kb_scored_line *v;
     size_t n, cap;
 } kb_predictions;
 

@@ -206,6 +206,10 @@ static int parse_fields(const cJSON *root, const char *path, kv_model_config *c,
         return kv_fail(err, "%s: no \"head_dim\" and hidden_size is not a multiple of heads", path);
     if (get_int(root, "head_dim", 65536, c->hidden / c->n_heads, path, &c->head_dim, err) != 0)
         return -1;
+    /* The trained context length: the default prompt budget of a run. */
+    if (cJSON_GetObjectItemCaseSensitive(root, "max_position_embeddings") &&
+        get_int(root, "max_position_embeddings", 1 << 30, 0, path, &c->max_positions, err) != 0)
+        return -1;
     c->rms_eps = 1e-6;
     if (get_num(root, "rms_norm_eps", path, &c->rms_eps, err) != 0 ||
         parse_rope(root, path, &c->rope, err) != 0 || check_shapes(path, c, err) != 0)

@@ -26,6 +26,7 @@ typedef struct kv_rope_config {
 typedef struct kv_model_config {
     kv_arch arch;
     int hidden, n_layers, n_heads, n_kv_heads, head_dim, ffn, vocab;
+    int max_positions; /* max_position_embeddings; 0 when config.json has none */
     double rms_eps;
     kv_rope_config rope;
     bool tied_embeddings;

@@ -55,7 +55,7 @@ int main(int argc, char **argv)
     for (size_t t = 0; t < tasks.n; t++) {
         kb_predictions sub = p;
         sub.n = 0;
-        kb_prediction *only = malloc(p.n * sizeof *only);
+        kb_scored_line *only = malloc(p.n * sizeof *only);
         for (size_t i = 0; i < p.n; i++)
             if (strcmp(p.v[i].dataset, tasks.v[t].dataset) == 0)
                 only[sub.n++] = p.v[i];

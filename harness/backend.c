@@ -1,0 +1,457 @@
+#include "backend.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "evict.h"
+#include "generate.h"
+#include "jieba.h"
+#include "kernels.h"
+#include "model.h"
+#include "prompt.h"
+#include "sample.h"
+#include "score.h"
+#include "tasks.h"
+#include "tokenizer.h"
+
+typedef struct engine {
+    const kb_matrix *m;
+    kv_model *model;
+    kv_tokenizer *tok;
+    kv_evict_model em;
+    bool em_loaded;
+    lb_protocol protocol;
+    kv_evict_params *params; /* [n_configs]; unused for configs[0] (full cache) */
+    kv_evictor **ev;         /* [n_configs]; NULL for the full cache */
+    kb_metrics *metrics;
+    kb_jieba *jieba;
+    long prefills;
+} engine;
+
+typedef struct task_iter {
+    const lb_task *task;
+    lb_loader *loader;
+    lb_sample s;
+    bool has_sample;
+    long index;
+    cJSON *answers, *classes;
+} task_iter;
+
+typedef struct prefill_state {
+    kv_cache *base;
+    kv_attn_stats *stats; /* [n_layers] of the prompt's forward */
+    kv_attn_stats_request req;
+    float *logits; /* [vocab] of the last prompt position */
+    int32_t stop[2];
+    int n_stop;
+    int max_new;
+    int n_prompt;
+} prefill_state;
+
+/* ---- matrix hooks ---- */
+
+static int validate_eviction(const cJSON *cfg, char *msg, size_t n)
+{
+    kv_evict_params p;
+    kv_error err = {{0}};
+    kv_evict_params_default(&p);
+    if (kv_evict_params_from_json(&p, cfg, &err) < 0 || kv_evict_params_validate(&p, &err) < 0) {
+        snprintf(msg, n, "%s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static bool task_known(const char *name)
+{
+    return lb_task_find(name) != NULL;
+}
+
+const kb_matrix_hooks *kb_engine_matrix_hooks(void)
+{
+    static const kb_matrix_hooks hooks = {
+        .validate_eviction = validate_eviction,
+        .task_known = task_known,
+    };
+    return &hooks;
+}
+
+/* ---- samples ---- */
+
+static long count_lines(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    long n = 0;
+    char buf[1 << 16];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0)
+        for (size_t i = 0; i < got; i++)
+            n += buf[i] == '\n';
+    fclose(f);
+    return n;
+}
+
+static int task_open(void *ctx, const kb_task_spec *spec, void **out, long *n_samples,
+                     kv_error *err)
+{
+    engine *e = ctx;
+    const lb_task *task = lb_task_find(spec->name);
+    if (!task)
+        return kv_fail(err, "%s: not a task kvbench knows", spec->name);
+    char *path = lb_sample_path(e->m->data, task);
+    if (!path)
+        return kv_fail(err, "out of memory");
+    task_iter *it = calloc(1, sizeof *it);
+    lb_loader_options lo = {
+        .schema = task->family == LB_FAMILY_V2 ? LB_SCHEMA_V2 : LB_SCHEMA_V1};
+    if (it)
+        it->loader = lb_loader_open(path, &lo, err);
+    if (!it || !it->loader) {
+        if (!it)
+            kv_fail(err, "out of memory");
+        free(it);
+        free(path);
+        return -1;
+    }
+    it->task = task;
+    *n_samples = count_lines(path);
+    if (spec->limit > 0 && *n_samples > spec->limit)
+        *n_samples = spec->limit;
+    free(path);
+    *out = it;
+    return 0;
+}
+
+static cJSON *string_array(char *const *v, size_t n)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; a && i < n; i++)
+        cJSON_AddItemToArray(a, cJSON_CreateString(v[i]));
+    return a;
+}
+
+static void iter_clear_sample(task_iter *it)
+{
+    if (it->has_sample)
+        lb_sample_free(&it->s);
+    it->has_sample = false;
+    cJSON_Delete(it->answers);
+    cJSON_Delete(it->classes);
+    it->answers = it->classes = NULL;
+}
+
+static int task_next(void *ctx, void *iter, kb_sample *out, kv_error *err)
+{
+    (void)ctx;
+    task_iter *it = iter;
+    iter_clear_sample(it);
+    int rc = lb_loader_next(it->loader, &it->s, err);
+    if (rc <= 0)
+        return rc;
+    it->has_sample = true;
+    it->answers = string_array(it->s.answers, it->s.n_answers);
+    it->classes = it->s.all_classes ? string_array(it->s.all_classes, it->s.n_classes) : NULL;
+    if (!it->answers)
+        return kv_fail(err, "out of memory");
+    *out = (kb_sample){
+        .id = it->s.id,
+        .index = it->index++,
+        .answers = it->answers,
+        .all_classes = it->classes,
+        .length = it->s.length,
+        .data = &it->s,
+    };
+    return 1;
+}
+
+static void task_close(void *ctx, void *iter)
+{
+    (void)ctx;
+    task_iter *it = iter;
+    if (!it)
+        return;
+    iter_clear_sample(it);
+    lb_loader_close(it->loader);
+    free(it);
+}
+
+/* ---- prefill once, decode per config ---- */
+
+static void prefill_free(void *ctx, void *state)
+{
+    engine *e = ctx;
+    prefill_state *st = state;
+    if (!st)
+        return;
+    kv_cache_free(st->base);
+    kv_model_stats_free(st->stats, kv_model_get_config(e->model)->n_layers);
+    free(st->logits);
+    free(st);
+}
+
+/* The prompt budget when the task does not set one: the model's context,
+ * less room for the answer (pred.py's model2maxlen plays this role). */
+static long default_max_length(const engine *e, int max_new)
+{
+    long ctx = kv_model_get_config(e->model)->max_positions;
+    return ctx > max_new ? ctx - max_new : 0;
+}
+
+static int prefill(void *ctx, const kb_task_spec *spec, const kb_sample *s,
+                   const kb_config *const *configs, size_t n_configs, void **state,
+                   long *prompt_tokens, kv_error *err)
+{
+    engine *e = ctx;
+    const lb_task *task = lb_task_find(spec->name);
+    prefill_state *st = calloc(1, sizeof *st);
+    if (!st)
+        return kv_fail(err, "out of memory");
+    st->max_new = spec->max_new_tokens > 0 ? (int)spec->max_new_tokens : task->max_new_tokens;
+    lb_prompt_options po = {
+        .protocol = e->protocol,
+        .max_length = spec->max_length > 0 ? spec->max_length
+                                           : default_max_length(e, st->max_new),
+        .enable_thinking = false,
+    };
+    lb_prompt p = {0};
+    if (lb_prompt_build(task, (const lb_sample *)s->data, e->tok, &po, &p, err) < 0) {
+        free(st);
+        return -1;
+    }
+    st->n_stop = (int)lb_stop_tokens(e->tok, task, e->protocol, st->stop);
+    st->n_prompt = (int)p.n_ids;
+
+    /* The union of what every pending config reads from the prefill. */
+    kv_evict_params ps[64];
+    int n_ps = 0;
+    for (size_t i = 0; i < n_configs; i++) {
+        int k = kb_matrix_find_config(e->m, configs[i]->name);
+        if (k > 0 && e->ev[k] && n_ps < 64)
+            ps[n_ps++] = e->params[k];
+    }
+    int rc = n_ps ? kv_evict_stats_request(ps, n_ps, true, &st->req, err) : 0;
+    const kv_model_config *mc = kv_model_get_config(e->model);
+    if (rc == 0 && !(st->base = kv_model_cache_new(e->model, st->n_prompt + 1, err)))
+        rc = -1;
+    bool want = st->req.col_sums || st->req.n_windows > 0;
+    if (rc == 0 && want &&
+        !(st->stats = kv_model_stats_new(e->model, st->base, st->n_prompt, &st->req, err)))
+        rc = -1;
+    if (rc == 0 && !(st->logits = malloc((size_t)mc->vocab * sizeof *st->logits)))
+        rc = kv_fail(err, "out of memory for logits");
+    if (rc == 0)
+        rc = kv_model_forward(e->model, st->base, p.ids, st->n_prompt, want ? &st->req : NULL,
+                              st->stats, st->logits, false, err);
+    lb_prompt_free(&p);
+    if (rc < 0) {
+        prefill_free(e, st);
+        return -1;
+    }
+    e->prefills++;
+    *prompt_tokens = st->n_prompt;
+    *state = st;
+    return 0;
+}
+
+typedef struct decode_hook {
+    kv_evictor *ev;
+    kv_attn_stats_request req;
+} decode_hook;
+
+static int on_step(void *user, kv_cache *c, const kv_attn_stats *stats, int step, kv_error *err)
+{
+    decode_hook *h = user;
+    return kv_evictor_step(h->ev, c, &h->req, stats, step, NULL, NULL, err);
+}
+
+static int decode(void *ctx, void *state, const kb_task_spec *spec, const kb_sample *s,
+                  const kb_config *cfg, kb_decode_result *out, kv_error *err)
+{
+    (void)spec;
+    (void)s;
+    engine *e = ctx;
+    prefill_state *st = state;
+    int k = kb_matrix_find_config(e->m, cfg->name);
+    kv_evictor *ev = k > 0 ? e->ev[k] : NULL;
+    kv_cache *c = NULL;
+    decode_hook hook = {.ev = ev};
+    kv_generate_opts o = {
+        .max_new_tokens = st->max_new,
+        .stop_ids = st->stop,
+        .n_stop_ids = st->n_stop,
+    };
+    if (ev) {
+        if (kv_evictor_fork(ev, st->base, &st->req, st->stats, &c, NULL, NULL, err) < 0)
+            return -1;
+        kv_evictor_generation_request(ev, &hook.req);
+        o.on_step = on_step;
+        o.stats_req = hook.req;
+        o.user = &hook;
+    } else if (!(c = kv_cache_fork(st->base, st->n_prompt + st->max_new + 1, err))) {
+        return -1;
+    }
+    out->kept_tokens = c->layers[0].len;
+    kv_generation g = {0};
+    int rc = kv_generate_from(e->model, c, st->logits, &o, &g, err);
+    if (rc == 0) {
+        out->generated_tokens = g.n;
+        out->text = kv_tokenizer_decode(e->tok, g.ids, (size_t)g.n, true);
+        if (!out->text)
+            rc = kv_fail(err, "out of memory decoding the answer");
+    }
+    kv_generation_free(&g);
+    kv_cache_free(c);
+    return rc;
+}
+
+/* ---- scores ---- */
+
+/* eval.py: the metric of each line (max over its answers), then
+ * round(100 * total / n, 2) with the total summed in file order. */
+static int score_task(const char *task, const cJSON *const *lines, size_t n, double *score,
+                      const char **metric_name, char *msg, size_t msg_n, void *ctx)
+{
+    engine *e = ctx;
+    kb_metric metric;
+    bool first_line;
+    if (kb_task_metric(task, &metric, &first_line) < 0) {
+        snprintf(msg, msg_n, "%s: no metric for this task", task);
+        return -1;
+    }
+    *metric_name = kb_metric_name(metric);
+    if (kb_metric_needs_jieba(metric) && !e->jieba) {
+        kv_error err = {{0}};
+        if (kb_jieba_load(NULL, &e->jieba, &err) < 0) {
+            snprintf(msg, msg_n, "%s", err.msg);
+            return -1;
+        }
+        kb_metrics_free(e->metrics);
+        if (kb_metrics_new(e->jieba, &e->metrics, &err) < 0) {
+            snprintf(msg, msg_n, "%s", err.msg);
+            return -1;
+        }
+    }
+    double total = 0;
+    for (size_t i = 0; i < n; i++) {
+        const cJSON *pred = cJSON_GetObjectItemCaseSensitive(lines[i], "pred");
+        const cJSON *answers = cJSON_GetObjectItemCaseSensitive(lines[i], "answers");
+        const cJSON *classes = cJSON_GetObjectItemCaseSensitive(lines[i], "all_classes");
+        int na = cJSON_GetArraySize(answers), nc = cJSON_IsArray(classes) ? cJSON_GetArraySize(classes) : 0;
+        const char **av = calloc((size_t)na + 1, sizeof *av);
+        const char **cv = calloc((size_t)nc + 1, sizeof *cv);
+        for (int j = 0; av && j < na; j++)
+            av[j] = cJSON_GetStringValue(cJSON_GetArrayItem(answers, j));
+        for (int j = 0; cv && j < nc; j++)
+            cv[j] = cJSON_GetStringValue(cJSON_GetArrayItem(classes, j));
+        kb_classes cl = {cv, (size_t)nc};
+        double sc = 0;
+        kv_error err = {{0}};
+        int rc = !av || !cv || !cJSON_IsString(pred)
+                     ? kv_fail(&err, "line %zu: no \"pred\" string", i + 1)
+                     : kb_score_prediction(e->metrics, task, pred->valuestring, av, (size_t)na,
+                                           nc ? &cl : NULL, &sc, &err);
+        free(av);
+        free(cv);
+        if (rc < 0) {
+            snprintf(msg, msg_n, "%s: %s", task, err.msg);
+            return -1;
+        }
+        total += sc;
+    }
+    *score = n ? kb_py_round(100.0 * total / (double)n, 2) : 0.0;
+    return 0;
+}
+
+/* ---- setup ---- */
+
+static bool any_criticalkv(const engine *e)
+{
+    for (size_t i = 1; i < e->m->n_configs; i++)
+        if (e->params[i].refined_size > 0 && strcmp(e->params[i].refined_algorithm, "criticalkv") == 0)
+            return true;
+    return false;
+}
+
+int kb_engine_backend_open(const kb_matrix *m, const char *model_dir, kb_runner_backend *b,
+                           kv_error *err)
+{
+    memset(b, 0, sizeof *b);
+    engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return kv_fail(err, "out of memory");
+    e->m = m;
+    b->ctx = e;
+    e->params = calloc(m->n_configs, sizeof *e->params);
+    e->ev = calloc(m->n_configs, sizeof *e->ev);
+    if (!e->params || !e->ev) {
+        kv_fail(err, "out of memory");
+        goto fail;
+    }
+    if (lb_protocol_parse(m->protocol, &e->protocol, err) < 0)
+        goto fail;
+    kv_set_threads((int)m->threads);
+    if (kv_model_load(model_dir, &e->model, err) < 0)
+        goto fail;
+    if (!(e->tok = kv_tokenizer_load(model_dir, err)))
+        goto fail;
+    for (size_t i = 1; i < m->n_configs; i++) {
+        kv_evict_params_default(&e->params[i]);
+        if (kv_evict_params_from_json(&e->params[i], m->configs[i].params, err) < 0 ||
+            kv_evict_params_validate(&e->params[i], err) < 0) {
+            kv_fail_prefix(err, m->configs[i].name);
+            goto fail;
+        }
+    }
+    if (m->n_configs > 1) {
+        if (kv_evict_model_load(&e->em, e->model, model_dir, any_criticalkv(e), err) < 0)
+            goto fail;
+        e->em_loaded = true;
+        for (size_t i = 1; i < m->n_configs; i++)
+            if (!(e->ev[i] = kv_evictor_new(&e->params[i], &e->em, err))) {
+                kv_fail_prefix(err, m->configs[i].name);
+                goto fail;
+            }
+    }
+    if (kb_metrics_new(NULL, &e->metrics, err) < 0)
+        goto fail;
+    b->task_open = task_open;
+    b->task_next = task_next;
+    b->task_close = task_close;
+    b->prefill = prefill;
+    b->decode = decode;
+    b->prefill_free = prefill_free;
+    b->scorer = score_task;
+    b->scorer_ctx = e;
+    return 0;
+fail:
+    kb_engine_backend_close(b);
+    return -1;
+}
+
+void kb_engine_backend_close(kb_runner_backend *b)
+{
+    engine *e = b->ctx;
+    if (!e)
+        return;
+    for (size_t i = 0; e->ev && i < e->m->n_configs; i++)
+        kv_evictor_free(e->ev[i]);
+    if (e->em_loaded)
+        kv_evict_model_release(&e->em);
+    free(e->ev);
+    free(e->params);
+    kb_metrics_free(e->metrics);
+    kb_jieba_free(e->jieba);
+    kv_tokenizer_free(e->tok);
+    kv_model_free(e->model);
+    free(e);
+    b->ctx = NULL;
+}
+
+long kb_engine_backend_prefills(const kb_runner_backend *b)
+{
+    return b->ctx ? ((const engine *)b->ctx)->prefills : 0;
+}
