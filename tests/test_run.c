@@ -1,0 +1,275 @@
+/* kvbench run end to end on a committed tiny model (issue 9): the files a
+ * run writes, scores equal to `kvbench score` on its predictions, one prefill
+ * per sample shared by every config (and the same predictions as separate
+ * runs), and SIGKILL at random points + resume == an uninterrupted run. */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+static const char *const tasks[] = {"trec", "qasper", "passage_retrieval_en"};
+#define N_TASKS 3
+
+/* A matrix on the tiny qwen3 model and the shipped samples. configs_json is
+ * the "configs" list; the full cache is always added by the runner. */
+static char *write_matrix(const char *dir, const char *name, const char *configs_json)
+{
+    char *model = tu_source("tests/data/models/qwen3-bf16");
+    char *data = tu_source("datasets/samples");
+    char *path = malloc(strlen(dir) + strlen(name) + 8);
+    sprintf(path, "%s/%s.json", dir, name);
+    FILE *f = fopen(path, "w");
+    fprintf(f,
+            "{\"model\": \"%s\", \"data\": \"%s\", \"output\": \"%s/runs\", \"limit\": 3,\n"
+            " \"max_new_tokens\": 12, \"threads\": 1,\n"
+            " \"tasks\": [\"trec\", \"qasper\", \"passage_retrieval_en\"],\n"
+            " \"configs\": %s}\n",
+            model, data, dir, configs_json);
+    fclose(f);
+    free(model);
+    free(data);
+    return path;
+}
+
+#define CONFIGS3                                                                                 \
+    "[{\"name\": \"h2o\", \"algorithm\": \"h2o\", \"start_size\": 4, \"recent_size\": 16, "      \
+    "\"intermediate_size\": 12},"                                                                \
+    " {\"name\": \"snapkv\", \"algorithm\": \"snapkv\", \"start_size\": 4, \"recent_size\": 8, " \
+    "\"intermediate_size\": 20, \"score_aggregation\": \"norm_sum\"}]"
+
+/* The lines of a prediction file with the timing fields removed (they
+ * differ from run to run), as canonical JSON text, one per line. */
+static char *stable_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return strdup("<missing>");
+    size_t cap = 1 << 16, n = 0;
+    char *out = malloc(cap);
+    out[0] = '\0';
+    char *line = NULL;
+    size_t lcap = 0;
+    while (getline(&line, &lcap, f) > 0) {
+        cJSON *j = cJSON_Parse(line);
+        cr_assert(j, "%s: a line is not JSON: %s", path, line);
+        cJSON_DeleteItemFromObject(j, "prefill_s");
+        cJSON_DeleteItemFromObject(j, "decode_s");
+        char *s = cJSON_PrintUnformatted(j);
+        size_t k = strlen(s);
+        if (n + k + 2 > cap)
+            out = realloc(out, cap = 2 * (n + k + 2));
+        memcpy(out + n, s, k);
+        n += k;
+        out[n++] = '\n';
+        out[n] = '\0';
+        free(s);
+        cJSON_Delete(j);
+    }
+    free(line);
+    fclose(f);
+    return out;
+}
+
+static char *pred_path(const char *dir, const char *run, const char *config, const char *task)
+{
+    char *p = malloc(strlen(dir) + strlen(run) + strlen(config) + strlen(task) + 64);
+    sprintf(p, "%s/runs/%s/predictions/%s/%s.jsonl", dir, run, config, task);
+    return p;
+}
+
+static int count_lines(const char *path)
+{
+    size_t len;
+    char *s = tu_slurp(path, &len);
+    int n = 0;
+    for (size_t i = 0; i < len; i++)
+        n += s[i] == '\n';
+    free(s);
+    return n;
+}
+
+static long prefills_of(const char *err)
+{
+    const char *p = strstr(err, "prefills");
+    cr_assert(p, "no run summary in: %s", err);
+    while (p > err && p[-1] == ' ')
+        p--;
+    while (p > err && p[-1] >= '0' && p[-1] <= '9')
+        p--;
+    return atol(p);
+}
+
+Test(run, end_to_end_files_rows_and_scores)
+{
+    char *dir = tu_mkdtemp();
+    char *cfg = write_matrix(dir, "e2e", CONFIGS3);
+    tu_result r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    static const char *const configs[] = {"full", "h2o", "snapkv"};
+    int samples = 0;
+    for (int c = 0; c < 3; c++)
+        for (int t = 0; t < N_TASKS; t++) {
+            char *p = pred_path(dir, "e2e", configs[c], tasks[t]);
+            int n = count_lines(p);
+            cr_expect(n >= 1 && n <= 3, "%s: %d lines", p, n);
+            if (c == 0)
+                samples += n;
+            free(p);
+        }
+    cr_assert_eq(prefills_of(r.err), samples, "one prefill per sample: %s", r.err);
+    tu_result_free(&r);
+
+    /* scores.csv: a header and one row per config x task, each score equal to
+     * what `kvbench score` gives on that config's predictions. */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/runs/e2e/scores.csv", dir);
+    size_t len;
+    char *csv = tu_slurp(path, &len);
+    int rows = 0;
+    for (size_t i = 0; i < len; i++)
+        rows += csv[i] == '\n';
+    cr_assert_eq(rows, 1 + 3 * N_TASKS, "%s", csv);
+    for (int c = 0; c < 3; c++) {
+        char pd[1024];
+        snprintf(pd, sizeof pd, "%s/runs/e2e/predictions/%s", dir, configs[c]);
+        char csv_out[1024];
+        snprintf(csv_out, sizeof csv_out, "%s/score-%s.csv", dir, configs[c]);
+        tu_result s = tu_kvbench("score", pd, "--csv", csv_out, NULL);
+        cr_assert_eq(s.status, 0, "%s", s.err);
+        for (int t = 0; t < N_TASKS; t++) {
+            /* the run's row: ...,config,...,task,category,metric,score,... */
+            char key[256];
+            snprintf(key, sizeof key, ",%s,", configs[c]);
+            const char *row = csv;
+            double run_score = -1;
+            while ((row = strstr(row, key))) {
+                const char *eol = strchr(row, '\n');
+                char needle[128];
+                snprintf(needle, sizeof needle, ",%s,", tasks[t]);
+                const char *tp = strstr(row, needle);
+                if (tp && tp < eol) {
+                    /* skip task, category, metric */
+                    const char *q = tp + strlen(needle);
+                    q = strchr(q, ',') + 1;
+                    q = strchr(q, ',') + 1;
+                    run_score = atof(q);
+                    break;
+                }
+                row = eol;
+            }
+            cr_assert_geq(run_score, 0, "no row for %s/%s in scores.csv", configs[c], tasks[t]);
+            /* kvbench score's table: "task  metric  n  score" */
+            const char *line = strstr(s.out, tasks[t]);
+            cr_assert(line, "%s", s.out);
+            const char *eol = strchr(line, '\n');
+            const char *sp = eol;
+            while (sp > line && sp[-1] != ' ')
+                sp--;
+            cr_expect_float_eq(atof(sp), run_score, 1e-9, "%s/%s", configs[c], tasks[t]);
+        }
+        tu_result_free(&s);
+    }
+    free(csv);
+    snprintf(path, sizeof path, "%s/runs/e2e/report.html", dir);
+    char *html = tu_slurp(path, NULL);
+    cr_expect(strstr(html, "<svg"), "report.html has inline charts");
+    free(html);
+    free(cfg);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+Test(run, shared_prefill_equals_separate_runs)
+{
+    char *dir = tu_mkdtemp();
+    char *all = write_matrix(dir, "all", CONFIGS3);
+    tu_result r = tu_kvbench("run", all, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    static const char *const alone[] = {
+        "[{\"name\": \"h2o\", \"algorithm\": \"h2o\", \"start_size\": 4, \"recent_size\": 16, "
+        "\"intermediate_size\": 12}]",
+        "[{\"name\": \"snapkv\", \"algorithm\": \"snapkv\", \"start_size\": 4, \"recent_size\": 8, "
+        "\"intermediate_size\": 20, \"score_aggregation\": \"norm_sum\"}]",
+    };
+    static const char *const names[] = {"h2o", "snapkv"};
+    for (int c = 0; c < 2; c++) {
+        char run[32];
+        snprintf(run, sizeof run, "alone%d", c);
+        char *cfg = write_matrix(dir, run, alone[c]);
+        r = tu_kvbench("run", cfg, NULL);
+        cr_assert_eq(r.status, 0, "%s", r.err);
+        tu_result_free(&r);
+        for (int t = 0; t < N_TASKS; t++) {
+            char *a = pred_path(dir, "all", names[c], tasks[t]);
+            char *b = pred_path(dir, run, names[c], tasks[t]);
+            char *la = stable_lines(a), *lb = stable_lines(b);
+            cr_expect_str_eq(la, lb, "%s differs from %s", a, b);
+            free(la);
+            free(lb);
+            free(a);
+            free(b);
+        }
+        free(cfg);
+    }
+    free(all);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* Starts kvbench run in the background and SIGKILLs it after delay_us. */
+static void run_and_kill(const char *cfg, long delay_us)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        const char *bin = getenv("KVBENCH");
+        int null = open("/dev/null", 1);
+        dup2(null, 1);
+        dup2(null, 2);
+        execl(bin, bin, "run", cfg, (char *)NULL);
+        _exit(127);
+    }
+    usleep((useconds_t)delay_us);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+Test(run, sigkill_and_resume_equals_uninterrupted, .timeout = 300)
+{
+    char *dir = tu_mkdtemp();
+    char *ref = write_matrix(dir, "ref", CONFIGS3);
+    tu_result r = tu_kvbench("run", ref, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    char *cfg = write_matrix(dir, "killed", CONFIGS3);
+    srand((unsigned)time(NULL));
+    for (int k = 0; k < 6; k++)
+        run_and_kill(cfg, 20000 + rand() % 400000);
+    r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    static const char *const configs[] = {"full", "h2o", "snapkv"};
+    for (int c = 0; c < 3; c++)
+        for (int t = 0; t < N_TASKS; t++) {
+            char *a = pred_path(dir, "ref", configs[c], tasks[t]);
+            char *b = pred_path(dir, "killed", configs[c], tasks[t]);
+            char *la = stable_lines(a), *lb = stable_lines(b);
+            cr_expect_str_eq(la, lb, "%s differs from %s", b, a);
+            free(la);
+            free(lb);
+            free(a);
+            free(b);
+        }
+    free(ref);
+    free(cfg);
+    tu_rmtree(dir);
+    free(dir);
+}
