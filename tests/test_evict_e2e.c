@@ -159,6 +159,40 @@ Test(evict_e2e, h2o_sum_per_group)
     check_fixture("ex4_h2o_sum_group4");
 }
 
+/* The flags of the seed example's shape give what the config file gives. */
+Test(evict_e2e, cli_flags_equal_config_file)
+{
+    char *tmp = tu_mkdtemp(), trace[512];
+    snprintf(trace, sizeof trace, "%s/trace.jsonl", tmp);
+    const char *extra[] = {"--eviction",
+                           "snapkv",
+                           "--start-size",
+                           "4",
+                           "--recent-size",
+                           "16",
+                           "--intermediate-size",
+                           "44",
+                           "--window-size",
+                           "8",
+                           "--strategy",
+                           "per_token",
+                           "--score-aggregation",
+                           "sum",
+                           "--apply-rerotation",
+                           "true",
+                           "--trace",
+                           trace,
+                           NULL};
+    tu_result r = generate(tmp, extra);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    char *want = data("ex3_snapkv_sum_token", ".trace.jsonl");
+    assert_same_trace(trace, want);
+    free(want);
+    tu_result_free(&r);
+    tu_rmtree(tmp);
+    free(tmp);
+}
+
 /* M >= prompt + generated: the very same tokens and logits as no eviction,
  * and nothing in the trace. */
 Test(evict_e2e, budget_above_length_changes_nothing)
