@@ -15,55 +15,26 @@
 #include "file.h"
 #include "jsonl.h"
 
-/* eval.py's dataset2metric; first_line: the tasks whose prediction is cut
- * to its first line (trec, triviaqa, samsum, lsht). */
-static const struct {
-    const char *dataset;
-    kb_metric metric;
-    bool first_line;
-} tasks[] = {
-    {"narrativeqa", KB_QA_F1, false},
-    {"qasper", KB_QA_F1, false},
-    {"multifieldqa_en", KB_QA_F1, false},
-    {"multifieldqa_zh", KB_QA_F1_ZH, false},
-    {"hotpotqa", KB_QA_F1, false},
-    {"2wikimqa", KB_QA_F1, false},
-    {"musique", KB_QA_F1, false},
-    {"dureader", KB_ROUGE_ZH, false},
-    {"gov_report", KB_ROUGE, false},
-    {"qmsum", KB_ROUGE, false},
-    {"multi_news", KB_ROUGE, false},
-    {"vcsum", KB_ROUGE_ZH, false},
-    {"trec", KB_CLASSIFICATION, true},
-    {"triviaqa", KB_QA_F1, true},
-    {"samsum", KB_ROUGE, true},
-    {"lsht", KB_CLASSIFICATION, true},
-    {"passage_retrieval_en", KB_RETRIEVAL, false},
-    {"passage_count", KB_COUNT, false},
-    {"passage_retrieval_zh", KB_RETRIEVAL_ZH, false},
-    {"lcc", KB_CODE_SIM, false},
-    {"repobench-p", KB_CODE_SIM, false},
-};
-
+/* eval.py's dataset2metric and its first-line rule come from the task
+ * registry (datasets/tasks.c), the one table of LongBench's tasks; kvbench's
+ * own synthetic tasks name their metric there too. A LongBench-E name
+ * ("qasper_e") scores like its base task. */
 int kb_task_metric(const char *dataset, kb_metric *metric, bool *first_line)
 {
-    size_t len = strlen(dataset);
-    if (len > 2 && strcmp(dataset + len - 2, "_e") == 0)
-        len -= 2;
-    for (size_t i = 0; i < sizeof tasks / sizeof tasks[0]; i++)
-        if (strlen(tasks[i].dataset) == len && strncmp(tasks[i].dataset, dataset, len) == 0) {
-            *metric = tasks[i].metric;
-            *first_line = tasks[i].first_line;
-            return 0;
-        }
-    /* kvbench's own tasks (synthetic retrieval) name their metric in the
-     * datasets registry. */
     const lb_task *t = lb_task_find(dataset);
-    if (t && kb_metric_from_name(t->metric, metric) == 0) {
-        *first_line = t->first_line;
-        return 0;
+    size_t len = strlen(dataset);
+    if (!t && len > 2 && strcmp(dataset + len - 2, "_e") == 0) {
+        char base[128];
+        if (len - 2 < sizeof base) {
+            memcpy(base, dataset, len - 2);
+            base[len - 2] = '\0';
+            t = lb_task_find(base);
+        }
     }
-    return -1;
+    if (!t || kb_metric_from_name(t->metric, metric) < 0)
+        return -1;
+    *first_line = t->first_line;
+    return 0;
 }
 
 int kb_score_prediction(kb_metrics *m, const char *dataset, const char *pred,
