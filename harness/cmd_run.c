@@ -4,7 +4,10 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "cli.h"
@@ -28,16 +31,65 @@ static bool is_dir(const char *path)
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* A hub name "ORG/NAME" (not a folder here) is fetched on first use into
+ * models/NAME by `kvbench fetch model`, run as a child of this same binary so
+ * that its progress bar, resume and checksums are the fetch command's own.
+ * Returns the folder to load (malloc'd) or NULL after reporting. */
+static char *resolve_model(const kb_matrix *m)
+{
+    if (is_dir(m->model))
+        return strdup(m->model);
+    const char *slash = strchr(m->model, '/');
+    if (!slash || strchr(slash + 1, '/') || m->model[0] == '.' || slash == m->model ||
+        !slash[1]) {
+        kb_error("run: model folder '%s' not found", m->model);
+        return NULL;
+    }
+    size_t n = strlen("models/") + strlen(slash + 1) + 1;
+    char *dir = malloc(n);
+    if (!dir)
+        return NULL;
+    snprintf(dir, n, "models/%s", slash + 1);
+    char cfg[4096];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    if (access(cfg, R_OK) == 0)
+        return dir;
+    fprintf(stderr, "kvbench: run: fetching %s into %s\n", m->model, dir);
+    char self[4096];
+    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (k <= 0) {
+        free(dir);
+        kb_error("run: cannot find the kvbench binary to fetch %s", m->model);
+        return NULL;
+    }
+    self[k] = '\0';
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (m->model_revision)
+            execl(self, self, "fetch", "model", m->model, "--dir", dir, "--revision",
+                  m->model_revision, (char *)NULL);
+        else
+            execl(self, self, "fetch", "model", m->model, "--dir", dir, (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        kb_error("run: could not fetch %s (see above)", m->model);
+        free(dir);
+        return NULL;
+    }
+    return dir;
+}
+
 /* Loads the model once and runs the matrix. */
 static int run_matrix(kb_matrix *m, const kb_runner_options *o)
 {
     kv_error err = {{0}};
-    if (!is_dir(m->model)) {
-        kb_error("run: model folder '%s' not found (download a hub model with "
-                 "'kvbench fetch model ORG/NAME --dir %s')",
-                 m->model, m->model);
+    char *model_dir = resolve_model(m);
+    if (!model_dir)
         return KB_EXIT_FAIL;
-    }
+    free(m->model);
+    m->model = model_dir;
     char hash[17];
     if (kb_hash_model(m->model, hash, &err) < 0) {
         kb_error("run: %s", err.msg);
