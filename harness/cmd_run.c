@@ -81,6 +81,38 @@ static char *resolve_model(const kb_matrix *m)
     return dir;
 }
 
+/* Prints the score table of the run's summary.md (configs x tasks), the
+ * answer to "how did it go" at the end of a run. */
+static void print_summary(const kb_matrix *m, const kb_runner_options *o)
+{
+    char *dir = kb_run_dir(m->output, m->run_name, &o->shard);
+    if (!dir)
+        return;
+    size_t n = strlen(dir) + 16;
+    char *path = malloc(n);
+    FILE *f = NULL;
+    if (path) {
+        snprintf(path, n, "%s/summary.md", dir);
+        f = fopen(path, "r");
+    }
+    if (f) {
+        char line[8192];
+        bool in_table = false;
+        while (fgets(line, sizeof line, f)) {
+            if (!in_table && strncmp(line, "| config", 8) == 0)
+                in_table = true;
+            if (in_table && line[0] != '|')
+                break;
+            if (in_table)
+                fputs(line, stdout);
+        }
+        fclose(f);
+        printf("\nfull report: %s (summary.md, scores.csv, report.html)\n", dir);
+    }
+    free(path);
+    free(dir);
+}
+
 /* Loads the model once and runs the matrix. */
 static int run_matrix(kb_matrix *m, const kb_runner_options *o)
 {
@@ -119,6 +151,8 @@ static int run_matrix(kb_matrix *m, const kb_runner_options *o)
         kb_error("run: stopped; run the same command again to resume");
         return 130;
     }
+    if (o->shard.count <= 1)
+        print_summary(m, o);
     return KB_EXIT_OK;
 }
 
