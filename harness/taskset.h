@@ -1,9 +1,6 @@
-/* Task names, groups and categories as the runner and reports need them.
- *
- * The datasets registry (datasets/, issue 7) owns the LongBench task table.
- * Until it is merged, this module answers from a small stand-in table that
- * follows LONGBENCH.md §1.1; once the registry lands, the bodies of these
- * functions become calls into it and nothing that uses them changes.
+/* Task names, groups and categories as the runner and reports need them,
+ * answered from the datasets registry (datasets/tasks.h), which owns the
+ * LongBench task table.
  */
 #ifndef KB_TASKSET_H
 #define KB_TASKSET_H
