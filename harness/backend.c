@@ -231,14 +231,17 @@ static int prefill(void *ctx, const kb_task_spec *spec, const kb_sample *s,
     st->n_prompt = (int)p.n_ids;
 
     /* The union of what every pending config reads from the prefill. */
-    kv_evict_params ps[64];
+    kv_evict_params *ps = malloc((n_configs + 1) * sizeof *ps);
     int n_ps = 0;
-    for (size_t i = 0; i < n_configs; i++) {
+    for (size_t i = 0; ps && i < n_configs; i++) {
         int k = kb_matrix_find_config(e->m, configs[i]->name);
-        if (k > 0 && e->ev[k] && n_ps < 64)
+        if (k > 0 && e->ev[k])
             ps[n_ps++] = e->params[k];
     }
-    int rc = n_ps ? kv_evict_stats_request(ps, n_ps, true, &st->req, err) : 0;
+    int rc = !ps ? kv_fail(err, "out of memory")
+             : n_ps ? kv_evict_stats_request(ps, n_ps, true, &st->req, err)
+                    : 0;
+    free(ps);
     const kv_model_config *mc = kv_model_get_config(e->model);
     if (rc == 0 && !(st->base = kv_model_cache_new(e->model, st->n_prompt + 1, err)))
         rc = -1;
