@@ -97,12 +97,7 @@ case "$cmd" in
     build build
     config=${1:-configs/demo.json}
     [ $# -gt 0 ] && shift
-    if ./build/harness/kvbench run --help >/dev/null 2>&1; then
-      exec ./build/harness/kvbench run "$config" "$@"
-    fi
-    # Until the runner lands, run what exists and say so plainly.
-    ./build/harness/kvbench version --libraries
-    echo "kvbench.sh: 'kvbench run' is not implemented yet; the build above is all that runs today." >&2
+    exec ./build/harness/kvbench run "$config" "$@"
     ;;
   test)
     install_packages
