@@ -124,6 +124,11 @@ void kv_evict_top(const double *s, int n, int k, int *idx)
 {
     for (int i = 0; i < n; i++)
         idx[i] = i;
+    kv_evict_top_among(s, idx, n, k);
+}
+
+void kv_evict_top_among(const double *s, int *idx, int n, int k)
+{
     int lo = 0, hi = n - 1, target = k - 1;
     if (k <= 0 || k >= n)
         return;
@@ -459,8 +464,9 @@ static int refine(kv_evictor *ev, const kv_cache *cache, int layer, int set, con
     if (ev->refiner->needs_vnorm &&
         update_vnorm(ev, cache, layer, set, ev->p.start_size + n_units * G, err) != 0)
         return -1;
-    for (int i = 0; i < n_units * G; i++)
-        masked[i] = chosen[i / G] ? -INFINITY : s[i];
+    for (int u = 0; u < n_units; u++)
+        for (int r = 0; r < G; r++)
+            masked[u * G + r] = chosen[u] ? -INFINITY : s[u * G + r];
     kv_refine_call c = {&ev->cfg, masked, n_units * G,
                         G,        n_pick, ev->p.start_size,
                         cache,    layer,  state(ev, layer, set)->vnorm,
@@ -597,8 +603,8 @@ static int gather(kv_evictor *ev, const kv_cache *src, kv_cache *dst, int layer,
             else
                 memcpy(d->k + to_off, s->k + from_off, span * sizeof(float));
             memcpy(d->v + to_off, s->v + from_off, span * sizeof(float));
-            memcpy(d->pos + (size_t)j * nkv + h0, s->pos + (size_t)from * nkv + h0,
-                   (size_t)heads * sizeof(int32_t));
+            for (int h = h0; h < h0 + heads; h++) /* a few ints: no memcpy call */
+                d->pos[(size_t)j * nkv + h] = s->pos[(size_t)from * nkv + h];
         }
     d->len = n_keep;
     free(cs);

@@ -120,5 +120,8 @@ int kv_attn_stats_request_window(kv_attn_stats_request *req, int w);
  * (score desc, index desc) -- decision 2's rule: among equal scores the
  * higher index wins -- in no particular order. NaN ranks lowest. */
 void kv_evict_top(const double *scores, int n, int k, int *idx);
+/* The same over the given indices idx[0..n) of scores: afterwards the
+ * first k of idx are the k best of them. */
+void kv_evict_top_among(const double *scores, int *idx, int n, int k);
 
 #endif

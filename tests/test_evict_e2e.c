@@ -159,6 +159,18 @@ Test(evict_e2e, h2o_sum_per_group)
     check_fixture("ex4_h2o_sum_group4");
 }
 
+/* per_head against tools/ref_per_head.py (float64, written from the spec):
+ * each KV head's kept tokens, the tokens and the logits. */
+Test(evict_e2e, h2o_sum_per_head)
+{
+    check_fixture("ph1_h2o_sum_head");
+}
+
+Test(evict_e2e, snapkv_sum_per_head)
+{
+    check_fixture("ph2_snapkv_sum_head");
+}
+
 /* The flags of the seed example's shape give what the config file gives. */
 Test(evict_e2e, cli_flags_equal_config_file)
 {
