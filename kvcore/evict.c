@@ -112,9 +112,14 @@ int kv_evict_stats_request(const kv_evict_params *ps, int n, bool prefill,
 
 /* Decision 2's order: higher score first, and among equal scores the
  * higher index (so the lower slot is evicted first). NaN ranks lowest. */
-static bool better(const double *s, int i, int j)
+static double rank_value(const double *s, int i)
 {
-    double a = isnan(s[i]) ? -INFINITY : s[i], b = isnan(s[j]) ? -INFINITY : s[j];
+    return isnan(s[i]) ? -INFINITY : s[i];
+}
+
+/* Is (a, i) better than (b, j)? a and b are rank values. */
+static bool better(double a, int i, double b, int j)
+{
     return a > b || (a == b && i > j);
 }
 
@@ -134,10 +139,11 @@ void kv_evict_top_among(const double *s, int *idx, int n, int k)
         return;
     while (lo < hi) {
         int pivot = idx[lo + (hi - lo) / 2], i = lo, j = hi;
+        double pv = rank_value(s, pivot); /* once per round, not per comparison */
         while (i <= j) {
-            while (better(s, idx[i], pivot))
+            while (better(rank_value(s, idx[i]), idx[i], pv, pivot))
                 i++;
-            while (better(s, pivot, idx[j]))
+            while (better(pv, pivot, rank_value(s, idx[j]), idx[j]))
                 j--;
             if (i <= j) {
                 int t = idx[i];
