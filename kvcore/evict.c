@@ -470,9 +470,8 @@ static int refine(kv_evictor *ev, const kv_cache *cache, int layer, int set, con
     if (ev->refiner->needs_vnorm &&
         update_vnorm(ev, cache, layer, set, ev->p.start_size + n_units * G, err) != 0)
         return -1;
-    for (int u = 0; u < n_units; u++)
-        for (int r = 0; r < G; r++)
-            masked[u * G + r] = chosen[u] ? -INFINITY : s[u * G + r];
+    for (int i = 0; i < n_units * G; i++)
+        masked[i] = chosen[i / G] ? -INFINITY : s[i];
     kv_refine_call c = {&ev->cfg, masked, n_units * G,
                         G,        n_pick, ev->p.start_size,
                         cache,    layer,  state(ev, layer, set)->vnorm,
