@@ -86,17 +86,33 @@ int kb_eviction_params(const kb_args *a, kv_evict_params *p)
     return 0;
 }
 
+static void write_positions(FILE *f, const int32_t *pos, int n)
+{
+    fputc('[', f);
+    for (int i = 0; i < n; i++)
+        fprintf(f, i ? ", %d" : "%d", pos[i]);
+    fputc(']', f);
+}
+
 /* Trace lines are written as they happen and flushed, so a killed run
- * still leaves every eviction it made. */
-static void write_trace(void *ctx, int step, int layer, const int32_t *pos, int n)
+ * still leaves every eviction it made. One kept set: "kept_positions" is
+ * its list; per_head: a list per KV head. */
+static void write_trace(void *ctx, int step, int layer, const int32_t *pos, int n, int sets)
 {
     kb_eviction *e = ctx;
     if (!e->trace || e->trace_errno)
         return;
-    fprintf(e->trace, "{\"step\": %d, \"layer\": %d, \"kept_positions\": [", step, layer);
-    for (int i = 0; i < n; i++)
-        fprintf(e->trace, i ? ", %d" : "%d", pos[i]);
-    if (fputs("]}\n", e->trace) == EOF || fflush(e->trace) != 0)
+    fprintf(e->trace, "{\"step\": %d, \"layer\": %d, \"kept_positions\": ", step, layer);
+    if (sets > 1)
+        fputc('[', e->trace);
+    for (int g = 0; g < sets; g++) {
+        if (g > 0)
+            fputs(", ", e->trace);
+        write_positions(e->trace, pos + (size_t)g * (size_t)n, n);
+    }
+    if (sets > 1)
+        fputc(']', e->trace);
+    if (fputs("}\n", e->trace) == EOF || fflush(e->trace) != 0)
         e->trace_errno = errno ? errno : EIO;
 }
 

@@ -1,6 +1,11 @@
 /* The evictor: score accumulation, the shared selection machinery
  * (start / intermediate / recent areas, per_token or per_group, sum or
- * norm_sum, refiners) and compaction with key rerotation. */
+ * norm_sum, refiners) and compaction with key rerotation.
+ *
+ * A layer has one kept set, or with per_head one per KV head: each set has
+ * its own scores (a layer_state) and runs the same selection; all sets of a
+ * layer keep the same number of slots, so the cache keeps one length per
+ * layer and only which token a head holds in a slot differs. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +69,7 @@ static void cfg_resolve(kv_evict_cfg *cfg, const kv_evict_params *p, const kv_ev
     cfg->p = p;
     cfg->window = p->has_window ? p->window_size : strcmp(p->algorithm, "snapkv") == 0 ? 8 : 0;
     cfg->group = strcmp(p->strategy, "per_group") == 0 ? p->group_size : 1;
+    cfg->n_sets = m && strcmp(p->strategy, "per_head") == 0 ? m->n_kv_heads : 1;
     cfg->norm_sum = strcmp(p->score_aggregation, "norm_sum") == 0;
     cfg->model = m;
 }
@@ -106,9 +112,14 @@ int kv_evict_stats_request(const kv_evict_params *ps, int n, bool prefill,
 
 /* Decision 2's order: higher score first, and among equal scores the
  * higher index (so the lower slot is evicted first). NaN ranks lowest. */
-static bool better(const double *s, int i, int j)
+static double rank_value(const double *s, int i)
 {
-    double a = isnan(s[i]) ? -INFINITY : s[i], b = isnan(s[j]) ? -INFINITY : s[j];
+    return isnan(s[i]) ? -INFINITY : s[i];
+}
+
+/* Is (a, i) better than (b, j)? a and b are rank values. */
+static bool better(double a, int i, double b, int j)
+{
     return a > b || (a == b && i > j);
 }
 
@@ -118,15 +129,21 @@ void kv_evict_top(const double *s, int n, int k, int *idx)
 {
     for (int i = 0; i < n; i++)
         idx[i] = i;
+    kv_evict_top_among(s, idx, n, k);
+}
+
+void kv_evict_top_among(const double *s, int *idx, int n, int k)
+{
     int lo = 0, hi = n - 1, target = k - 1;
     if (k <= 0 || k >= n)
         return;
     while (lo < hi) {
         int pivot = idx[lo + (hi - lo) / 2], i = lo, j = hi;
+        double pv = rank_value(s, pivot); /* once per round, not per comparison */
         while (i <= j) {
-            while (better(s, idx[i], pivot))
+            while (better(rank_value(s, idx[i]), idx[i], pv, pivot))
                 i++;
-            while (better(s, pivot, idx[j]))
+            while (better(pv, pivot, rank_value(s, idx[j]), idx[j]))
                 j--;
             if (i <= j) {
                 int t = idx[i];
@@ -165,7 +182,8 @@ struct kv_evictor {
     kv_evict_cfg cfg;
     const kv_scorer *scorer;
     const kv_refiner *refiner; /* NULL when refined_size == 0 */
-    layer_state *layers;
+    int n_sets;                /* kept sets per layer (cfg.n_sets) */
+    layer_state *layers;       /* [n_layers][n_sets] */
     int step;
     kv_mt19937 rng;
     scratch tmp;
@@ -208,9 +226,15 @@ static int layer_grow(layer_state *ls, int n, bool vnorm, kv_error *err)
     return 0;
 }
 
+/* The state of one set of a layer. */
+static layer_state *state(kv_evictor *ev, int layer, int set)
+{
+    return &ev->layers[(size_t)layer * (size_t)ev->n_sets + (size_t)set];
+}
+
 void kv_evictor_reset(kv_evictor *ev)
 {
-    for (int l = 0; l < ev->model.n_layers; l++) {
+    for (int l = 0; l < ev->model.n_layers * ev->n_sets; l++) {
         ev->layers[l].len = 0;
         ev->layers[l].n_vnorm = 0;
     }
@@ -250,14 +274,15 @@ kv_evictor *kv_evictor_new(const kv_evict_params *p, const kv_evict_model *m, kv
     ev->model = *m;
     ev->scorer = kv_scorer_find(p->algorithm);
     ev->refiner = p->refined_size > 0 ? kv_refiner_find(p->refined_algorithm) : NULL;
-    cfg_resolve(&ev->cfg, &ev->p, &ev->model);
     if (check_model(m, ev, err) != 0) {
         free(ev);
         return NULL;
     }
+    cfg_resolve(&ev->cfg, &ev->p, &ev->model);
+    ev->n_sets = ev->cfg.n_sets;
     int half = m->head_dim / 2;
     ev->inv_freq = malloc((size_t)(half > 0 ? half : 1) * sizeof *ev->inv_freq);
-    ev->layers = calloc((size_t)m->n_layers, sizeof *ev->layers);
+    ev->layers = calloc((size_t)m->n_layers * (size_t)ev->n_sets, sizeof *ev->layers);
     if (!ev->inv_freq || !ev->layers) {
         kv_evictor_free(ev);
         kv_fail(err, "eviction: out of memory");
@@ -277,7 +302,7 @@ void kv_evictor_free(kv_evictor *ev)
 {
     if (!ev)
         return;
-    for (int l = 0; ev->layers && l < ev->model.n_layers; l++) {
+    for (int l = 0; ev->layers && l < ev->model.n_layers * ev->n_sets; l++) {
         free(ev->layers[l].score);
         free(ev->layers[l].count);
         free(ev->layers[l].vnorm);
@@ -298,62 +323,46 @@ void kv_evictor_stats_request(const kv_evictor *ev, bool prefill, kv_attn_stats_
 
 const double *kv_evictor_scores(const kv_evictor *ev, int layer, int *len)
 {
-    *len = ev->layers[layer].len;
-    return ev->layers[layer].score;
+    const layer_state *ls = &ev->layers[(size_t)layer * (size_t)ev->n_sets];
+    *len = ls->len;
+    return ls->score;
 }
 
 const double *kv_evictor_counters(const kv_evictor *ev, int layer, int *len)
 {
-    *len = ev->layers[layer].len;
-    return ev->layers[layer].count;
+    const layer_state *ls = &ev->layers[(size_t)layer * (size_t)ev->n_sets];
+    *len = ls->len;
+    return ls->count;
 }
 
 /* ---- accumulation (§2.4) ---- */
 
-/* Appends slots [len, n) for attention-free scorers: their fixed slot
- * scores when they have them, else zeros (only the length matters). */
-static int layer_extend(kv_evictor *ev, const kv_cache *c, int layer, int n, kv_error *err)
+/* The KV head whose tokens a set holds, -1 when all heads share it. */
+static int set_head(const kv_evictor *ev, int set)
 {
-    layer_state *ls = &ev->layers[layer];
+    return ev->n_sets > 1 ? set : -1;
+}
+
+/* Appends slots [len, n) of one set for attention-free scorers: their fixed
+ * slot scores when they have them, else zeros (only the length matters). */
+static int layer_extend(kv_evictor *ev, const kv_cache *c, int layer, int set, int n, kv_error *err)
+{
+    layer_state *ls = state(ev, layer, set);
     if (layer_grow(ls, n, ev->refiner && ev->refiner->needs_vnorm, err) != 0)
         return -1;
     for (int t = ls->len; t < n; t++) {
         ls->count[t] = 0.0;
-        ls->score[t] = ev->scorer->slot_score ? ev->scorer->slot_score(c, layer, t) : 0.0;
+        ls->score[t] =
+            ev->scorer->slot_score ? ev->scorer->slot_score(c, layer, t, set_head(ev, set)) : 0.0;
     }
     ls->len = n;
     return 0;
 }
 
-int kv_evictor_observe(kv_evictor *ev, int layer, const kv_attn_stats_request *req,
-                       const kv_attn_stats *st, bool prefill, kv_error *err)
+/* Adds one set's contribution of a forward to its scores (§2.4): old slots
+ * accumulate, new ones start. */
+static void accumulate(layer_state *ls, const double *contrib, int old, int n, int rows, int S)
 {
-    if (layer < 0 || layer >= ev->model.n_layers)
-        return kv_fail(err, "eviction: no layer %d (the model has %d)", layer, ev->model.n_layers);
-    if (prefill && layer == 0)
-        kv_evictor_reset(ev); /* a new prompt: NNCF's clean() */
-    layer_state *ls = &ev->layers[layer];
-    if (prefill) {
-        ls->len = 0;
-        ls->n_vnorm = 0;
-    }
-    int old = ls->len, n = st->n_keys;
-    if (n < old)
-        return kv_fail(err,
-                       "eviction: layer %d reports %d slots but %d are tracked (compress "
-                       "the cache only through kv_evictor_compress)",
-                       layer, n, old);
-    if (!ev->scorer->observe)
-        return 0; /* kv_evictor_compress tracks the length, with the cache at hand */
-    if (scratch_need(&ev->tmp, n, err) != 0 ||
-        layer_grow(ls, n, ev->refiner && ev->refiner->needs_vnorm, err) != 0)
-        return -1;
-    double *contrib = ev->tmp.d;
-    int rows = 0;
-    kv_scorer_obs o = {&ev->cfg, req, st, old == 0, n - old};
-    if (ev->scorer->observe(&o, contrib, &rows, err) != 0)
-        return kv_fail_prefix(err, "eviction");
-    int S = ev->p.start_size;
     for (int t = 0; t < n; t++) {
         if (t < S) { /* start slots are always kept and never scored */
             ls->score[t] = ls->count[t] = 0.0;
@@ -370,19 +379,53 @@ int kv_evictor_observe(kv_evictor *ev, int layer, const kv_attn_stats_request *r
         }
     }
     ls->len = n;
+}
+
+int kv_evictor_observe(kv_evictor *ev, int layer, const kv_attn_stats_request *req,
+                       const kv_attn_stats *st, bool prefill, kv_error *err)
+{
+    if (layer < 0 || layer >= ev->model.n_layers)
+        return kv_fail(err, "eviction: no layer %d (the model has %d)", layer, ev->model.n_layers);
+    if (prefill && layer == 0)
+        kv_evictor_reset(ev); /* a new prompt: NNCF's clean() */
+    for (int g = 0; prefill && g < ev->n_sets; g++) {
+        state(ev, layer, g)->len = 0;
+        state(ev, layer, g)->n_vnorm = 0;
+    }
+    int old = state(ev, layer, 0)->len, n = st->n_keys;
+    if (n < old)
+        return kv_fail(err,
+                       "eviction: layer %d reports %d slots but %d are tracked (compress "
+                       "the cache only through kv_evictor_compress)",
+                       layer, n, old);
+    if (!ev->scorer->observe)
+        return 0; /* kv_evictor_compress tracks the length, with the cache at hand */
+    if (scratch_need(&ev->tmp, n * ev->n_sets, err) != 0)
+        return -1;
+    for (int g = 0; g < ev->n_sets; g++)
+        if (layer_grow(state(ev, layer, g), n, ev->refiner && ev->refiner->needs_vnorm, err) != 0)
+            return -1;
+    double *contrib = ev->tmp.d; /* [n_sets][n] */
+    int rows = 0;
+    kv_scorer_obs o = {&ev->cfg, req, st, old == 0, n - old};
+    if (ev->scorer->observe(&o, contrib, &rows, err) != 0)
+        return kv_fail_prefix(err, "eviction");
+    for (int g = 0; g < ev->n_sets; g++)
+        accumulate(state(ev, layer, g), contrib + (size_t)g * (size_t)n, old, n, rows,
+                   ev->p.start_size);
     return 0;
 }
 
 /* ---- selection (§2.5, §2.6) ---- */
 
-/* The selection scores of slots S..L-1 into s[0..n). */
-static int selection_scores(kv_evictor *ev, const kv_cache *cache, int layer, double *s,
+/* The selection scores of one set's slots S..L-1 into s[0..n). */
+static int selection_scores(kv_evictor *ev, const kv_cache *cache, int layer, int set, double *s,
                             kv_error *err)
 {
-    const layer_state *ls = &ev->layers[layer];
+    const layer_state *ls = state(ev, layer, set);
     int S = ev->p.start_size, n = ls->len - S;
     if (ev->scorer->rank) {
-        kv_scorer_rank r = {&ev->cfg, cache, layer, S, n, &ev->rng};
+        kv_scorer_rank r = {&ev->cfg, cache, layer, set_head(ev, set), S, n, &ev->rng};
         return ev->scorer->rank(&r, s, err);
     }
     bool fixed = ev->scorer->slot_score != NULL; /* not sums: no norm_sum */
@@ -404,33 +447,34 @@ static void choose_top(const double *unit_scores, int n_units, int k, int *order
  * only when a slot without one is a candidate: in decode the newest slots
  * wait in the recent area, so they are done in batches of up to
  * recent_size, reading o_proj once per batch instead of once per step. */
-static int update_vnorm(kv_evictor *ev, const kv_cache *cache, int layer, int cand_end,
+static int update_vnorm(kv_evictor *ev, const kv_cache *cache, int layer, int set, int cand_end,
                         kv_error *err)
 {
-    layer_state *ls = &ev->layers[layer];
+    layer_state *ls = state(ev, layer, set);
     int L = ls->len, row = kv_cache_row(cache);
     if (ls->n_vnorm >= cand_end)
         return 0;
     const float *v = cache->layers[layer].v + (size_t)ls->n_vnorm * (size_t)row;
-    if (kv_criticalkv_vnorm(&ev->model, layer, v, L - ls->n_vnorm, ls->vnorm + ls->n_vnorm, err))
+    if (kv_criticalkv_vnorm(&ev->model, layer, set_head(ev, set), v, L - ls->n_vnorm,
+                            ls->vnorm + ls->n_vnorm, err))
         return -1;
     ls->n_vnorm = L;
     return 0;
 }
 
 /* Lets the refiner pick among the candidate units the coarse top-k left. */
-static int refine(kv_evictor *ev, const kv_cache *cache, int layer, const double *s, int n_units,
-                  char *chosen, double *masked, int *picks, kv_error *err)
+static int refine(kv_evictor *ev, const kv_cache *cache, int layer, int set, const double *s,
+                  int n_units, char *chosen, double *masked, int *picks, kv_error *err)
 {
     int G = ev->cfg.group, n_pick = ev->p.refined_size / G;
     if (ev->refiner->needs_vnorm &&
-        update_vnorm(ev, cache, layer, ev->p.start_size + n_units * G, err) != 0)
+        update_vnorm(ev, cache, layer, set, ev->p.start_size + n_units * G, err) != 0)
         return -1;
     for (int i = 0; i < n_units * G; i++)
         masked[i] = chosen[i / G] ? -INFINITY : s[i];
     kv_refine_call c = {&ev->cfg, masked, n_units * G,
                         G,        n_pick, ev->p.start_size,
-                        cache,    layer,  ev->layers[layer].vnorm,
+                        cache,    layer,  state(ev, layer, set)->vnorm,
                         &ev->rng};
     if (ev->refiner->pick(&c, picks, err) != 0)
         return -1;
@@ -443,10 +487,10 @@ static int refine(kv_evictor *ev, const kv_cache *cache, int layer, const double
     return 0;
 }
 
-/* The kept slots of a layer of L slots, ascending, into keep; returns how
- * many. s holds the selection scores of slots S..L-1. */
-static int select_keep(kv_evictor *ev, const kv_cache *cache, int layer, const double *s, int L,
-                       int *keep, kv_error *err)
+/* The kept slots of one set of a layer of L slots, ascending, into keep;
+ * returns how many. s holds the selection scores of slots S..L-1. */
+static int select_keep(kv_evictor *ev, const kv_cache *cache, int layer, int set, const double *s,
+                       int L, int *keep, kv_error *err)
 {
     const kv_evict_params *p = &ev->p;
     int S = p->start_size, G = ev->cfg.group, n = L - S;
@@ -467,7 +511,8 @@ static int select_keep(kv_evictor *ev, const kv_cache *cache, int layer, const d
         unit_scores[u] = sum;
     }
     choose_top(unit_scores, n_cand, (p->intermediate_size - p->refined_size) / G, order, chosen);
-    if (ev->refiner && refine(ev, cache, layer, s, n_cand, chosen, unit_scores, picks, err) != 0)
+    if (ev->refiner &&
+        refine(ev, cache, layer, set, s, n_cand, chosen, unit_scores, picks, err) != 0)
         return -1;
     for (int u = n_cand; u < n_units; u++)
         chosen[u] = 1;
@@ -510,53 +555,65 @@ void kv_evict_rope_rotate(float *x, int head_dim, const double *inv_freq, double
     }
 }
 
-/* Writes the kept slots keep[0..n_keep) of src's layer into dst's, in
- * order; dst may be src (rows then move down in place). With rerotation
- * each key turns by (new slot - old slot) as it is copied, so a key row is
- * read and written once. Deltas only decrease along the slots and come in
- * long runs (per_token decode: one run of -1), so the angles are computed
- * once per run, not once per key. */
+/* Writes the kept slots of src's layer into dst's, in order; set g keeps
+ * keep[g * stride + 0 .. n_keep) and moves the KV heads it holds (all of
+ * them when one set is shared, head g with per_head). dst may be src (rows
+ * then move down in place). With rerotation each key turns by (new slot -
+ * old slot) as it is copied, so a key is read and written once. Deltas only
+ * decrease along the slots and come in long runs (per_token decode: one run
+ * of -1), so each set's angles are computed once per run, not once per key. */
 static int gather(kv_evictor *ev, const kv_cache *src, kv_cache *dst, int layer, const int *keep,
-                  int n_keep, kv_error *err)
+                  int stride, int n_keep, kv_error *err)
 {
     const kv_cache_layer *s = &src->layers[layer];
     kv_cache_layer *d = &dst->layers[layer];
-    int D = src->head_dim, half = D / 2;
-    size_t row = (size_t)kv_cache_row(src);
+    int D = src->head_dim, half = D / 2, sets = ev->n_sets, nkv = src->n_kv_heads;
+    int heads = sets > 1 ? 1 : nkv; /* KV heads moved per set */
+    size_t row = (size_t)kv_cache_row(src), span = (size_t)heads * (size_t)D;
     bool in_place = src == dst, rotate = ev->p.apply_rerotation;
-    for (int j = 0; j < n_keep; j++)
-        if (keep[j] < j || keep[j] >= s->len || (j > 0 && keep[j] <= keep[j - 1]))
-            return kv_fail(err, "eviction: kept slots must be ascending and < %d", s->len);
+    for (int g = 0; g < sets; g++) {
+        const int *kg = keep + (size_t)g * (size_t)stride;
+        for (int j = 0; j < n_keep; j++)
+            if (kg[j] < j || kg[j] >= s->len || (j > 0 && kg[j] <= kg[j - 1]))
+                return kv_fail(err, "eviction: kept slots must be ascending and < %d", s->len);
+    }
     if (n_keep > d->cap)
         return kv_fail(err, "eviction: the target cache holds %d slots, %d are kept", d->cap,
                        n_keep);
-    double *cs = malloc((size_t)D * sizeof *cs);
-    if (!cs)
+    double *cs = malloc((size_t)sets * (size_t)D * sizeof *cs); /* per set: cos | sin */
+    int *delta = calloc((size_t)sets, sizeof *delta);
+    if (!cs || !delta) {
+        free(cs);
+        free(delta);
         return kv_fail(err, "eviction: out of memory");
-    double *sn = cs + half;
-    int delta = 0;
-    for (int j = 0; j < n_keep; j++) {
-        int from = keep[j];
-        if (in_place && from == j)
-            continue;
-        if (rotate && j - from != delta) {
-            delta = j - from;
-            for (int f = 0; f < half; f++)
-                sincos(delta * ev->inv_freq[f], &sn[f], &cs[f]);
-        }
-        /* in place, keep[j] >= j and ascending: row j is free once read */
-        float *kd = d->k + (size_t)j * row;
-        const float *ks = s->k + (size_t)from * row;
-        if (rotate && from != j)
-            for (int h = 0; h < src->n_kv_heads; h++)
-                rotate_by(kd + (size_t)h * D, ks + (size_t)h * D, half, cs, sn);
-        else
-            memcpy(kd, ks, row * sizeof(float));
-        memcpy(d->v + (size_t)j * row, s->v + (size_t)from * row, row * sizeof(float));
-        d->pos[j] = s->pos[from];
     }
+    for (int j = 0; j < n_keep; j++)
+        for (int g = 0; g < sets; g++) {
+            int from = keep[(size_t)g * (size_t)stride + (size_t)j], h0 = sets > 1 ? g : 0;
+            if (in_place && from == j)
+                continue;
+            double *c = cs + (size_t)g * (size_t)D, *sn = c + half;
+            if (rotate && j - from != delta[g]) {
+                delta[g] = j - from;
+                for (int f = 0; f < half; f++)
+                    sincos(delta[g] * ev->inv_freq[f], &sn[f], &c[f]);
+            }
+            /* in place, keep[j] >= j and ascending: row j is free once read */
+            size_t to_off = (size_t)j * row + (size_t)h0 * D,
+                   from_off = (size_t)from * row + (size_t)h0 * D;
+            if (rotate && from != j)
+                for (int h = 0; h < heads; h++)
+                    rotate_by(d->k + to_off + (size_t)h * D, s->k + from_off + (size_t)h * D, half,
+                              c, sn);
+            else
+                memcpy(d->k + to_off, s->k + from_off, span * sizeof(float));
+            memcpy(d->v + to_off, s->v + from_off, span * sizeof(float));
+            for (int h = h0; h < h0 + heads; h++) /* a few ints: no memcpy call */
+                d->pos[(size_t)j * nkv + h] = s->pos[(size_t)from * nkv + h];
+        }
     d->len = n_keep;
     free(cs);
+    free(delta);
     return 0;
 }
 
@@ -575,47 +632,86 @@ static void compact_state(layer_state *ls, const int *keep, int n_keep)
     ls->len = n_keep;
 }
 
+/* Brings the attention-free scorers' state of a layer to its L slots. */
+static int track_length(kv_evictor *ev, const kv_cache *src, int layer, int L, kv_error *err)
+{
+    for (int g = 0; g < ev->n_sets; g++) {
+        layer_state *ls = state(ev, layer, g);
+        if (ev->scorer->observe || ls->len == L)
+            continue;
+        ls->len = ls->len < L ? ls->len : L;
+        if (layer_extend(ev, src, layer, g, L, err) != 0)
+            return -1;
+    }
+    for (int g = 0; g < ev->n_sets; g++)
+        if (state(ev, layer, g)->len != L)
+            return kv_fail(err,
+                           "eviction: layer %d holds %d slots but statistics were observed for "
+                           "%d (call kv_evictor_observe after every forward)",
+                           layer, L, state(ev, layer, g)->len);
+    return 0;
+}
+
+/* Every set's kept slots, keep[set * L + ...]; returns the count, the same
+ * for every set (it depends only on L and the sizes). */
+static int select_sets(kv_evictor *ev, const kv_cache *src, int layer, int L, int *keep,
+                       kv_error *err)
+{
+    int n_keep = -1;
+    for (int g = 0; g < ev->n_sets; g++) {
+        int *kg = keep + (size_t)g * (size_t)L;
+        if (selection_scores(ev, src, layer, g, ev->tmp.d, err) != 0)
+            return -1;
+        int k = select_keep(ev, src, layer, g, ev->tmp.d, L, kg, err);
+        if (k < 0)
+            return -1;
+        if (n_keep >= 0 && k != n_keep)
+            return kv_fail(err, "eviction: KV heads of layer %d keep %d and %d slots", layer,
+                           n_keep, k);
+        n_keep = k;
+    }
+    return n_keep;
+}
+
+/* Reports one eviction: each set's positions, read from the head it holds. */
+static void report(kv_evictor *ev, const kv_cache *c, int layer, int n_keep, int32_t *buf,
+                   kv_evict_trace_fn trace, void *trace_ctx)
+{
+    for (int g = 0; g < ev->n_sets; g++)
+        for (int j = 0; j < n_keep; j++)
+            buf[(size_t)g * (size_t)n_keep + (size_t)j] =
+                kv_cache_pos(c, layer, j, ev->n_sets > 1 ? g : 0);
+    trace(trace_ctx, ev->step, layer, buf, n_keep, ev->n_sets);
+}
+
 /* Evicts one layer of src into dst (dst may be src). A layer within the
  * budget is left as it is (copied when dst is another cache). */
 static int compress_layer(kv_evictor *ev, const kv_cache *src, kv_cache *dst, int layer,
                           kv_evict_trace_fn trace, void *trace_ctx, kv_error *err)
 {
-    layer_state *ls = &ev->layers[layer];
-    int L = src->layers[layer].len;
-    if (!ev->scorer->observe && ls->len != L) {
-        ls->len = ls->len < L ? ls->len : L;
-        if (layer_extend(ev, src, layer, L, err) != 0)
-            return -1;
-    }
-    if (ls->len != L)
-        return kv_fail(err,
-                       "eviction: layer %d holds %d slots but statistics were observed for "
-                       "%d (call kv_evictor_observe after every forward)",
-                       layer, L, ls->len);
+    int L = src->layers[layer].len, sets = ev->n_sets;
+    if (track_length(ev, src, layer, L, err) != 0)
+        return -1;
     if (scratch_need(&ev->tmp, L + 1, err) != 0)
         return -1;
-    int *keep = malloc((size_t)(L > 0 ? L : 1) * sizeof *keep);
+    int *keep = malloc((size_t)(L > 0 ? L : 1) * (size_t)sets * sizeof *keep);
     if (!keep)
         return kv_fail(err, "eviction: out of memory");
     bool evict = L > kv_evict_params_budget(&ev->p);
     int n_keep = L;
-    for (int j = 0; j < L; j++)
-        keep[j] = j;
-    if (evict && selection_scores(ev, src, layer, ev->tmp.d, err) != 0)
-        n_keep = -1;
-    else if (evict)
-        n_keep = select_keep(ev, src, layer, ev->tmp.d, L, keep, err);
+    for (int j = 0; j < L * sets; j++)
+        keep[j] = j % L;
+    if (evict)
+        n_keep = select_sets(ev, src, layer, L, keep, err);
     int rc = n_keep < 0 ? -1 : 0;
     if (rc == 0 && (evict || src != dst))
-        rc = gather(ev, src, dst, layer, keep, n_keep, err);
-    if (rc == 0 && evict)
-        compact_state(ls, keep, n_keep);
+        rc = gather(ev, src, dst, layer, keep, L, n_keep, err);
+    for (int g = 0; rc == 0 && evict && g < sets; g++)
+        compact_state(state(ev, layer, g), keep + (size_t)g * (size_t)L, n_keep);
+    if (rc == 0 && evict && trace)
+        report(ev, dst, layer, n_keep, keep, trace, trace_ctx); /* keep is free now */
     free(keep);
-    if (rc != 0)
-        return -1;
-    if (evict && trace)
-        trace(trace_ctx, ev->step, layer, dst->layers[layer].pos, n_keep);
-    return 0;
+    return rc;
 }
 
 /* After an eviction a layer never holds more than M + 1 slots (M, plus the
@@ -625,7 +721,7 @@ static int release_memory(kv_evictor *ev, kv_cache *cache, kv_error *err)
     int keep_cap = kv_evict_params_budget(&ev->p) + 1;
     if (kv_cache_shrink(cache, keep_cap, err) != 0)
         return -1;
-    for (int l = 0; l < ev->model.n_layers; l++) {
+    for (int l = 0; l < ev->model.n_layers * ev->n_sets; l++) {
         layer_state *ls = &ev->layers[l];
         if (ls->cap > 2 * keep_cap && ls->len <= keep_cap) {
             double *a = realloc(ls->score, (size_t)keep_cap * sizeof *a);

@@ -10,6 +10,9 @@
  *   - the last recent_size slots,
  * per token or per group of group_size consecutive slots, and compacts the
  * cache to them (slot order kept), optionally rerotating the surviving keys.
+ * With strategy per_head each KV head of a layer does this on its own
+ * scores (summed over the query heads that share it), keeping its own
+ * tokens -- the same number in every head (SnapKV's and kvpress's way).
  *
  * A policy is a scorer (how importance accumulates: h2o, snapkv, streaming,
  * random, knorm; one file each, one registry line) + this shared selection
@@ -47,7 +50,7 @@ struct kv_pool;
  * Names are stored in lower case; kv_evict_params_validate() checks them. */
 typedef struct kv_evict_params {
     char algorithm[KV_EVICT_NAME_MAX]; /* "snapkv" | "h2o" | "streaming" | "random" | "knorm" */
-    char strategy[KV_EVICT_NAME_MAX];  /* "per_token" | "per_group" */
+    char strategy[KV_EVICT_NAME_MAX];  /* "per_token" | "per_group" | "per_head" */
     int group_size;                    /* 32; only with per_group */
     int start_size;                    /* 32 */
     int recent_size;                   /* 128 */
@@ -108,10 +111,12 @@ typedef struct kv_evict_model {
 typedef struct kv_evictor kv_evictor;
 
 /* One eviction event: after (step, layer) the cache keeps these absolute
- * positions, in slot order. step 0 = end of prefill, k = the forward pass
- * of generated token k. */
+ * positions, in slot order: kept_positions[set][n_kept] for n_sets sets --
+ * one set shared by all KV heads (n_sets = 1), or one per KV head with
+ * strategy per_head (n_sets = n_kv_heads). step 0 = end of prefill, k = the
+ * forward pass of generated token k. */
 typedef void (*kv_evict_trace_fn)(void *ctx, int step, int layer, const int32_t *kept_positions,
-                                  int n_kept);
+                                  int n_kept, int n_sets);
 
 /* A policy for one config (validated here) over a model's layers. It keeps
  * m's o_proj and pool (they must outlive it) and copies the rest. */
@@ -152,7 +157,8 @@ int kv_evictor_compress_into(kv_evictor *ev, const kv_cache *src, kv_cache **out
                              kv_evict_trace_fn trace, void *trace_ctx, kv_error *err);
 
 /* The current scores of a layer's slots [0, len) (0 for start slots): the
- * raw sums, and the norm_sum counters. For tests and traces. */
+ * raw sums, and the norm_sum counters (per_head: KV head 0's). For tests
+ * and traces. */
 const double *kv_evictor_scores(const kv_evictor *ev, int layer, int *len);
 const double *kv_evictor_counters(const kv_evictor *ev, int layer, int *len);
 

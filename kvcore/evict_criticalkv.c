@@ -16,6 +16,7 @@ typedef struct vnorm_job {
     const kv_evict_model *m;
     const float *w, *v;
     int n;
+    int h0, h1; /* query heads [h0, h1) */
     double *out;
     float *prod; /* [workers][CHUNK][hidden] */
 } vnorm_job;
@@ -31,7 +32,7 @@ static void vnorm_chunk(void *ctx, int task, int worker)
     float *prod = j->prod + (size_t)worker * CHUNK * (size_t)hid;
     for (int r = 0; r < rows; r++)
         j->out[t0 + r] = 0.0;
-    for (int h = 0; h < H; h++) {
+    for (int h = j->h0; h < j->h1; h++) {
         /* prod[rows][hid] = V_kv(h)[rows][D] . (Wo[:, h*D:(h+1)*D])^T */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, hid, D, 1.0f,
                     j->v + (size_t)t0 * row + (size_t)(h / per_kv) * D, row, j->w + (size_t)h * D,
@@ -45,12 +46,17 @@ static void vnorm_chunk(void *ctx, int task, int worker)
     }
 }
 
-int kv_criticalkv_vnorm(const kv_evict_model *m, int layer, const float *v, int n, double *out,
-                        kv_error *err)
+int kv_criticalkv_vnorm(const kv_evict_model *m, int layer, int kv_head, const float *v, int n,
+                        double *out, kv_error *err)
 {
     int tasks = (n + CHUNK - 1) / CHUNK;
     int workers = m->pool ? kv_pool_threads(m->pool) : 1;
-    vnorm_job j = {m, m->o_proj[layer], v, n, out, NULL};
+    int per_kv = m->n_heads / m->n_kv_heads;
+    vnorm_job j = {m, m->o_proj[layer], v, n, 0, m->n_heads, out, NULL};
+    if (kv_head >= 0) {
+        j.h0 = kv_head * per_kv;
+        j.h1 = j.h0 + per_kv;
+    }
     j.prod = malloc((size_t)workers * CHUNK * (size_t)m->hidden * sizeof *j.prod);
     if (!j.prod)
         return kv_fail(err, "CriticalKV: out of memory");

@@ -29,7 +29,8 @@ double kv_mt19937_double(kv_mt19937 *g);
 typedef struct kv_evict_cfg {
     const kv_evict_params *p;
     int window; /* effective SnapKV window, 0 for none */
-    int group;  /* 1 for per_token, group_size for per_group */
+    int group;  /* 1 for per_token and per_head, group_size for per_group */
+    int n_sets; /* kept sets per layer: 1, or n_kv_heads for per_head */
     bool norm_sum;
     const kv_evict_model *model;
 } kv_evict_cfg;
@@ -48,6 +49,7 @@ typedef struct kv_scorer_rank {
     const kv_evict_cfg *cfg;
     const kv_cache *cache;
     int layer;
+    int head;  /* the KV head whose set is ranked, -1: all heads share one */
     int first; /* slot of scores[0] (start_size) */
     int n;     /* scored slots: first .. first + n - 1 */
     kv_mt19937 *rng;
@@ -57,16 +59,19 @@ typedef struct kv_scorer {
     const char *name;
     /* Adds the statistics this scorer reads to req (NULL: none). */
     void (*request)(const kv_evict_cfg *cfg, bool prefill, kv_attn_stats_request *req);
-    /* Writes this forward's contribution of every slot, contrib[n_keys]
-     * (heads already reduced), and the number of query rows it sums over
+    /* Writes this forward's contribution of every slot of every set,
+     * contrib[cfg->n_sets][n_keys] (query head h adds into set
+     * h / (n_heads / n_sets): all heads into one set, or each KV head's
+     * query heads into its own), and the number of query rows it sums over
      * (the norm_sum counter increment). NULL: attention-free. */
     int (*observe)(const kv_scorer_obs *o, double *contrib, int *rows, kv_error *err);
     /* Writes the selection scores of the n candidates itself, replacing
      * the accumulated ones (NULL: sum / norm_sum of the accumulation). */
     int (*rank)(const kv_scorer_rank *r, double *scores, kv_error *err);
     /* Attention-free alternative to rank: a slot's score once and for all,
-     * computed when the slot is first seen and moved with it. */
-    double (*slot_score)(const kv_cache *c, int layer, int slot);
+     * computed when the slot is first seen and moved with it; of one KV
+     * head's token, or (head -1) of the whole slot. */
+    double (*slot_score)(const kv_cache *c, int layer, int slot, int head);
 } kv_scorer;
 
 /* A refinement: pick n_pick units among the candidate units that the coarse
@@ -99,9 +104,10 @@ extern const kv_refiner kv_refiner_kvcrush, kv_refiner_criticalkv;
 
 const kv_scorer *kv_scorer_find(const char *name);
 /* CriticalKV's value weight of n slots: out[t] = sum over query heads h of
- * ||V_{kv(h),t} . Wo_h^T||_1 (decision 5), v = the slots' value rows. */
-int kv_criticalkv_vnorm(const kv_evict_model *m, int layer, const float *v, int n, double *out,
-                        kv_error *err);
+ * ||V_{kv(h),t} . Wo_h^T||_1 (decision 5), v = the slots' value rows; over
+ * all query heads (kv_head -1) or those of one KV head (per_head). */
+int kv_criticalkv_vnorm(const kv_evict_model *m, int layer, int kv_head, const float *v, int n,
+                        double *out, kv_error *err);
 const kv_refiner *kv_refiner_find(const char *name);
 
 /* The window sums for window w in st, or NULL when req has no such window. */
@@ -114,5 +120,8 @@ int kv_attn_stats_request_window(kv_attn_stats_request *req, int w);
  * (score desc, index desc) -- decision 2's rule: among equal scores the
  * higher index wins -- in no particular order. NaN ranks lowest. */
 void kv_evict_top(const double *scores, int n, int k, int *idx);
+/* The same over the given indices idx[0..n) of scores: afterwards the
+ * first k of idx are the k best of them. */
+void kv_evict_top_among(const double *scores, int *idx, int n, int k);
 
 #endif

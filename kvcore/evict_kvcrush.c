@@ -17,24 +17,23 @@ static int spaced(int i, int k, int n)
     return k == 1 ? 0 : (int)((long long)i * (n - 1) / (k - 1));
 }
 
-/* bits[t] for every token (0 where masked); returns the number of valid. */
-static int token_bits(const double *s, int n, char *bits, int *order, double *tmp)
+/* bits[t] for every token (0 where masked): 1 for the nv - nv/2 best valid
+ * tokens by (score desc, index desc), so the floor(nv/2) lowest by (score
+ * asc, index asc) get 0. valid[] receives the unmasked indices; returns
+ * their number nv. The selection runs on those indices in place: no copy of
+ * the scores, and index order among valid tokens is their slot order. */
+static int token_bits(const double *s, int n, char *bits, int *valid)
 {
     int nv = 0;
-    for (int t = 0; t < n; t++)
+    for (int t = 0; t < n; t++) {
+        bits[t] = 0;
         if (s[t] != -INFINITY)
-            tmp[nv++] = s[t];
-    /* the floor(nv/2) lowest by (score asc, index asc) get 0: the rest
-     * are the top nv - nv/2 by (score desc, index desc) */
-    kv_evict_top(tmp, nv, nv - nv / 2, order);
-    char *vbits = calloc((size_t)nv + 1, 1);
-    if (!vbits)
-        return -1;
-    for (int j = 0; j < nv - nv / 2; j++)
-        vbits[order[j]] = 1;
-    for (int t = 0, j = 0; t < n; t++)
-        bits[t] = s[t] != -INFINITY ? vbits[j++] : 0;
-    free(vbits);
+            valid[nv++] = t;
+    }
+    int ones = nv - nv / 2;
+    kv_evict_top_among(s, valid, nv, ones);
+    for (int j = 0; j < ones; j++)
+        bits[valid[j]] = 1;
     return nv;
 }
 
@@ -70,13 +69,32 @@ static int anchor_bit(anchor mode, int index, kv_mt19937 *rng, const char *bits,
     return 0;
 }
 
-/* Units by (distance desc, unit asc), a counting sort over distances
- * 0..G; masked units (distance -1) are left out. Returns how many. */
-static int order_by_distance(const int *dist, int n_units, int G, int *order)
+/* Each unit's Hamming distance to its anchor, -1 for masked units. The
+ * anchor goes per valid token in valid order (per_token), per candidate
+ * group including masked ones (per_group). */
+static void distances(const kv_refine_call *c, anchor mode, const char *bits, int *dist)
 {
-    int *start = calloc((size_t)G + 2, sizeof *start);
-    if (!start)
-        return -1;
+    int G = c->unit, n_units = c->n_tokens / G;
+    if (G == 1) { /* one bit per unit: the common case, kept lean */
+        for (int u = 0, j = 0; u < n_units; u++)
+            dist[u] =
+                c->scores[u] == -INFINITY ? -1 : bits[u] != anchor_bit(mode, j++, c->rng, NULL, 1);
+        return;
+    }
+    for (int u = 0; u < n_units; u++) {
+        int a = anchor_bit(mode, u, c->rng, bits + u * G, G), d = 0;
+        for (int r = 0; r < G; r++)
+            d += bits[u * G + r] != a;
+        dist[u] = c->scores[u * G] != -INFINITY ? d : -1;
+    }
+}
+
+/* Units by (distance desc, unit asc), a counting sort over distances
+ * 0..G (start: G + 2 ints of scratch); masked units (distance -1) are left
+ * out. Returns how many. */
+static int order_by_distance(const int *dist, int n_units, int G, int *order, int *start)
+{
+    memset(start, 0, (size_t)(G + 2) * sizeof *start);
     for (int u = 0; u < n_units; u++)
         if (dist[u] >= 0)
             start[G - dist[u] + 1]++;
@@ -85,9 +103,7 @@ static int order_by_distance(const int *dist, int n_units, int G, int *order)
     for (int u = 0; u < n_units; u++)
         if (dist[u] >= 0)
             order[start[G - dist[u]]++] = u;
-    int n = start[G];
-    free(start);
-    return n;
+    return start[G];
 }
 
 static int kvcrush_pick(const kv_refine_call *c, int *picks, kv_error *err)
@@ -96,51 +112,23 @@ static int kvcrush_pick(const kv_refine_call *c, int *picks, kv_error *err)
     int G = c->unit, n = c->n_tokens, n_units = n / G;
     if (G == 1 && mode == ANCHOR_MEAN)
         return kv_fail(err, "Mean anchor is not supported for KVCrush in per-token mode.");
-    char *bits = malloc((size_t)n + 1);
-    int *ibuf = malloc((size_t)(2 * n + 1) * sizeof *ibuf);
-    double *tmp = calloc((size_t)n + 1, sizeof *tmp);
-    int rc = -1;
-    if (!bits || !ibuf || !tmp) {
-        kv_fail(err, "KVCrush: out of memory");
-        goto done;
-    }
-    int *order = ibuf, *dist = ibuf + n;
-    int nv = token_bits(c->scores, n, bits, order, tmp);
-    if (nv < 0) {
-        kv_fail(err, "KVCrush: out of memory");
-        goto done;
-    }
-    /* anchors: per valid token in valid order (per_token), per candidate
-     * group including masked ones (per_group) */
-    for (int u = 0, j = 0; u < n_units; u++) {
-        bool valid = c->scores[u * G] != -INFINITY;
-        if (G == 1 && !valid) {
-            dist[u] = -1;
-            continue;
-        }
-        int a = anchor_bit(mode, G == 1 ? j++ : u, c->rng, bits + u * G, G);
-        int d = 0;
-        for (int r = 0; r < G; r++)
-            d += bits[u * G + r] != a;
-        dist[u] = valid ? d : -1;
-    }
-    int n_valid = order_by_distance(dist, n_units, G, order);
-    int nvu = nv / G;
-    if (n_valid < 0) {
-        kv_fail(err, "KVCrush: out of memory");
-        goto done;
-    }
-    if (nvu < c->n_pick || n_valid < nvu) {
-        kv_fail(err, "KVCrush: %d candidate units for %d picks", nvu, c->n_pick);
-        goto done;
-    }
-    for (int i = 0; i < c->n_pick; i++)
+    /* one allocation a call: valid[n], dist[n_units], order[n_units],
+     * start[G + 2], then bits[n] */
+    size_t n_ints = (size_t)n + 2 * (size_t)n_units + (size_t)G + 2;
+    int *valid = malloc(n_ints * sizeof(int) + (size_t)n + 1);
+    if (!valid)
+        return kv_fail(err, "KVCrush: out of memory");
+    int *dist = valid + n, *order = dist + n_units, *start = order + n_units;
+    char *bits = (char *)(valid + n_ints);
+    int nv = token_bits(c->scores, n, bits, valid);
+    distances(c, mode, bits, dist);
+    int n_valid = order_by_distance(dist, n_units, G, order, start);
+    int nvu = nv / G, rc = 0;
+    if (nvu < c->n_pick || n_valid < nvu)
+        rc = kv_fail(err, "KVCrush: %d candidate units for %d picks", nvu, c->n_pick);
+    for (int i = 0; rc == 0 && i < c->n_pick; i++)
         picks[i] = order[spaced(i, c->n_pick, nvu)];
-    rc = 0;
-done:
-    free(bits);
-    free(ibuf);
-    free(tmp);
+    free(valid);
     return rc;
 }
 

@@ -259,7 +259,7 @@ static bool name_in(const char *v, const char *const *names)
 }
 
 static const char *const aggregations[] = {"sum", "norm_sum", NULL};
-static const char *const strategies[] = {"per_token", "per_group", NULL};
+static const char *const strategies[] = {"per_token", "per_group", "per_head", NULL};
 static const char *const anchors[] = {"random", "zeros", "ones", "mean", "alternate", NULL};
 static const char *const positions[] = {"absolute", "compact", NULL};
 
@@ -303,7 +303,8 @@ static int check_nncf(const kv_evict_params *p, kv_error *err)
     if (p->has_window && p->window_size <= 0)
         return kv_fail(err, "window_size must be a positive integer (got %d).", p->window_size);
     if (!name_in(p->strategy, strategies))
-        return kv_fail(err, "strategy must be 'per_token' or 'per_group' (got '%s').", p->strategy);
+        return kv_fail(err, "strategy must be 'per_token', 'per_group' or 'per_head' (got '%s').",
+                       p->strategy);
     if (!name_in(p->kvcrush_anchor, anchors))
         return kv_fail(err,
                        "kvcrush_anchor must be one of random, zeros, ones, mean, alternate "
@@ -321,7 +322,7 @@ static int check_kvbench(const kv_evict_params *p, kv_error *err)
     /* NNCF raises this only at the first eviction; a sweep is better off
      * learning it before any prefill runs. */
     if (p->refined_size > 0 && strcmp(p->refined_algorithm, "kvcrush") == 0 &&
-        strcmp(p->strategy, "per_token") == 0 && strcmp(p->kvcrush_anchor, "mean") == 0)
+        strcmp(p->strategy, "per_group") != 0 && strcmp(p->kvcrush_anchor, "mean") == 0)
         return kv_fail(err, "Mean anchor is not supported for KVCrush in per-token mode.");
     if (!name_in(p->positions, positions))
         return kv_fail(err, "positions must be 'absolute' or 'compact' (got '%s').", p->positions);

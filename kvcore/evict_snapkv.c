@@ -1,6 +1,7 @@
 /* SnapKV as the NNCF pull request runs it (EVICTION.md §2.4): at prefill,
  * the attention of the last window_size query rows, max-pooled per query
- * head over a centred window of 7 slots, then summed over heads; in decode,
+ * head over a centred window of 7 slots, then summed over heads (per_head:
+ * over the query heads of each KV head); in decode,
  * plain H2O accumulation of the new row(s). */
 #include <math.h>
 #include <stdlib.h>
@@ -68,18 +69,23 @@ static int snapkv_observe(const kv_scorer_obs *o, double *contrib, int *rows, kv
                        "eviction snapkv: the forward did not report the sums of the last "
                        "%d query rows",
                        w);
+    int sets = o->cfg->n_sets;
+    if (st->n_heads % sets != 0)
+        return kv_fail(err, "eviction snapkv: %d query heads do not split over %d KV heads",
+                       st->n_heads, sets);
     double *scratch = o->first ? malloc((size_t)(2 * n + 1) * sizeof *scratch) : NULL;
     if (o->first && !scratch)
         return kv_fail(err, "eviction snapkv: out of memory for %d slots", n);
-    for (int t = 0; t < n; t++)
+    for (size_t t = 0; t < (size_t)sets * (size_t)n; t++)
         contrib[t] = 0.0;
     for (int h = 0; h < st->n_heads; h++) {
         const double *row = sums + (size_t)h * (size_t)n;
+        double *dst = contrib + (size_t)(h / (st->n_heads / sets)) * (size_t)n;
         if (o->first) {
-            add_max_pooled(row, n, contrib, scratch);
+            add_max_pooled(row, n, dst, scratch);
         } else {
             for (int t = 0; t < n; t++)
-                contrib[t] += row[t];
+                dst[t] += row[t];
         }
     }
     free(scratch);

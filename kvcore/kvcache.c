@@ -3,7 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int layer_resize(kv_cache_layer *l, int row, int cap, kv_error *err)
+/* row = floats per slot; heads = positions per slot */
+static int layer_resize(kv_cache_layer *l, int row, int heads, int cap, kv_error *err)
 {
     float *k = realloc(l->k, (size_t)cap * (size_t)row * sizeof *k);
     if (!k && cap > 0)
@@ -13,7 +14,7 @@ static int layer_resize(kv_cache_layer *l, int row, int cap, kv_error *err)
     if (!v && cap > 0)
         return kv_fail(err, "KV cache: out of memory for %d slots", cap);
     l->v = v;
-    int32_t *pos = realloc(l->pos, (size_t)cap * sizeof *pos);
+    int32_t *pos = realloc(l->pos, (size_t)cap * (size_t)heads * sizeof *pos);
     if (!pos && cap > 0)
         return kv_fail(err, "KV cache: out of memory for %d slots", cap);
     l->pos = pos;
@@ -40,7 +41,8 @@ kv_cache *kv_cache_new(int n_layers, int n_kv_heads, int head_dim, int cap, kv_e
         return NULL;
     }
     for (int i = 0; i < n_layers; i++)
-        if (layer_resize(&c->layers[i], kv_cache_row(c), cap > 0 ? cap : 16, err) != 0) {
+        if (layer_resize(&c->layers[i], kv_cache_row(c), n_kv_heads, cap > 0 ? cap : 16, err) !=
+            0) {
             kv_cache_free(c);
             return NULL;
         }
@@ -71,13 +73,13 @@ kv_cache *kv_cache_fork(const kv_cache *c, int cap_hint, kv_error *err)
         const kv_cache_layer *src = &c->layers[i];
         kv_cache_layer *dst = &f->layers[i];
         int cap = src->len > cap_hint ? src->len : cap_hint;
-        if (layer_resize(dst, (int)row, cap > 0 ? cap : 1, err) != 0) {
+        if (layer_resize(dst, (int)row, c->n_kv_heads, cap > 0 ? cap : 1, err) != 0) {
             kv_cache_free(f);
             return NULL;
         }
         memcpy(dst->k, src->k, (size_t)src->len * row * sizeof(float));
         memcpy(dst->v, src->v, (size_t)src->len * row * sizeof(float));
-        memcpy(dst->pos, src->pos, (size_t)src->len * sizeof(int32_t));
+        memcpy(dst->pos, src->pos, (size_t)src->len * (size_t)c->n_kv_heads * sizeof(int32_t));
         dst->len = src->len;
     }
     return f;
@@ -90,7 +92,7 @@ int kv_cache_reserve(kv_cache *c, int n, kv_error *err)
         if (l->len + n <= l->cap)
             continue;
         int cap = l->cap * 2 > l->len + n ? l->cap * 2 : l->len + n;
-        if (layer_resize(l, kv_cache_row(c), cap, err) != 0)
+        if (layer_resize(l, kv_cache_row(c), c->n_kv_heads, cap, err) != 0)
             return -1;
     }
     return 0;
@@ -101,7 +103,7 @@ int kv_cache_compact(kv_cache *c, int layer, const int *keep, int n_keep, kv_err
     if (layer < 0 || layer >= c->n_layers)
         return kv_fail(err, "KV cache: no layer %d", layer);
     kv_cache_layer *l = &c->layers[layer];
-    size_t row = (size_t)kv_cache_row(c);
+    size_t row = (size_t)kv_cache_row(c), heads = (size_t)c->n_kv_heads;
     for (int i = 0; i < n_keep; i++) {
         int s = keep[i];
         if (s < 0 || s >= l->len || (i > 0 && s <= keep[i - 1]))
@@ -111,7 +113,7 @@ int kv_cache_compact(kv_cache *c, int layer, const int *keep, int n_keep, kv_err
             continue;
         memcpy(l->k + (size_t)i * row, l->k + (size_t)s * row, row * sizeof(float));
         memcpy(l->v + (size_t)i * row, l->v + (size_t)s * row, row * sizeof(float));
-        l->pos[i] = l->pos[s];
+        memcpy(l->pos + (size_t)i * heads, l->pos + (size_t)s * heads, heads * sizeof(int32_t));
     }
     l->len = n_keep;
     return 0;
@@ -124,7 +126,7 @@ int kv_cache_shrink(kv_cache *c, int cap, kv_error *err)
         int want = l->len > cap ? l->len : cap;
         if (want < 1)
             want = 1;
-        if (want < l->cap && layer_resize(l, kv_cache_row(c), want, err) != 0)
+        if (want < l->cap && layer_resize(l, kv_cache_row(c), c->n_kv_heads, want, err) != 0)
             return -1;
     }
     return 0;

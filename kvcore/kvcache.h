@@ -6,6 +6,13 @@
  * compaction moves whole rows. Slots stay in the order tokens arrived.
  * Layers are independent: eviction compacts each one on its own, so layers
  * may hold different numbers of slots.
+ *
+ * Per-head eviction (strategy per_head) lets each KV head keep its own
+ * tokens, at the same count for every head of a layer: slot s of head h
+ * then holds another token than slot s of head h', so positions are kept
+ * per slot AND head. Attention needs nothing more: keys carry their RoPE
+ * rotation, and every cached slot precedes the tokens of the next forward,
+ * so the causal mask by slot order stays right for every head.
  */
 #ifndef KV_KVCACHE_H
 #define KV_KVCACHE_H
@@ -18,7 +25,8 @@
 typedef struct kv_cache_layer {
     float *k;        /* [cap][n_kv_heads * head_dim] */
     float *v;        /* [cap][n_kv_heads * head_dim] */
-    int32_t *pos;    /* [cap] absolute position of the token in each slot */
+    int32_t *pos;    /* [cap][n_kv_heads] absolute position of the token each
+                        KV head holds in each slot (see kv_cache_pos) */
     int len;         /* slots in use */
     int cap;         /* slots allocated */
 } kv_cache_layer;
@@ -43,8 +51,23 @@ int kv_cache_reserve(kv_cache *c, int n, kv_error *err);
 /* Floats in one slot row (n_kv_heads * head_dim). */
 static inline int kv_cache_row(const kv_cache *c) { return c->n_kv_heads * c->head_dim; }
 
+/* The position of the token in slot `slot` of KV head `head`. */
+static inline int32_t kv_cache_pos(const kv_cache *c, int layer, int slot, int head)
+{
+    return c->layers[layer].pos[(size_t)slot * (size_t)c->n_kv_heads + (size_t)head];
+}
+
+/* Sets every KV head's position of one slot (a token just written). */
+static inline void kv_cache_set_pos(kv_cache *c, int layer, int slot, int32_t pos)
+{
+    int32_t *p = c->layers[layer].pos + (size_t)slot * (size_t)c->n_kv_heads;
+    for (int h = 0; h < c->n_kv_heads; h++)
+        p[h] = pos;
+}
+
 /* Keeps only the slots listed in keep[0..n_keep) of one layer, which must be
- * strictly ascending; survivors move down in order (slot keep[i] becomes i). */
+ * strictly ascending; survivors move down in order (slot keep[i] becomes i)
+ * in every KV head. */
 int kv_cache_compact(kv_cache *c, int layer, const int *keep, int n_keep, kv_error *err);
 
 /* Gives memory above `cap` slots per layer back to the allocator, so a

@@ -603,7 +603,8 @@ static void qkv(const kv_model *m, const layer *L, kv_cache *c, kv_cache_layer *
         int32_t pos = c->next_pos + row0 + i;
         kv_rope_apply(&m->rope, qi, cfg->n_heads, pos);
         kv_rope_apply(&m->rope, ki, cfg->n_kv_heads, pos);
-        cl->pos[base + i] = pos;
+        for (int h = 0; h < cfg->n_kv_heads; h++) /* every head holds the new token */
+            cl->pos[(size_t)(base + i) * (size_t)cfg->n_kv_heads + (size_t)h] = pos;
     }
     cl->len = base + cn;
 }

@@ -138,7 +138,7 @@ static kv_cache *prefilled_cache(int n)
         for (size_t i = 0; i < (size_t)n * row; i++)
             cl->k[i] = cl->v[i] = frand();
         for (int t = 0; t < n; t++)
-            cl->pos[t] = t;
+            kv_cache_set_pos(c, l, t, t);
         cl->len = n;
     }
     c->next_pos = n;
@@ -155,7 +155,7 @@ static void append_token(kv_cache *c)
         kv_cache_layer *cl = &c->layers[l];
         for (size_t i = 0; i < row; i++)
             cl->k[cl->len * row + i] = cl->v[cl->len * row + i] = frand();
-        cl->pos[cl->len++] = c->next_pos;
+        kv_cache_set_pos(c, l, cl->len++, c->next_pos);
     }
     c->next_pos++;
 }
@@ -176,6 +176,9 @@ static const config configs[] = {
      {"algorithm", "snapkv", "start_size", "32", "recent_size", "64", "intermediate_size", "128",
       "window_size", "8", "score_aggregation", "norm_sum", "refined_size", "32",
       "refined_algorithm", "criticalkv"}},
+    {"  per_head",
+     {"algorithm", "snapkv", "start_size", "32", "recent_size", "64", "intermediate_size", "128",
+      "window_size", "8", "score_aggregation", "norm_sum", "strategy", "per_head"}},
     {"  no rerotation",
      {"algorithm", "snapkv", "start_size", "32", "recent_size", "64", "intermediate_size", "128",
       "window_size", "8", "score_aggregation", "norm_sum", "apply_rerotation", "false"}},

@@ -17,8 +17,8 @@
 typedef double (*logit_fn)(int layer, int h, int i, int j);
 
 typedef struct event {
-    int step, layer, n;
-    int32_t pos[80];
+    int step, layer, n, sets;
+    int32_t pos[320]; /* [sets][n] */
 } event;
 
 typedef struct sim {
@@ -31,7 +31,7 @@ typedef struct sim {
     int n_events;
 } sim;
 
-static void record(void *ctx, int step, int layer, const int32_t *pos, int n)
+static void record(void *ctx, int step, int layer, const int32_t *pos, int n, int sets)
 {
     sim *s = ctx;
     cr_assert_lt(s->n_events, 256);
@@ -39,8 +39,9 @@ static void record(void *ctx, int step, int layer, const int32_t *pos, int n)
     e->step = step;
     e->layer = layer;
     e->n = n;
-    cr_assert_leq(n, 80);
-    memcpy(e->pos, pos, (size_t)n * sizeof *pos);
+    e->sets = sets;
+    cr_assert_leq(n * sets, 320);
+    memcpy(e->pos, pos, (size_t)n * (size_t)sets * sizeof *pos);
 }
 
 static double logit_tv5(int layer, int h, int i, int j)
@@ -802,7 +803,8 @@ Test(evict_tv, tv14_validation)
     INVALID("Window size is only supported for SNAPKV algorithm.", "algorithm", "h2o",
             "window_size", "8");
     INVALID("window_size must be a positive integer", "window_size", "0");
-    INVALID("strategy must be 'per_token' or 'per_group' (got 'per_head')", "strategy", "per_head");
+    INVALID("strategy must be 'per_token', 'per_group' or 'per_head' (got 'per_layer')", "strategy",
+            "per_layer");
     INVALID("kvcrush_anchor must be one of", "kvcrush_anchor", "foo");
     INVALID("Mean anchor is not supported for KVCrush in per-token mode.", "kvcrush_anchor", "mean",
             "refined_size", "32");
@@ -1149,7 +1151,7 @@ Test(evict_policy, knorm_keeps_small_keys)
     for (int t = 0; t < 7; t++) {
         for (int j = 0; j < 4; j++)
             l->k[t * 4 + j] = norms[t] / 2; /* ||k|| = norms[t] over both heads */
-        l->pos[t] = t;
+        kv_cache_set_pos(c, 0, t, t);
     }
     l->len = 7;
     /* no statistics at all: compress tracks the length itself */
@@ -1157,12 +1159,282 @@ Test(evict_policy, knorm_keeps_small_keys)
     static const int want[] = {0, 2, 4, 6};
     cr_assert_eq(l->len, 4);
     for (int j = 0; j < 4; j++)
-        cr_assert_eq(l->pos[j], want[j]);
+        for (int h = 0; h < 2; h++)
+            cr_assert_eq(kv_cache_pos(c, 0, j, h), want[j]);
     kv_evictor_free(ev);
     kv_cache_free(c);
 }
 
 /* ---- memory and positions ---- */
+
+/* ---- per_head: each KV head keeps its own tokens ---- */
+
+/* A layer of 4 query heads over 2 KV heads (GQA 2:1), head_dim 4. The key of
+ * token t in KV head h is RoPE(pre(t, h), t); its value encodes (t, h). */
+enum { PH_Q = 4, PH_KV = 2, PH_D = 4 };
+
+static void ph_pre_key(float *k, int t, int h)
+{
+    for (int i = 0; i < PH_D; i++)
+        k[i] = (float)(0.3 * t + 0.1 * i + 0.2 + 0.05 * h);
+}
+
+static void ph_init(sim *s, const kv_evict_params *p)
+{
+    memset(s, 0, sizeof *s);
+    s->p = *p;
+    s->m = (kv_evict_model){
+        .n_layers = 1, .n_heads = PH_Q, .n_kv_heads = PH_KV, .head_dim = PH_D, .rope_theta = 100};
+    kv_error err;
+    s->cache = kv_cache_new(1, PH_KV, PH_D, 16, &err);
+    cr_assert_not_null(s->cache, "%s", err.msg);
+    s->ev = kv_evictor_new(&s->p, &s->m, &err);
+    cr_assert_not_null(s->ev, "%s", err.msg);
+}
+
+static void ph_append(sim *s, int t)
+{
+    kv_error err;
+    cr_assert_eq(kv_cache_reserve(s->cache, 1, &err), 0);
+    kv_cache_layer *l = &s->cache->layers[0];
+    double f[PH_D / 2];
+    kv_evict_rope_freqs(100.0, PH_D, f);
+    for (int h = 0; h < PH_KV; h++) {
+        float pre[PH_D];
+        ph_pre_key(pre, t, h);
+        float *k = l->k + (size_t)l->len * PH_KV * PH_D + h * PH_D;
+        rope(k, pre, PH_D, f, t);
+        for (int i = 0; i < PH_D; i++)
+            l->v[(size_t)l->len * PH_KV * PH_D + h * PH_D + i] = (float)(10 * t + h);
+    }
+    kv_cache_set_pos(s->cache, 0, l->len++, t);
+}
+
+/* One forward whose column sums are sums[q][n] (n = cache length). */
+static void ph_forward(sim *s, const double *sums, bool prefill)
+{
+    kv_error err;
+    int n = s->cache->layers[0].len;
+    kv_attn_stats_request req = {.col_sums = true};
+    kv_attn_stats st = {.n_heads = PH_Q, .n_keys = n, .col_sums = (double *)sums};
+    cr_assert_eq(kv_evictor_observe(s->ev, 0, &req, &st, prefill, &err), 0, "%s", err.msg);
+    sim_compress(s);
+}
+
+/* Head h keeps these positions, and each slot holds that token's value and
+ * key: RoPE at the token's position without rerotation; with it, at the
+ * slot for the 8 prompt tokens, and for the decoded token 8 (written at its
+ * absolute position in slot 5, then moved down one slot) at 7. */
+static void ph_assert_head(const sim *s, int h, const int *want, int n)
+{
+    const kv_cache_layer *l = &s->cache->layers[0];
+    cr_assert_eq(l->len, n);
+    double f[PH_D / 2];
+    kv_evict_rope_freqs(100.0, PH_D, f);
+    for (int j = 0; j < n; j++) {
+        int t = kv_cache_pos(s->cache, 0, j, h);
+        cr_assert_eq(t, want[j], "head %d slot %d holds %d, want %d", h, j, t, want[j]);
+        const float *v = l->v + (size_t)j * PH_KV * PH_D + h * PH_D;
+        cr_assert_eq(v[0], (float)(10 * t + h), "head %d slot %d: value of another token", h, j);
+        float pre[PH_D], k[PH_D];
+        ph_pre_key(pre, t, h);
+        rope(k, pre, PH_D, f, !s->p.apply_rerotation ? t : t < 8 ? j : t - 1);
+        const float *got = l->k + (size_t)j * PH_KV * PH_D + h * PH_D;
+        for (int i = 0; i < PH_D; i++)
+            cr_assert_float_eq(got[i], k[i], 1e-5, "head %d slot %d key[%d]", h, j, i);
+    }
+}
+
+#define HEAD_POS(s, h, ...)                                                                        \
+    do {                                                                                           \
+        int want_[] = {__VA_ARGS__};                                                               \
+        ph_assert_head(s, h, want_, (int)(sizeof want_ / sizeof want_[0]));                        \
+    } while (0)
+
+/* Slots 1..5 are candidates (S = 1, R = 2, I = 2, L = 8). KV head 0 sums
+ * query heads 0 and 1: [.6 .5 .7 0 .55] keeps slots 3, 1 -- neither query
+ * head alone (0: slots 1, 5; 1: slots 3, 2) nor all four heads summed
+ * (slots 4, 2) would. KV head 1 sums heads 2 and 3: slots 4, 2. */
+static const double ph_prefill_sums[PH_Q][8] = {
+    {0, .6, 0, .2, 0, .55, 0, 0},
+    {0, 0, .5, .5, 0, 0, 0, 0},
+    {0, 0, 0, 0, .9, 0, 0, 0},
+    {0, 0, .3, 0, 0, .2, 0, 0},
+};
+
+static void ph_per_head_run(bool rerotate)
+{
+    sim s;
+    kv_evict_params p = params("h2o", "per_head", 32, 1, 2, 2); /* M = 5 */
+    p.apply_rerotation = rerotate;
+    ph_init(&s, &p);
+    for (int t = 0; t < 8; t++)
+        ph_append(&s, t);
+    s.cache->next_pos = 8;
+    ph_forward(&s, &ph_prefill_sums[0][0], true);
+    HEAD_POS(&s, 0, 0, 1, 3, 6, 7);
+    HEAD_POS(&s, 1, 0, 2, 4, 6, 7);
+    cr_assert_eq(s.n_events, 1);
+    const event *e = &s.events[0];
+    cr_assert_eq(e->sets, 2);
+    cr_assert_eq(e->n, 5);
+    static const int32_t trace[] = {0, 1, 3, 6, 7, 0, 2, 4, 6, 7};
+    cr_assert_eq(memcmp(e->pos, trace, sizeof trace), 0, "trace: per head, head 0 first");
+
+    /* decode: the scores moved with each head's own compaction. Head 0
+     * (tokens 0 1 3 6 7 8): +1 on slot 1 = token 1 (1.6), so token 6 (0)
+     * goes; head 1 (tokens 0 2 4 6 7 8): +1 on slot 3 = token 6 (1.0), so
+     * token 2 (.3) goes. */
+    ph_append(&s, 8);
+    s.cache->next_pos = 9;
+    double dec[PH_Q][6] = {{0}};
+    dec[1][1] = 1.0;
+    dec[3][3] = 1.0;
+    ph_forward(&s, &dec[0][0], false);
+    HEAD_POS(&s, 0, 0, 1, 3, 7, 8);
+    HEAD_POS(&s, 1, 0, 4, 6, 7, 8);
+    sim_free(&s);
+}
+
+Test(evict_per_head, gqa_heads_keep_their_own_tokens)
+{
+    ph_per_head_run(false);
+}
+
+Test(evict_per_head, rerotation_turns_each_head_by_its_own_delta)
+{
+    ph_per_head_run(true);
+}
+
+/* per_token on the same statistics: one set for all heads (slots 4, 2). */
+Test(evict_per_head, per_token_keeps_one_set_for_all_heads)
+{
+    sim s;
+    kv_evict_params p = params("h2o", "per_token", 32, 1, 2, 2);
+    ph_init(&s, &p);
+    for (int t = 0; t < 8; t++)
+        ph_append(&s, t);
+    ph_forward(&s, &ph_prefill_sums[0][0], true);
+    HEAD_POS(&s, 0, 0, 2, 4, 6, 7);
+    HEAD_POS(&s, 1, 0, 2, 4, 6, 7);
+    cr_assert_eq(s.events[0].sets, 1);
+    sim_free(&s);
+}
+
+/* With one KV head, per_head is per_token: TV-5 over prefill and decode. */
+Test(evict_per_head, one_kv_head_is_per_token)
+{
+    const char *aggs[] = {"sum", "norm_sum"};
+    for (int a = 0; a < 2; a++) {
+        sim t, h;
+        kv_evict_params p = params("h2o", "per_token", 32, 2, 3, 4);
+        strcpy(p.score_aggregation, aggs[a]);
+        sim_init(&t, &p, 2, 2, logit_tv5);
+        strcpy(p.strategy, "per_head");
+        sim_init(&h, &p, 2, 2, logit_tv5);
+        sim_prefill(&t, 12);
+        sim_prefill(&h, 12);
+        for (int i = 0; i < 3; i++) {
+            sim_decode(&t);
+            sim_decode(&h);
+        }
+        cr_assert_eq(t.n_events, 8);
+        cr_assert_eq(h.n_events, t.n_events);
+        for (int i = 0; i < t.n_events; i++)
+            cr_assert_eq(memcmp(&t.events[i], &h.events[i], sizeof t.events[i]), 0,
+                         "%s: event %d differs", aggs[a], i);
+        sim_free(&t);
+        sim_free(&h);
+    }
+}
+
+/* Each KV head's set is what per_token keeps for a model whose only KV
+ * head sees that head's summed scores -- with the refiners too. */
+static void ph_equals_per_token_per_head(kv_evict_params p, int L, const double *sums)
+{
+    sim h;
+    strcpy(p.strategy, "per_head");
+    ph_init(&h, &p);
+    for (int t = 0; t < L; t++)
+        ph_append(&h, t);
+    ph_forward(&h, sums, true);
+    for (int kv = 0; kv < PH_KV; kv++) {
+        sim t;
+        strcpy(p.strategy, "per_token");
+        sim_init(&t, &p, 1, 1, logit_uniform);
+        double one[64];
+        for (int i = 0; i < L; i++)
+            one[i] = sums[(2 * kv) * L + i] + sums[(2 * kv + 1) * L + i];
+        score_prefill(&t, L, one + p.start_size);
+        const kv_cache_layer *l = &t.cache->layers[0];
+        cr_assert_eq(h.cache->layers[0].len, l->len);
+        for (int j = 0; j < l->len; j++)
+            cr_assert_eq(kv_cache_pos(h.cache, 0, j, kv), l->pos[j], "head %d slot %d", kv, j);
+        sim_free(&t);
+    }
+    sim_free(&h);
+}
+
+Test(evict_per_head, each_head_is_a_per_token_selection)
+{
+    double sums[PH_Q][14];
+    for (int q = 0; q < PH_Q; q++)
+        for (int t = 0; t < 14; t++) /* TV-10's scores, mirrored for KV head 1 */
+            sums[q][t] = t < 2 ? 0
+                               : 0.5 * (q < 2 ? tv10_tok[t - 2] : tv10_tok[13 - t]) +
+                                     0.01 * (q % 2) * (t % 3);
+    kv_evict_params p = params("h2o", "per_token", 32, 2, 2, 4);
+    p.apply_rerotation = false;
+    ph_equals_per_token_per_head(p, 14, &sums[0][0]);
+    p.refined_size = 2; /* KVCrush, alternate anchor */
+    ph_equals_per_token_per_head(p, 14, &sums[0][0]);
+    strcpy(p.kvcrush_anchor, "ones");
+    ph_equals_per_token_per_head(p, 14, &sums[0][0]);
+    strcpy(p.algorithm, "streaming");
+    p.refined_size = 0;
+    ph_equals_per_token_per_head(p, 14, &sums[0][0]);
+}
+
+Test(evict_per_head, knorm_scores_each_heads_own_key)
+{
+    kv_evict_params p = params("knorm", "per_head", 32, 1, 1, 2);
+    p.apply_rerotation = false;
+    kv_evict_model m = {
+        .n_layers = 1, .n_heads = 2, .n_kv_heads = 2, .head_dim = 2, .rope_theta = 1e4};
+    kv_error err;
+    kv_evictor *ev = kv_evictor_new(&p, &m, &err);
+    cr_assert_not_null(ev, "%s", err.msg);
+    kv_cache *c = kv_cache_new(1, 2, 2, 8, &err);
+    kv_cache_layer *l = &c->layers[0];
+    static const float norms[2][7] = {{9, 3, 1, 4, 0.5f, 2, 9}, {9, 0.5f, 4, 1, 3, 2, 9}};
+    for (int t = 0; t < 7; t++) {
+        for (int h = 0; h < 2; h++)
+            l->k[t * 4 + h * 2] = norms[h][t], l->k[t * 4 + h * 2 + 1] = 0;
+        kv_cache_set_pos(c, 0, t, t);
+    }
+    l->len = 7;
+    cr_assert_eq(kv_evictor_compress(ev, c, NULL, NULL, &err), 0, "%s", err.msg);
+    static const int want[2][4] = {{0, 2, 4, 6}, {0, 1, 3, 6}};
+    cr_assert_eq(l->len, 4);
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 4; j++)
+            cr_assert_eq(kv_cache_pos(c, 0, j, h), want[h][j], "head %d slot %d", h, j);
+    kv_evictor_free(ev);
+    kv_cache_free(c);
+}
+
+Test(evict_per_head, validation)
+{
+    kv_evict_params p = params("snapkv", "per_head", 32, 4, 4, 8);
+    kv_error err;
+    cr_assert_eq(kv_evict_params_validate(&p, &err), 0, "%s", err.msg);
+    p.group_size = 3; /* group_size only matters with per_group */
+    cr_assert_eq(kv_evict_params_validate(&p, &err), 0, "%s", err.msg);
+    p.refined_size = 4;
+    strcpy(p.kvcrush_anchor, "mean");
+    cr_assert_neq(kv_evict_params_validate(&p, &err), 0);
+    cr_assert(strstr(err.msg, "Mean anchor is not supported"), "%s", err.msg);
+}
 
 Test(evict, compressed_cache_holds_only_the_budget)
 {

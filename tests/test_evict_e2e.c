@@ -159,6 +159,18 @@ Test(evict_e2e, h2o_sum_per_group)
     check_fixture("ex4_h2o_sum_group4");
 }
 
+/* per_head against tools/ref_per_head.py (float64, written from the spec):
+ * each KV head's kept tokens, the tokens and the logits. */
+Test(evict_e2e, h2o_sum_per_head)
+{
+    check_fixture("ph1_h2o_sum_head");
+}
+
+Test(evict_e2e, snapkv_sum_per_head)
+{
+    check_fixture("ph2_snapkv_sum_head");
+}
+
 /* The flags of the seed example's shape give what the config file gives. */
 Test(evict_e2e, cli_flags_equal_config_file)
 {
@@ -205,19 +217,13 @@ Test(evict_e2e, budget_above_length_changes_nothing)
     tu_result full = generate(tmp, none);
     cr_assert_eq(full.status, 0, "%s", full.err);
     cr_assert_eq(rename(npy, full_npy), 0);
-    static const char *const algos[] = {"snapkv", "h2o", "knorm"};
-    for (int a = 0; a < 3; a++) {
-        const char *extra[] = {"--eviction",
-                               algos[a],
-                               "--start-size",
-                               "4",
-                               "--recent-size",
-                               "16",
-                               "--intermediate-size",
-                               "220",
-                               "--trace",
-                               trace,
-                               NULL};
+    static const char *const algos[] = {"snapkv", "h2o", "knorm", "snapkv"};
+    static const char *const strategies[] = {"per_token", "per_token", "per_token", "per_head"};
+    for (int a = 0; a < 4; a++) {
+        const char *extra[] = {
+            "--eviction", algos[a],        "--strategy", strategies[a],         "--start-size",
+            "4",          "--recent-size", "16",         "--intermediate-size", "220",
+            "--trace",    trace,           NULL};
         tu_result r = generate(tmp, extra);
         cr_assert_eq(r.status, 0, "%s", r.err);
         int a_ids[64], b_ids[64];
@@ -238,6 +244,66 @@ Test(evict_e2e, budget_above_length_changes_nothing)
         tu_result_free(&r);
     }
     tu_result_free(&full);
+    tu_rmtree(tmp);
+    free(tmp);
+}
+
+/* --strategy per_head: one trace line per (step, layer) whose
+ * kept_positions holds a list per KV head (the tiny model has 2): each of M
+ * ascending positions, the start and the newest tokens in every head, the
+ * intermediate ones each head's own. */
+Test(evict_e2e, per_head_trace)
+{
+    char *tmp = tu_mkdtemp(), trace[512];
+    snprintf(trace, sizeof trace, "%s/trace.jsonl", tmp);
+    const char *extra[] = {"--eviction",
+                           "snapkv",
+                           "--strategy",
+                           "per_head",
+                           "--start-size",
+                           "4",
+                           "--intermediate-size",
+                           "44",
+                           "--recent-size",
+                           "16",
+                           "--trace",
+                           trace,
+                           NULL};
+    tu_result r = generate(tmp, extra);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    int ids[64];
+    cr_assert_eq(generated(&r, ids, 64), 32);
+    char *text = tu_slurp(trace, NULL), *save;
+    int lines = 0, differing = 0;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        cJSON *j = cJSON_Parse(line);
+        cr_assert_not_null(j, "line %d: %s", lines + 1, line);
+        int step = cJSON_GetObjectItem(j, "step")->valueint;
+        cr_assert_eq(step, lines / 2);
+        cr_assert_eq(cJSON_GetObjectItem(j, "layer")->valueint, lines % 2);
+        const cJSON *heads = cJSON_GetObjectItem(j, "kept_positions");
+        cr_assert_eq(cJSON_GetArraySize(heads), 2, "one list per KV head: %.120s", line);
+        int kept[2][64];
+        for (int h = 0; h < 2; h++) {
+            const cJSON *list = cJSON_GetArrayItem(heads, h);
+            cr_assert_eq(cJSON_GetArraySize(list), 64);
+            for (int i = 0; i < 64; i++) {
+                kept[h][i] = cJSON_GetArrayItem(list, i)->valueint;
+                cr_assert(i == 0 || kept[h][i] > kept[h][i - 1], "ascending: %.120s", line);
+            }
+            for (int i = 0; i < 4; i++)
+                cr_assert_eq(kept[h][i], i, "start tokens");
+            for (int i = 0; i < 16; i++) /* newest: position 205 + step */
+                cr_assert_eq(kept[h][48 + i], 205 + step - 15 + i, "recent tokens");
+        }
+        differing += memcmp(kept[0], kept[1], sizeof kept[0]) != 0;
+        cJSON_Delete(j);
+        lines++;
+    }
+    cr_assert_eq(lines, 64, "steps 0..31 x 2 layers");
+    cr_assert_gt(differing, 0, "the KV heads never kept different tokens");
+    free(text);
+    tu_result_free(&r);
     tu_rmtree(tmp);
     free(tmp);
 }
@@ -274,12 +340,13 @@ typedef struct run {
     size_t len;
 } run;
 
-static void trace_to_text(void *ctx, int step, int layer, const int32_t *pos, int n)
+static void trace_to_text(void *ctx, int step, int layer, const int32_t *pos, int n, int sets)
 {
     run *r = ctx;
     r->len += (size_t)snprintf(r->trace + r->len, sizeof r->trace - r->len, "%d %d:", step, layer);
-    for (int i = 0; i < n && r->len < sizeof r->trace; i++)
-        r->len += (size_t)snprintf(r->trace + r->len, sizeof r->trace - r->len, " %d", pos[i]);
+    for (int i = 0; i < n * sets && r->len < sizeof r->trace; i++)
+        r->len += (size_t)snprintf(r->trace + r->len, sizeof r->trace - r->len,
+                                   i > 0 && i % n == 0 ? " | %d" : " %d", pos[i]);
     if (r->len < sizeof r->trace - 1)
         r->trace[r->len++] = '\n';
 }
@@ -327,6 +394,13 @@ static const char *const sweep_json[] = {
     "44, \"positions\": \"compact\"}",
     "{\"algorithm\": \"random\", \"start_size\": 4, \"recent_size\": 16, \"intermediate_size\": "
     "44, \"seed\": 3}",
+    "{\"algorithm\": \"snapkv\", \"strategy\": \"per_head\", \"start_size\": 4, \"recent_size\": "
+    "16, \"intermediate_size\": 44, \"refined_size\": 12, \"kvcrush_anchor\": \"random\"}",
+    "{\"algorithm\": \"h2o\", \"strategy\": \"per_head\", \"start_size\": 4, \"recent_size\": "
+    "16, \"intermediate_size\": 44, \"refined_size\": 12, \"refined_algorithm\": "
+    "\"criticalkv\", \"score_aggregation\": \"norm_sum\"}",
+    "{\"algorithm\": \"knorm\", \"strategy\": \"per_head\", \"start_size\": 4, \"recent_size\": "
+    "16, \"intermediate_size\": 44}",
 };
 #define N_SWEEP (int)(sizeof sweep_json / sizeof sweep_json[0])
 

@@ -109,7 +109,8 @@ static void check_prefill(const char *name, int chunk)
     cr_assert_eq(c->next_pos, f.n_all);
     for (int l = 0; l < c->n_layers; l++)
         for (int i = 0; i < f.n_all; i++)
-            cr_assert_eq(c->layers[l].pos[i], i);
+            for (int h = 0; h < c->n_kv_heads; h++)
+                cr_assert_eq(kv_cache_pos(c, l, i, h), i);
     free(logits);
     kv_cache_free(c);
     fixture_free(&f);
@@ -273,9 +274,11 @@ Test(attn_stats, compacted_cache_positions_and_widths)
                  err.msg);
     for (int l = 0; l < c->n_layers; l++) {
         cr_assert_eq(c->layers[l].len, 7);
-        cr_assert_eq(c->layers[l].pos[4], 9);
-        cr_assert_eq(c->layers[l].pos[5], 10);
-        cr_assert_eq(c->layers[l].pos[6], 11);
+        for (int h = 0; h < c->n_kv_heads; h++) {
+            cr_assert_eq(kv_cache_pos(c, l, 4, h), 9);
+            cr_assert_eq(kv_cache_pos(c, l, 5, h), 10);
+            cr_assert_eq(kv_cache_pos(c, l, 6, h), 11);
+        }
         /* first new row sees 6 slots, second 7: together 2 */
         double total = 0;
         for (int j = 0; j < 7; j++)
