@@ -112,6 +112,21 @@ static void write_trace(void *ctx, int step, int layer, const int32_t *pos, int 
     }
     if (sets > 1)
         fputc(']', e->trace);
+    int n_ref = 0;
+    if (kv_evictor_refined_positions(e->ev, 0, &n_ref)) {
+        /* the refiner's picks among the kept positions (KVCrush, CriticalKV) */
+        fputs(", \"refined_positions\": ", e->trace);
+        if (sets > 1)
+            fputc('[', e->trace);
+        for (int g = 0; g < sets; g++) {
+            const int32_t *r = kv_evictor_refined_positions(e->ev, g, &n_ref);
+            if (g > 0)
+                fputs(", ", e->trace);
+            write_positions(e->trace, r, n_ref);
+        }
+        if (sets > 1)
+            fputc(']', e->trace);
+    }
     if (fputs("}\n", e->trace) == EOF || fflush(e->trace) != 0)
         e->trace_errno = errno ? errno : EIO;
 }

@@ -187,6 +187,9 @@ struct kv_evictor {
     int step;
     kv_mt19937 rng;
     scratch tmp;
+    int32_t *refined; /* [n_sets][refined_size]: positions the refiner picked at
+                         the last eviction, so a trace can show them */
+    int *n_refined;   /* [n_sets] */
 };
 
 static int scratch_need(scratch *s, int n, kv_error *err)
@@ -283,7 +286,11 @@ kv_evictor *kv_evictor_new(const kv_evict_params *p, const kv_evict_model *m, kv
     int half = m->head_dim / 2;
     ev->inv_freq = malloc((size_t)(half > 0 ? half : 1) * sizeof *ev->inv_freq);
     ev->layers = calloc((size_t)m->n_layers * (size_t)ev->n_sets, sizeof *ev->layers);
-    if (!ev->inv_freq || !ev->layers) {
+    if (ev->refiner) {
+        ev->refined = calloc((size_t)ev->n_sets * (size_t)p->refined_size, sizeof *ev->refined);
+        ev->n_refined = calloc((size_t)ev->n_sets, sizeof *ev->n_refined);
+    }
+    if (!ev->inv_freq || !ev->layers || (ev->refiner && (!ev->refined || !ev->n_refined))) {
         kv_evictor_free(ev);
         kv_fail(err, "eviction: out of memory");
         return NULL;
@@ -309,6 +316,8 @@ void kv_evictor_free(kv_evictor *ev)
     }
     free(ev->layers);
     free(ev->inv_freq);
+    free(ev->refined);
+    free(ev->n_refined);
     free(ev->tmp.d);
     free(ev->tmp.i);
     free(ev);
@@ -462,6 +471,30 @@ static int update_vnorm(kv_evictor *ev, const kv_cache *cache, int layer, int se
     return 0;
 }
 
+/* Remembers the absolute positions of the refiner's picks (ascending) for
+ * kv_evictor_refined_positions. */
+static void record_refined(kv_evictor *ev, const kv_cache *cache, int layer, int set,
+                           const int *picks, int n_pick)
+{
+    int G = ev->cfg.group, S = ev->p.start_size, L = cache->layers[layer].len, k = 0;
+    int32_t *out = ev->refined + (size_t)set * (size_t)ev->p.refined_size;
+    for (int i = 0; i < n_pick; i++)
+        for (int r = 0; r < G && S + picks[i] * G + r < L && k < ev->p.refined_size; r++) {
+            int32_t pos = kv_cache_pos(cache, layer, S + picks[i] * G + r, ev->n_sets > 1 ? set : 0);
+            int j = k++;
+            for (; j > 0 && out[j - 1] > pos; j--) /* insertion keeps them ascending */
+                out[j] = out[j - 1];
+            out[j] = pos;
+        }
+    ev->n_refined[set] = k;
+}
+
+const int32_t *kv_evictor_refined_positions(const kv_evictor *ev, int set, int *n)
+{
+    *n = ev->refined && set >= 0 && set < ev->n_sets ? ev->n_refined[set] : 0;
+    return *n ? ev->refined + (size_t)set * (size_t)ev->p.refined_size : NULL;
+}
+
 /* Lets the refiner pick among the candidate units the coarse top-k left. */
 static int refine(kv_evictor *ev, const kv_cache *cache, int layer, int set, const double *s,
                   int n_units, char *chosen, double *masked, int *picks, kv_error *err)
@@ -484,6 +517,7 @@ static int refine(kv_evictor *ev, const kv_cache *cache, int layer, int set, con
                            picks[i]);
         chosen[picks[i]] = 1;
     }
+    record_refined(ev, cache, layer, set, picks, n_pick);
     return 0;
 }
 

@@ -156,6 +156,12 @@ int kv_evictor_compress(kv_evictor *ev, kv_cache *cache, kv_evict_trace_fn trace
 int kv_evictor_compress_into(kv_evictor *ev, const kv_cache *src, kv_cache **out,
                              kv_evict_trace_fn trace, void *trace_ctx, kv_error *err);
 
+/* The absolute positions the refiner (KVCrush, CriticalKV) picked for kept
+ * set `set` at the latest eviction, ascending; inside a trace callback they
+ * belong to the (step, layer) being reported. NULL and *n = 0 without a
+ * refiner. */
+const int32_t *kv_evictor_refined_positions(const kv_evictor *ev, int set, int *n);
+
 /* The current scores of a layer's slots [0, len) (0 for start slots): the
  * raw sums, and the norm_sum counters (per_head: KV head 0's). For tests
  * and traces. */

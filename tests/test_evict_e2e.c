@@ -485,3 +485,64 @@ Test(evict_e2e, forked_prefill_equals_fresh_runs, .timeout = 120)
     kv_model_free(m);
     free(dir);
 }
+
+/* --trace shows the refiner's picks: each line carries "refined_positions",
+ * refined_size of the kept positions, none in the start or recent areas;
+ * without a refiner the key is absent. */
+static void check_refined_trace(const char *algorithm, int refined)
+{
+    char *tmp = tu_mkdtemp(), trace[512], rs[16];
+    snprintf(trace, sizeof trace, "%s/trace.jsonl", tmp);
+    snprintf(rs, sizeof rs, "%d", refined);
+    const char *extra[] = {"--eviction", "snapkv", "--start-size", "4", "--intermediate-size",
+                           "44", "--recent-size", "16", "--refined-size", rs,
+                           "--refined-algorithm", algorithm, "--trace", trace, NULL};
+    tu_result r = generate(tmp, extra);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    char *text = tu_slurp(trace, NULL), *save;
+    int lines = 0;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        cJSON *j = cJSON_Parse(line);
+        cr_assert_not_null(j, "%s", line);
+        const cJSON *kept = cJSON_GetObjectItem(j, "kept_positions");
+        const cJSON *picks = cJSON_GetObjectItem(j, "refined_positions");
+        if (refined == 0) {
+            cr_assert_null(picks, "no refiner, no refined_positions: %.120s", line);
+        } else {
+            cr_assert_eq(cJSON_GetArraySize(picks), refined, "%.160s", line);
+            int n_kept = cJSON_GetArraySize(kept), prev = -1;
+            for (int i = 0; i < refined; i++) {
+                int p = cJSON_GetArrayItem(picks, i)->valueint, found = -1;
+                cr_assert_gt(p, prev, "ascending: %.160s", line);
+                prev = p;
+                for (int k = 0; k < n_kept; k++)
+                    if (cJSON_GetArrayItem(kept, k)->valueint == p)
+                        found = k;
+                cr_assert(found >= 4 && found < n_kept - 16,
+                          "refined pick %d is an intermediate kept token: %.160s", p, line);
+            }
+        }
+        cJSON_Delete(j);
+        lines++;
+    }
+    cr_assert_eq(lines, 64);
+    free(text);
+    tu_result_free(&r);
+    tu_rmtree(tmp);
+    free(tmp);
+}
+
+Test(evict_e2e, trace_shows_kvcrush_picks)
+{
+    check_refined_trace("kvcrush", 8);
+}
+
+Test(evict_e2e, trace_shows_criticalkv_picks)
+{
+    check_refined_trace("criticalkv", 12);
+}
+
+Test(evict_e2e, trace_without_refiner_has_no_picks)
+{
+    check_refined_trace("kvcrush", 0);
+}
