@@ -577,6 +577,21 @@ static int flush_buf(const kb_jieba *j, work *w, size_t a, size_t b)
     return 0;
 }
 
+/* Appends one end index to the DAG's edge list, growing it. */
+static int dag_push(work *w, size_t *used, size_t end)
+{
+    if (*used == w->dag_cap) {
+        size_t cap = w->dag_cap ? w->dag_cap * 2 : 256;
+        size_t *d = realloc(w->dag, cap * sizeof *d);
+        if (!d)
+            return -1;
+        w->dag = d;
+        w->dag_cap = cap;
+    }
+    w->dag[(*used)++] = end;
+    return 0;
+}
+
 static int build_dag(const kb_jieba *j, work *w, size_t n)
 {
     size_t used = 0;
@@ -589,27 +604,12 @@ static int build_dag(const kb_jieba *j, work *w, size_t n)
                 break;
             if (f == 0)
                 continue;
-            if (used == w->dag_cap) {
-                size_t cap = w->dag_cap ? w->dag_cap * 2 : 256;
-                size_t *d = realloc(w->dag, cap * sizeof *d);
-                if (!d)
-                    return -1;
-                w->dag = d;
-                w->dag_cap = cap;
-            }
-            w->dag[used++] = i;
+            if (dag_push(w, &used, i) < 0)
+                return -1;
         }
-        if (used == w->dag_at[k]) {
-            if (used == w->dag_cap) {
-                size_t cap = w->dag_cap ? w->dag_cap * 2 : 256;
-                size_t *d = realloc(w->dag, cap * sizeof *d);
-                if (!d)
-                    return -1;
-                w->dag = d;
-                w->dag_cap = cap;
-            }
-            w->dag[used++] = k;
-        }
+        /* a character no word starts at is a word of its own */
+        if (used == w->dag_at[k] && dag_push(w, &used, k) < 0)
+            return -1;
     }
     w->dag_at[n] = used;
     return 0;
