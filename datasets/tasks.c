@@ -281,10 +281,18 @@ static const char V2_0SHOT_RAG[] =
     "\n"
     "Format your response as follows: \"The correct answer is (insert answer here)\".";
 
-/* Synthetic retrieval tasks (datasets/synthetic/, issue 10): the generator
- * writes the instruction and the answer lead-in ("The pass key is ") into
- * `input`, so the template only joins the two fields. */
-static const char S_JOIN[] = "{context}\n\n{input}";
+/* kvbench's synthetic retrieval tasks (datasets/synthetic/, written by
+ * tools/synth/synth.py; templates as tools/synth/README.md states them).
+ * `input` ends with the answer's lead-in ("The pass key is ", "key: ",
+ * "... ["), so the first generated token is the answer itself. */
+static const char S_PASSKEY[] =
+    "There is a pass key hidden in the text below. Find it and remember it.\n\n{context}\n\n{input}";
+static const char S_KV[] =
+    "Below is a list of keys and their values. Remember the value of every key.\n\n"
+    "{context}\n\n{input}";
+static const char S_PASSAGE[] =
+    "Below are numbered paragraphs. Each one ends with its number in brackets.\n\n"
+    "{context}\n\n{input}";
 
 #define V1 LB_FAMILY_V1
 #define E  LB_FAMILY_E
@@ -340,9 +348,9 @@ const lb_task lb_tasks[] = {
 
     /* Synthetic (issue 10): metrics are LongBench's own. passkey: the number in the
      * answer (count_score extracts numbers); passage variant: "Paragraph N". */
-    {"passkey",              "passkey",              SY, "retrieval",      "count_score",           16, "en",   false, true,  false,   0, BR, S_JOIN},
-    {"kv_retrieval",         "kv_retrieval",         SY, "retrieval",      "qa_f1_score",           32, "en",   false, true,  false,   0, BR, S_JOIN},
-    {"passage_retrieval_synth","passage_retrieval_synth",SY,"retrieval",   "retrieval_score",       32, "en",   false, true,  false,   0, BR, P_PASSAGE_RETRIEVAL_EN},
+    {"synth_passkey",        "synth_passkey",        SY, "retrieval",      "count_score",            8, "en",   false, false, false,  90, BR, S_PASSKEY},
+    {"synth_kv",             "synth_kv",             SY, "retrieval",      "count_score",            8, "en",   false, false, false,  90, BR, S_KV},
+    {"synth_passage",        "synth_passage",        SY, "retrieval",      "retrieval_score",        6, "en",   false, false, false,  90, BR, S_PASSAGE},
 };
 // clang-format on
 

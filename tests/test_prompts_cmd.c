@@ -120,7 +120,7 @@ Test(prompts_cmd, list_shows_every_task)
     tu_result r = tu_kvbench("prompts", "--list", NULL);
     cr_assert_eq(r.status, 0);
     const char *names[] = {"narrativeqa", "repobench-p", "qasper_e",    "repobench-p_e",
-                           "v2",          "passkey",     "kv_retrieval"};
+                           "v2",          "synth_passkey", "synth_kv"};
     for (int i = 0; i < 7; i++)
         cr_assert(strstr(r.out, names[i]), "%s missing", names[i]);
     tu_result_free(&r);

@@ -107,6 +107,27 @@ static long prefills_of(const char *err)
     return atol(p);
 }
 
+/* The score of (config, task) in a scores.csv text, or -1 when it has no
+ * such row. Columns: run,version,model,hash,protocol,config,config_hash,
+ * budget,params,task,category,metric,score,... (params may hold commas, so
+ * the row is found by ",config," and ",task," and read after the task). */
+static double csv_score(const char *csv, const char *config, const char *task)
+{
+    char key[256], needle[256];
+    snprintf(key, sizeof key, ",%s,", config);
+    snprintf(needle, sizeof needle, ",%s,", task);
+    for (const char *row = strstr(csv, key); row; row = strstr(row + 1, key)) {
+        const char *eol = strchr(row, '\n');
+        const char *tp = strstr(row, needle);
+        if (!tp || (eol && tp > eol))
+            continue;
+        const char *q = strchr(tp + strlen(needle), ',') + 1; /* past category */
+        q = strchr(q, ',') + 1;                               /* past metric */
+        return atof(q);
+    }
+    return -1;
+}
+
 Test(run, end_to_end_files_rows_and_scores)
 {
     char *dir = tu_mkdtemp();
@@ -145,26 +166,7 @@ Test(run, end_to_end_files_rows_and_scores)
         tu_result s = tu_kvbench("score", pd, "--csv", csv_out, NULL);
         cr_assert_eq(s.status, 0, "%s", s.err);
         for (int t = 0; t < N_TASKS; t++) {
-            /* the run's row: ...,config,...,task,category,metric,score,... */
-            char key[256];
-            snprintf(key, sizeof key, ",%s,", configs[c]);
-            const char *row = csv;
-            double run_score = -1;
-            while ((row = strstr(row, key))) {
-                const char *eol = strchr(row, '\n');
-                char needle[128];
-                snprintf(needle, sizeof needle, ",%s,", tasks[t]);
-                const char *tp = strstr(row, needle);
-                if (tp && tp < eol) {
-                    /* skip task, category, metric */
-                    const char *q = tp + strlen(needle);
-                    q = strchr(q, ',') + 1;
-                    q = strchr(q, ',') + 1;
-                    run_score = atof(q);
-                    break;
-                }
-                row = eol;
-            }
+            double run_score = csv_score(csv, configs[c], tasks[t]);
             cr_assert_geq(run_score, 0, "no row for %s/%s in scores.csv", configs[c], tasks[t]);
             /* kvbench score's table: "task  metric  n  score" */
             const char *line = strstr(s.out, tasks[t]);
@@ -270,6 +272,46 @@ Test(run, sigkill_and_resume_equals_uninterrupted, .timeout = 300)
         }
     free(ref);
     free(cfg);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* The shipped trained model through the whole C path (tokenizer, engine,
+ * runner, scorer): with the full cache it finds the pass key, and
+ * StreamingLLM at a 128-token budget, which drops the middle of the
+ * context, does not. A regression in the engine or the eviction shows here. */
+Test(run, trained_model_passkey_full_beats_streaming, .timeout = 120)
+{
+    char *model = tu_source("models/kvbench-retrieval/config.json");
+    FILE *probe = fopen(model, "r");
+    free(model);
+    if (!probe)
+        cr_skip_test("models/kvbench-retrieval is not in this checkout");
+    fclose(probe);
+    char *dir = tu_mkdtemp();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/passkey.json", dir);
+    char *m = tu_source("models/kvbench-retrieval"), *data = tu_source("datasets/synthetic");
+    FILE *f = fopen(path, "w");
+    fprintf(f,
+            "{\"model\": \"%s\", \"data\": \"%s\", \"output\": \"%s/runs\", \"limit\": 20,\n"
+            " \"tasks\": [\"synth_passkey\"], \"configs\": [{\"name\": \"streaming\",\n"
+            " \"algorithm\": \"streaming\", \"start_size\": 4, \"recent_size\": 124,\n"
+            " \"intermediate_size\": 0}]}\n",
+            m, data, dir);
+    fclose(f);
+    free(m);
+    free(data);
+    tu_result r = tu_kvbench("run", path, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    snprintf(path, sizeof path, "%s/runs/passkey/scores.csv", dir);
+    char *csv = tu_slurp(path, NULL);
+    double full = csv_score(csv, "full", "synth_passkey");
+    double streaming = csv_score(csv, "streaming", "synth_passkey");
+    cr_expect_geq(full, 80.0, "full cache passkey: %.2f\n%s", full, csv);
+    cr_expect_leq(streaming, 20.0, "StreamingLLM passkey: %.2f", streaming);
+    free(csv);
     tu_rmtree(dir);
     free(dir);
 }

@@ -1,0 +1,199 @@
+"""A small Qwen3-architecture causal LM in plain PyTorch (CPU), shared by training, export and eval.
+
+Same maths as Hugging Face's Qwen3 (and /work/shared/reference/qwen3_ref.py): pre-norm blocks,
+per-head RMSNorm on queries and keys before NeoX-style RoPE, grouped-query attention, SwiGLU MLP,
+tied embeddings. Tokens are bytes: id = byte value, then the special tokens.
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+EOS_ID = 256
+
+
+def encode(text):
+    """The model's tokenisation: UTF-8 bytes (tokenizer.json with no merges gives the same ids)."""
+    return list(text.encode("utf-8"))
+
+
+def decode(ids):
+    return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+
+class Config:
+    def __init__(self, hidden=128, layers=2, heads=4, kv_heads=2, head_dim=32, ffn=384,
+                 vocab=256 + len(SPECIAL_TOKENS), rope_theta=10000.0, eps=1e-6, max_pos=4096):
+        self.hidden, self.layers, self.heads, self.kv_heads = hidden, layers, heads, kv_heads
+        self.head_dim, self.ffn, self.vocab = head_dim, ffn, vocab
+        self.rope_theta, self.eps, self.max_pos = rope_theta, eps, max_pos
+
+    def hf_config(self):
+        return {
+            "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+            "hidden_size": self.hidden, "num_hidden_layers": self.layers,
+            "num_attention_heads": self.heads, "num_key_value_heads": self.kv_heads,
+            "head_dim": self.head_dim, "intermediate_size": self.ffn, "vocab_size": self.vocab,
+            "hidden_act": "silu", "rms_norm_eps": self.eps, "rope_theta": self.rope_theta,
+            "rope_scaling": None, "max_position_embeddings": self.max_pos,
+            "tie_word_embeddings": True, "attention_bias": False, "attention_dropout": 0.0,
+            "bos_token_id": EOS_ID, "eos_token_id": EOS_ID, "torch_dtype": "float32",
+            "use_cache": True, "use_sliding_window": False, "sliding_window": None,
+            "max_window_layers": self.layers, "initializer_range": 0.02,
+            "transformers_version": "4.51.0",
+        }
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        self.q_proj = nn.Linear(c.hidden, c.heads * c.head_dim, bias=False)
+        self.k_proj = nn.Linear(c.hidden, c.kv_heads * c.head_dim, bias=False)
+        self.v_proj = nn.Linear(c.hidden, c.kv_heads * c.head_dim, bias=False)
+        self.o_proj = nn.Linear(c.heads * c.head_dim, c.hidden, bias=False)
+        self.q_norm = RMSNorm(c.head_dim, c.eps)
+        self.k_norm = RMSNorm(c.head_dim, c.eps)
+
+    def qkv(self, x, cos, sin):
+        """x [B, T, H] -> q [B, nh, T, hd], k and v [B, nkv, T, hd] (q/k normed and rotated)."""
+        c = self.c
+        B, T, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(B, T, c.heads, c.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(B, T, c.kv_heads, c.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, c.kv_heads, c.head_dim).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        return q, k, v
+
+    def attend(self, q, k, v, mask):
+        """q [B, nh, Tq, hd], k/v [B, nkv, S, hd], mask [Tq, S] additive -> (out [B, Tq, H], probs)."""
+        group = self.c.heads // self.c.kv_heads
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+        s = q @ k.transpose(-1, -2) * (self.c.head_dim ** -0.5) + mask
+        p = torch.softmax(s, dim=-1)
+        o = (p @ v).transpose(1, 2).reshape(q.shape[0], q.shape[2], -1)
+        return self.o_proj(o), p
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.input_layernorm = RMSNorm(c.hidden, c.eps)
+        self.self_attn = Attention(c)
+        self.post_attention_layernorm = RMSNorm(c.hidden, c.eps)
+        self.gate_proj = nn.Linear(c.hidden, c.ffn, bias=False)
+        self.up_proj = nn.Linear(c.hidden, c.ffn, bias=False)
+        self.down_proj = nn.Linear(c.ffn, c.hidden, bias=False)
+
+    def mlp(self, x):
+        h = self.post_attention_layernorm(x)
+        return self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class Qwen3Tiny(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        self.embed_tokens = nn.Embedding(c.vocab, c.hidden)
+        self.layers = nn.ModuleList(Block(c) for _ in range(c.layers))
+        self.norm = RMSNorm(c.hidden, c.eps)
+        inv = 1.0 / (c.rope_theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.int64).float() / c.head_dim))
+        self.register_buffer("inv_freq", inv, persistent=False)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        std = 0.02
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                s = std / math.sqrt(2 * self.c.layers) if name.endswith(("o_proj.weight", "down_proj.weight")) else std
+                nn.init.normal_(p, 0.0, s)
+
+    def init_previous_token_head(self, pairs=6, gain=3.0, const=0.5):
+        """Start query head 0 of layer 0 as a previous-token head (an initialisation, not an
+        architecture change): one embedding dimension is set to a constant, head 0's query and its
+        KV head's key read only that dimension into the `pairs` fastest RoPE pairs, the key rotated
+        one position ahead, and q_norm/k_norm are raised on those dimensions, so query t attends to
+        t - 1 (over 99% of its weight at 512 tokens). Induction then only has to learn its second
+        head; from a random start both heads wait for each other on a long plateau."""
+        c, hd = self.c, self.c.head_dim
+        half, d = hd // 2, c.hidden - 1
+        a = self.layers[0].self_attn
+        with torch.no_grad():
+            self.embed_tokens.weight[:, d] = const
+            a.q_proj.weight[0:hd].zero_()
+            a.k_proj.weight[0:hd].zero_()
+            for i in range(pairs):
+                a.q_proj.weight[i, d] = 1.0
+                a.k_proj.weight[i, d] = math.cos(float(self.inv_freq[i]))
+                a.k_proj.weight[i + half, d] = math.sin(float(self.inv_freq[i]))
+                for w in (a.q_norm.weight, a.k_norm.weight):
+                    w[i] = w[i + half] = gain
+
+    def rope(self, pos):
+        ang = pos.float()[:, None] * self.inv_freq[None, :]
+        emb = torch.cat((ang, ang), dim=-1)
+        return emb.cos(), emb.sin()
+
+    def forward(self, ids):
+        """ids [B, T] -> logits [B, T, V] (full causal attention, training and scoring)."""
+        T = ids.shape[1]
+        cos, sin = self.rope(torch.arange(T))
+        mask = torch.full((T, T), float("-inf")).triu(1)
+        x = self.embed_tokens(ids)
+        for L in self.layers:
+            q, k, v = L.self_attn.qkv(L.input_layernorm(x), cos, sin)
+            o, _ = L.self_attn.attend(q, k, v, mask)
+            x = x + o
+            x = x + L.mlp(x)
+        return self.norm(x) @ self.embed_tokens.weight.T
+
+    def param_groups(self, lr, norm_lr_mult, weight_decay):
+        """RMSNorm weights (incl. q_norm/k_norm) get norm_lr_mult x the learning rate and no decay:
+        q/k norms bound how sharp attention can be, so they must grow for retrieval heads."""
+        norms = [p for n, p in self.named_parameters() if p.dim() == 1]
+        mats = [p for n, p in self.named_parameters() if p.dim() == 2]
+        return [{"params": mats, "lr": lr, "weight_decay": weight_decay, "base_lr": lr},
+                {"params": norms, "lr": lr * norm_lr_mult, "weight_decay": 0.0, "base_lr": lr * norm_lr_mult}]
+
+    def hf_state_dict(self):
+        """Tensors under Hugging Face Qwen3 names (tied: no lm_head.weight)."""
+        return {k: v.detach().float().contiguous() for k, v in self.hf_parameters().items()}
+
+    def load_hf_state_dict(self, tensors):
+        with torch.no_grad():
+            for name, p in self.hf_parameters().items():
+                p.copy_(tensors[name])
+
+    def hf_parameters(self):
+        """Hugging Face name -> parameter."""
+        out = {"model.embed_tokens.weight": self.embed_tokens.weight, "model.norm.weight": self.norm.weight}
+        for i, L in enumerate(self.layers):
+            p = f"model.layers.{i}."
+            a = L.self_attn
+            out.update({p + "input_layernorm.weight": L.input_layernorm.weight,
+                        p + "post_attention_layernorm.weight": L.post_attention_layernorm.weight,
+                        p + "self_attn.q_proj.weight": a.q_proj.weight, p + "self_attn.k_proj.weight": a.k_proj.weight,
+                        p + "self_attn.v_proj.weight": a.v_proj.weight, p + "self_attn.o_proj.weight": a.o_proj.weight,
+                        p + "self_attn.q_norm.weight": a.q_norm.weight, p + "self_attn.k_norm.weight": a.k_norm.weight,
+                        p + "mlp.gate_proj.weight": L.gate_proj.weight, p + "mlp.up_proj.weight": L.up_proj.weight,
+                        p + "mlp.down_proj.weight": L.down_proj.weight})
+        return out

@@ -1,0 +1,275 @@
+#!/usr/bin/python3
+"""Train kvbench's demo retrieval model (Qwen3 architecture, 0.43M parameters, byte tokens) on CPU.
+
+Recipe (issue 10): 10x learning rate on every RMSNorm weight (q_norm/k_norm included); ~30% plain
+induction sequences (random segments repeated later, loss on the repeat) mixed into the retrieval
+prompts of tools/synth; a warm-up of induction only; a length curriculum from 128 tokens up to
+2,048. Every --eval-every steps it measures exact-match accuracy per task and context length on a
+held-out set (its own seed), logs it, and checkpoints (last and best). The schedule depends only
+on the step, and every batch is drawn from an RNG seeded by (seed, step), so `--steps N` from
+scratch reproduces the weights of step N of a longer run.
+
+  OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 /usr/bin/python3 tools/train/train.py --steps 3000
+  tools/train/export.py --ckpt tools/train/runs/main/best.pt --out models/kvbench-retrieval
+"""
+import argparse
+import os
+import random
+import sys
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "synth"))
+import synth  # noqa: E402
+from model import EOS_ID, Config, Qwen3Tiny, encode  # noqa: E402
+
+TASKS = list(synth.TEMPLATES)
+TASK_WEIGHTS = [0.3, 0.4, 0.3]          # key-value is the hardest of the three
+EVAL_LENGTHS = [512, 1024, 2048]
+
+
+def retrieval_example(rng, task, length, vocab, depth_range=(0.0, 1.0), filler="mixed", extra=0, ctx_w=0.0):
+    """(ids, loss mask): the prompt, then the answer and <|endoftext|>, loss on those only.
+    With extra > 0, up to that many further questions on the same context follow, each with its
+    answer (more retrieval signal per long context; evaluation asks only the first)."""
+    depth = rng.uniform(*depth_range)
+    context, question, answers, more = synth.make_sample(task, rng, length, depth, vocab, filler, max(extra, 1))
+    more = more[:extra]
+    prompt = encode(synth.TEMPLATES[task].format(context=context, input=question))
+    ids, mask = list(prompt), [ctx_w] * len(prompt)
+    for q, ans in [(None, answers)] + more:
+        if q is not None:
+            qi = encode("\n\n" + q)
+            ids += qi
+            mask += [ctx_w] * len(qi)
+        target = encode(ans[0].split()[-1]) + [EOS_ID]     # "Paragraph 7" is answered by "7"
+        ids += target
+        mask += [1] * len(target)
+    return ids, mask
+
+
+def induction_example(rng, length, whole_repeat=0.5):
+    """Random printable bytes with segments copied to later positions; loss on each copy
+    (except its first token, which nothing predicts). With probability whole_repeat the sequence
+    is instead a random block followed by its repeat (the densest copying signal)."""
+    if rng.random() < whole_repeat:
+        # prefix, block, gap, block: random offsets, so that no fixed-distance shortcut copies
+        n = rng.randint(length // 6, length * 2 // 5)
+        gap = rng.randint(0, length - 2 * n)
+        pre = length - 2 * n - gap
+        ids = [rng.randint(32, 126) for _ in range(length)]
+        ids[pre + n + gap:pre + 2 * n + gap] = ids[pre:pre + n]
+        mask = [0] * length
+        mask[pre + n + gap + 1:pre + 2 * n + gap] = [1] * (n - 1)
+        return ids, mask
+    ids = [rng.randint(32, 126) for _ in range(length)]
+    mask = [0] * length
+    for _ in range(max(1, length // 96)):
+        n = rng.randint(6, 32)
+        if length < 3 * n:
+            break
+        src = rng.randint(0, length - 2 * n - 1)
+        dst = rng.randint(src + n, length - n)
+        ids[dst:dst + n] = ids[src:src + n]
+        mask[dst + 1:dst + n] = [1] * (n - 1)
+        mask[dst] = 0
+    return ids, mask
+
+
+def schedule(step, a, mix_start):
+    """(max length, share of induction) at a step: induction-only warm-up until step mix_start
+    (None: still warming up), then the length ramp."""
+    if mix_start is None or step < mix_start:
+        return a.warmup_len, 1.0
+    ramp = min(1.0, (step - mix_start) / max(1, a.ramp_steps))
+    return int(256 + ramp * (a.max_len - 256)), a.induction_share
+
+
+def make_batch(step, a, vocab, mix_start):
+    rng = random.Random(a.seed * 1_000_003 + step)
+    max_len, ind_share = schedule(step, a, mix_start)
+    if ind_share == 1.0:                 # warm-up: short sequences, the copying signal is strongest
+        length = rng.randint(max_len // 2, max_len)
+    else:
+        length = max(128, int(max_len * rng.uniform(0.25, 1.0)) if rng.random() < 0.6 else max_len)
+    rows, longest = [], 0
+    while len(rows) < 2 or (len(rows) + 1) * longest <= a.batch_tokens:
+        if rng.random() < ind_share:
+            rows.append(induction_example(rng, length, a.whole_repeat))
+        else:
+            task = rng.choices(TASKS, TASK_WEIGHTS)[0]
+            rows.append(retrieval_example(rng, task, length, vocab, extra=rng.randint(0, a.extra_questions),
+                                          ctx_w=a.context_loss))
+        longest = max(longest, len(rows[-1][0]))
+    return pad(rows), length
+
+
+def pad(rows):
+    T = max(len(ids) for ids, _ in rows)
+    ids = torch.full((len(rows), T), EOS_ID, dtype=torch.long)
+    mask = torch.zeros((len(rows), T))
+    for i, (r, m) in enumerate(rows):
+        ids[i, :len(r)] = torch.tensor(r)
+        mask[i, :len(m)] = torch.tensor(m, dtype=torch.float)
+    return ids, mask
+
+
+def loss_fn(model, ids, mask):
+    logits = model(ids[:, :-1])
+    tgt, m = ids[:, 1:], mask[:, 1:]
+    nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), reduction="none")
+    return (nll * m.reshape(-1)).sum() / m.sum().clamp(min=1)
+
+
+def make_valset(seed, per_cell):
+    rng = random.Random(seed)
+    vocab = synth.pseudo_words(rng, 1500)
+    val = {}
+    for task in TASKS:
+        for L in EVAL_LENGTHS:
+            val[(task, L)] = [retrieval_example(rng, task, L, vocab, (0.1, 0.8), "classic")
+                              for _ in range(per_cell)]
+    ind = [induction_example(rng, 256, 0.5) for _ in range(8)]
+    return val, ind
+
+
+@torch.no_grad()
+def copy_accuracy(model, rows):
+    """Share of copied tokens that greedy prediction gets right on held-out induction sequences."""
+    ids, mask = pad(rows)
+    pred = model(ids[:, :-1]).argmax(-1)
+    m = mask[:, 1:]
+    return float(((pred == ids[:, 1:]).float() * m).sum() / m.sum())
+
+
+@torch.no_grad()
+def evaluate(model, val):
+    """Exact match under teacher forcing (= greedy decoding gets every answer token right)."""
+    model.eval()
+    acc = {}
+    for key, rows in val.items():
+        ok = 0
+        for i in range(0, len(rows), 4):
+            ids, mask = pad(rows[i:i + 4])
+            pred = model(ids[:, :-1]).argmax(-1)
+            m = mask[:, 1:] == 1
+            ok += int(((pred == ids[:, 1:]) | ~m).all(dim=1).sum())
+        acc[key] = ok / len(rows)
+    model.train()
+    return acc
+
+
+def fmt_acc(acc):
+    parts = []
+    for task in TASKS:
+        cells = " ".join(f"{L}:{100 * acc[(task, L)]:3.0f}" for L in EVAL_LENGTHS)
+        parts.append(f"{task.replace('synth_', '')} {cells}")
+    return " | ".join(parts)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=100000, help="stop after this step")
+    ap.add_argument("--deadline", help="also stop at this UTC time, HH:MM (for a time-boxed session)")
+    ap.add_argument("--run", default=os.path.join(HERE, "runs", "main"), help="checkpoint and log folder")
+    ap.add_argument("--log", help="log file (default RUN/training_log.txt)")
+    ap.add_argument("--resume", action="store_true", help="continue from RUN/last.pt")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--val-seed", type=int, default=777)
+    ap.add_argument("--val-per-cell", type=int, default=12)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--norm-lr-mult", type=float, default=10.0)
+    ap.add_argument("--weight-decay", type=float, default=0.01)
+    ap.add_argument("--batch-tokens", type=int, default=4096)
+    ap.add_argument("--warmup-steps", type=int, default=3000, help="at most this many induction-only steps")
+    ap.add_argument("--warmup-until", type=float, default=0.6,
+                    help="end the warm-up at the first check where held-out copy accuracy reaches this")
+    ap.add_argument("--warmup-len", type=int, default=256, help="longest warm-up sequence")
+    ap.add_argument("--init-prev-head", action="store_true",
+                    help="initialise layer 0 head 0 as a previous-token head (see model.py)")
+    ap.add_argument("--ramp-steps", type=int, default=1500, help="steps to ramp max length to --max-len")
+    ap.add_argument("--max-len", type=int, default=2048)
+    ap.add_argument("--induction-share", type=float, default=0.3)
+    ap.add_argument("--extra-questions", type=int, default=4, help="max further questions per context")
+    ap.add_argument("--context-loss", type=float, default=0.0,
+                    help="loss weight on the prompt tokens of retrieval examples (language modelling)")
+    ap.add_argument("--whole-repeat", type=float, default=0.5,
+                    help="share of induction sequences that are one random block repeated")
+    ap.add_argument("--eval-every", type=int, default=100)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(a.seed)
+    os.makedirs(a.run, exist_ok=True)
+    log_path = a.log or os.path.join(a.run, "training_log.txt")
+
+    model = Qwen3Tiny(Config())
+    if a.init_prev_head:
+        model.init_previous_token_head()
+    opt = torch.optim.AdamW(model.param_groups(a.lr, a.norm_lr_mult, a.weight_decay), betas=(0.9, 0.95))
+    step, best, mix_start = 0, -1.0, None
+    if a.resume and os.path.exists(os.path.join(a.run, "last.pt")):
+        ck = torch.load(os.path.join(a.run, "last.pt"))
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["opt"])
+        step, best, mix_start = ck["step"], ck["best"], ck["mix_start"]
+    vocab = synth.pseudo_words(random.Random(a.seed), 1500)
+    val, val_ind = make_valset(a.val_seed, a.val_per_cell)
+
+    def log(line):
+        with open(log_path, "a") as f:
+            f.write(line + "\n")
+        print(line, flush=True)
+
+    log(f"# {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC start step={step} args={vars(a)}")
+    t0, losses = time.time(), []
+    while step < a.steps:
+        if a.deadline and time.strftime("%H:%M", time.gmtime()) >= a.deadline:
+            log(f"# deadline {a.deadline} reached at step {step}")
+            break
+        for g in opt.param_groups:                    # short linear warm-up of the learning rate
+            g["lr"] = g["base_lr"] * min(1.0, (step + 1) / 100)
+        (ids, mask), length = make_batch(step, a, vocab, mix_start)
+        loss = loss_fn(model, ids, mask)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        losses.append(float(loss))
+        if step % a.eval_every == 0:
+            ind_len, _ = schedule(step, a, mix_start)
+            copy = copy_accuracy(model, val_ind)
+            if mix_start is None:                # retrieval is not trained yet: only the copy check
+                log(f"step {step:5d} min {(time.time() - t0) / 60:5.1f} maxlen {ind_len:4d} "
+                    f"loss {sum(losses) / len(losses):.3f} | copy {100 * copy:3.0f}")
+                losses = []
+                if copy >= a.warmup_until or step >= a.warmup_steps:
+                    mix_start = step
+                    log(f"# warm-up ends at step {step}: retrieval mix and length ramp start")
+                continue
+            acc = evaluate(model, val)
+            score = sum(acc.values()) / len(acc)
+            log(f"step {step:5d} min {(time.time() - t0) / 60:5.1f} maxlen {ind_len:4d} "
+                f"loss {sum(losses) / len(losses):.3f} | {fmt_acc(acc)} | copy {100 * copy:3.0f} | "
+                f"mean {100 * score:5.1f}")
+            losses = []
+            state = {"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "mix_start": mix_start,
+                     "best": max(best, score), "acc": acc}
+            torch.save(state, os.path.join(a.run, "last.pt.tmp"))
+            os.replace(os.path.join(a.run, "last.pt.tmp"), os.path.join(a.run, "last.pt"))
+            if score >= best:
+                best = score
+                torch.save({"model": model.state_dict(), "step": step, "acc": acc, "score": score},
+                           os.path.join(a.run, "best.pt"))
+                log(f"# best so far: step {step} mean {100 * score:.1f}")
+    log(f"# end step {step} best mean {100 * best:.1f}")
+
+
+if __name__ == "__main__":
+    main()
