@@ -360,6 +360,8 @@ typedef struct fwd {
     float *x; /* [n][hidden] */
     float *h, *q, *att, *tmp, *g, *u;
     float *scores;    /* [max(threads * chunk, heads)][max_keys] */
+    float *partial;   /* decode: [key blocks][n_heads * head_dim] partial outputs */
+    int key_block;    /* decode: cache slots per attention task */
     float *wide;      /* per-worker room to widen the output embedding for sgemm */
     float *layer_f32; /* one layer's 16-bit matrices widened for sgemm, or NULL */
     size_t layer_floats;
@@ -381,6 +383,7 @@ static void fwd_free(fwd *f)
     free(f->g);
     free(f->u);
     free(f->scores);
+    free(f->partial);
     free(f->wide);
     free(f->layer_f32);
 }
@@ -388,6 +391,16 @@ static void fwd_free(fwd *f)
 static size_t max_size(size_t a, size_t b)
 {
     return a > b ? a : b;
+}
+
+/* Cache slots per decode attention task: about 256 KB of keys (all KV
+ * heads of a slot are one contiguous row), so each task streams one long
+ * run of memory. */
+static int decode_key_block(const kv_model_config *c)
+{
+    size_t row_bytes = (size_t)c->n_kv_heads * (size_t)c->head_dim * sizeof(float);
+    size_t b = (256 * 1024) / row_bytes;
+    return b < 16 ? 16 : (int)b;
 }
 
 static int fwd_alloc(const kv_model *m, const kv_cache *c, int n, int chunk, fwd *f, kv_error *err)
@@ -409,6 +422,11 @@ static int fwd_alloc(const kv_model *m, const kv_cache *c, int n, int chunk, fwd
     f->u = malloc(C * (size_t)cfg->ffn * sizeof(float));
     f->scores = malloc(rows * (size_t)f->max_keys * sizeof(float));
     bool ok = f->x && f->h && f->tmp && f->q && f->att && f->g && f->u && f->scores;
+    if (ok && chunk <= KV_GEMV_MAX_ROWS) {
+        f->key_block = decode_key_block(cfg);
+        size_t blocks = ((size_t)f->max_keys + (size_t)f->key_block - 1) / (size_t)f->key_block;
+        ok = (f->partial = malloc(blocks * qd * sizeof(float))) != NULL;
+    }
     if (ok && chunk > KV_GEMV_MAX_ROWS) {
         /* sgemm wants F32: a layer's 16-bit matrices are widened once per
          * call (not per chunk), the embedding in blocks of rows. */
@@ -480,43 +498,81 @@ typedef struct attn_job {
     float scale;
 } attn_job;
 
-/* Few query rows (decode), one KV head per task: each key and value row is
- * read once for all the query heads that share it (GQA), which halves the
- * cache traffic of a long-context decode step for Qwen3's 2:1 grouping. */
-static void attention_rows_task(void *ctx, int g, int worker)
+/* Decode attention of one query row, in three passes over blocks of cache
+ * slots (split-K, as in flash-decoding): scores of every head for a block,
+ * then each head's softmax, then each block's share of P V, summed in block
+ * order (deterministic whichever thread ran which block). A cache slot holds
+ * all KV heads in one contiguous row, so every pass streams the cache
+ * front to back and reads each key/value row once for all the query heads
+ * that share it (GQA). Splitting by head instead read 512-byte pieces 4 KB
+ * apart, a TLB miss per slot: 3x slower than the memory allows at 8k. */
+typedef struct decode_job {
+    const kv_model_config *cfg;
+    const kv_cache_layer *cl;
+    fwd *f;
+    kv_attn_stats *st; /* NULL: no statistics */
+    const float *q;    /* [n_heads][head_dim] of the row */
+    int keys, row;     /* keys visible to the row; its index in the call */
+    float scale;
+} decode_job;
+
+static void decode_scores_task(void *ctx, int t, int worker)
 {
     (void)worker;
-    const attn_job *j = ctx;
+    const decode_job *j = ctx;
     const kv_model_config *c = j->cfg;
-    fwd *f = j->f;
-    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, h0 = g * group;
-    size_t qd = (size_t)c->n_heads * (size_t)hd, kvd = (size_t)c->n_kv_heads * (size_t)hd;
-    size_t kvo = (size_t)g * (size_t)hd;
-    for (int i = 0; i < j->cn; i++) {
-        int keys = j->base + i + 1;
-        const float *q = f->q + (size_t)i * qd + (size_t)h0 * (size_t)hd;
-        float *o = f->att + (size_t)i * qd + (size_t)h0 * (size_t)hd;
-        for (int k = 0; k < keys; k++) {
-            const float *kr = j->cl->k + (size_t)k * kvd + kvo;
-            for (int h = 0; h < group; h++)
-                f->scores[(size_t)(h0 + h) * (size_t)f->max_keys + (size_t)k] =
-                    kv_dot(q + (size_t)h * (size_t)hd, kr, hd) * j->scale;
-        }
-        for (int h = 0; h < group; h++)
-            kv_softmax(f->scores + (size_t)(h0 + h) * (size_t)f->max_keys, keys);
-        memset(o, 0, (size_t)group * (size_t)hd * sizeof *o);
-        for (int k = 0; k < keys; k++) {
-            const float *vr = j->cl->v + (size_t)k * kvd + kvo;
-            for (int h = 0; h < group; h++)
-                kv_axpy(o + (size_t)h * (size_t)hd,
-                        f->scores[(size_t)(h0 + h) * (size_t)f->max_keys + (size_t)k], vr, hd);
-        }
-        if (j->st)
-            for (int h = 0; h < group; h++)
-                stats_add_row(f->req, j->st, h0 + h,
-                              f->scores + (size_t)(h0 + h) * (size_t)f->max_keys, keys, j->row0 + i,
-                              f->n);
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, bs = j->f->key_block;
+    size_t kvd = (size_t)c->n_kv_heads * (size_t)hd, mk = (size_t)j->f->max_keys;
+    int k1 = (t + 1) * bs < j->keys ? (t + 1) * bs : j->keys;
+    for (int k = t * bs; k < k1; k++) {
+        const float *kr = j->cl->k + (size_t)k * kvd;
+        for (int h = 0; h < c->n_heads; h++)
+            j->f->scores[(size_t)h * mk + (size_t)k] =
+                kv_dot(j->q + (size_t)h * (size_t)hd, kr + (size_t)(h / group) * (size_t)hd, hd) *
+                j->scale;
     }
+}
+
+static void decode_softmax_task(void *ctx, int h, int worker)
+{
+    (void)worker;
+    const decode_job *j = ctx;
+    float *p = j->f->scores + (size_t)h * (size_t)j->f->max_keys;
+    kv_softmax(p, j->keys);
+    if (j->st)
+        stats_add_row(j->f->req, j->st, h, p, j->keys, j->row, j->f->n);
+}
+
+static void decode_values_task(void *ctx, int t, int worker)
+{
+    (void)worker;
+    const decode_job *j = ctx;
+    const kv_model_config *c = j->cfg;
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, bs = j->f->key_block;
+    size_t kvd = (size_t)c->n_kv_heads * (size_t)hd, qd = (size_t)c->n_heads * (size_t)hd;
+    size_t mk = (size_t)j->f->max_keys;
+    float *o = j->f->partial + (size_t)t * qd;
+    memset(o, 0, qd * sizeof *o);
+    int k1 = (t + 1) * bs < j->keys ? (t + 1) * bs : j->keys;
+    for (int k = t * bs; k < k1; k++) {
+        const float *vr = j->cl->v + (size_t)k * kvd;
+        for (int h = 0; h < c->n_heads; h++)
+            kv_axpy(o + (size_t)h * (size_t)hd, j->f->scores[(size_t)h * mk + (size_t)k],
+                    vr + (size_t)(h / group) * (size_t)hd, hd);
+    }
+}
+
+static void decode_attention(decode_job *j, kv_pool *p, float *out)
+{
+    const kv_model_config *c = j->cfg;
+    int blocks = (j->keys + j->f->key_block - 1) / j->f->key_block;
+    size_t qd = (size_t)c->n_heads * (size_t)c->head_dim;
+    kv_pool_run(p, blocks, decode_scores_task, j);
+    kv_pool_run(p, c->n_heads, decode_softmax_task, j);
+    kv_pool_run(p, blocks, decode_values_task, j);
+    memcpy(out, j->f->partial, qd * sizeof *out);
+    for (int t = 1; t < blocks; t++)
+        kv_axpy(out, 1.0f, j->f->partial + (size_t)t * qd, (int)qd);
 }
 
 /* Adds head h's probability matrix p[cn][keys] to the statistics. */
@@ -575,9 +631,20 @@ static void attention(const kv_model *m, const kv_cache_layer *cl, fwd *f, kv_at
                   .scale = 1.0f / sqrtf((float)c->head_dim)};
     size_t work = (size_t)c->n_heads * (size_t)(base + cn) * (size_t)cn * (size_t)c->head_dim;
     kv_pool *p = work > KV_PARALLEL_MIN_WORK ? f->pool : NULL;
-    if (cn <= KV_GEMV_MAX_ROWS)
-        kv_pool_run(p, c->n_kv_heads, attention_rows_task, &j);
-    else
+    if (cn <= KV_GEMV_MAX_ROWS) {
+        size_t qd = (size_t)c->n_heads * (size_t)c->head_dim;
+        for (int i = 0; i < cn; i++) {
+            decode_job d = {.cfg = c,
+                            .cl = cl,
+                            .f = f,
+                            .st = st,
+                            .q = f->q + (size_t)i * qd,
+                            .keys = base + i + 1,
+                            .row = row0 + i,
+                            .scale = j.scale};
+            decode_attention(&d, p, f->att + (size_t)i * qd);
+        }
+    } else
         kv_pool_run(p, c->n_heads, attention_gemm_task, &j);
 }
 
