@@ -9,7 +9,12 @@
 #include "kernels.h"
 #include "safetensors.h"
 
-#define DEFAULT_CHUNK 512
+#define DEFAULT_CHUNK 1024
+
+/* Query rows per attention block in prefill: a block only multiplies the
+ * keys its last row can see, so a chunk skips most of the masked upper
+ * triangle (a 512-row chunk computed 37 % more QK^T and PV than needed). */
+#define ATTN_BLOCK_ROWS 128
 
 typedef struct layer {
     kv_weight wq, wk, wv, wo, gate, up, down;
@@ -359,7 +364,7 @@ static void stats_add_row(const kv_attn_stats_request *req, kv_attn_stats *s, in
 typedef struct fwd {
     float *x; /* [n][hidden] */
     float *h, *q, *att, *tmp, *g, *u;
-    float *scores;    /* [max(threads * chunk, heads)][max_keys] */
+    float *scores;    /* [max(threads * min(chunk, ATTN_BLOCK_ROWS), heads)][max_keys] */
     float *partial;   /* decode: [key blocks][n_heads * head_dim] partial outputs */
     int key_block;    /* decode: cache slots per attention task */
     float *wide;      /* per-worker room to widen the output embedding for sgemm */
@@ -412,7 +417,8 @@ static int fwd_alloc(const kv_model *m, const kv_cache *c, int n, int chunk, fwd
         if (c->layers[l].len + n > f->max_keys)
             f->max_keys = c->layers[l].len + n;
     size_t threads = (size_t)kv_pool_threads(m->pool);
-    size_t rows = max_size(C * threads, (size_t)cfg->n_heads);
+    size_t block = C < ATTN_BLOCK_ROWS ? C : ATTN_BLOCK_ROWS;
+    size_t rows = max_size(block * threads, (size_t)cfg->n_heads);
     f->x = malloc((size_t)n * (size_t)cfg->hidden * sizeof(float));
     f->h = malloc(C * (size_t)cfg->hidden * sizeof(float));
     f->tmp = malloc(C * (size_t)cfg->hidden * sizeof(float));
@@ -575,46 +581,55 @@ static void decode_attention(decode_job *j, kv_pool *p, float *out)
         kv_axpy(out, 1.0f, j->f->partial + (size_t)t * qd, (int)qd);
 }
 
-/* Adds head h's probability matrix p[cn][keys] to the statistics. */
-static void stats_add_matrix(const attn_job *j, int h, const float *p, int keys)
+/* Adds head h's probability rows p[n][keys] (query rows r0.. of the chunk)
+ * to the statistics. */
+static void stats_add_matrix(const attn_job *j, int h, const float *p, int r0, int n, int keys)
 {
     const kv_attn_stats_request *req = j->f->req;
     kv_attn_stats *st = j->st;
     size_t off = (size_t)h * (size_t)st->n_keys;
-    for (int i = 0; i < j->cn; i++) {
+    for (int i = 0; i < n; i++) {
         const float *row = p + (size_t)i * (size_t)keys;
         if (req->col_sums)
             for (int k = 0; k < keys; k++)
                 st->col_sums[off + (size_t)k] += row[k];
         for (int w = 0; w < req->n_windows; w++)
-            if (j->row0 + i >= j->f->n - req->windows[w])
+            if (j->row0 + r0 + i >= j->f->n - req->windows[w])
                 for (int k = 0; k < keys; k++)
                     st->win_sums[w][off + (size_t)k] += row[k];
     }
 }
 
-/* A chunk of query rows, one head per task: scores = Q K^T with sgemm,
- * causal softmax by slot order, then P V with sgemm. */
+/* A chunk of query rows, one head per task, in blocks of rows: scores =
+ * Q K^T with sgemm, causal softmax by slot order, then P V with sgemm. */
 static void attention_gemm_task(void *ctx, int h, int worker)
 {
     const attn_job *j = ctx;
     const kv_model_config *c = j->cfg;
     fwd *f = j->f;
-    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, keys = j->base + j->cn;
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
     int qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, kvo = (h / group) * hd;
-    float *sc = f->scores + (size_t)worker * (size_t)f->chunk * (size_t)f->max_keys;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->cn, keys, hd, j->scale, f->q + h * hd,
-                qd, j->cl->k + kvo, kvd, 0.0f, sc, keys);
-    for (int i = 0; i < j->cn; i++) {
-        float *row = sc + (size_t)i * (size_t)keys;
-        int visible = j->base + i + 1;
-        kv_softmax(row, visible);
-        memset(row + visible, 0, (size_t)(keys - visible) * sizeof *row);
+    /* fwd_alloc gave each worker min(chunk, ATTN_BLOCK_ROWS) rows. */
+    size_t block = f->chunk < ATTN_BLOCK_ROWS ? (size_t)f->chunk : ATTN_BLOCK_ROWS;
+    float *sc = f->scores + (size_t)worker * block * (size_t)f->max_keys;
+    for (int r0 = 0; r0 < j->cn; r0 += ATTN_BLOCK_ROWS) {
+        int rows = j->cn - r0 < ATTN_BLOCK_ROWS ? j->cn - r0 : ATTN_BLOCK_ROWS;
+        int keys = j->base + r0 + rows;
+        const float *q = f->q + (size_t)r0 * (size_t)qd + (size_t)h * (size_t)hd;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hd, j->scale, q, qd,
+                    j->cl->k + kvo, kvd, 0.0f, sc, keys);
+        for (int i = 0; i < rows; i++) {
+            float *row = sc + (size_t)i * (size_t)keys;
+            int visible = j->base + r0 + i + 1;
+            kv_softmax(row, visible);
+            memset(row + visible, 0, (size_t)(keys - visible) * sizeof *row);
+        }
+        if (j->st)
+            stats_add_matrix(j, h, sc, r0, rows, keys);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, keys, 1.0f, sc, keys,
+                    j->cl->v + kvo, kvd, 0.0f,
+                    f->att + (size_t)r0 * (size_t)qd + (size_t)h * (size_t)hd, qd);
     }
-    if (j->st)
-        stats_add_matrix(j, h, sc, keys);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, j->cn, hd, keys, 1.0f, sc, keys,
-                j->cl->v + kvo, kvd, 0.0f, f->att + h * hd, qd);
 }
 
 static void attention(const kv_model *m, const kv_cache_layer *cl, fwd *f, kv_attn_stats *st,
