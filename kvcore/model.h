@@ -46,7 +46,7 @@ size_t kv_model_weight_bytes(const kv_model *m);
 int kv_model_set_threads(kv_model *m, int threads, kv_error *err);
 int kv_model_threads(const kv_model *m);
 
-/* Query rows per prefill chunk (default 512; at least 1). */
+/* Query rows per prefill chunk (default 1024; at least 1). */
 void kv_model_set_chunk(kv_model *m, int chunk);
 
 /* An empty cache shaped for this model, with room for cap slots per layer. */
