@@ -428,7 +428,10 @@ static int fwd_alloc(const kv_model *m, const kv_cache *c, int n, int chunk, fwd
     f->u = malloc(C * (size_t)cfg->ffn * sizeof(float));
     f->scores = malloc(rows * (size_t)f->max_keys * sizeof(float));
     bool ok = f->x && f->h && f->tmp && f->q && f->att && f->g && f->u && f->scores;
-    if (ok && chunk <= KV_GEMV_MAX_ROWS) {
+    /* Any chunk can end in a remainder of at most KV_GEMV_MAX_ROWS rows
+     * (a 1,026-token prompt in 1,024-row chunks ends with 2), and those
+     * rows take the decode attention path: it needs its blocks always. */
+    if (ok) {
         f->key_block = decode_key_block(cfg);
         size_t blocks = ((size_t)f->max_keys + (size_t)f->key_block - 1) / (size_t)f->key_block;
         ok = (f->partial = malloc(blocks * qd * sizeof(float))) != NULL;

@@ -93,11 +93,14 @@ static int argmax(const float *x, size_t n)
 }
 
 /* Every position's logits in one call, with the prompt split into query
- * chunks of `chunk` rows. */
+ * chunks of `chunk` rows (chunk <= 0: n_all + chunk rows, so the last
+ * chunk holds -chunk rows). */
 static void check_prefill(const char *name, int chunk)
 {
     fixture f;
     fixture_load(&f, name);
+    if (chunk <= 0)
+        chunk += f.n_all;
     kv_model_set_chunk(f.m, chunk);
     kv_error err;
     kv_cache *c = kv_model_cache_new(f.m, 4, &err);
@@ -126,6 +129,16 @@ Test(model, chunked_prefill_matches_reference)
 {
     for (size_t i = 0; i < N_MODELS; i++)
         check_prefill(models[i], 7);
+}
+
+/* A long chunk followed by a remainder of a few rows: the remainder takes
+ * the decode attention path inside a prefill (a prompt 2 tokens longer than
+ * the chunk once divided by zero there). */
+Test(model, prefill_ending_in_a_short_chunk_matches_reference)
+{
+    for (size_t i = 0; i < N_MODELS; i++)
+        for (int rest = 1; rest <= 4; rest++)
+            check_prefill(models[i], -rest);
 }
 
 /* Prefill the prompt, then feed the reference's greedy tokens one by one:
