@@ -1,4 +1,5 @@
 #include "prompt.h"
+#include "strbuf.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,29 +50,6 @@ size_t lb_stop_tokens(const kv_tokenizer *t, const lb_task *task, lb_protocol p,
 
 /* ---- template substitution -------------------------------------------------- */
 
-/* A growable byte buffer. */
-typedef struct buf {
-    char *p;
-    size_t len, cap;
-} buf;
-
-static int buf_add(buf *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return -1;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-    return 0;
-}
 
 /* The value of field `name` (of length n) in a v1 record, or NULL. */
 static const char *field(const lb_sample *s, const char *name, size_t n)
@@ -83,18 +61,18 @@ static const char *field(const lb_sample *s, const char *name, size_t n)
     return NULL;
 }
 
-static int format_braces(const lb_task *task, const lb_sample *s, buf *out, kv_error *err)
+static int format_braces(const lb_task *task, const lb_sample *s, kv_strbuf *out, kv_error *err)
 {
     const char *t = task->prompt;
     while (*t) {
         size_t lit = strcspn(t, "{}");
-        if (buf_add(out, t, lit) < 0)
+        if (kv_strbuf_add(out, t, lit) < 0)
             return kv_fail(err, "out of memory building a %s prompt", task->name);
         t += lit;
         if (!*t)
             break;
         if (t[0] == t[1]) { /* "{{" or "}}": a literal brace */
-            if (buf_add(out, t, 1) < 0)
+            if (kv_strbuf_add(out, t, 1) < 0)
                 return kv_fail(err, "out of memory building a %s prompt", task->name);
             t += 2;
             continue;
@@ -106,7 +84,7 @@ static int format_braces(const lb_task *task, const lb_sample *s, buf *out, kv_e
                            "task %s: its template has a placeholder other than "
                            "{context} and {input} near \"%.20s\"",
                            task->name, t);
-        if (buf_add(out, value, strlen(value)) < 0)
+        if (kv_strbuf_add(out, value, strlen(value)) < 0)
             return kv_fail(err, "out of memory building a %s prompt", task->name);
         t = close + 1;
     }
@@ -160,26 +138,27 @@ static void py_strip(const char *s, const char **a, const char **b)
 }
 
 /* Python's text.replace(key, value): every occurrence, left to right. */
-static int replace_all(buf *text, const char *key, const char *value, size_t vlen)
+static int replace_all(kv_strbuf *text, const char *key, const char *value, size_t vlen)
 {
-    buf out = {0};
+    kv_strbuf out = {0};
     size_t klen = strlen(key);
-    const char *p = text->p, *end = text->p + text->len, *hit;
-    int rc = buf_add(&out, "", 0);
+    const char *p = text->s, *end = text->s + text->len, *hit;
+    int rc = kv_strbuf_add(&out, "", 0);
     while (rc == 0 && (hit = memmem(p, (size_t)(end - p), key, klen))) {
-        rc = buf_add(&out, p, (size_t)(hit - p)) < 0 || buf_add(&out, value, vlen) < 0 ? -1 : 0;
+        kv_strbuf_add(&out, p, (size_t)(hit - p));
+        rc = kv_strbuf_add(&out, value, vlen); /* fails too when the first add did */
         p = hit + klen;
     }
     if (rc == 0)
-        rc = buf_add(&out, p, (size_t)(end - p));
-    free(text->p);
+        rc = kv_strbuf_add(&out, p, (size_t)(end - p));
+    free(text->s);
     *text = out;
     return rc;
 }
 
 /* v2 pred.py: template.replace('$DOC$', context.strip()).replace('$Q$', question.strip())
  * .replace('$C_A$', choice_A.strip()) ... ; the CoT answer step also replaces $COT$. */
-static int format_dollars(const lb_task *task, const lb_sample *s, buf *out, kv_error *err)
+static int format_dollars(const lb_task *task, const lb_sample *s, kv_strbuf *out, kv_error *err)
 {
     if (!s->choices[0] || !s->choices[1] || !s->choices[2] || !s->choices[3])
         return kv_fail(err, "task %s needs LongBench v2 records (choice_A..choice_D)", task->name);
@@ -189,7 +168,7 @@ static int format_dollars(const lb_task *task, const lb_sample *s, buf *out, kv_
     const char *keys[] = {"$DOC$", "$Q$", "$C_A$", "$C_B$", "$C_C$", "$C_D$", "$COT$"};
     const char *values[] = {s->context,    s->input,      s->choices[0], s->choices[1],
                             s->choices[2], s->choices[3], s->cot};
-    if (buf_add(out, task->prompt, strlen(task->prompt)) < 0)
+    if (kv_strbuf_add(out, task->prompt, strlen(task->prompt)) < 0)
         return kv_fail(err, "out of memory building a %s prompt", task->name);
     for (int i = 0; i < 7; i++) {
         if (i == 6 && !wants_cot)
@@ -205,16 +184,16 @@ static int format_dollars(const lb_task *task, const lb_sample *s, buf *out, kv_
 int lb_prompt_format(const lb_task *task, const lb_sample *s, char **text, size_t *len,
                      kv_error *err)
 {
-    buf out = {0};
-    if (buf_add(&out, "", 0) < 0) /* an empty prompt is still a string */
+    kv_strbuf out = {0};
+    if (kv_strbuf_add(&out, "", 0) < 0) /* an empty prompt is still a string */
         return kv_fail(err, "out of memory building a %s prompt", task->name);
     int rc = task->template_kind == LB_TEMPLATE_DOLLARS ? format_dollars(task, s, &out, err)
                                                         : format_braces(task, s, &out, err);
     if (rc < 0) {
-        free(out.p);
+        free(out.s);
         return -1;
     }
-    *text = out.p;
+    *text = out.s;
     *len = out.len;
     return 0;
 }

@@ -1,4 +1,5 @@
 #include "matrix.h"
+#include "strbuf.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -90,46 +91,14 @@ static int check_duplicate_keys(const cJSON *v, const char *path, kv_error *err)
 
 /* ---- canonical JSON and config identity -------------------------------- */
 
-typedef struct strbuf {
-    char *s;
-    size_t len, cap;
-    bool oom;
-} strbuf;
-
-static void sb_add(strbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *g = realloc(b->s, cap);
-        if (!g) {
-            b->oom = true;
-            return;
-        }
-        b->s = g;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->len, s, n);
-    b->len += n;
-    b->s[b->len] = '\0';
-}
-
-static void sb_str(strbuf *b, const char *s)
-{
-    sb_add(b, s, strlen(s));
-}
-
-static void canon_string(strbuf *b, const char *s)
+static void canon_string(kv_strbuf *b, const char *s)
 {
     cJSON *tmp = cJSON_CreateString(s);
     char *q = tmp ? cJSON_PrintUnformatted(tmp) : NULL;
     if (!q)
         b->oom = true;
     else
-        sb_str(b, q);
+        kv_strbuf_puts(b, q);
     free(q);
     cJSON_Delete(tmp);
 }
@@ -139,7 +108,7 @@ static int cmp_keys(const void *a, const void *b)
     return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
 }
 
-static void canon(strbuf *b, const cJSON *v)
+static void canon(kv_strbuf *b, const cJSON *v)
 {
     char num[64];
     if (cJSON_IsObject(v)) {
@@ -152,45 +121,45 @@ static void canon(strbuf *b, const cJSON *v)
         for (const cJSON *c = v->child; c; c = c->next)
             kids[i++] = c;
         qsort(kids, n, sizeof *kids, cmp_keys);
-        sb_str(b, "{");
+        kv_strbuf_puts(b, "{");
         for (i = 0; i < n; i++) {
             if (i)
-                sb_str(b, ",");
+                kv_strbuf_puts(b, ",");
             canon_string(b, kids[i]->string);
-            sb_str(b, ":");
+            kv_strbuf_puts(b, ":");
             canon(b, kids[i]);
         }
-        sb_str(b, "}");
+        kv_strbuf_puts(b, "}");
         free(kids);
     } else if (cJSON_IsArray(v)) {
-        sb_str(b, "[");
+        kv_strbuf_puts(b, "[");
         for (const cJSON *c = v->child; c; c = c->next) {
             canon(b, c);
             if (c->next)
-                sb_str(b, ",");
+                kv_strbuf_puts(b, ",");
         }
-        sb_str(b, "]");
+        kv_strbuf_puts(b, "]");
     } else if (cJSON_IsNumber(v)) {
         double d = v->valuedouble;
         if (d == floor(d) && fabs(d) < 9007199254740992.0)
             snprintf(num, sizeof num, "%.0f", d);
         else
             snprintf(num, sizeof num, "%.17g", d);
-        sb_str(b, num);
+        kv_strbuf_puts(b, num);
     } else if (cJSON_IsString(v)) {
         canon_string(b, v->valuestring);
     } else if (cJSON_IsTrue(v)) {
-        sb_str(b, "true");
+        kv_strbuf_puts(b, "true");
     } else if (cJSON_IsFalse(v)) {
-        sb_str(b, "false");
+        kv_strbuf_puts(b, "false");
     } else {
-        sb_str(b, "null");
+        kv_strbuf_puts(b, "null");
     }
 }
 
 char *kb_json_canonical(const cJSON *v)
 {
-    strbuf b = {0};
+    kv_strbuf b = {0};
     canon(&b, v);
     if (b.oom) {
         free(b.s);
@@ -265,17 +234,17 @@ static bool name_known_key(const char *k)
 }
 
 /* Appends "_token" with everything outside [a-z0-9.-] turned into '-'. */
-static void name_token(strbuf *b, const char *tok)
+static void name_token(kv_strbuf *b, const char *tok)
 {
     if (!tok[0])
         return;
     if (b->len)
-        sb_str(b, "_");
+        kv_strbuf_puts(b, "_");
     for (const char *p = tok; *p; p++) {
         char c = (char)tolower((unsigned char)*p);
         if (!isalnum((unsigned char)c) && c != '.' && c != '-')
             c = '-';
-        sb_add(b, &c, 1);
+        kv_strbuf_add(b, &c, 1);
     }
 }
 
@@ -294,7 +263,7 @@ static void value_text(const cJSON *v, char *out, size_t n)
 }
 
 /* Readable tokens for the common values; the rest spell the value out. */
-static void name_value(strbuf *b, const name_part *np, const cJSON *v)
+static void name_value(kv_strbuf *b, const name_part *np, const cJSON *v)
 {
     char text[256], tok[300];
     value_text(v, text, sizeof text);
@@ -325,7 +294,7 @@ char *kb_config_name(const cJSON *params)
 {
     if (!params)
         return strdup("full");
-    strbuf b = {0};
+    kv_strbuf b = {0};
     for (size_t i = 0; i < sizeof name_parts / sizeof name_parts[0]; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(params, name_parts[i].key);
         if (v)
@@ -341,7 +310,7 @@ char *kb_config_name(const cJSON *params)
         name_token(&b, tok);
     }
     if (!b.len)
-        sb_str(&b, "default");
+        kv_strbuf_puts(&b, "default");
     if (b.oom) {
         free(b.s);
         return NULL;

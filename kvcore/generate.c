@@ -1,4 +1,5 @@
 #include "generate.h"
+#include "strbuf.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -90,29 +91,10 @@ static bool in_list(int32_t id, const int32_t *ids, int n)
     return false;
 }
 
-/* Generated text, kept only to look for stop strings. */
-typedef struct text_buf {
-    char *s;
-    size_t len, cap;
-} text_buf;
-
-static int text_append(text_buf *t, const char *s, size_t n)
-{
-    if (t->len + n + 1 > t->cap) {
-        size_t cap = (t->len + n + 1) * 2;
-        char *p = realloc(t->s, cap);
-        if (!p)
-            return -1;
-        t->s = p;
-        t->cap = cap;
-    }
-    memcpy(t->s + t->len, s, n);
-    t->len += n;
-    return 0;
-}
+/* Generated text is kept (a kv_strbuf) only to look for stop strings. */
 
 /* Does a stop string end within the last `added` bytes of the text? */
-static bool hits_stop_string(const kv_generate_opts *o, const text_buf *t, size_t added)
+static bool hits_stop_string(const kv_generate_opts *o, const kv_strbuf *t, size_t added)
 {
     for (int i = 0; i < o->n_stop_strings; i++) {
         size_t sl = strlen(o->stop_strings[i]);
@@ -126,7 +108,7 @@ static bool hits_stop_string(const kv_generate_opts *o, const text_buf *t, size_
 }
 
 /* Why generation should stop after token id, or -1 to go on (-2: error). */
-static int stop_reason(kv_model *m, const kv_generate_opts *o, text_buf *text, int32_t id,
+static int stop_reason(kv_model *m, const kv_generate_opts *o, kv_strbuf *text, int32_t id,
                        kv_error *err)
 {
     const kv_model_config *cfg = kv_model_get_config(m);
@@ -137,7 +119,7 @@ static int stop_reason(kv_model *m, const kv_generate_opts *o, text_buf *text, i
     if (o->n_stop_strings > 0 && o->token_text) {
         size_t len;
         const char *s = o->token_text(o->user, id, &len);
-        if (s && text_append(text, s, len) != 0)
+        if (s && kv_strbuf_add(text, s, len) != 0)
             return kv_fail(err, "generate: out of memory"), -2;
         if (s && hits_stop_string(o, text, len))
             return KV_STOP_STRING;
@@ -157,7 +139,7 @@ int kv_generate_from(kv_model *m, kv_cache *c, const float *last_logits, const k
         return 0;
     out->ids = malloc((size_t)max * sizeof *out->ids);
     float *logits = malloc((size_t)V * sizeof *logits);
-    text_buf text = {0};
+    kv_strbuf text = {0};
     if (!out->ids || !logits) {
         free(logits);
         kv_generation_free(out);

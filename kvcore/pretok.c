@@ -1,4 +1,5 @@
 #include "pretok.h"
+#include "strbuf.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -42,52 +43,19 @@ void kv_pretok_free(kv_pretok *p)
     free(p);
 }
 
-/* A growable string for the rewritten pattern. */
-typedef struct sbuf {
-    char *s;
-    size_t n, cap;
-    bool oom;
-} sbuf;
-
-static void put(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = (b->n + n + 1) * 2;
-        char *m = realloc(b->s, cap);
-        if (!m) {
-            b->oom = true;
-            return;
-        }
-        b->s = m;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = '\0';
-}
-
-static void puts_(sbuf *b, const char *s)
-{
-    put(b, s, strlen(s));
-}
-
-/* Copies the escape at pat[i] (a backslash and what follows), rewriting \s and
- * \S; returns the index after it. */
-static size_t rewrite_escape(sbuf *b, const char *pat, size_t i)
+static size_t rewrite_escape(kv_strbuf *b, const char *pat, size_t i)
 {
     char c = pat[i + 1];
     if (c == 's') {
-        puts_(b, "\\p{White_Space}");
+        kv_strbuf_puts(b, "\\p{White_Space}");
         return i + 2;
     }
     if (c == 'S') {
-        puts_(b, "\\P{White_Space}");
+        kv_strbuf_puts(b, "\\P{White_Space}");
         return i + 2;
     }
     if (c == '\0') {
-        put(b, pat + i, 1);
+        kv_strbuf_add(b, pat + i, 1);
         return i + 1;
     }
     /* \p{..}, \x{..}: copy the braces whole so their letters are not rewritten */
@@ -97,29 +65,29 @@ static size_t rewrite_escape(sbuf *b, const char *pat, size_t i)
         if (close)
             end = (size_t)(close - pat) + 1;
     }
-    put(b, pat + i, end - i);
+    kv_strbuf_add(b, pat + i, end - i);
     return end;
 }
 
 /* The body of (?i:...) starting at pat[i]: only literals and '|' are supported;
  * ASCII letters become [xX]. Returns the index after the closing ')', or 0 for
  * a construct this rewrite does not handle. */
-static size_t rewrite_caseless(sbuf *b, const char *pat, size_t i)
+static size_t rewrite_caseless(kv_strbuf *b, const char *pat, size_t i)
 {
-    put(b, "(?:", 3);
+    kv_strbuf_add(b, "(?:", 3);
     for (; pat[i]; i++) {
         char c = pat[i];
         if (c == ')') {
-            put(b, ")", 1);
+            kv_strbuf_add(b, ")", 1);
             return i + 1;
         }
         if (c == '(' || c == '[' || c == '\\')
             return 0;
         if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
             char cls[4] = {'[', (char)(c | 0x20), (char)(c & ~0x20), ']'};
-            put(b, cls, 4);
+            kv_strbuf_add(b, cls, 4);
         } else {
-            put(b, &pat[i], 1);
+            kv_strbuf_add(b, &pat[i], 1);
         }
     }
     return 0;
@@ -128,8 +96,8 @@ static size_t rewrite_caseless(sbuf *b, const char *pat, size_t i)
 /* Oniguruma pattern -> PCRE2 pattern (see the header for what changes). */
 static char *rewrite(const char *pat, kv_error *err)
 {
-    sbuf b = {0};
-    puts_(&b, "");
+    kv_strbuf b = {0};
+    kv_strbuf_puts(&b, "");
     bool in_class = false;
     for (size_t i = 0; pat[i];) {
         if (pat[i] == '\\') {
@@ -139,15 +107,15 @@ static char *rewrite(const char *pat, kv_error *err)
                 in_class = false;
             else if (pat[i] == '[')
                 break; /* nested class: refused below */
-            put(&b, &pat[i++], 1);
+            kv_strbuf_add(&b, &pat[i++], 1);
         } else if (pat[i] == '[') {
             in_class = true;
-            put(&b, &pat[i++], 1);
+            kv_strbuf_add(&b, &pat[i++], 1);
             /* a ']' or '^]' right after '[' is a literal member */
             if (pat[i] == '^')
-                put(&b, &pat[i++], 1);
+                kv_strbuf_add(&b, &pat[i++], 1);
             if (pat[i] == ']')
-                put(&b, &pat[i++], 1);
+                kv_strbuf_add(&b, &pat[i++], 1);
         } else if (strncmp(pat + i, "(?i:", 4) == 0) {
             size_t next = rewrite_caseless(&b, pat, i + 4);
             if (next == 0) {
@@ -163,7 +131,7 @@ static char *rewrite(const char *pat, kv_error *err)
                          "(?i:...) group");
             return NULL;
         } else {
-            put(&b, &pat[i++], 1);
+            kv_strbuf_add(&b, &pat[i++], 1);
         }
         if (in_class && pat[i] == '[') {
             free(b.s);

@@ -4,20 +4,14 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "fuzz_file.h"
 #include "jsonl.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char path[] = "/tmp/kvbfuzz-jsonl-XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0)
+    char path[96];
+    if (fuzz_write_temp(data, size, "jsonl", path) < 0)
         return 0;
-    if (write(fd, data, size) != (ssize_t)size) {
-        close(fd);
-        unlink(path);
-        return 0;
-    }
-    close(fd);
     lb_jsonl *r = lb_jsonl_open(path);
     size_t total = 0;
     while (r && lb_jsonl_next(r) == 1)

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fuzz_file.h"
 #include "sample.h"
 
 static void check_sample(const lb_sample *s)
@@ -39,16 +40,9 @@ static long count_lines(const uint8_t *data, size_t size)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char path[] = "/tmp/kvbfuzz-sample-XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0)
+    char path[96];
+    if (fuzz_write_temp(data, size, "sample", path) < 0)
         return 0;
-    if (write(fd, data, size) != (ssize_t)size) {
-        close(fd);
-        unlink(path);
-        return 0;
-    }
-    close(fd);
     /* A file starting with '[' is a JSON array (LongBench v2's data.json). */
     size_t first = 0;
     while (first < size && strchr(" \t\r\n", data[first]) && data[first])

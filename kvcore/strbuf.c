@@ -1,0 +1,37 @@
+#include "strbuf.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int kv_strbuf_add(kv_strbuf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return -1;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *g = realloc(b->s, cap);
+        if (!g) {
+            b->oom = true;
+            return -1;
+        }
+        b->s = g;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = '\0';
+    return 0;
+}
+
+int kv_strbuf_puts(kv_strbuf *b, const char *s)
+{
+    return kv_strbuf_add(b, s, strlen(s));
+}
+
+void kv_strbuf_free(kv_strbuf *b)
+{
+    free(b->s);
+    *b = (kv_strbuf){0};
+}
