@@ -165,7 +165,8 @@ void kv_evict_top_among(const double *s, int *idx, int n, int k)
 typedef struct layer_state {
     double *score; /* [cap] accumulated raw score per slot (0 for start slots) */
     double *count; /* [cap] norm_sum counters */
-    double *vnorm; /* [cap] CriticalKV value weights of slots [0, n_vnorm) */
+    double *vnorm; /* [cap] CriticalKV value weights of slots [0, n_vnorm),
+                      NaN until a selection needs one */
     int len, cap, n_vnorm;
 } layer_state;
 
@@ -190,6 +191,7 @@ struct kv_evictor {
     int32_t *refined; /* [n_sets][refined_size]: positions the refiner picked at
                          the last eviction, so a trace can show them */
     int *n_refined;   /* [n_sets] */
+    long long n_vnorm_computed; /* CriticalKV value weights computed so far */
 };
 
 static int scratch_need(scratch *s, int n, kv_error *err)
@@ -451,24 +453,71 @@ static void choose_top(const double *unit_scores, int n_units, int k, int *order
         chosen[order[i]] = 1;
 }
 
-/* CriticalKV's value weights of the slots that arrived since they were
- * last computed. Values never change, so each slot is computed once; and
- * only when a slot without one is a candidate: in decode the newest slots
- * wait in the recent area, so they are done in batches of up to
- * recent_size, reading o_proj once per batch instead of once per step. */
-static int update_vnorm(kv_evictor *ev, const kv_cache *cache, int layer, int set, int cand_end,
-                        kv_error *err)
+/* CriticalKV's value weights are computed only for the slots a selection
+ * needs (kv_refine_call.exact), each once: values never change. */
+typedef struct vnorm_ctx {
+    kv_evictor *ev;
+    const kv_cache *cache;
+    int layer, set;
+} vnorm_ctx;
+
+/* Computes the value weights of the given slots, and with them those of
+ * the recent area that have none yet: those become candidates over the
+ * next decode steps, and one pass over o_proj serves them all. */
+static int vnorm_exact(void *ctx, const int *slots, int n, kv_error *err)
 {
-    layer_state *ls = state(ev, layer, set);
-    int L = ls->len, row = kv_cache_row(cache);
-    if (ls->n_vnorm >= cand_end)
-        return 0;
-    const float *v = cache->layers[layer].v + (size_t)ls->n_vnorm * (size_t)row;
-    if (kv_criticalkv_vnorm(&ev->model, layer, set_head(ev, set), v, L - ls->n_vnorm,
-                            ls->vnorm + ls->n_vnorm, err))
-        return -1;
-    ls->n_vnorm = L;
-    return 0;
+    const vnorm_ctx *x = ctx;
+    layer_state *ls = state(x->ev, x->layer, x->set);
+    int L = ls->len, row = kv_cache_row(x->cache), first_recent = L - x->ev->p.recent_size;
+    int *all = malloc((size_t)(n + x->ev->p.recent_size + 1) * sizeof *all);
+    if (!all)
+        return kv_fail(err, "CriticalKV: out of memory");
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (slots[i] < first_recent)
+            all[m++] = slots[i];
+    for (int t = first_recent > 0 ? first_recent : 0; t < L; t++)
+        if (isnan(ls->vnorm[t]))
+            all[m++] = t;
+    float *v = malloc((size_t)(m > 0 ? m : 1) * (size_t)row * sizeof *v);
+    double *out = malloc((size_t)(m > 0 ? m : 1) * sizeof *out);
+    int rc = v && out ? 0 : kv_fail(err, "CriticalKV: out of memory");
+    for (int i = 0; rc == 0 && i < m; i++)
+        memcpy(v + (size_t)i * (size_t)row, x->cache->layers[x->layer].v + (size_t)all[i] * (size_t)row,
+               (size_t)row * sizeof *v);
+    if (rc == 0 && m > 0)
+        rc = kv_criticalkv_vnorm(&x->ev->model, x->layer, set_head(x->ev, x->set), v, m, out, err);
+    for (int i = 0; rc == 0 && i < m; i++)
+        ls->vnorm[all[i]] = out[i];
+    x->ev->n_vnorm_computed += m;
+    free(v);
+    free(out);
+    free(all);
+    return rc;
+}
+
+/* Upper bounds of the value weights of candidate slots S..S+n-1 from the
+ * cache's value norms and the model's per-head gains, or NULL when either
+ * is missing (then every candidate's weight is computed). */
+static const double *vnorm_bounds(kv_evictor *ev, const kv_cache *cache, int layer, int set, int n,
+                                  double *out)
+{
+    const kv_cache_layer *cl = &cache->layers[layer];
+    int S = ev->p.start_size, H = cache->n_kv_heads, g0 = set_head(ev, set);
+    if (!ev->model.vnorm_gain || cl->vlen_n < S + n)
+        return NULL;
+    const double *gain = ev->model.vnorm_gain + (size_t)layer * (size_t)H;
+    for (int i = 0; i < n; i++) {
+        const float *vl = cl->vlen + (size_t)(S + i) * (size_t)H;
+        double b = 0.0;
+        if (g0 >= 0)
+            b = gain[g0] * vl[g0];
+        else
+            for (int g = 0; g < H; g++)
+                b += gain[g] * vl[g];
+        out[i] = b;
+    }
+    return out;
 }
 
 /* Remembers the absolute positions of the refiner's picks (ascending) for
@@ -489,27 +538,77 @@ static void record_refined(kv_evictor *ev, const kv_cache *cache, int layer, int
     ev->n_refined[set] = k;
 }
 
+long long kv_evictor_vnorm_count(const kv_evictor *ev)
+{
+    return ev->n_vnorm_computed;
+}
+
 const int32_t *kv_evictor_refined_positions(const kv_evictor *ev, int set, int *n)
 {
     *n = ev->refined && set >= 0 && set < ev->n_sets ? ev->n_refined[set] : 0;
     return *n ? ev->refined + (size_t)set * (size_t)ev->p.refined_size : NULL;
 }
 
+/* CriticalKV's inputs for a selection over the n candidate slots after
+ * the start area: new slots marked unknown; when only a few candidates
+ * lack a weight (decode, where one arrives per step), all of them computed
+ * now with the recent area, since missing one per step would cost a pass
+ * over o_proj each time; else (a long prompt's first compression) bounds
+ * that let the refiner rule most of them out. */
+static int vnorm_prepare(vnorm_ctx *vc, int n, double *bounds, kv_refine_call *c, kv_error *err)
+{
+    kv_evictor *ev = vc->ev;
+    layer_state *ls = state(ev, vc->layer, vc->set);
+    int S = ev->p.start_size, missing = 0;
+    for (int t = ls->n_vnorm; t < ls->len; t++)
+        ls->vnorm[t] = NAN;
+    ls->n_vnorm = ls->len;
+    int *slots = malloc((size_t)(n > 0 ? n : 1) * sizeof *slots);
+    if (!slots)
+        return kv_fail(err, "CriticalKV: out of memory");
+    for (int t = S; t < S + n; t++)
+        if (isnan(ls->vnorm[t]))
+            slots[missing++] = t;
+    int rc = 0;
+    if (missing > 0 && missing <= kv_evict_params_budget(&ev->p))
+        rc = vnorm_exact(vc, slots, missing, err);
+    free(slots);
+    c->vnorm = ls->vnorm;
+    c->vbound = vnorm_bounds(ev, vc->cache, vc->layer, vc->set, n, bounds);
+    c->exact = vnorm_exact;
+    c->exact_ctx = vc;
+    return rc;
+}
+
 /* Lets the refiner pick among the candidate units the coarse top-k left. */
 static int refine(kv_evictor *ev, const kv_cache *cache, int layer, int set, const double *s,
                   int n_units, char *chosen, double *masked, int *picks, kv_error *err)
 {
-    int G = ev->cfg.group, n_pick = ev->p.refined_size / G;
-    if (ev->refiner->needs_vnorm &&
-        update_vnorm(ev, cache, layer, set, ev->p.start_size + n_units * G, err) != 0)
-        return -1;
-    for (int i = 0; i < n_units * G; i++)
+    int G = ev->cfg.group, n_pick = ev->p.refined_size / G, n = n_units * G;
+    for (int i = 0; i < n; i++)
         masked[i] = chosen[i / G] ? -INFINITY : s[i];
-    kv_refine_call c = {&ev->cfg, masked, n_units * G,
-                        G,        n_pick, ev->p.start_size,
-                        cache,    layer,  state(ev, layer, set)->vnorm,
-                        &ev->rng};
-    if (ev->refiner->pick(&c, picks, err) != 0)
+    kv_refine_call c = {.cfg = &ev->cfg,
+                        .scores = masked,
+                        .n_tokens = n,
+                        .unit = G,
+                        .n_pick = n_pick,
+                        .first_slot = ev->p.start_size,
+                        .cache = cache,
+                        .layer = layer,
+                        .rng = &ev->rng};
+    vnorm_ctx vc = {ev, cache, layer, set};
+    double *bounds = NULL;
+    if (ev->refiner->needs_vnorm) {
+        if (!(bounds = malloc((size_t)(n > 0 ? n : 1) * sizeof *bounds)))
+            return kv_fail(err, "CriticalKV: out of memory");
+        if (vnorm_prepare(&vc, n, bounds, &c, err) != 0) {
+            free(bounds);
+            return -1;
+        }
+    }
+    int rc = ev->refiner->pick(&c, picks, err);
+    free(bounds);
+    if (rc != 0)
         return -1;
     for (int i = 0; i < n_pick; i++) {
         if (picks[i] < 0 || picks[i] >= n_units || chosen[picks[i]])
@@ -557,6 +656,18 @@ static int select_keep(kv_evictor *ev, const kv_cache *cache, int layer, int set
         for (int r = 0; chosen[u] && r < G && S + u * G + r < L; r++)
             keep[k++] = S + u * G + r;
     return k;
+}
+
+/* How many of the kept slots 0, 1, ... in a row come from slots below
+ * `measured` in every set: the kept slots with their value norms. */
+static int measured_prefix(const int *keep, int stride, int sets, int n_keep, int measured)
+{
+    int j = 0;
+    for (; j < n_keep; j++)
+        for (int g = 0; g < sets; g++)
+            if (keep[(size_t)g * (size_t)stride + (size_t)j] >= measured)
+                return j;
+    return j;
 }
 
 /* ---- compaction ---- */
@@ -642,9 +753,12 @@ static int gather(kv_evictor *ev, const kv_cache *src, kv_cache *dst, int layer,
             else
                 memcpy(d->k + to_off, s->k + from_off, span * sizeof(float));
             memcpy(d->v + to_off, s->v + from_off, span * sizeof(float));
-            for (int h = h0; h < h0 + heads; h++) /* a few ints: no memcpy call */
+            for (int h = h0; h < h0 + heads; h++) { /* a few numbers: no memcpy call */
                 d->pos[(size_t)j * nkv + h] = s->pos[(size_t)from * nkv + h];
+                d->vlen[(size_t)j * nkv + h] = s->vlen[(size_t)from * nkv + h];
+            }
         }
+    d->vlen_n = measured_prefix(keep, stride, sets, n_keep, s->vlen_n);
     d->len = n_keep;
     free(cs);
     free(delta);

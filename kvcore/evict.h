@@ -106,7 +106,16 @@ typedef struct kv_evict_model {
     const float *const *o_proj; /* [n_layers] -> o_proj.weight [hidden][n_heads*head_dim];
                                    only CriticalKV (NULL otherwise) */
     struct kv_pool *pool;       /* threads for CriticalKV's products (NULL: the caller's) */
+    const double *vnorm_gain;   /* [n_layers][n_kv_heads] or NULL: CriticalKV's weight of a
+                                   slot is at most sum_g gain[g] * ||v_g||, which lets it skip
+                                   most products (kv_evict_model_vnorm_gains) */
 } kv_evict_model;
+
+/* Fills em->vnorm_gain from em->o_proj (allocated; kv_evict_model_release
+ * frees it): for every KV head g, the sum over its query heads h of
+ * sqrt(hidden * lambda_max(Wo_h^T Wo_h)), bounded from above, since
+ * ||Wo_h v||_1 <= sqrt(hidden) ||Wo_h v||_2 <= sqrt(hidden lambda_max) ||v||_2. */
+int kv_evict_model_vnorm_gains(kv_evict_model *em, kv_error *err);
 
 typedef struct kv_evictor kv_evictor;
 
@@ -155,6 +164,10 @@ int kv_evictor_compress(kv_evictor *ev, kv_cache *cache, kv_evict_trace_fn trace
  * M rows per layer instead of the whole prompt. */
 int kv_evictor_compress_into(kv_evictor *ev, const kv_cache *src, kv_cache **out,
                              kv_evict_trace_fn trace, void *trace_ctx, kv_error *err);
+
+/* How many CriticalKV value weights (one per slot and set) the evictor has
+ * computed: the bounds spare the rest (bench_evict reports it). */
+long long kv_evictor_vnorm_count(const kv_evictor *ev);
 
 /* The absolute positions the refiner (KVCrush, CriticalKV) picked for kept
  * set `set` at the latest eviction, ascending; inside a trace callback they

@@ -5,6 +5,7 @@
  * ||V_{kv(h),t} . Wo_h^T||_1 with Wo_h the head's columns of o_proj. */
 #include <cblas.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "evict_impl.h"
@@ -69,30 +70,162 @@ int kv_criticalkv_vnorm(const kv_evict_model *m, int layer, int kv_head, const f
     return 0;
 }
 
+/* An upper bound of the largest eigenvalue of the symmetric positive
+ * semidefinite g [n][n] (destroyed): lambda_max^(2^p) <= trace(g^(2^p)), so
+ * squaring p times (rescaled by the trace to stay in range) bounds it within
+ * a factor n^(1/2^p) (1.16 for n = 128), mostly far closer. */
+static double lambda_max_bound(double *g, double *tmp, int n)
+{
+    enum { SQUARINGS = 5 };
+    double tr = 0.0, log_bound;
+    for (int i = 0; i < n; i++)
+        tr += g[(size_t)i * n + i];
+    if (!(tr > 0.0))
+        return 0.0; /* a zero block: every product is zero */
+    log_bound = log(tr);
+    for (size_t i = 0; i < (size_t)n * n; i++)
+        g[i] /= tr;
+    for (int p = 1; p <= SQUARINGS; p++) {
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0, g, n, g, n, 0.0, tmp,
+                    n);
+        double t = 0.0;
+        for (int i = 0; i < n; i++)
+            t += tmp[(size_t)i * n + i];
+        if (!(t > 0.0))
+            break;
+        log_bound += log(t) / (double)(1 << p);
+        for (size_t i = 0; i < (size_t)n * n; i++)
+            g[i] = tmp[i] / t;
+    }
+    return exp(log_bound);
+}
+
+int kv_evict_model_vnorm_gains(kv_evict_model *em, kv_error *err)
+{
+    int H = em->n_heads, KV = em->n_kv_heads, D = em->head_dim, hid = em->hidden;
+    if (!em->o_proj || hid <= 0 || KV <= 0 || H % KV != 0)
+        return kv_fail(err, "CriticalKV: the value bounds need the model's o_proj");
+    double *gain = calloc((size_t)em->n_layers * (size_t)KV, sizeof *gain);
+    float *gf = malloc((size_t)D * D * sizeof *gf);
+    double *g = malloc((size_t)D * D * sizeof *g), *tmp = malloc((size_t)D * D * sizeof *tmp);
+    if (!gain || !gf || !g || !tmp) {
+        free(gain), free(gf), free(g), free(tmp);
+        return kv_fail(err, "CriticalKV: out of memory");
+    }
+    for (int l = 0; l < em->n_layers; l++)
+        for (int h = 0; h < H; h++) {
+            /* Gram matrix of the head's block of o_proj: Wo_h^T Wo_h, [D][D] */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, D, D, hid, 1.0f,
+                        em->o_proj[l] + (size_t)h * D, H * D, em->o_proj[l] + (size_t)h * D, H * D,
+                        0.0f, gf, D);
+            for (size_t i = 0; i < (size_t)D * D; i++)
+                g[i] = gf[i];
+            /* 1e-3 covers the rounding of the float Gram matrix and of the
+             * weights computed later: a bound must never fall below one */
+            gain[(size_t)l * KV + h / (H / KV)] += sqrt(hid * lambda_max_bound(g, tmp, D)) * 1.001;
+        }
+    free(gf), free(g), free(tmp);
+    free((void *)em->vnorm_gain);
+    em->vnorm_gain = gain;
+    return 0;
+}
+
+/* Computes the weights of the units listed that lack one. */
+static int need_units(const kv_refine_call *c, const int *units, int n_units, int *slots,
+                      kv_error *err)
+{
+    int G = c->unit, n = 0;
+    for (int i = 0; i < n_units; i++)
+        for (int r = 0; r < G; r++) {
+            int slot = c->first_slot + units[i] * G + r;
+            if (isnan(c->vnorm[slot]))
+                slots[n++] = slot;
+        }
+    return n > 0 ? c->exact(c->exact_ctx, slots, n, err) : 0;
+}
+
+/* Stage 2's weight of a unit: the sum over its tokens; -inf stays. */
+static double unit_weight(const kv_refine_call *c, const double *per_token, int u)
+{
+    double sum = 0.0;
+    for (int r = 0; r < c->unit; r++) {
+        int t = u * c->unit + r;
+        sum += (c->scores[t] + 1e-4) * per_token[t];
+    }
+    return sum;
+}
+
+/* Makes sure every unit that can be among the n_pick best by
+ * (score + 1e-4) * vnorm has its exact weight, computing as few as the
+ * bounds allow: the best few by bound first, whose n_pick-th weight then
+ * rules out every unit whose bound is lower. known[u] says which units
+ * have theirs. Without bounds, every unit is computed. */
+static int compute_needed(const kv_refine_call *c, int n_units, double *ub, int *order,
+                          int *slots, char *known, kv_error *err)
+{
+    int k = c->n_pick;
+    bool prune = c->vbound != NULL;
+    for (int u = 0; prune && u < n_units; u++) {
+        ub[u] = unit_weight(c, c->vbound, u);
+        for (int r = 0; r < c->unit; r++) { /* a negative factor turns a bound around */
+            double sc = c->scores[u * c->unit + r];
+            if (isfinite(sc) && sc + 1e-4 < 0.0)
+                ub[u] = INFINITY;
+        }
+        if (isnan(ub[u]))
+            ub[u] = INFINITY;
+    }
+    double kth = -INFINITY;
+    if (prune) {
+        int m = 2 * k + 8 < n_units ? 2 * k + 8 : n_units;
+        kv_evict_top(ub, n_units, m, order);
+        if (need_units(c, order, m, slots, err) != 0)
+            return -1;
+        double *w = malloc((size_t)(m > 0 ? m : 1) * sizeof *w);
+        int *idx = malloc((size_t)(m > 0 ? m : 1) * sizeof *idx);
+        if (!w || !idx) {
+            free(w), free(idx);
+            return kv_fail(err, "CriticalKV: out of memory");
+        }
+        for (int i = 0; i < m; i++)
+            w[i] = unit_weight(c, c->vnorm + c->first_slot, order[i]);
+        kv_evict_top(w, m, k, idx);
+        kth = k <= m ? INFINITY : -INFINITY;
+        for (int i = 0; i < k && i < m; i++)
+            kth = isnan(w[idx[i]]) ? -INFINITY : w[idx[i]] < kth ? w[idx[i]] : kth;
+        free(w), free(idx);
+    }
+    /* the n_pick-th best weight so far can only rise: below it, no unit
+     * can be picked (a NaN or -inf there leaves nothing to rule out) */
+    int n = 0;
+    for (int u = 0; u < n_units; u++) {
+        known[u] = !(kth > -INFINITY) || !(ub[u] < kth);
+        if (known[u])
+            order[n++] = u;
+    }
+    return need_units(c, order, n, slots, err);
+}
+
 static int criticalkv_pick(const kv_refine_call *c, int *picks, kv_error *err)
 {
     int G = c->unit, n_units = c->n_tokens / G;
     double *adj = malloc((size_t)(n_units + 1) * sizeof *adj);
+    double *ub = malloc((size_t)(n_units + 1) * sizeof *ub);
     int *order = malloc((size_t)(n_units + 1) * sizeof *order);
-    if (!adj || !order) {
-        free(adj);
-        free(order);
-        return kv_fail(err, "CriticalKV: out of memory");
+    int *slots = malloc((size_t)(c->n_tokens + 1) * sizeof *slots);
+    char *known = malloc((size_t)(n_units + 1));
+    int rc = adj && ub && order && slots && known ? 0 : kv_fail(err, "CriticalKV: out of memory");
+    if (rc == 0)
+        rc = compute_needed(c, n_units, ub, order, slots, known, err);
+    if (rc == 0) {
+        for (int u = 0; u < n_units; u++) /* a unit left out is below n_pick better ones */
+            adj[u] = known[u] ? unit_weight(c, c->vnorm + c->first_slot, u) : -INFINITY;
+        kv_evict_top(adj, n_units, c->n_pick, order);
+        for (int i = 0; i < c->n_pick; i++)
+            picks[i] = order[i];
     }
-    for (int u = 0; u < n_units; u++) {
-        double sum = 0.0;
-        for (int r = 0; r < G; r++) {
-            int t = u * G + r;
-            sum += (c->scores[t] + 1e-4) * c->vnorm[c->first_slot + t]; /* -inf stays */
-        }
-        adj[u] = sum;
-    }
-    kv_evict_top(adj, n_units, c->n_pick, order);
-    for (int i = 0; i < c->n_pick; i++)
-        picks[i] = order[i];
-    free(adj);
-    free(order);
-    return 0;
+    free(adj), free(ub), free(order), free(slots), free(known);
+    return rc;
 }
 
 const kv_refiner kv_refiner_criticalkv = {

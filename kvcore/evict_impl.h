@@ -87,8 +87,15 @@ typedef struct kv_refine_call {
     int first_slot; /* cache slot of scores[0] */
     const kv_cache *cache;
     int layer;
-    const double *vnorm; /* CriticalKV: per slot of the layer, else NULL */
     kv_mt19937 *rng;
+    /* CriticalKV only (else NULL): the value weight of every slot of the
+     * layer, NaN where not computed yet; upper bounds of the candidates'
+     * weights (like scores, per candidate token; NULL: none); and the call
+     * that computes the weights of the given cache slots into vnorm. */
+    double *vnorm;
+    const double *vbound;
+    int (*exact)(void *ctx, const int *slots, int n, kv_error *err);
+    void *exact_ctx;
 } kv_refine_call;
 
 typedef struct kv_refiner {

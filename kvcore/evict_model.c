@@ -74,8 +74,8 @@ int kv_evict_model_load(kv_evict_model *em, const kv_model *m, const char *dir, 
         .inv_freq = rope->inv_freq, /* the engine's, llama3 scaling included */
         .hidden = cfg->hidden,
     };
-    if (o_proj &&
-        (load_o_proj(em, dir, err) != 0 || !(em->pool = kv_pool_new(kv_get_threads(), err)))) {
+    if (o_proj && (load_o_proj(em, dir, err) != 0 || kv_evict_model_vnorm_gains(em, err) != 0 ||
+                   !(em->pool = kv_pool_new(kv_get_threads(), err)))) {
         kv_evict_model_release(em);
         return -1;
     }
@@ -92,6 +92,8 @@ void kv_evict_model_release(kv_evict_model *em)
         free((void *)em->o_proj);
     }
     em->o_proj = NULL;
+    free((void *)em->vnorm_gain);
+    em->vnorm_gain = NULL;
 }
 
 void kv_evictor_generation_request(const kv_evictor *ev, kv_attn_stats_request *req)

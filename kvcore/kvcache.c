@@ -1,5 +1,6 @@
 #include "kvcache.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +19,13 @@ static int layer_resize(kv_cache_layer *l, int row, int heads, int cap, kv_error
     if (!pos && cap > 0)
         return kv_fail(err, "KV cache: out of memory for %d slots", cap);
     l->pos = pos;
+    float *vlen = realloc(l->vlen, (size_t)cap * (size_t)heads * sizeof *vlen);
+    if (!vlen && cap > 0)
+        return kv_fail(err, "KV cache: out of memory for %d slots", cap);
+    l->vlen = vlen;
     l->cap = cap;
+    if (l->vlen_n > cap)
+        l->vlen_n = cap;
     return 0;
 }
 
@@ -57,6 +64,7 @@ void kv_cache_free(kv_cache *c)
         free(c->layers[i].k);
         free(c->layers[i].v);
         free(c->layers[i].pos);
+        free(c->layers[i].vlen);
     }
     free(c->layers);
     free(c);
@@ -80,6 +88,8 @@ kv_cache *kv_cache_fork(const kv_cache *c, int cap_hint, kv_error *err)
         memcpy(dst->k, src->k, (size_t)src->len * row * sizeof(float));
         memcpy(dst->v, src->v, (size_t)src->len * row * sizeof(float));
         memcpy(dst->pos, src->pos, (size_t)src->len * (size_t)c->n_kv_heads * sizeof(int32_t));
+        memcpy(dst->vlen, src->vlen, (size_t)src->vlen_n * (size_t)c->n_kv_heads * sizeof(float));
+        dst->vlen_n = src->vlen_n;
         dst->len = src->len;
     }
     return f;
@@ -98,6 +108,21 @@ int kv_cache_reserve(kv_cache *c, int n, kv_error *err)
     return 0;
 }
 
+void kv_cache_measure_values(const kv_cache *c, kv_cache_layer *l, int from, int n)
+{
+    int D = c->head_dim, H = c->n_kv_heads;
+    for (int t = from; t < from + n; t++)
+        for (int h = 0; h < H; h++) {
+            const float *v = l->v + ((size_t)t * (size_t)H + (size_t)h) * (size_t)D;
+            double ss = 0.0;
+            for (int i = 0; i < D; i++)
+                ss += (double)v[i] * (double)v[i];
+            l->vlen[(size_t)t * (size_t)H + (size_t)h] = (float)sqrt(ss);
+        }
+    if (from <= l->vlen_n && from + n > l->vlen_n)
+        l->vlen_n = from + n;
+}
+
 int kv_cache_compact(kv_cache *c, int layer, const int *keep, int n_keep, kv_error *err)
 {
     if (layer < 0 || layer >= c->n_layers)
@@ -114,7 +139,12 @@ int kv_cache_compact(kv_cache *c, int layer, const int *keep, int n_keep, kv_err
         memcpy(l->k + (size_t)i * row, l->k + (size_t)s * row, row * sizeof(float));
         memcpy(l->v + (size_t)i * row, l->v + (size_t)s * row, row * sizeof(float));
         memcpy(l->pos + (size_t)i * heads, l->pos + (size_t)s * heads, heads * sizeof(int32_t));
+        memcpy(l->vlen + (size_t)i * heads, l->vlen + (size_t)s * heads, heads * sizeof(float));
     }
+    int measured = 0; /* keep is ascending: the measured survivors are a prefix */
+    while (measured < n_keep && keep[measured] < l->vlen_n)
+        measured++;
+    l->vlen_n = measured;
     l->len = n_keep;
     return 0;
 }

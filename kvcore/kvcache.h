@@ -27,6 +27,11 @@ typedef struct kv_cache_layer {
     float *v;        /* [cap][n_kv_heads * head_dim] */
     int32_t *pos;    /* [cap][n_kv_heads] absolute position of the token each
                         KV head holds in each slot (see kv_cache_pos) */
+    float *vlen;     /* [cap][n_kv_heads] L2 norm of each value row: with it
+                        CriticalKV bounds a slot's weight without reading V */
+    int vlen_n;      /* slots [0, vlen_n) have their vlen (kv_cache_measure_values);
+                        code that fills v by hand leaves it behind, which only
+                        costs CriticalKV its shortcut */
     int len;         /* slots in use */
     int cap;         /* slots allocated */
 } kv_cache_layer;
@@ -64,6 +69,10 @@ static inline void kv_cache_set_pos(kv_cache *c, int layer, int slot, int32_t po
     for (int h = 0; h < c->n_kv_heads; h++)
         p[h] = pos;
 }
+
+/* Records the value norms of slots [from, from + n) of one layer, just
+ * written (the model calls it as it appends). */
+void kv_cache_measure_values(const kv_cache *c, kv_cache_layer *l, int from, int n);
 
 /* Keeps only the slots listed in keep[0..n_keep) of one layer, which must be
  * strictly ascending; survivors move down in order (slot keep[i] becomes i)

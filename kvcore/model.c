@@ -679,6 +679,7 @@ static void qkv(const kv_model *m, const layer *L, kv_cache *c, kv_cache_layer *
     float *ys[] = {f->q, k, v};
     const float *bs[] = {L->bq, L->bk, L->bv};
     matmul_many(f, 3, ws, f->h, cn, ys, bs);
+    kv_cache_measure_values(c, cl, base, cn);
     for (int i = 0; i < cn; i++) {
         float *qi = f->q + (size_t)i * qd, *ki = k + (size_t)i * kvd;
         if (cfg->qk_norm) {

@@ -13,6 +13,8 @@
  * weight traffic at the sgemv rate measured here (both single-process, the
  * threads OpenBLAS uses by default). */
 #include <cblas.h>
+#include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,8 +107,45 @@ typedef struct stats_set {
     kv_attn_stats st;
 } stats_set;
 
-/* Statistics for n keys, with every requested window, random values. */
-static void stats_fill(stats_set *s, const kv_attn_stats_request *req, int n)
+/* The attention key t gets from one head. Real attention concentrates on
+ * few keys, and the heads of a layer largely agree on which (heavy hitters,
+ * sinks), so by default log(mass) = 2 z_t + e with z_t shared by the heads
+ * and e the head's own, both standard normal. `uniform` (4th argument)
+ * gives independent uniform masses instead: the flat worst case for
+ * CriticalKV's bounds, under which every key looks alike. */
+static bool uniform_attention;
+
+static double normal(void)
+{
+    double u1 = (rand() + 1.0) / (RAND_MAX + 2.0), u2 = rand() / (double)RAND_MAX;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+static void attention_fill(double *mass, const double *z, int n)
+{
+    for (int h = 0; h < HEADS; h++)
+        for (int t = 0; t < n; t++)
+            mass[(size_t)h * n + t] =
+                uniform_attention ? rand() / (double)RAND_MAX : exp(2.0 * z[t] + normal());
+}
+
+static double key_importance(int pos)
+{
+    static double *z;
+    static int n_z;
+    if (pos >= n_z) {
+        int n = 2 * pos + 1024;
+        if (!(z = realloc(z, (size_t)n * sizeof *z)))
+            die("stats", NULL);
+        for (int i = n_z; i < n; i++)
+            z[i] = normal();
+        n_z = n;
+    }
+    return z[pos];
+}
+
+/* Statistics for the n keys of cache c (NULL: keys at positions 0..n-1). */
+static void stats_fill(stats_set *s, const kv_attn_stats_request *req, const kv_cache *c, int n)
 {
     s->req = *req;
     s->st.n_heads = HEADS;
@@ -115,15 +154,19 @@ static void stats_fill(stats_set *s, const kv_attn_stats_request *req, int n)
     s->st.col_sums = realloc(s->st.col_sums, cells * sizeof(double));
     if (!s->st.col_sums)
         die("stats", NULL);
-    for (size_t i = 0; i < cells; i++)
-        s->st.col_sums[i] = rand() / (double)RAND_MAX;
+    double *z = malloc((size_t)n * sizeof *z);
+    if (!z)
+        die("stats", NULL);
+    for (int t = 0; t < n; t++) /* a token keeps its importance from step to step */
+        z[t] = key_importance(c ? kv_cache_pos(c, 0, t, 0) : t);
+    attention_fill(s->st.col_sums, z, n);
     for (int w = 0; w < req->n_windows; w++) {
         s->st.win_sums[w] = realloc(s->st.win_sums[w], cells * sizeof(double));
         if (!s->st.win_sums[w])
             die("stats", NULL);
-        for (size_t i = 0; i < cells; i++)
-            s->st.win_sums[w][i] = rand() / (double)RAND_MAX;
+        attention_fill(s->st.win_sums[w], z, n);
     }
+    free(z);
 }
 
 static kv_cache *prefilled_cache(int n)
@@ -139,6 +182,7 @@ static kv_cache *prefilled_cache(int n)
             cl->k[i] = cl->v[i] = frand();
         for (int t = 0; t < n; t++)
             kv_cache_set_pos(c, l, t, t);
+        kv_cache_measure_values(c, cl, 0, n); /* as the model's forward does */
         cl->len = n;
     }
     c->next_pos = n;
@@ -155,6 +199,7 @@ static void append_token(kv_cache *c)
         kv_cache_layer *cl = &c->layers[l];
         for (size_t i = 0; i < row; i++)
             cl->k[cl->len * row + i] = cl->v[cl->len * row + i] = frand();
+        kv_cache_measure_values(c, cl, cl->len, 1);
         kv_cache_set_pos(c, l, cl->len++, c->next_pos);
     }
     c->next_pos++;
@@ -231,7 +276,8 @@ __attribute__((noinline)) static double forward_evict(kv_evictor *ev, kv_cache *
 int main(int argc, char **argv)
 {
     int n = argc > 1 ? atoi(argv[1]) : 8192, steps = argc > 2 ? atoi(argv[2]) : 256;
-    const char *only = argc > 3 ? argv[3] : NULL;
+    const char *only = argc > 3 && *argv[3] ? argv[3] : NULL;
+    uniform_attention = argc > 4 && strcmp(argv[4], "uniform") == 0;
     srand(1);
     for (int l = 0; l < LAYERS && !(only && !strstr(only, "critical")); l++) {
         o_proj[l] = malloc((size_t)HIDDEN * HEADS * DIM * 4);
@@ -263,6 +309,13 @@ int main(int argc, char **argv)
     m.pool = kv_pool_new(kv_get_threads(), &perr); /* CriticalKV's products, as generate does */
     if (!m.pool)
         die("pool", &perr);
+    if (o_proj[0]) {
+        double t0 = now();
+        if (kv_evict_model_vnorm_gains(&m, &perr) != 0)
+            die("gains", &perr);
+        printf("CriticalKV's value bounds, once per model: %.1f ms (%s attention)\n\n",
+               (now() - t0) * 1e3, uniform_attention ? "uniform" : "log-normal");
+    }
     for (int i = 0; i < N_CONFIGS; i++) {
         if (only && !strstr(configs[i].name, only))
             continue;
@@ -273,7 +326,7 @@ int main(int argc, char **argv)
             die(configs[i].name, &err);
         kv_attn_stats_request req;
         kv_evictor_stats_request(ev, true, &req);
-        stats_fill(&pre, &req, n);
+        stats_fill(&pre, &req, NULL, n);
         kv_cache *c = kv_cache_fork(base, 0, &err);
         if (!c)
             die("fork", &err);
@@ -282,11 +335,15 @@ int main(int argc, char **argv)
         double td = 0;
         for (int s = 0; s < steps; s++) {
             append_token(c);
-            stats_fill(&dec, &req, c->layers[0].len);
+            stats_fill(&dec, &req, c, c->layers[0].len);
             td += forward_evict(ev, c, &dec, false);
         }
-        printf("%-30s %12.1f %8.3f%% %14.3f %8.2f%%\n", configs[i].name, tp * 1e3,
+        printf("%-30s %12.1f %8.3f%% %14.3f %8.2f%%", configs[i].name, tp * 1e3,
                100 * tp / prefill_s, td / steps * 1e3, 100 * td / steps / decode_s);
+        if (kv_evictor_vnorm_count(ev) > 0) /* of the slots that were ever candidates */
+            printf("  (value weights computed: %lld of %lld)", kv_evictor_vnorm_count(ev),
+                   (long long)LAYERS * (n + steps - p.start_size - p.recent_size));
+        printf("\n");
         kv_cache_free(c);
         kv_evictor_free(ev);
     }
@@ -300,7 +357,7 @@ int main(int argc, char **argv)
     kv_error err;
     if (kv_evict_stats_request(ps, N_CONFIGS, true, &req, &err) != 0)
         die("union", &err);
-    stats_fill(&pre, &req, n);
+    stats_fill(&pre, &req, NULL, n);
     kv_attn_stats layers[LAYERS];
     for (int l = 0; l < LAYERS; l++)
         layers[l] = pre.st; /* the same values for every layer */
