@@ -283,8 +283,9 @@ static void load_shipped(const char *rel, size_t n_tasks, size_t n_configs)
 
 Test(matrix, shipped_configs_parse)
 {
-    /* 3 synthetic tasks; full + 2 streaming + 2 H2O + 4 SnapKV (2 budgets x 2 windows) */
-    load_shipped("configs/demo.json", 3, 1 + 2 + 2 + 4);
+    /* 3 synthetic tasks; full + 2 streaming + 1 rerotated SnapKV + 2 H2O + 4 SnapKV
+     * (2 budgets x 2 windows) */
+    load_shipped("configs/demo.json", 3, 1 + 2 + 1 + 2 + 4);
     cr_assert_str_eq(m.run_name, "demo");
     kb_matrix_free(&m);
     load_shipped("configs/seed-example.json", 16, 2);

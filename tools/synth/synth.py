@@ -5,7 +5,7 @@ Three tasks, each a haystack (`context`) and a question (`input`) whose prompt e
 first answer token is the answer itself:
 
   synth_passkey   a 5-digit pass key at a random depth of filler text
-  synth_kv        many `key: value` lines (4-letter keys, 4-digit values); one key is asked
+  synth_kv        many `key:value` lines (3-letter keys, 4-digit values); one key is asked
   synth_passage   numbered paragraphs of pseudo-words; the tail of one paragraph is quoted and
                   the paragraph's number is asked
 
@@ -95,25 +95,27 @@ def make_passkey(rng, length, depth, filler="mixed", vocab=None):
 
 
 def random_key(rng):
-    return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(4))
+    # Three letters and no space before the value: the demo model matches the last four tokens
+    # (its layer 0 sees four back), so the whole key plus the colon fits in what it can compare.
+    return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(3))
 
 
 def make_kv(rng, length):
     """The context and one (question, answers) per line, in context order."""
-    line_len = len("abcd: 1234\n")
-    n_lines = max(2, (length - prompt_len("synth_kv", "", "What is the value of key abcd?\nabcd: ")) // line_len)
+    line_len = len("abc:1234\n")
+    n_lines = max(2, (length - prompt_len("synth_kv", "", kv_question("abc", "")[0])) // line_len)
     keys = set()
     while len(keys) < n_lines:
         keys.add(random_key(rng))
     keys = list(keys)
     rng.shuffle(keys)
     values = [str(rng.randint(1000, 9999)) for _ in keys]
-    context = "\n".join(f"{k}: {v}" for k, v in zip(keys, values))
+    context = "\n".join(f"{k}:{v}" for k, v in zip(keys, values))
     return context, [kv_question(k, v) for k, v in zip(keys, values)]
 
 
 def kv_question(key, value):
-    return f"What is the value of key {key}?\n{key}: ", [value]
+    return f"What is the value of key {key}?\n{key}:", [value]
 
 
 def make_passage(rng, length, vocab):
@@ -167,8 +169,8 @@ def write_eval(out_dir, seed, per_length, lengths, depth_range):
         path = os.path.join(out_dir, task + ".jsonl")
         with open(path, "w", encoding="utf-8") as f:
             idx = 0
-            for length in lengths:
-                for _ in range(per_length):
+            for _ in range(per_length):
+                for length in lengths:  # interleaved: the first N samples (--limit N) mix lengths
                     depth = rng.uniform(*depth_range)
                     c, q, a = make_sample(task, rng, length, depth, vocab, filler="classic")
                     f.write(json.dumps(record(task, idx, c, q, a), ensure_ascii=False) + "\n")
@@ -181,7 +183,7 @@ def main():
     ap.add_argument("--out", default="datasets/synthetic")
     ap.add_argument("--seed", type=int, default=20261129, help="evaluation seed (training uses others)")
     ap.add_argument("--per-length", type=int, default=30)
-    ap.add_argument("--lengths", default="512,1024,2048")
+    ap.add_argument("--lengths", default="1024,1536,2048")
     ap.add_argument("--depth", default="0.1,0.8", help="needle depth range as a fraction of the context")
     a = ap.parse_args()
     write_eval(a.out, a.seed, a.per_length, [int(x) for x in a.lengths.split(",")],

@@ -42,7 +42,8 @@ def load_hf(folder):
             continue
         a, b = info["data_offsets"]
         tensors[name] = torch.frombuffer(bytearray(data[a:b]), dtype=torch.float32).view(info["shape"])
-    m = Qwen3Tiny(Config())
+    with open(os.path.join(folder, "config.json")) as f:
+        m = Qwen3Tiny(Config.from_hf(json.load(f)))
     m.load_hf_state_dict(tensors)
     return m.eval()
 

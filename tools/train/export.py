@@ -95,7 +95,7 @@ def write_json(path, obj):
 
 def export(ckpt_path, out):
     ck = torch.load(ckpt_path)
-    cfg = Config()
+    cfg = Config(**ck.get("config", {}))     # older checkpoints: the default shape
     model = Qwen3Tiny(cfg)
     model.load_state_dict(ck["model"])
     os.makedirs(out, exist_ok=True)

@@ -30,6 +30,18 @@ class Config:
         self.head_dim, self.ffn, self.vocab = head_dim, ffn, vocab
         self.rope_theta, self.eps, self.max_pos = rope_theta, eps, max_pos
 
+    def shape(self):
+        """The constructor arguments that differ between runs (stored in checkpoints)."""
+        return {"hidden": self.hidden, "layers": self.layers, "heads": self.heads,
+                "kv_heads": self.kv_heads, "head_dim": self.head_dim, "ffn": self.ffn}
+
+    @classmethod
+    def from_hf(cls, hf):
+        """The Config of an exported config.json."""
+        return cls(hidden=hf["hidden_size"], layers=hf["num_hidden_layers"],
+                   heads=hf["num_attention_heads"], kv_heads=hf["num_key_value_heads"],
+                   head_dim=hf["head_dim"], ffn=hf["intermediate_size"])
+
     def hf_config(self):
         return {
             "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
@@ -127,41 +139,68 @@ class Qwen3Tiny(nn.Module):
                 s = std / math.sqrt(2 * self.c.layers) if name.endswith(("o_proj.weight", "down_proj.weight")) else std
                 nn.init.normal_(p, 0.0, s)
 
-    def init_previous_token_head(self, pairs=6, gain=3.0, const=0.5):
-        """Start query head 0 of layer 0 as a previous-token head (an initialisation, not an
-        architecture change): one embedding dimension is set to a constant, head 0's query and its
-        KV head's key read only that dimension into the `pairs` fastest RoPE pairs, the key rotated
-        one position ahead, and q_norm/k_norm are raised on those dimensions, so query t attends to
-        t - 1 (over 99% of its weight at 512 tokens). Induction then only has to learn its second
-        head; from a random start both heads wait for each other on a long plateau."""
+    def init_offset_heads(self, offsets=(1, 2, 3, 4), pairs=6, gain=5.0, const=0.5):
+        """Start the query heads of layer 0 as fixed-offset heads: head h attends from t to
+        t - offsets[h] (an initialisation, not an architecture change). One embedding dimension is
+        set to a constant; each KV head's key reads only that dimension into the `pairs` fastest
+        RoPE pairs, rotated r positions ahead, and each query head reads it rotated u positions
+        back, so query t meets key s best where s = t - r - u. q_norm/k_norm are raised on those
+        dimensions so that over 99% of the weight lands on the one offset. With offsets 1..4 the
+        residual stream of every position holds its last four tokens, and layer 1 can match
+        multi-token keys (an n-gram induction head); from a random start a 2-layer model waits on
+        a long plateau for its first head and never finds multi-token matches in an hour of CPU."""
         c, hd = self.c, self.c.head_dim
-        half, d = hd // 2, c.hidden - 1
+        half, d, group = hd // 2, c.hidden - 1, c.heads // c.kv_heads
+        assert len(offsets) == c.heads
         a = self.layers[0].self_attn
         with torch.no_grad():
             self.embed_tokens.weight[:, d] = const
-            a.q_proj.weight[0:hd].zero_()
-            a.k_proj.weight[0:hd].zero_()
-            for i in range(pairs):
-                a.q_proj.weight[i, d] = 1.0
-                a.k_proj.weight[i, d] = math.cos(float(self.inv_freq[i]))
-                a.k_proj.weight[i + half, d] = math.sin(float(self.inv_freq[i]))
-                for w in (a.q_norm.weight, a.k_norm.weight):
-                    w[i] = w[i + half] = gain
+            a.q_proj.weight.zero_()
+            a.k_proj.weight.zero_()
+            for g in range(c.kv_heads):
+                r = offsets[g * group]                      # the key's shift: the group's first offset
+                for i in range(pairs):
+                    th = float(self.inv_freq[i])
+                    a.k_proj.weight[g * hd + i, d] = math.cos(r * th)
+                    a.k_proj.weight[g * hd + i + half, d] = math.sin(r * th)
+                    for h in range(g * group, (g + 1) * group):
+                        u = offsets[h] - r
+                        a.q_proj.weight[h * hd + i, d] = math.cos(u * th)
+                        a.q_proj.weight[h * hd + i + half, d] = -math.sin(u * th)
+            for w in (a.q_norm.weight, a.k_norm.weight):
+                w[:pairs] = gain
+                w[half:half + pairs] = gain
+
+    def freeze_offset_heads(self):
+        """Keep layer 0's attention pattern fixed while training (values and outputs still learn):
+        its decode-time output then depends only on the last four tokens, which every eviction
+        policy keeps in its recent window, so eviction shows up in layer 1's retrieval alone."""
+        a, d = self.layers[0].self_attn, self.c.hidden - 1
+        for p in (a.q_proj.weight, a.k_proj.weight, a.q_norm.weight, a.k_norm.weight):
+            p.requires_grad_(False)
+
+        def keep_const(g):                                  # the constant dimension the heads read
+            g = g.clone()
+            g[..., d] = 0
+            return g
+        self.embed_tokens.weight.register_hook(keep_const)
+        self.layers[0].input_layernorm.weight.register_hook(keep_const)
 
     def rope(self, pos):
         ang = pos.float()[:, None] * self.inv_freq[None, :]
         emb = torch.cat((ang, ang), dim=-1)
         return emb.cos(), emb.sin()
 
-    def forward(self, ids):
-        """ids [B, T] -> logits [B, T, V] (full causal attention, training and scoring)."""
+    def forward(self, ids, hide=None):
+        """ids [B, T] -> logits [B, T, V] (causal attention, training and scoring); hide: an
+        additive mask [B, 1, T, T] for the layers after the first (simulated eviction)."""
         T = ids.shape[1]
         cos, sin = self.rope(torch.arange(T))
         mask = torch.full((T, T), float("-inf")).triu(1)
         x = self.embed_tokens(ids)
-        for L in self.layers:
+        for i, L in enumerate(self.layers):
             q, k, v = L.self_attn.qkv(L.input_layernorm(x), cos, sin)
-            o, _ = L.self_attn.attend(q, k, v, mask)
+            o, _ = L.self_attn.attend(q, k, v, mask if hide is None or i == 0 else mask + hide)
             x = x + o
             x = x + L.mlp(x)
         return self.norm(x) @ self.embed_tokens.weight.T

@@ -34,13 +34,61 @@ TASK_WEIGHTS = [0.3, 0.4, 0.3]          # key-value is the hardest of the three
 EVAL_LENGTHS = [512, 1024, 2048]
 
 
-def retrieval_example(rng, task, length, vocab, depth_range=(0.0, 1.0), filler="mixed", extra=0, ctx_w=0.0):
-    """(ids, loss mask): the prompt, then the answer and <|endoftext|>, loss on those only.
+TERMINATOR_NOISE = "abcdefghijklmnopqrstuvwxyz ,;!?-"
+
+
+def scramble_terminator(rng, task, context, question, answers):
+    """The character right after the answer in the context, replaced by a random non-digit: the
+    model must then end its answer by itself (5 digits for a pass key, 4 for a value) instead of
+    copying the '.' or newline that follows it, which an evicted cache may no longer hold."""
+    if task == "synth_passkey":
+        at = context.find(answers[0])
+    elif task == "synth_kv":                          # "abc:" + value: that key's line only
+        tail = question.split("\n")[-1]
+        at = context.find(tail + answers[0]) + len(tail)
+    else:
+        return context
+    end = at + len(answers[0])
+    if at <= 0 or end >= len(context):
+        return context
+    return context[:end] + rng.choice(TERMINATOR_NOISE) + context[end + 1:]
+
+
+def needle_at(task, context, question, answers):
+    """Index in the context of the asked answer's own occurrence, or -1."""
+    if task == "synth_passkey":
+        return context.find(answers[0])
+    tail, ans = question.split("\n")[-1], answers[0].split()[-1]   # "abc:" / "... jatoda ["
+    at = context.find(tail + ans)
+    return at + len(tail) if at >= 0 else -1
+
+
+def evicted_context(rng, task, context, question, answers, n_prompt):
+    """Key positions hidden from the answer's tokens, as an evicted cache would hide them: a random
+    50-95% of the context outside the first 4 tokens, the last 32 and the needle's neighbourhood.
+    The first answer token comes from the full prefill (row n_prompt - 1), so only the rows of
+    the answer's later tokens lose them: the model learns to retrieve whatever else survives."""
+    at = needle_at(task, context, question, answers)
+    if at < 0:
+        return []
+    start = len(synth.TEMPLATES[task].split("{context}")[0]) + at   # bytes = tokens
+    keep_lo, keep_hi = start - 24, start + len(answers[0]) + 4
+    share = rng.uniform(0.5, 0.95)
+    return [t for t in range(4, n_prompt - 32) if not keep_lo <= t < keep_hi and rng.random() < share]
+
+
+def retrieval_example(rng, task, length, vocab, depth_range=(0.0, 1.0), filler="mixed", extra=0, ctx_w=0.0,
+                      scramble=0.0, evict=0.0):
+    """(ids, loss mask, hidden): the prompt, then the answer and <|endoftext|>, loss on those only.
     With extra > 0, up to that many further questions on the same context follow, each with its
-    answer (more retrieval signal per long context; evaluation asks only the first)."""
+    answer (more retrieval signal per long context; evaluation asks only the first). With
+    probability `evict`, hidden = (first row, end row, key positions) that layer 1 hides from the
+    first answer's later tokens (evicted_context); else None."""
     depth = rng.uniform(*depth_range)
     context, question, answers, more = synth.make_sample(task, rng, length, depth, vocab, filler, max(extra, 1))
     more = more[:extra]
+    if scramble and rng.random() < scramble:
+        context = scramble_terminator(rng, task, context, question, answers)
     prompt = encode(synth.TEMPLATES[task].format(context=context, input=question))
     ids, mask = list(prompt), [ctx_w] * len(prompt)
     for q, ans in [(None, answers)] + more:
@@ -51,7 +99,12 @@ def retrieval_example(rng, task, length, vocab, depth_range=(0.0, 1.0), filler="
         target = encode(ans[0].split()[-1]) + [EOS_ID]     # "Paragraph 7" is answered by "7"
         ids += target
         mask += [1] * len(target)
-    return ids, mask
+    hidden = None
+    if evict and rng.random() < evict:
+        n = len(prompt)
+        hidden = (n, n + len(encode(answers[0].split()[-1])) + 1,
+                  evicted_context(rng, task, context, question, answers, n))
+    return ids, mask, hidden
 
 
 def induction_example(rng, length, whole_repeat=0.5):
@@ -105,23 +158,32 @@ def make_batch(step, a, vocab, mix_start):
         else:
             task = rng.choices(TASKS, TASK_WEIGHTS)[0]
             rows.append(retrieval_example(rng, task, length, vocab, extra=rng.randint(0, a.extra_questions),
-                                          ctx_w=a.context_loss))
+                                          ctx_w=a.context_loss, scramble=a.scramble_terminator,
+                                          evict=a.evict_sim))
         longest = max(longest, len(rows[-1][0]))
     return pad(rows), length
 
 
 def pad(rows):
-    T = max(len(ids) for ids, _ in rows)
+    """ids [B, T], loss mask [B, T], and the additive attention mask [B, 1, T, T] of layers >= 1
+    hiding evicted keys from answer rows (None when no row hides any)."""
+    T = max(len(r[0]) for r in rows)
     ids = torch.full((len(rows), T), EOS_ID, dtype=torch.long)
     mask = torch.zeros((len(rows), T))
-    for i, (r, m) in enumerate(rows):
+    hide = None
+    for i, (r, m, *h) in enumerate(rows):
         ids[i, :len(r)] = torch.tensor(r)
         mask[i, :len(m)] = torch.tensor(m, dtype=torch.float)
-    return ids, mask
+        if h and h[0] and h[0][2]:
+            if hide is None:
+                hide = torch.zeros((len(rows), 1, T, T))
+            r0, r1, cols = h[0]
+            hide[i, 0, r0:r1, torch.tensor(cols)] = float("-inf")
+    return ids, mask, hide
 
 
-def loss_fn(model, ids, mask):
-    logits = model(ids[:, :-1])
+def loss_fn(model, ids, mask, hide=None):
+    logits = model(ids[:, :-1], None if hide is None else hide[:, :, :-1, :-1])
     tgt, m = ids[:, 1:], mask[:, 1:]
     nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), reduction="none")
     return (nll * m.reshape(-1)).sum() / m.sum().clamp(min=1)
@@ -142,7 +204,7 @@ def make_valset(seed, per_cell):
 @torch.no_grad()
 def copy_accuracy(model, rows):
     """Share of copied tokens that greedy prediction gets right on held-out induction sequences."""
-    ids, mask = pad(rows)
+    ids, mask, _ = pad(rows)
     pred = model(ids[:, :-1]).argmax(-1)
     m = mask[:, 1:]
     return float(((pred == ids[:, 1:]).float() * m).sum() / m.sum())
@@ -156,7 +218,7 @@ def evaluate(model, val):
     for key, rows in val.items():
         ok = 0
         for i in range(0, len(rows), 4):
-            ids, mask = pad(rows[i:i + 4])
+            ids, mask, _ = pad(rows[i:i + 4])
             pred = model(ids[:, :-1]).argmax(-1)
             m = mask[:, 1:] == 1
             ok += int(((pred == ids[:, 1:]) | ~m).all(dim=1).sum())
@@ -191,8 +253,13 @@ def main():
     ap.add_argument("--warmup-until", type=float, default=0.6,
                     help="end the warm-up at the first check where held-out copy accuracy reaches this")
     ap.add_argument("--warmup-len", type=int, default=256, help="longest warm-up sequence")
-    ap.add_argument("--init-prev-head", action="store_true",
-                    help="initialise layer 0 head 0 as a previous-token head (see model.py)")
+    ap.add_argument("--heads", type=int, default=4, help="query heads per layer")
+    ap.add_argument("--kv-heads", type=int, default=2, help="key/value heads per layer")
+    ap.add_argument("--head-dim", type=int, default=32)
+    ap.add_argument("--init-offset-heads", action="store_true",
+                    help="initialise layer 0's query heads to attend 1, 2, ... tokens back (see model.py)")
+    ap.add_argument("--freeze-offset-heads", action="store_true",
+                    help="and keep those attention patterns fixed while training")
     ap.add_argument("--ramp-steps", type=int, default=1500, help="steps to ramp max length to --max-len")
     ap.add_argument("--max-len", type=int, default=2048)
     ap.add_argument("--induction-share", type=float, default=0.3)
@@ -201,6 +268,10 @@ def main():
                     help="loss weight on the prompt tokens of retrieval examples (language modelling)")
     ap.add_argument("--whole-repeat", type=float, default=0.5,
                     help="share of induction sequences that are one random block repeated")
+    ap.add_argument("--scramble-terminator", type=float, default=0.0,
+                    help="share of passkey/kv examples whose answer is not followed by its usual '.' or newline")
+    ap.add_argument("--evict-sim", type=float, default=0.0,
+                    help="share of retrieval examples whose answer tokens see an evicted context (layer 1)")
     ap.add_argument("--eval-every", type=int, default=100)
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -208,9 +279,12 @@ def main():
     os.makedirs(a.run, exist_ok=True)
     log_path = a.log or os.path.join(a.run, "training_log.txt")
 
-    model = Qwen3Tiny(Config())
-    if a.init_prev_head:
-        model.init_previous_token_head()
+    cfg = Config(heads=a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim)
+    model = Qwen3Tiny(cfg)
+    if a.init_offset_heads:
+        model.init_offset_heads(tuple(range(1, cfg.heads + 1)))
+    if a.freeze_offset_heads:
+        model.freeze_offset_heads()
     opt = torch.optim.AdamW(model.param_groups(a.lr, a.norm_lr_mult, a.weight_decay), betas=(0.9, 0.95))
     step, best, mix_start = 0, -1.0, None
     if a.resume and os.path.exists(os.path.join(a.run, "last.pt")):
@@ -218,6 +292,8 @@ def main():
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
         step, best, mix_start = ck["step"], ck["best"], ck["mix_start"]
+        for g, fresh in zip(opt.param_groups, model.param_groups(a.lr, a.norm_lr_mult, a.weight_decay)):
+            g["base_lr"] = fresh["base_lr"]  # a resumed run may anneal: --lr of this command
     vocab = synth.pseudo_words(random.Random(a.seed), 1500)
     val, val_ind = make_valset(a.val_seed, a.val_per_cell)
 
@@ -234,8 +310,8 @@ def main():
             break
         for g in opt.param_groups:                    # short linear warm-up of the learning rate
             g["lr"] = g["base_lr"] * min(1.0, (step + 1) / 100)
-        (ids, mask), length = make_batch(step, a, vocab, mix_start)
-        loss = loss_fn(model, ids, mask)
+        (ids, mask, hide), length = make_batch(step, a, vocab, mix_start)
+        loss = loss_fn(model, ids, mask, hide)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -260,12 +336,13 @@ def main():
                 f"mean {100 * score:5.1f}")
             losses = []
             state = {"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "mix_start": mix_start,
-                     "best": max(best, score), "acc": acc}
+                     "best": max(best, score), "acc": acc, "config": cfg.shape()}
             torch.save(state, os.path.join(a.run, "last.pt.tmp"))
             os.replace(os.path.join(a.run, "last.pt.tmp"), os.path.join(a.run, "last.pt"))
             if score >= best:
                 best = score
-                torch.save({"model": model.state_dict(), "step": step, "acc": acc, "score": score},
+                torch.save({"model": model.state_dict(), "step": step, "acc": acc, "score": score,
+                            "config": cfg.shape()},
                            os.path.join(a.run, "best.pt"))
                 log(f"# best so far: step {step} mean {100 * score:.1f}")
     log(f"# end step {step} best mean {100 * best:.1f}")
