@@ -570,11 +570,13 @@ static int vnorm_prepare(vnorm_ctx *vc, int n, double *bounds, kv_refine_call *c
         if (isnan(ls->vnorm[t]))
             slots[missing++] = t;
     int rc = 0;
-    if (missing > 0 && missing <= kv_evict_params_budget(&ev->p))
+    bool few = missing <= kv_evict_params_budget(&ev->p);
+    if (missing > 0 && few)
         rc = vnorm_exact(vc, slots, missing, err);
     free(slots);
     c->vnorm = ls->vnorm;
-    c->vbound = vnorm_bounds(ev, vc->cache, vc->layer, vc->set, n, bounds);
+    /* with every weight known there is nothing to rule out */
+    c->vbound = few ? NULL : vnorm_bounds(ev, vc->cache, vc->layer, vc->set, n, bounds);
     c->exact = vnorm_exact;
     c->exact_ctx = vc;
     return rc;

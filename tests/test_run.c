@@ -85,6 +85,22 @@ static char *pred_path(const char *dir, const char *run, const char *config, con
     return p;
 }
 
+/* Every task's predictions of one config are the same in runs a and b. */
+static void expect_same_predictions(const char *dir, const char *run_a, const char *run_b,
+                                    const char *config)
+{
+    for (int t = 0; t < N_TASKS; t++) {
+        char *a = pred_path(dir, run_a, config, tasks[t]);
+        char *b = pred_path(dir, run_b, config, tasks[t]);
+        char *la = stable_lines(a), *lb = stable_lines(b);
+        cr_expect_str_eq(la, lb, "%s differs from %s", b, a);
+        free(la);
+        free(lb);
+        free(a);
+        free(b);
+    }
+}
+
 static int count_lines(const char *path)
 {
     size_t len;
@@ -210,16 +226,7 @@ Test(run, shared_prefill_equals_separate_runs)
         r = tu_kvbench("run", cfg, NULL);
         cr_assert_eq(r.status, 0, "%s", r.err);
         tu_result_free(&r);
-        for (int t = 0; t < N_TASKS; t++) {
-            char *a = pred_path(dir, "all", names[c], tasks[t]);
-            char *b = pred_path(dir, run, names[c], tasks[t]);
-            char *la = stable_lines(a), *lb = stable_lines(b);
-            cr_expect_str_eq(la, lb, "%s differs from %s", a, b);
-            free(la);
-            free(lb);
-            free(a);
-            free(b);
-        }
+        expect_same_predictions(dir, "all", run, names[c]);
         free(cfg);
     }
     free(all);
@@ -260,16 +267,7 @@ Test(run, sigkill_and_resume_equals_uninterrupted, .timeout = 300)
     tu_result_free(&r);
     static const char *const configs[] = {"full", "h2o", "snapkv"};
     for (int c = 0; c < 3; c++)
-        for (int t = 0; t < N_TASKS; t++) {
-            char *a = pred_path(dir, "ref", configs[c], tasks[t]);
-            char *b = pred_path(dir, "killed", configs[c], tasks[t]);
-            char *la = stable_lines(a), *lb = stable_lines(b);
-            cr_expect_str_eq(la, lb, "%s differs from %s", b, a);
-            free(la);
-            free(lb);
-            free(a);
-            free(b);
-        }
+        expect_same_predictions(dir, "ref", "killed", configs[c]);
     free(ref);
     free(cfg);
     tu_rmtree(dir);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_file.h"
 #include "evict.h"
 
 /* A few forwards of a 2-layer model with uniform attention. */
@@ -66,11 +67,9 @@ static void drive(const kv_evict_params *p)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char *text = malloc(size + 1);
+    char *text = fuzz_text(data, size);
     if (!text)
         return 0;
-    memcpy(text, data, size);
-    text[size] = '\0';
     kv_evict_params p;
     kv_error err;
     kv_evict_params_default(&p);

@@ -1,11 +1,24 @@
-/* Fuzz inputs as files: the parsers under test read paths, not buffers. */
+/* Fuzz inputs as the parsers under test want them: files (they read paths)
+ * or NUL-terminated text (the bytes may hold NULs of their own). */
 #ifndef KB_FUZZ_FILE_H
 #define KB_FUZZ_FILE_H
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
+
+/* A NUL-terminated copy of the input (free it), or NULL when out of memory. */
+static inline char *fuzz_text(const uint8_t *data, size_t size)
+{
+    char *text = malloc(size + 1);
+    if (text) {
+        memcpy(text, data, size);
+        text[size] = '\0';
+    }
+    return text;
+}
 
 /* Writes data to a new temporary file named after tag; path receives its
  * name (the caller unlinks it). Returns 0, or -1 when no file could be made. */

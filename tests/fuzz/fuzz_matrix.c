@@ -5,15 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_file.h"
 #include "matrix.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char *text = malloc(size + 1);
+    char *text = fuzz_text(data, size);
     if (!text)
         return 0;
-    memcpy(text, data, size);
-    text[size] = '\0';
     kb_matrix m;
     kv_error err = {{0}};
     if (kb_matrix_parse(text, "fuzz", NULL, &m, &err) == 0) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "chat.h"
+#include "fuzz_file.h"
 #include "file.h"
 #include "tokenizer.h"
 #include "utf8.h"
@@ -88,9 +89,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(raw);
 
     /* chat rendering of the bytes as a user message */
-    char *content = malloc(size + 1);
-    memcpy(content, data, size);
-    content[size] = '\0';
+    char *content = fuzz_text(data, size);
+    if (!content)
+        return 0;
     kv_chat_message m[] = {{"system", "s"}, {"user", content}};
     char *chat = kv_chat_render(t, m, 2, size % 2 == 0, size % 3 == 0, &err);
     if (!chat)
