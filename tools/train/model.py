@@ -25,22 +25,43 @@ def decode(ids):
 
 class Config:
     def __init__(self, hidden=128, layers=2, heads=4, kv_heads=2, head_dim=32, ffn=384,
-                 vocab=256 + len(SPECIAL_TOKENS), rope_theta=10000.0, eps=1e-6, max_pos=4096):
+                 vocab=256 + len(SPECIAL_TOKENS), rope_theta=10000.0, rope_scaling=None, eps=1e-6,
+                 max_pos=4096):
         self.hidden, self.layers, self.heads, self.kv_heads = hidden, layers, heads, kv_heads
         self.head_dim, self.ffn, self.vocab = head_dim, ffn, vocab
-        self.rope_theta, self.eps, self.max_pos = rope_theta, eps, max_pos
+        self.rope_theta, self.rope_scaling, self.eps, self.max_pos = rope_theta, rope_scaling, eps, max_pos
 
     def shape(self):
         """The constructor arguments that differ between runs (stored in checkpoints)."""
         return {"hidden": self.hidden, "layers": self.layers, "heads": self.heads,
-                "kv_heads": self.kv_heads, "head_dim": self.head_dim, "ffn": self.ffn}
+                "kv_heads": self.kv_heads, "head_dim": self.head_dim, "ffn": self.ffn,
+                "rope_theta": self.rope_theta, "rope_scaling": self.rope_scaling}
+
+    def inv_freq(self):
+        """RoPE's inverse frequencies, with Llama 3's scaling when rope_scaling asks for it: the
+        wavelengths above original_max/low_freq_factor are stretched by factor, those below
+        original_max/high_freq_factor kept, the band between blended (Hugging Face's formula)."""
+        inv = 1.0 / (self.rope_theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float()
+                                         / self.head_dim))
+        sc = self.rope_scaling
+        if not sc or sc.get("rope_type") != "llama3":
+            return inv
+        factor, lo, hi = sc["factor"], sc["low_freq_factor"], sc["high_freq_factor"]
+        old = sc["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > old / lo, inv / factor, inv)
+        smooth = (old / wavelen - lo) / (hi - lo)
+        blended = (1 - smooth) * scaled / factor + smooth * scaled
+        band = ~(wavelen < old / hi) & ~(wavelen > old / lo)
+        return torch.where(band, blended, scaled)
 
     @classmethod
     def from_hf(cls, hf):
         """The Config of an exported config.json."""
         return cls(hidden=hf["hidden_size"], layers=hf["num_hidden_layers"],
                    heads=hf["num_attention_heads"], kv_heads=hf["num_key_value_heads"],
-                   head_dim=hf["head_dim"], ffn=hf["intermediate_size"])
+                   head_dim=hf["head_dim"], ffn=hf["intermediate_size"],
+                   rope_theta=hf.get("rope_theta", 10000.0), rope_scaling=hf.get("rope_scaling"))
 
     def hf_config(self):
         return {
@@ -49,7 +70,7 @@ class Config:
             "num_attention_heads": self.heads, "num_key_value_heads": self.kv_heads,
             "head_dim": self.head_dim, "intermediate_size": self.ffn, "vocab_size": self.vocab,
             "hidden_act": "silu", "rms_norm_eps": self.eps, "rope_theta": self.rope_theta,
-            "rope_scaling": None, "max_position_embeddings": self.max_pos,
+            "rope_scaling": self.rope_scaling, "max_position_embeddings": self.max_pos,
             "tie_word_embeddings": True, "attention_bias": False, "attention_dropout": 0.0,
             "bos_token_id": EOS_ID, "eos_token_id": EOS_ID, "torch_dtype": "float32",
             "use_cache": True, "use_sliding_window": False, "sliding_window": None,
@@ -128,8 +149,7 @@ class Qwen3Tiny(nn.Module):
         self.embed_tokens = nn.Embedding(c.vocab, c.hidden)
         self.layers = nn.ModuleList(Block(c) for _ in range(c.layers))
         self.norm = RMSNorm(c.hidden, c.eps)
-        inv = 1.0 / (c.rope_theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.int64).float() / c.head_dim))
-        self.register_buffer("inv_freq", inv, persistent=False)
+        self.register_buffer("inv_freq", c.inv_freq(), persistent=False)
         self.reset_parameters()
 
     def reset_parameters(self):

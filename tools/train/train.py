@@ -63,22 +63,28 @@ def needle_at(task, context, question, answers):
     return at + len(tail) if at >= 0 else -1
 
 
-def evicted_context(rng, task, context, question, answers, n_prompt):
+def evicted_context(rng, task, context, question, answers, n_prompt, needle_hide=0.0):
     """Key positions hidden from the answer's tokens, as an evicted cache would hide them: a random
     50-95% of the context outside the first 4 tokens, the last 32 and the needle's neighbourhood.
     The first answer token comes from the full prefill (row n_prompt - 1), so only the rows of
-    the answer's later tokens lose them: the model learns to retrieve whatever else survives."""
+    the answer's later tokens lose them: the model learns to retrieve whatever else survives.
+    needle_hide also hides each position of the answer and the 4 after it with that probability:
+    a head can read a digit at its own position or a few positions later (the layer-0 offsets
+    carry it along), and SnapKV keeps only a few positions past the one the question attended,
+    so the model is pushed to read each digit through more than one such shift."""
     at = needle_at(task, context, question, answers)
     if at < 0:
         return []
     start = len(synth.TEMPLATES[task].split("{context}")[0]) + at   # bytes = tokens
     keep_lo, keep_hi = start - 24, start + len(answers[0]) + 4
     share = rng.uniform(0.5, 0.95)
-    return [t for t in range(4, n_prompt - 32) if not keep_lo <= t < keep_hi and rng.random() < share]
+    return [t for t in range(4, n_prompt - 32)
+            if (rng.random() < share if not keep_lo <= t < keep_hi else
+                needle_hide > 0 and t >= start and rng.random() < needle_hide)]
 
 
 def retrieval_example(rng, task, length, vocab, depth_range=(0.0, 1.0), filler="mixed", extra=0, ctx_w=0.0,
-                      scramble=0.0, evict=0.0):
+                      scramble=0.0, evict=0.0, needle_hide=0.0):
     """(ids, loss mask, hidden): the prompt, then the answer and <|endoftext|>, loss on those only.
     With extra > 0, up to that many further questions on the same context follow, each with its
     answer (more retrieval signal per long context; evaluation asks only the first). With
@@ -103,7 +109,7 @@ def retrieval_example(rng, task, length, vocab, depth_range=(0.0, 1.0), filler="
     if evict and rng.random() < evict:
         n = len(prompt)
         hidden = (n, n + len(encode(answers[0].split()[-1])) + 1,
-                  evicted_context(rng, task, context, question, answers, n))
+                  evicted_context(rng, task, context, question, answers, n, needle_hide))
     return ids, mask, hidden
 
 
@@ -159,7 +165,7 @@ def make_batch(step, a, vocab, mix_start):
             task = rng.choices(TASKS, TASK_WEIGHTS)[0]
             rows.append(retrieval_example(rng, task, length, vocab, extra=rng.randint(0, a.extra_questions),
                                           ctx_w=a.context_loss, scramble=a.scramble_terminator,
-                                          evict=a.evict_sim))
+                                          evict=a.evict_sim, needle_hide=a.evict_needle))
         longest = max(longest, len(rows[-1][0]))
     return pad(rows), length
 
@@ -235,6 +241,14 @@ def fmt_acc(acc):
     return " | ".join(parts)
 
 
+def next_utc(hhmm, now):
+    """The first time at or after `now` whose UTC clock reads HH:MM (a deadline may lie past midnight)."""
+    h, m = (int(x) for x in hhmm.split(":"))
+    day = now - now % 86400
+    t = day + 3600 * h + 60 * m
+    return t if t > now else t + 86400
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=100000, help="stop after this step")
@@ -260,6 +274,13 @@ def main():
                     help="initialise layer 0's query heads to attend 1, 2, ... tokens back (see model.py)")
     ap.add_argument("--freeze-offset-heads", action="store_true",
                     help="and keep those attention patterns fixed while training")
+    ap.add_argument("--offset-pairs", type=int, default=6, help="RoPE pairs the offset heads use (the fastest)")
+    ap.add_argument("--offset-gain", type=float, default=5.0, help="q_norm/k_norm weight on those pairs")
+    ap.add_argument("--rope-theta", type=float, default=10000.0)
+    ap.add_argument("--rope-llama3", metavar="FACTOR,LOW,HIGH,ORIGINAL_MAX",
+                    help="Llama 3 RoPE scaling: stretch the slow pairs by FACTOR, so that layer 1 has "
+                         "dimensions that match content at any distance while layer 0 keeps the fast "
+                         "pairs for its offset heads")
     ap.add_argument("--ramp-steps", type=int, default=1500, help="steps to ramp max length to --max-len")
     ap.add_argument("--max-len", type=int, default=2048)
     ap.add_argument("--induction-share", type=float, default=0.3)
@@ -272,6 +293,9 @@ def main():
                     help="share of passkey/kv examples whose answer is not followed by its usual '.' or newline")
     ap.add_argument("--evict-sim", type=float, default=0.0,
                     help="share of retrieval examples whose answer tokens see an evicted context (layer 1)")
+    ap.add_argument("--evict-needle", type=float, default=0.0,
+                    help="with --evict-sim: also hide each position of the answer and the 4 after it "
+                         "with this probability (see evicted_context)")
     ap.add_argument("--eval-every", type=int, default=100)
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -279,10 +303,16 @@ def main():
     os.makedirs(a.run, exist_ok=True)
     log_path = a.log or os.path.join(a.run, "training_log.txt")
 
-    cfg = Config(heads=a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim)
+    scaling = None
+    if a.rope_llama3:
+        factor, low, high, orig = (float(x) for x in a.rope_llama3.split(","))
+        scaling = {"rope_type": "llama3", "factor": factor, "low_freq_factor": low,
+                   "high_freq_factor": high, "original_max_position_embeddings": int(orig)}
+    cfg = Config(heads=a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim, rope_theta=a.rope_theta,
+                 rope_scaling=scaling)
     model = Qwen3Tiny(cfg)
     if a.init_offset_heads:
-        model.init_offset_heads(tuple(range(1, cfg.heads + 1)))
+        model.init_offset_heads(tuple(range(1, cfg.heads + 1)), pairs=a.offset_pairs, gain=a.offset_gain)
     if a.freeze_offset_heads:
         model.freeze_offset_heads()
     opt = torch.optim.AdamW(model.param_groups(a.lr, a.norm_lr_mult, a.weight_decay), betas=(0.9, 0.95))
@@ -304,8 +334,9 @@ def main():
 
     log(f"# {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC start step={step} args={vars(a)}")
     t0, losses = time.time(), []
+    deadline = next_utc(a.deadline, t0) if a.deadline else None
     while step < a.steps:
-        if a.deadline and time.strftime("%H:%M", time.gmtime()) >= a.deadline:
+        if deadline and time.time() >= deadline:
             log(f"# deadline {a.deadline} reached at step {step}")
             break
         for g in opt.param_groups:                    # short linear warm-up of the learning rate
