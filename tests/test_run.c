@@ -278,12 +278,12 @@ Test(run, sigkill_and_resume_equals_uninterrupted, .timeout = 300)
  * runner, eviction, scorer), a reduced version of the README's demo table
  * (30 samples = 10 per length; the files interleave 1,024/1,536/2,048). At
  * a 128-token budget StreamingLLM, which drops the middle of the context,
- * loses both the pass key and the values; SnapKV (window 32) keeps some
- * pass keys and most values; the full cache finds most pass keys. Measured
- * on the shipped weights: passkey 76.7 / 13.3 / 0.0, key-value 43.3 / 73.3
- * / 0.0 (full / SnapKV / StreamingLLM). The bounds leave room for a few
- * answers that flip on another CPU's float rounding. A regression in the
- * engine or the eviction shows up here. */
+ * loses both the pass key and the values; SnapKV (window 32) keeps the
+ * needle and stays close to the full cache, which finds nearly every pass
+ * key and value. Measured on the shipped weights: passkey 100 / 90 / 0,
+ * key-value 90 / 100 / 0 (full / SnapKV / StreamingLLM). The bounds leave
+ * room for a few answers that flip on another CPU's float rounding. A
+ * regression in the engine or the eviction shows up here. */
 enum { ORDERING_SAMPLES = 30 };
 
 Test(run, trained_model_eviction_ordering, .timeout = 300)
@@ -319,14 +319,15 @@ Test(run, trained_model_eviction_ordering, .timeout = 300)
     double full = csv_score(csv, "full", "synth_passkey");
     double snapkv = csv_score(csv, "snapkv", "synth_passkey");
     double streaming = csv_score(csv, "streaming", "synth_passkey");
-    cr_expect_geq(full, 45.0, "full cache passkey %.2f\n%s", full, csv);
+    cr_expect_geq(full, 90.0, "full cache passkey %.2f\n%s", full, csv);
     cr_expect_geq(full, snapkv, "SnapKV passkey %.2f above full %.2f\n%s", snapkv, full, csv);
-    cr_expect_gt(snapkv, streaming, "SnapKV passkey %.2f vs StreamingLLM %.2f\n%s", snapkv,
-                 streaming, csv);
+    cr_expect_geq(snapkv, 75.0, "SnapKV passkey %.2f\n%s", snapkv, csv);
     cr_expect_leq(streaming, 10.0, "StreamingLLM passkey %.2f\n%s", streaming, csv);
+    double kv_full = csv_score(csv, "full", "synth_kv");
     double kv_snapkv = csv_score(csv, "snapkv", "synth_kv");
     double kv_streaming = csv_score(csv, "streaming", "synth_kv");
-    cr_expect_geq(kv_snapkv, kv_streaming + 30.0, "key-value: SnapKV %.2f vs StreamingLLM %.2f\n%s",
+    cr_expect_geq(kv_full, 80.0, "key-value: full cache %.2f\n%s", kv_full, csv);
+    cr_expect_geq(kv_snapkv, kv_streaming + 50.0, "key-value: SnapKV %.2f vs StreamingLLM %.2f\n%s",
                   kv_snapkv, kv_streaming, csv);
     free(csv);
     tu_rmtree(dir);

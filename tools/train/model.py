@@ -225,6 +225,21 @@ class Qwen3Tiny(nn.Module):
             x = x + L.mlp(x)
         return self.norm(x) @ self.embed_tokens.weight.T
 
+    @torch.no_grad()
+    def attention(self, ids, layer):
+        """The softmax weights [B, heads, T, T] of one layer under the plain causal mask."""
+        T = ids.shape[1]
+        cos, sin = self.rope(torch.arange(T))
+        mask = torch.full((T, T), float("-inf")).triu(1)
+        x = self.embed_tokens(ids)
+        for i, L in enumerate(self.layers[:layer + 1]):
+            q, k, v = L.self_attn.qkv(L.input_layernorm(x), cos, sin)
+            o, p = L.self_attn.attend(q, k, v, mask)
+            if i == layer:
+                return p
+            x = x + o
+            x = x + L.mlp(x)
+
     def param_groups(self, lr, norm_lr_mult, weight_decay):
         """RMSNorm weights (incl. q_norm/k_norm) get norm_lr_mult x the learning rate and no decay:
         q/k norms bound how sharp attention can be, so they must grow for retrieval heads."""

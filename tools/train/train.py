@@ -84,12 +84,14 @@ def evicted_context(rng, task, context, question, answers, n_prompt, needle_hide
 
 
 def retrieval_example(rng, task, length, vocab, depth_range=(0.0, 1.0), filler="mixed", extra=0, ctx_w=0.0,
-                      scramble=0.0, evict=0.0, needle_hide=0.0):
+                      scramble=0.0, evict=0.0, needle_hide=0.0, policy_share=0.0):
     """(ids, loss mask, hidden): the prompt, then the answer and <|endoftext|>, loss on those only.
     With extra > 0, up to that many further questions on the same context follow, each with its
     answer (more retrieval signal per long context; evaluation asks only the first). With
     probability `evict`, hidden = (first row, end row, key positions) that layer 1 hides from the
-    first answer's later tokens (evicted_context); else None."""
+    first answer's later tokens (evicted_context), or, with probability policy_share, (first row,
+    end row, ("snapkv", window, budget)): SnapKV's own choice, made in training from the model's
+    attention at that step (policy_hide); else None."""
     depth = rng.uniform(*depth_range)
     context, question, answers, more = synth.make_sample(task, rng, length, depth, vocab, filler, max(extra, 1))
     more = more[:extra]
@@ -108,8 +110,11 @@ def retrieval_example(rng, task, length, vocab, depth_range=(0.0, 1.0), filler="
     hidden = None
     if evict and rng.random() < evict:
         n = len(prompt)
-        hidden = (n, n + len(encode(answers[0].split()[-1])) + 1,
-                  evicted_context(rng, task, context, question, answers, n, needle_hide))
+        end = n + len(encode(answers[0].split()[-1])) + 1
+        if policy_share and rng.random() < policy_share:
+            hidden = (n, end, ("snapkv", rng.choice((8, 32)), rng.choice((128, 256))))
+        else:
+            hidden = (n, end, evicted_context(rng, task, context, question, answers, n, needle_hide))
     return ids, mask, hidden
 
 
@@ -165,9 +170,10 @@ def make_batch(step, a, vocab, mix_start):
             task = rng.choices(TASKS, TASK_WEIGHTS)[0]
             rows.append(retrieval_example(rng, task, length, vocab, extra=rng.randint(0, a.extra_questions),
                                           ctx_w=a.context_loss, scramble=a.scramble_terminator,
-                                          evict=a.evict_sim, needle_hide=a.evict_needle))
+                                          evict=a.evict_sim, needle_hide=a.evict_needle,
+                                          policy_share=a.evict_policy))
         longest = max(longest, len(rows[-1][0]))
-    return pad(rows), length
+    return pad(rows), length, policy_rows(rows)
 
 
 def pad(rows):
@@ -180,12 +186,40 @@ def pad(rows):
     for i, (r, m, *h) in enumerate(rows):
         ids[i, :len(r)] = torch.tensor(r)
         mask[i, :len(m)] = torch.tensor(m, dtype=torch.float)
-        if h and h[0] and h[0][2]:
+        if h and h[0] and isinstance(h[0][2], list) and h[0][2]:
             if hide is None:
                 hide = torch.zeros((len(rows), 1, T, T))
             r0, r1, cols = h[0]
             hide[i, 0, r0:r1, torch.tensor(cols)] = float("-inf")
     return ids, mask, hide
+
+
+def policy_rows(rows):
+    """(row, first row, end row, window, budget) of the rows whose eviction SnapKV decides."""
+    return [(i, h[0][0], h[0][1], h[0][2][1], h[0][2][2]) for i, (_, _, *h) in enumerate(rows)
+            if h and h[0] and isinstance(h[0][2], tuple)]
+
+
+@torch.no_grad()
+def policy_hide(model, ids, pending, hide):
+    """Add to `hide` what SnapKV would evict from layer 1 for each pending row, judged by the
+    model's own attention now: the last `window` prompt rows' weights summed per head, max-pooled
+    over 7 positions, summed over heads; the first 4 and last 32 prompt positions always stay,
+    and the best budget - 36 others. The needle survives only where the model's attention at
+    the question keeps it, as in a real SnapKV cache."""
+    B, T = ids.shape
+    probs = model.attention(ids[:, :-1], layer=1)
+    if hide is None:
+        hide = torch.zeros((B, 1, T, T))
+    for i, r0, r1, window, budget in pending:
+        n = r0
+        s = probs[i, :, n - window:n, :n].sum(1)
+        s = F.max_pool1d(s[:, None, :], 7, stride=1, padding=3)[:, 0].sum(0)
+        mid, keep = s[4:n - 32], budget - 36
+        if mid.numel() > keep:
+            drop = mid.topk(mid.numel() - keep, largest=False).indices + 4
+            hide[i, 0, r0:r1, drop] = float("-inf")
+    return hide
 
 
 def loss_fn(model, ids, mask, hide=None):
@@ -296,6 +330,9 @@ def main():
     ap.add_argument("--evict-needle", type=float, default=0.0,
                     help="with --evict-sim: also hide each position of the answer and the 4 after it "
                          "with this probability (see evicted_context)")
+    ap.add_argument("--evict-policy", type=float, default=0.0,
+                    help="share of --evict-sim examples whose hidden keys SnapKV chooses from the "
+                         "model's own attention (window 8 or 32, budget 128 or 256; see policy_hide)")
     ap.add_argument("--eval-every", type=int, default=100)
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -341,7 +378,9 @@ def main():
             break
         for g in opt.param_groups:                    # short linear warm-up of the learning rate
             g["lr"] = g["base_lr"] * min(1.0, (step + 1) / 100)
-        (ids, mask, hide), length = make_batch(step, a, vocab, mix_start)
+        (ids, mask, hide), length, pending = make_batch(step, a, vocab, mix_start)
+        if pending:
+            hide = policy_hide(model, ids, pending, hide)
         loss = loss_fn(model, ids, mask, hide)
         opt.zero_grad()
         loss.backward()
