@@ -9,6 +9,12 @@ held-out set (its own seed), logs it, and checkpoints (last and best). The sched
 on the step, and every batch is drawn from an RNG seeded by (seed, step), so `--steps N` from
 scratch reproduces the weights of step N of a longer run.
 
+That recipe alone is not what trains the shipped weights. They also need fixed-offset heads in
+layer 0 (--init-offset-heads --freeze-offset-heads), Llama 3 RoPE scaling so that layer 1 has
+dimensions that do not rotate over 2,048 tokens (--rope-llama3), and simulated eviction
+(--scramble-terminator, --evict-sim, --evict-needle). The README section "Trained demo model"
+gives the exact commands and what each change did.
+
   OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 /usr/bin/python3 tools/train/train.py --steps 3000
   tools/train/export.py --ckpt tools/train/runs/main/best.pt --out models/kvbench-retrieval
 """
