@@ -6,8 +6,10 @@ induction sequences (random segments repeated later, loss on the repeat) mixed i
 prompts of tools/synth; a warm-up of induction only; a length curriculum from 128 tokens up to
 2,048. Every --eval-every steps it measures exact-match accuracy per task and context length on a
 held-out set (its own seed), logs it, and checkpoints (last and best). The schedule depends only
-on the step, and every batch is drawn from an RNG seeded by (seed, step), so `--steps N` from
-scratch reproduces the weights of step N of a longer run.
+on the step, and every batch is drawn from an RNG seeded by (seed, step), so a rerun sees the
+same data. Its weights are not bit-identical, though: a rerun of the shipped chain matched the
+original's log through the induction warm-up and drifted apart once retrieval training began
+(README, "Reproduce").
 
 That recipe alone is not what trains the shipped weights. They also need fixed-offset heads in
 layer 0 (--init-offset-heads --freeze-offset-heads), Llama 3 RoPE scaling so that layer 1 has
