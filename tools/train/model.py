@@ -211,34 +211,22 @@ class Qwen3Tiny(nn.Module):
         emb = torch.cat((ang, ang), dim=-1)
         return emb.cos(), emb.sin()
 
-    def forward(self, ids, hide=None):
+    def forward(self, ids, hide=None, attention_of=None):
         """ids [B, T] -> logits [B, T, V] (causal attention, training and scoring); hide: an
-        additive mask [B, 1, T, T] for the layers after the first (simulated eviction)."""
+        additive mask [B, 1, T, T] for the layers after the first (simulated eviction). With
+        attention_of = i, the softmax weights [B, heads, T, T] of layer i instead."""
         T = ids.shape[1]
         cos, sin = self.rope(torch.arange(T))
         mask = torch.full((T, T), float("-inf")).triu(1)
         x = self.embed_tokens(ids)
         for i, L in enumerate(self.layers):
             q, k, v = L.self_attn.qkv(L.input_layernorm(x), cos, sin)
-            o, _ = L.self_attn.attend(q, k, v, mask if hide is None or i == 0 else mask + hide)
-            x = x + o
-            x = x + L.mlp(x)
-        return self.norm(x) @ self.embed_tokens.weight.T
-
-    @torch.no_grad()
-    def attention(self, ids, layer):
-        """The softmax weights [B, heads, T, T] of one layer under the plain causal mask."""
-        T = ids.shape[1]
-        cos, sin = self.rope(torch.arange(T))
-        mask = torch.full((T, T), float("-inf")).triu(1)
-        x = self.embed_tokens(ids)
-        for i, L in enumerate(self.layers[:layer + 1]):
-            q, k, v = L.self_attn.qkv(L.input_layernorm(x), cos, sin)
-            o, p = L.self_attn.attend(q, k, v, mask)
-            if i == layer:
+            o, p = L.self_attn.attend(q, k, v, mask if hide is None or i == 0 else mask + hide)
+            if i == attention_of:
                 return p
             x = x + o
             x = x + L.mlp(x)
+        return self.norm(x) @ self.embed_tokens.weight.T
 
     def param_groups(self, lr, norm_lr_mult, weight_decay):
         """RMSNorm weights (incl. q_norm/k_norm) get norm_lr_mult x the learning rate and no decay:

@@ -21,6 +21,7 @@ gives the exact commands and what each change did.
   tools/train/export.py --ckpt tools/train/runs/main/best.pt --out models/kvbench-retrieval
 """
 import argparse
+import collections
 import os
 import random
 import sys
@@ -42,6 +43,9 @@ TASK_WEIGHTS = [0.3, 0.4, 0.3]          # key-value is the hardest of the three
 EVAL_LENGTHS = [512, 1024, 2048]
 
 
+# Layer 1's hidden keys left to SnapKV itself, chosen once the batch's attention is known.
+SnapKVPick = collections.namedtuple("SnapKVPick", "window budget")
+
 TERMINATOR_NOISE = "abcdefghijklmnopqrstuvwxyz ,;!?-"
 
 
@@ -49,13 +53,9 @@ def scramble_terminator(rng, task, context, question, answers):
     """The character right after the answer in the context, replaced by a random non-digit: the
     model must then end its answer by itself (5 digits for a pass key, 4 for a value) instead of
     copying the '.' or newline that follows it, which an evicted cache may no longer hold."""
-    if task == "synth_passkey":
-        at = context.find(answers[0])
-    elif task == "synth_kv":                          # "abc:" + value: that key's line only
-        tail = question.split("\n")[-1]
-        at = context.find(tail + answers[0]) + len(tail)
-    else:
+    if task not in ("synth_passkey", "synth_kv"):
         return context
+    at = needle_at(task, context, question, answers)
     end = at + len(answers[0])
     if at <= 0 or end >= len(context):
         return context
@@ -98,7 +98,7 @@ def retrieval_example(rng, task, length, vocab, depth_range=(0.0, 1.0), filler="
     answer (more retrieval signal per long context; evaluation asks only the first). With
     probability `evict`, hidden = (first row, end row, key positions) that layer 1 hides from the
     first answer's later tokens (evicted_context), or, with probability policy_share, (first row,
-    end row, ("snapkv", window, budget)): SnapKV's own choice, made in training from the model's
+    end row, SnapKVPick(window, budget)): SnapKV's own choice, made in training from the model's
     attention at that step (policy_hide); else None."""
     depth = rng.uniform(*depth_range)
     context, question, answers, more = synth.make_sample(task, rng, length, depth, vocab, filler, max(extra, 1))
@@ -120,7 +120,7 @@ def retrieval_example(rng, task, length, vocab, depth_range=(0.0, 1.0), filler="
         n = len(prompt)
         end = n + len(encode(answers[0].split()[-1])) + 1
         if policy_share and rng.random() < policy_share:
-            hidden = (n, end, ("snapkv", rng.choice((8, 32)), rng.choice((128, 256))))
+            hidden = (n, end, SnapKVPick(rng.choice((8, 32)), rng.choice((128, 256))))
         else:
             hidden = (n, end, evicted_context(rng, task, context, question, answers, n, needle_hide))
     return ids, mask, hidden
@@ -194,7 +194,7 @@ def pad(rows):
     for i, (r, m, *h) in enumerate(rows):
         ids[i, :len(r)] = torch.tensor(r)
         mask[i, :len(m)] = torch.tensor(m, dtype=torch.float)
-        if h and h[0] and isinstance(h[0][2], list) and h[0][2]:
+        if h and h[0] and not isinstance(h[0][2], SnapKVPick) and h[0][2]:
             if hide is None:
                 hide = torch.zeros((len(rows), 1, T, T))
             r0, r1, cols = h[0]
@@ -204,8 +204,8 @@ def pad(rows):
 
 def policy_rows(rows):
     """(row, first row, end row, window, budget) of the rows whose eviction SnapKV decides."""
-    return [(i, h[0][0], h[0][1], h[0][2][1], h[0][2][2]) for i, (_, _, *h) in enumerate(rows)
-            if h and h[0] and isinstance(h[0][2], tuple)]
+    return [(i, h[0][0], h[0][1], h[0][2].window, h[0][2].budget) for i, (_, _, *h) in enumerate(rows)
+            if h and h[0] and isinstance(h[0][2], SnapKVPick)]
 
 
 @torch.no_grad()
@@ -216,7 +216,7 @@ def policy_hide(model, ids, pending, hide):
     and the best budget - 36 others. The needle survives only where the model's attention at
     the question keeps it, as in a real SnapKV cache."""
     B, T = ids.shape
-    probs = model.attention(ids[:, :-1], layer=1)
+    probs = model(ids[:, :-1], attention_of=1)
     if hide is None:
         hide = torch.zeros((B, 1, T, T))
     for i, r0, r1, window, budget in pending:
