@@ -27,7 +27,7 @@ static char *render(const kv_tokenizer *t, const kv_chat_message *m, size_t n, b
     return s;
 }
 
-/* ---- Qwen3: every case of ../shared/fixtures/tokenizer-cases/chat_ref.jsonl */
+/* ---- Qwen3: every case of tests/data/tokenizer/cases/chat_ref.jsonl ----- */
 
 static void check_chat_case(const kv_tokenizer *t, const cJSON *j)
 {
@@ -94,9 +94,7 @@ Test(chat, random_conversations_match_jinja_qwen3)
 {
     /* tests/data/tokenizer/chat/NAME.jsonl: rendered by Jinja2 as transformers
      * sets it up (tests/tools/render_chat_jinja.py) */
-    char *dir = tu_shared("fixtures/qwen3-tokenizer");
-    if (!dir)
-        cr_skip_test("fixtures/qwen3-tokenizer missing (../shared absent)");
+    char *dir = tu_data("tokenizer/qwen3");
     kv_tokenizer *t = load_or_die(dir);
     char *path = tu_source("tests/data/tokenizer/chat/qwen3_random.jsonl");
     check_render_file(t, path);
@@ -118,10 +116,8 @@ Test(chat, random_conversations_match_jinja_toy)
 
 Test(chat, qwen3_matches_transformers)
 {
-    char *cases = tu_shared("fixtures/tokenizer-cases/chat_ref.jsonl");
-    char *dir = tu_shared("fixtures/qwen3-tokenizer");
-    if (!cases || !dir)
-        cr_skip_test("fixtures/tokenizer-cases or qwen3-tokenizer missing (../shared absent)");
+    char *cases = tu_data("tokenizer/cases/chat_ref.jsonl");
+    char *dir = tu_data("tokenizer/qwen3");
     kv_tokenizer *t = load_or_die(dir);
     kv_error err = {{0}};
     cr_expect_str_eq(kv_chat_family(t, &err), "qwen3");
@@ -145,9 +141,7 @@ Test(chat, qwen3_keeps_reasoning_of_the_turn_after_the_last_query)
 {
     /* An assistant turn after the last user message keeps its <think> block;
      * earlier ones lose it (transformers' rendering of the Qwen3 template). */
-    char *dir = tu_shared("fixtures/qwen3-tokenizer");
-    if (!dir)
-        cr_skip_test("fixtures/qwen3-tokenizer missing (../shared absent)");
+    char *dir = tu_data("tokenizer/qwen3");
     kv_tokenizer *t = load_or_die(dir);
     kv_chat_message m[] = {{"user", "Q1"},
                            {"assistant", "<think>\nr1\n</think>\n\nA1"},

@@ -1,8 +1,8 @@
 /* datasets/prompt: template substitution byte for byte, protocols.
  *
  * Expected prompts are computed here independently of the registry: the
- * template is read from the spec (../shared/LONGBENCH.md §2.1, the JSON
- * literals of dataset2prompt.json) and filled with a plain find-and-replace,
+ * template is read from upstream's dataset2prompt.json
+ * (tests/data/longbench/upstream) and filled with a plain find-and-replace,
  * which is what Python's str.format does for these templates. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -13,29 +13,19 @@
 #include "prompt.h"
 #include "testutil.h"
 
-/* The template of `task` as the spec quotes it, or NULL without ../shared. */
-static char *spec_template(const char *task)
+/* The template of `task` in upstream's dataset2prompt.json. */
+static char *upstream_template(const char *task)
 {
-    char *path = tu_shared("LONGBENCH.md");
-    if (!path)
-        return NULL;
-    char *md = tu_slurp(path, NULL);
+    char *path = tu_data("longbench/upstream/dataset2prompt.json");
+    char *json = tu_slurp(path, NULL);
     free(path);
-    char key[80];
-    snprintf(key, sizeof key, "\n\"%s\": \"", task);
-    char *at = strstr(strstr(md, "### 2.1"), key);
-    cr_assert(at, "LONGBENCH.md quotes no template for %s", task);
-    at += 1;
-    char *eol = strchr(at, '\n');
-    char *json = NULL;
-    cr_assert_neq(asprintf(&json, "{%.*s}", (int)(eol - at), at), -1);
     cJSON *obj = cJSON_Parse(json);
-    cr_assert(obj && cJSON_IsString(obj->child));
-    char *t = strdup(obj->child->valuestring);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(obj, task);
+    cr_assert(cJSON_IsString(t), "dataset2prompt.json has no template for %s", task);
+    char *tmpl = strdup(t->valuestring);
     cJSON_Delete(obj);
     free(json);
-    free(md);
-    return t;
+    return tmpl;
 }
 
 /* Replaces the one occurrence of `key` in s (which must be there). */
@@ -94,33 +84,29 @@ static void check_file(const char *path, const char *task_name, const char *tmpl
     lb_loader_close(l);
 }
 
-Test(prompt, official_head3_lines_equal_the_spec_substitution)
+Test(prompt, official_head3_lines_equal_the_upstream_substitution)
 {
     const char *tasks[] = {"multi_news", "multifieldqa_zh", "passage_retrieval_zh"};
     for (int i = 0; i < 3; i++) {
         char rel[128];
-        snprintf(rel, sizeof rel, "fixtures/longbench/%s.head3.jsonl", tasks[i]);
-        char *path = tu_shared(rel);
-        char *tmpl = spec_template(tasks[i]);
-        if (!path || !tmpl)
-            cr_skip_test("LongBench fixtures absent (../shared absent)");
+        snprintf(rel, sizeof rel, "longbench/%s.head3.jsonl", tasks[i]);
+        char *path = tu_data(rel);
+        char *tmpl = upstream_template(tasks[i]);
         check_file(path, tasks[i], tmpl, 3);
         free(path);
         free(tmpl);
     }
 }
 
-/* Every sample file shipped in datasets/samples against the spec's template. */
-Test(prompt, shipped_samples_equal_the_spec_substitution)
+/* Every sample file shipped in datasets/samples against upstream's template. */
+Test(prompt, shipped_samples_equal_the_upstream_substitution)
 {
     const char *tasks[] = {"qasper", "multifieldqa_en", "hotpotqa",
                            "trec",   "samsum",          "passage_retrieval_en",
                            "lcc",    "repobench-p",     "multifieldqa_zh"};
     const int counts[] = {3, 2, 1, 2, 1, 1, 1, 1, 1};
     for (int i = 0; i < 9; i++) {
-        char *tmpl = spec_template(tasks[i]);
-        if (!tmpl)
-            cr_skip_test("LONGBENCH.md absent (../shared absent)");
+        char *tmpl = upstream_template(tasks[i]);
         char rel[128];
         snprintf(rel, sizeof rel, "datasets/samples/%s.jsonl", tasks[i]);
         char *path = tu_source(rel);
@@ -130,7 +116,7 @@ Test(prompt, shipped_samples_equal_the_spec_substitution)
     }
 }
 
-/* Without ../shared: whole prompts written out by hand from dataset2prompt.json. */
+/* Whole prompts written out by hand from dataset2prompt.json. */
 static void check_literal(const char *task_name, const char *input, const char *context,
                           const char *want)
 {
@@ -199,7 +185,7 @@ Test(prompt, protocols)
 }
 
 /* LongBench v2: expected prompts made by tests/data/datasets/make_expected.py --v2
- * (v2 pred.py's strip + sequential replace in Python, template from the spec). */
+ * (v2 pred.py's strip + sequential replace in Python, upstream's prompts/0shot*.txt). */
 Test(prompt, v2_substitution_equals_python)
 {
     char *exp = tu_source("tests/data/datasets/v2_expected.jsonl");

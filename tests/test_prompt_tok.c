@@ -1,9 +1,10 @@
 /* datasets/prompt with a tokenizer: pred.py's middle truncation and the chat
  * rules of each protocol.
  *
- * - On the real Qwen3 tokenizer (../shared): byte-for-byte equality with
- *   tests/data/datasets/prompts_expected.jsonl, made by make_expected.py
- *   beside it from the spec's templates and the Python reference tokenizer.
+ * - On the real Qwen3 tokenizer (tests/data/tokenizer/qwen3): byte-for-byte
+ *   equality with tests/data/datasets/prompts_expected.jsonl, made by
+ *   make_expected.py beside it from upstream's dataset2prompt.json and the
+ *   Python reference tokenizer.
  * - On the committed toy tokenizer (always): the rules as invariants. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -39,10 +40,7 @@ static const char *str(cJSON *o, const char *key)
 
 Test(prompt_tok, qwen3_matches_the_reference_byte_for_byte)
 {
-    char *tokdir = tu_shared("fixtures/qwen3-tokenizer");
-    char *head = tu_shared("fixtures/longbench/multi_news.head3.jsonl");
-    if (!tokdir || !head)
-        cr_skip_test("Qwen3 tokenizer or LongBench fixtures absent (../shared absent)");
+    char *tokdir = tu_data("tokenizer/qwen3");
     kv_error err;
     kv_tokenizer *t = kv_tokenizer_load(tokdir, &err);
     cr_assert(t, "%s", err.msg);
@@ -54,7 +52,7 @@ Test(prompt_tok, qwen3_matches_the_reference_byte_for_byte)
         cJSON *e = cJSON_Parse(r->line);
         cr_assert(e);
         const char *file = str(e, "file");
-        char *path = strncmp(file, "fixtures/", 9) == 0 ? tu_shared(file) : tu_source(file);
+        char *path = tu_source(file);
         lb_sample s = load_one(path, str(e, "id"));
         lb_prompt_options o = {.max_length =
                                    (long)cJSON_GetObjectItem(e, "max_length")->valuedouble};
@@ -84,7 +82,6 @@ Test(prompt_tok, qwen3_matches_the_reference_byte_for_byte)
     kv_tokenizer_free(t);
     free(exp_path);
     free(tokdir);
-    free(head);
 }
 
 /* ---- invariants on the committed toy tokenizer ---------------------------------- */
@@ -208,9 +205,7 @@ Test(prompt_tok, truncated_prompt_keeps_both_ends)
 /* pred.py: samsum adds the id of "\n" to EOS; NNCF adds it on every task. */
 Test(prompt_tok, stop_tokens_per_protocol)
 {
-    char *dir = tu_shared("fixtures/qwen3-tokenizer");
-    if (!dir)
-        cr_skip_test("Qwen3 tokenizer absent (../shared absent)");
+    char *dir = tu_data("tokenizer/qwen3");
     kv_error err;
     kv_tokenizer *t = kv_tokenizer_load(dir, &err);
     cr_assert(t, "%s", err.msg);

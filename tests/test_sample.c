@@ -209,10 +209,8 @@ Test(sample, official_head3_files)
     const long lengths[] = {2099, 9593, 6478}; /* "length" of each first line */
     for (int i = 0; i < 3; i++) {
         char rel[128];
-        snprintf(rel, sizeof rel, "fixtures/longbench/%s.head3.jsonl", names[i]);
-        char *path = tu_shared(rel);
-        if (!path)
-            cr_skip_test("LongBench fixtures absent (../shared absent)");
+        snprintf(rel, sizeof rel, "longbench/%s.head3.jsonl", names[i]);
+        char *path = tu_data(rel);
         kv_error err;
         lb_loader *l = lb_loader_open(path, NULL, &err);
         lb_sample s;

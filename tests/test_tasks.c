@@ -1,5 +1,6 @@
-/* datasets/tasks: the registry checked against the specification text
- * (../shared/LONGBENCH.md §1.1 table and §2.1 templates) and its own rules. */
+/* datasets/tasks: the registry checked against upstream LongBench's files
+ * (tests/data/longbench: dataset2prompt.json, dataset2maxlen.json, the v2
+ * prompts, the task table) and its own rules. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -9,20 +10,28 @@
 #include "tasks.h"
 #include "testutil.h"
 
-/* The section of the spec between two headings, as a malloc'd string. */
-static char *spec_section(const char *from, const char *to)
+/* A file of tests/data/longbench as a malloc'd string. */
+static char *data_file(const char *rel)
 {
-    char *path = tu_shared("LONGBENCH.md");
-    if (!path)
-        return NULL;
-    char *md = tu_slurp(path, NULL);
+    char *path = NULL;
+    cr_assert_neq(asprintf(&path, "longbench/%s", rel), -1);
+    char *abs = tu_data(path);
+    char *text = tu_slurp(abs, NULL);
+    free(abs);
     free(path);
-    char *a = strstr(md, from);
-    char *b = a ? strstr(a, to) : NULL;
-    cr_assert(a && b, "LONGBENCH.md has no section %s", from);
-    char *sec = strndup(a, (size_t)(b - a));
-    free(md);
-    return sec;
+    return text;
+}
+
+/* A JSON object file of upstream's LongBench/config/ (tests/data/longbench/upstream). */
+static cJSON *upstream_config(const char *name)
+{
+    char rel[128];
+    snprintf(rel, sizeof rel, "upstream/%s", name);
+    char *text = data_file(rel);
+    cJSON *obj = cJSON_Parse(text);
+    cr_assert(cJSON_IsObject(obj), "%s is not a JSON object", name);
+    free(text);
+    return obj;
 }
 
 Test(tasks, counts_and_unique_names)
@@ -82,49 +91,42 @@ Test(tasks, chat_first_line_and_stop_rules)
     }
 }
 
-/* Every template equals the JSON string of dataset2prompt.json as the spec
- * quotes it, decoded by cJSON. */
-Test(tasks, templates_equal_the_spec)
+/* Every template equals upstream's dataset2prompt.json, and every task of
+ * it is in the registry. */
+Test(tasks, templates_equal_upstream)
 {
-    char *sec = spec_section("### 2.1", "### 2.2");
-    if (!sec)
-        cr_skip_test("LONGBENCH.md absent (../shared absent)");
+    cJSON *prompts = upstream_config("dataset2prompt.json");
     size_t checked = 0;
-    for (char *line = strtok(sec, "\n"); line; line = strtok(NULL, "\n")) {
-        if (line[0] != '"')
-            continue;
-        char *json = NULL;
-        cr_assert_neq(asprintf(&json, "{%s}", line), -1);
-        cJSON *obj = cJSON_Parse(json);
-        cr_assert(obj && obj->child && cJSON_IsString(obj->child), "bad spec line %s", line);
-        const lb_task *t = lb_task_find(obj->child->string);
-        cr_assert(t, "task %s of the spec is not in the registry", obj->child->string);
-        cr_assert_str_eq(t->prompt, obj->child->valuestring, "%s: template differs", t->name);
+    for (const cJSON *p = prompts->child; p; p = p->next) {
+        const lb_task *t = lb_task_find(p->string);
+        cr_assert(t, "task %s of dataset2prompt.json is not in the registry", p->string);
+        cr_assert(cJSON_IsString(p));
+        cr_assert_str_eq(t->prompt, p->valuestring, "%s: template differs", t->name);
         checked++;
-        cJSON_Delete(obj);
-        free(json);
     }
     cr_assert_eq(checked, 21);
-    free(sec);
+    cJSON_Delete(prompts);
 }
 
-/* The §1.1 table: | dataset | category | metric | max_gen | n | language | E counts | */
-Test(tasks, numbers_equal_the_spec_table)
+/* max_new_tokens from upstream's dataset2maxlen.json; metric, sample counts
+ * and LongBench-E counts from tests/data/longbench/tasks.md:
+ * | dataset | metric | n | E counts 0-4k/4-8k/8k+ | */
+Test(tasks, numbers_equal_upstream)
 {
-    char *sec = spec_section("### 1.1", "### 1.2");
-    if (!sec)
-        cr_skip_test("LONGBENCH.md absent (../shared absent)");
+    cJSON *maxlen = upstream_config("dataset2maxlen.json");
+    char *table = data_file("tasks.md");
     size_t rows = 0, e_rows = 0;
-    for (char *line = strtok(sec, "\n"); line; line = strtok(NULL, "\n")) {
+    for (char *line = strtok(table, "\n"); line; line = strtok(NULL, "\n")) {
         char name[64], metric[64], e[64];
-        int max_gen, n;
-        if (sscanf(line, "| %63s | %*[^|] | %63s | %d | %d | %*[^|] | %63[^|]|", name, metric,
-                   &max_gen, &n, e) != 5)
+        int n;
+        if (sscanf(line, "| %63s | %63s | %d | %63[^|]|", name, metric, &n, e) != 4)
             continue;
         const lb_task *t = lb_task_find(name);
-        cr_assert(t, "task %s of the spec table is not in the registry", name);
+        cr_assert(t, "task %s of tasks.md is not in the registry", name);
         cr_assert_str_eq(t->metric, metric, "%s", name);
-        cr_assert_eq(t->max_new_tokens, max_gen, "%s", name);
+        const cJSON *max_gen = cJSON_GetObjectItemCaseSensitive(maxlen, name);
+        cr_assert(cJSON_IsNumber(max_gen), "dataset2maxlen.json has no %s", name);
+        cr_assert_eq(t->max_new_tokens, max_gen->valueint, "%s", name);
         cr_assert_eq(t->n_samples, n, "%s", name);
         rows++;
         int a, b, c;
@@ -140,31 +142,24 @@ Test(tasks, numbers_equal_the_spec_table)
         }
     }
     cr_assert_eq(rows, 21);
+    cr_assert_eq(cJSON_GetArraySize(maxlen), 21);
     cr_assert_eq(e_rows, 13);
-    free(sec);
+    free(table);
+    cJSON_Delete(maxlen);
 }
 
-/* LongBench v2 templates: §7 quotes prompts/0shot*.txt as JSON strings. */
-Test(tasks, v2_templates_equal_the_spec)
+/* LongBench v2 templates: upstream's prompts/0shot*.txt, byte for byte. */
+Test(tasks, v2_templates_equal_upstream)
 {
-    char *sec = spec_section("## 7.", "## 8.");
-    if (!sec)
-        cr_skip_test("LONGBENCH.md absent (../shared absent)");
-    const char *files[] = {"0shot.txt: ", "0shot_cot.txt: ", "0shot_cot_ans.txt: ",
-                           "0shot_no_context.txt: ", "0shot_rag.txt: "};
+    const char *files[] = {"0shot", "0shot_cot", "0shot_cot_ans", "0shot_no_context", "0shot_rag"};
     const char *tasks[] = {"v2", "v2_cot", "v2_cot_ans", "v2_no_context", "v2_rag"};
     for (int i = 0; i < 5; i++) {
-        char *at = strstr(sec, files[i]);
-        cr_assert(at, "LONGBENCH.md §7 has no %s", files[i]);
-        at += strlen(files[i]);
-        char *json = strndup(at, strcspn(at, "\n"));
-        cJSON *v = cJSON_Parse(json);
-        cr_assert(cJSON_IsString(v), "%s", json);
+        char rel[128];
+        snprintf(rel, sizeof rel, "upstream/prompts/%s.txt", files[i]);
+        char *want = data_file(rel);
         const lb_task *t = lb_task_find(tasks[i]);
         cr_assert(t && t->family == LB_FAMILY_V2 && t->template_kind == LB_TEMPLATE_DOLLARS);
-        cr_assert_str_eq(t->prompt, v->valuestring, "%s", tasks[i]);
-        cJSON_Delete(v);
-        free(json);
+        cr_assert_str_eq(t->prompt, want, "%s", tasks[i]);
+        free(want);
     }
-    free(sec);
 }

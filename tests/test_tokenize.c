@@ -110,10 +110,8 @@ Test(tokenize, chat_renders_the_template_first)
 
 Test(tokenize, chat_jsonl_of_qwen3_matches_transformers)
 {
-    char *cases = tu_shared("fixtures/tokenizer-cases/chat_ref.jsonl");
-    char *dir = tu_shared("fixtures/qwen3-tokenizer");
-    if (!cases || !dir)
-        cr_skip_test("fixtures/tokenizer-cases or qwen3-tokenizer missing (../shared absent)");
+    char *cases = tu_data("tokenizer/cases/chat_ref.jsonl");
+    char *dir = tu_data("tokenizer/qwen3");
     tu_result r = tu_kvbench("tokenize", "--model", dir, "--chat", "--jsonl", cases, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     char *ref = tu_slurp(cases, NULL);

@@ -21,13 +21,10 @@ static kv_tokenizer *load_or_die(const char *dir)
     return t;
 }
 
-/* The real Qwen3 tokenizer from ../shared, or NULL (the caller skips). */
+/* The real Qwen3 tokenizer (tests/data/tokenizer/qwen3). */
 static kv_tokenizer *qwen3(void)
 {
-    char *dir = tu_shared("fixtures/qwen3-tokenizer/tokenizer.json");
-    if (!dir)
-        return NULL;
-    *strrchr(dir, '/') = '\0';
+    char *dir = tu_data("tokenizer/qwen3");
     kv_tokenizer *t = load_or_die(dir);
     free(dir);
     return t;
@@ -41,11 +38,6 @@ static kv_tokenizer *toy_tokenizer(void)
     free(dir);
     return t;
 }
-
-#define QWEN3_OR_SKIP(t)                                                                           \
-    kv_tokenizer *t = qwen3();                                                                     \
-    if (!t)                                                                                        \
-    cr_skip_test("fixtures/qwen3-tokenizer missing (../shared absent)")
 
 /* Calls fn(line, ctx) for every JSON line of a file. */
 static void each_json_line(const char *path, void (*fn)(const cJSON *, void *), void *ctx)
@@ -121,10 +113,9 @@ static void check_case(const cJSON *j, void *ctx)
 
 Test(tokenizer, qwen3_corpus_matches_hugging_face)
 {
-    QWEN3_OR_SKIP(t);
-    char *texts = tu_shared("fixtures/tokenizer-cases/corpus.jsonl");
-    char *refs = tu_shared("fixtures/tokenizer-cases/corpus_ref.jsonl");
-    cr_assert(texts && refs, "fixtures/tokenizer-cases missing next to qwen3-tokenizer");
+    kv_tokenizer *t = qwen3();
+    char *texts = tu_data("tokenizer/cases/corpus.jsonl");
+    char *refs = tu_data("tokenizer/cases/corpus_ref.jsonl");
     corpus c = {cJSON_CreateObject(), t, 0};
     each_json_line(texts, collect_text, &c);
     each_json_line(refs, check_case, &c);
@@ -137,7 +128,7 @@ Test(tokenizer, qwen3_corpus_matches_hugging_face)
 
 Test(tokenizer, qwen3_vocabulary_and_special_tokens)
 {
-    QWEN3_OR_SKIP(t);
+    kv_tokenizer *t = qwen3();
     cr_expect_eq(kv_tokenizer_vocab_size(t), 151669);
     cr_expect_eq(kv_tokenizer_token_id(t, "<|im_start|>"), 151644);
     cr_expect_eq(kv_tokenizer_token_id(t, "<|im_end|>"), 151645);
@@ -157,7 +148,7 @@ Test(tokenizer, qwen3_vocabulary_and_special_tokens)
 
 Test(tokenizer, qwen3_skip_special_drops_only_special_tokens)
 {
-    QWEN3_OR_SKIP(t);
+    kv_tokenizer *t = qwen3();
     const char *text = "<|im_start|>user\n<think>x</think><tool_call><|endoftext|>";
     size_t n;
     int32_t *ids = encode(t, text, strlen(text), &n);
@@ -173,7 +164,7 @@ Test(tokenizer, qwen3_skip_special_drops_only_special_tokens)
 
 Test(tokenizer, qwen3_partial_utf8_decodes_to_replacement_characters)
 {
-    QWEN3_OR_SKIP(t);
+    kv_tokenizer *t = qwen3();
     /* "€" is E2 82 AC; its first byte alone, then the two others alone */
     int32_t e2 = kv_tokenizer_token_id(t, "â"), b82 = kv_tokenizer_token_id(t, "Ĥ");
     cr_assert(e2 >= 0 && b82 >= 0);
@@ -322,10 +313,7 @@ Test(tokenizer, random_texts_match_hugging_face_js_toy_and_bytes)
 
 Test(tokenizer, random_texts_match_hugging_face_js_qwen3)
 {
-    char *dir = tu_shared("fixtures/qwen3-tokenizer/tokenizer.json");
-    if (!dir)
-        cr_skip_test("fixtures/qwen3-tokenizer missing (../shared absent)");
-    *strrchr(dir, '/') = '\0';
+    char *dir = tu_data("tokenizer/qwen3");
     check_ref_file(dir, "tests/data/tokenizer/random_qwen3.jsonl");
     free(dir);
 }
@@ -334,7 +322,7 @@ Test(tokenizer, random_texts_match_hugging_face_js_qwen3)
 
 typedef struct lb_case {
     const kv_tokenizer *t;
-    const char *dir; /* ../shared/fixtures/longbench */
+    const char *dir; /* tests/data/longbench */
     int checked;
 } lb_case;
 
@@ -370,11 +358,8 @@ static void check_longbench_case(const cJSON *j, void *ctx)
 
 Test(tokenizer, longbench_samples_match_hugging_face_js)
 {
-    char *dir = tu_shared("fixtures/longbench/multi_news.head3.jsonl");
-    if (!dir)
-        cr_skip_test("fixtures/longbench missing (../shared absent)");
-    *strrchr(dir, '/') = '\0';
-    QWEN3_OR_SKIP(t);
+    char *dir = tu_data("longbench");
+    kv_tokenizer *t = qwen3();
     char *refs = tu_source("tests/data/tokenizer/longbench_qwen3.jsonl");
     lb_case c = {t, dir, 0};
     each_json_line(refs, check_longbench_case, &c);
@@ -465,7 +450,7 @@ Test(tokenizer, template_processing_adds_its_tokens_only_when_asked)
 
 Test(tokenizer, qwen3_adds_no_special_tokens)
 {
-    QWEN3_OR_SKIP(t);
+    kv_tokenizer *t = qwen3();
     size_t n1, n2;
     kv_error err = {{0}};
     int32_t *a = encode(t, "Hello world", 11, &n1), *b;

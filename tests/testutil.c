@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -107,16 +106,6 @@ static char *join_env(const char *var, const char *rel)
     return p;
 }
 
-char *tu_shared(const char *rel)
-{
-    char *p = join_env("KVB_SHARED", rel);
-    struct stat st;
-    if (p && stat(p, &st) == 0)
-        return p;
-    free(p);
-    return NULL;
-}
-
 char *tu_source(const char *rel)
 {
     char *p = join_env("KVB_SOURCE", rel);
@@ -125,4 +114,14 @@ char *tu_source(const char *rel)
         abort();
     }
     return p;
+}
+
+char *tu_data(const char *rel)
+{
+    char *p = NULL;
+    if (asprintf(&p, "tests/data/%s", rel) < 0)
+        abort();
+    char *abs = tu_source(p);
+    free(p);
+    return abs;
 }

@@ -1,5 +1,5 @@
 /* Helpers shared by the Criterion tests: running the kvbench binary,
- * temporary folders, and locating ../shared fixtures. */
+ * temporary folders, and locating files of the source tree. */
 #ifndef KB_TESTUTIL_H
 #define KB_TESTUTIL_H
 
@@ -22,11 +22,10 @@ void tu_result_free(tu_result *r);
 char *tu_mkdtemp(void);
 void tu_rmtree(const char *path);
 
-/* Absolute path of a file under ../shared, or NULL when ../shared (or the
- * file) is missing: then the caller skips with a visible message. */
-char *tu_shared(const char *rel);
 /* Absolute path of a file in the source tree. */
 char *tu_source(const char *rel);
+/* Absolute path of a file under tests/data (see tests/data/README.md). */
+char *tu_data(const char *rel);
 
 /* Whole file as a NUL-terminated string (abort on failure). */
 char *tu_slurp(const char *path, size_t *len);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make_fixtures.sh — regenerate the engine's committed test fixtures.
 #
-#   tools/make_fixtures.sh [SHARED_REFERENCE_DIR]   (default ../shared/reference)
+#   tools/make_fixtures.sh [REFERENCE_DIR]   (default tests/tools/reference)
 #
 # Writes tests/data/models/<name>/: a tiny random Hugging Face model folder from
 # make_tiny_qwen3.py, plus the reference outputs of qwen3_ref.py (PyTorch, f32):
@@ -15,7 +15,7 @@
 # tests read only the committed files, never Python.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-REF=$(realpath "${1:-../shared/reference}")
+REF=$(realpath "${1:-tests/tools/reference}")
 OUT=tests/data/models
 PY=/usr/bin/python3
 rm -rf "$OUT"

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Float64 reference of strategy per_head (EVICTION.md decision 8) for the e2e fixtures.
+"""Float64 reference of strategy per_head (docs/eviction.md, per-head strategy) for the e2e fixtures.
 
     tools/ref_per_head.py REFERENCE_DIR MODEL_DIR PROMPT_IDS CONFIG_JSON OUT_PREFIX
 
@@ -10,8 +10,8 @@ decode step while a layer holds more than M slots. Kept keys are rotated by (new
 new tokens keep their absolute positions. Greedy, 32 new tokens, EOS ignored. Writes
 OUT_PREFIX.trace.jsonl ({"step", "layer", "kept_positions": [per KV head]}),
 OUT_PREFIX.tokens.json and OUT_PREFIX.logits.npy (float32 [32, vocab]: the logits that chose each
-token), as tests/data/eviction expects. Written from the spec, independent of the C code; reuses only the shared
-qwen3_ref.py weights and helpers.
+token), as tests/data/eviction expects. Written from the semantics, independent of the C code; reuses only
+tests/tools/reference/qwen3_ref.py's weights and helpers.
 """
 import json
 import sys

@@ -1,6 +1,6 @@
 // Reference ids for tokenizer test texts from Hugging Face's JS port of
 // tokenizers (npm @huggingface/tokenizers 0.2.0), which agrees with the Rust
-// core on all code points of Unicode <= 16 (../shared/TOKENIZER.md).
+// core on all code points of Unicode <= 16 (docs/tokenizer.md).
 //
 //   npm install @huggingface/tokenizers@0.2.0
 //   node encode_js.mjs MODEL_DIR texts.jsonl > ref.jsonl

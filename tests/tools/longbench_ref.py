@@ -2,7 +2,7 @@
 
 LongBench's eval.py needs `rouge` (PyPI 1.0.1) and `fuzzywuzzy`, which Debian
 does not package without python-Levenshtein; this file re-creates the code
-paths eval.py runs, written from ../shared/LONGBENCH.md §3-5: metrics.py's
+paths eval.py runs, written from the semantics in docs/longbench.md: metrics.py's
 functions, rouge 1.0.1's Rouge-L (all three metrics are computed, like
 Rouge().get_scores does, with its recursive LCS backtrack), fuzz.ratio on
 difflib, and jieba from python3-jieba.

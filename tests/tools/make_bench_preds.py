@@ -2,7 +2,7 @@
 
     /usr/bin/python3 tests/tools/make_bench_preds.py OUT_DIR
 
-Text comes from the real LongBench samples in ../shared/fixtures/longbench
+Text comes from the real LongBench samples in tests/data/longbench
 (multi_news for English, multifieldqa_zh / passage_retrieval_zh for Chinese):
 predictions and answers are random runs of its sentences, sized like real
 model outputs (summaries of 100-500 words against 300-700 word references,
@@ -14,7 +14,7 @@ import random
 import re
 import sys
 
-FIX = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "fixtures", "longbench")
+FIX = os.path.join(os.path.dirname(__file__), "..", "data", "longbench")
 out = sys.argv[1]
 os.makedirs(out, exist_ok=True)
 rng = random.Random(2024)

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""Check an exported folder against the reference implementation in ../shared/reference:
+"""Check an exported folder against the reference implementation in tests/tools/reference:
 the tokenizer.json encodes every evaluation prompt like the training code, and qwen3_ref.py's
 logits and greedy answers agree with this package's model on a few prompts of each task.
 
-  tools/train/check_export.py --model models/kvbench-retrieval [--ref ../shared/reference]
+  tools/train/check_export.py --model models/kvbench-retrieval [--ref tests/tools/reference]
 """
 import argparse
 import json
@@ -24,7 +24,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="models/kvbench-retrieval")
     ap.add_argument("--data", default="datasets/synthetic")
-    ap.add_argument("--ref", default="/work/shared/reference")
+    ap.add_argument("--ref", default=os.path.join(HERE, "..", "..", "tests", "tools", "reference"))
     ap.add_argument("--per-task", type=int, default=3)
     a = ap.parse_args()
     torch.set_num_threads(1)

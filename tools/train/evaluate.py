@@ -2,7 +2,7 @@
 """Greedy evaluation of the demo model on datasets/synthetic, with full cache or emulated eviction.
 
 An independent PyTorch check of what kvbench's C runner should measure: prefill with full
-attention, then (like the NNCF reference, EVICTION.md section 2) keep per layer the first S slots,
+attention, then (like the NNCF reference, docs/eviction.md) keep per layer the first S slots,
 the I highest-scoring middle slots and the last R slots, sharing one kept set across KV heads;
 scores are summed over query heads. H2O sums every query row; SnapKV sums the last W prompt rows
 after a per-head centred max-pool of 7 at prefill, then accumulates like H2O while decoding;

@@ -1,6 +1,6 @@
 """A small Qwen3-architecture causal LM in plain PyTorch (CPU), shared by training, export and eval.
 
-Same maths as Hugging Face's Qwen3 (and /work/shared/reference/qwen3_ref.py): pre-norm blocks,
+Same maths as Hugging Face's Qwen3 (and tests/tools/reference/qwen3_ref.py): pre-norm blocks,
 per-head RMSNorm on queries and keys before NeoX-style RoPE, grouped-query attention, SwiGLU MLP,
 tied embeddings. Tokens are bytes: id = byte value, then the special tokens.
 """

@@ -2,7 +2,7 @@
 """Writes tests/data/report/example/{run.json,scores.json}: a HAND-MADE run of
 configs/nightly.json for the report screenshot and tests. The scores are
 invented (the full-cache row is the PyramidKV paper's Llama-3-8B FullKV row,
-LONGBENCH.md §9; compressed rows lose a made-up amount that shrinks with the
+as published in the paper; compressed rows lose a made-up amount that shrinks with the
 budget). Nothing here is a measurement.
 
 usage: make_example.py KVBENCH_BINARY"""
