@@ -15,6 +15,7 @@ PACKAGES=(
   gcc meson ninja-build pkg-config git
   libcjson-dev libcurl4-openssl-dev libpcre2-dev libopenblas-dev
   libcriterion-dev libutf8proc-dev libzip-dev
+  libssl-dev           # libcrypto's SHA-256 for downloads (libcurl already loads libcrypto)
   python3-jieba        # jieba's dictionary and HMM tables, read by the Chinese scorers
 )
 

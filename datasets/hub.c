@@ -83,6 +83,8 @@ typedef struct xfer {
     long long range_start; /* from Content-Range, -1 if none */
     uint64_t size;         /* whole file size when known, else 0 */
     char linked_sha[65];   /* X-Linked-Etag: the LFS sha256, kept across redirects */
+    lb_sha256 sha;         /* of the .part's bytes, fed as they are written */
+    uint64_t hashed;       /* how many bytes of the .part sha has seen */
     bool bad_range;        /* a 206 that does not continue our bytes */
     int io_errno;          /* a failed local write */
 } xfer;
@@ -157,8 +159,11 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ctx)
             return 0;
         }
         /* 200 is the whole file even if we asked for a range: start over. */
-        if (x->status == 200)
+        if (x->status == 200) {
             x->offset = 0;
+            lb_sha256_reset(&x->sha);
+            x->hashed = 0;
+        }
         x->fp = fopen(x->part, x->status == 200 ? "wb" : "ab");
         if (!x->fp) {
             x->io_errno = errno;
@@ -169,6 +174,8 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ctx)
         x->io_errno = errno ? errno : EIO;
         return 0;
     }
+    lb_sha256_update(&x->sha, data, n);
+    x->hashed += n;
     return n;
 }
 
@@ -226,8 +233,26 @@ static outcome http_failure(const lb_hub *h, long status, const char *url, kv_er
     return FAILED;
 }
 
+/* Makes x->sha cover exactly the .part's bytes. They normally are (every
+ * byte written was fed); a .part left by an earlier run or cut by a failed
+ * write is read back once. */
+static int sync_hash(xfer *x, kv_error *err)
+{
+    uint64_t have = file_size(x->part);
+    if (x->hashed == have)
+        return 0;
+    lb_sha256_reset(&x->sha);
+    x->hashed = 0;
+    if (have > 0 && lb_sha256_update_file(&x->sha, x->part, err) < 0)
+        return -1;
+    x->hashed = have;
+    return 0;
+}
+
 static outcome attempt(const lb_hub *h, CURL *c, const char *url, xfer *x, kv_error *err)
 {
+    if (sync_hash(x, err) < 0)
+        return FAILED;
     x->offset = file_size(x->part);
     x->status = 0;
     x->fp = NULL;
@@ -377,11 +402,13 @@ static int make_parents(const char *path, kv_error *err)
     return 0;
 }
 
-static int verify(const char *part, const char *want, lb_hub_result *res, kv_error *err)
+static int verify(xfer *x, const char *want, lb_hub_result *res, kv_error *err)
 {
-    char got[65];
-    if (lb_sha256_file(part, got, err) < 0)
+    const char *part = x->part;
+    if (sync_hash(x, err) < 0)
         return -1;
+    char got[65];
+    lb_sha256_hex(&x->sha, got);
     if (strcasecmp(got, want) != 0) {
         unlink(part);
         return kv_fail(err,
@@ -420,10 +447,15 @@ int lb_hub_download(const lb_hub *h, const char *url, const char *dest, const ch
         return kv_fail(err, "out of memory");
     const char *slash = strrchr(dest, '/');
     xfer x = {.hub = h, .part = part, .name = slash ? slash + 1 : dest};
+    if (lb_sha256_init(&x.sha, err) < 0) {
+        free(part);
+        return -1;
+    }
     int rc = transfer(h, url, &x, res, err);
     const char *want = expect_sha256 ? expect_sha256 : x.linked_sha[0] ? x.linked_sha : NULL;
     if (rc == 0 && want)
-        rc = verify(part, want, res, err);
+        rc = verify(&x, want, res, err);
+    lb_sha256_free(&x.sha);
     if (rc == 0 && rename(part, dest) != 0)
         rc = kv_fail(err, "cannot rename %s to %s: %s", part, dest, strerror(errno));
     if (rc == 0)

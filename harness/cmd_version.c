@@ -3,6 +3,7 @@
 #include <cblas.h>
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <utf8proc.h>
 #include <zip.h>
@@ -26,6 +27,7 @@ static int run(const kb_args *a)
     pcre2_config(PCRE2_CONFIG_VERSION, pcre);
     printf("cJSON %s\n", cJSON_Version());
     printf("%s\n", curl_version());
+    printf("%s\n", OpenSSL_version(OPENSSL_VERSION));
     printf("PCRE2 %s\n", pcre);
     printf("utf8proc %s\n", utf8proc_version());
     printf("libzip %s\n", zip_libzip_version());

@@ -49,6 +49,7 @@ Test(cli, version_prints_version)
     cr_assert_eq(r.status, 0);
     cr_assert(strstr(r.out, "OpenBLAS"));
     cr_assert(strstr(r.out, "cJSON"));
+    cr_assert(strstr(r.out, "OpenSSL 3."), "%s", r.out);
     tu_result_free(&r);
 }
 

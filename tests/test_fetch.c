@@ -141,9 +141,11 @@ static char *slurp_copy(const char *path, size_t *len)
 static void sha_hex(const char *data, size_t n, char hex[65])
 {
     lb_sha256 c;
-    lb_sha256_init(&c);
+    kv_error err;
+    cr_assert_eq(lb_sha256_init(&c, &err), 0, "%s", err.msg);
     lb_sha256_update(&c, data, n);
     lb_sha256_hex(&c, hex);
+    lb_sha256_free(&c);
 }
 
 Test(fetch, longbench_downloads_and_unpacks)
