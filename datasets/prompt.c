@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "chat.h"
+#include "utf8.h"
 
 int lb_protocol_parse(const char *name, lb_protocol *out, kv_error *err)
 {
@@ -93,50 +94,6 @@ static int format_braces(const lb_task *task, const lb_sample *s, kv_strbuf *out
 
 /* ---- LongBench v2: $DOC$ $Q$ $C_A$..$C_D$ $COT$ ------------------------------------ */
 
-/* Python's str.isspace() for one code point (LONGBENCH.md §4: the 29 WS code points). */
-static bool py_space(unsigned cp)
-{
-    return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
-           cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
-           cp == 0x202F || cp == 0x205F || cp == 0x3000;
-}
-
-/* Decodes the UTF-8 sequence at s (length *n out); invalid bytes read as one
- * non-space unit, which is all strip needs. */
-static unsigned utf8_at(const unsigned char *s, size_t left, size_t *n)
-{
-    unsigned c = s[0];
-    size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (k == 0 || k > left) {
-        *n = 1;
-        return 0xFFFD;
-    }
-    unsigned cp = k == 1 ? c : c & (0x7F >> k);
-    for (size_t i = 1; i < k; i++) {
-        if ((s[i] & 0xC0) != 0x80) {
-            *n = 1;
-            return 0xFFFD;
-        }
-        cp = cp << 6 | (s[i] & 0x3F);
-    }
-    *n = k;
-    return cp;
-}
-
-/* str.strip(): [*a, *b) of s without leading and trailing whitespace. */
-static void py_strip(const char *s, const char **a, const char **b)
-{
-    const unsigned char *p = (const unsigned char *)s, *end = p + strlen(s), *last = p;
-    size_t n;
-    while (p < end && py_space(utf8_at(p, (size_t)(end - p), &n)))
-        p += n;
-    *a = (const char *)p;
-    for (const unsigned char *q = p; q < end; q += n)
-        if (!py_space(utf8_at(q, (size_t)(end - q), &n)))
-            last = q + n;
-    *b = (const char *)(last > p ? last : p);
-}
-
 /* Python's text.replace(key, value): every occurrence, left to right. */
 static int replace_all(kv_strbuf *text, const char *key, const char *value, size_t vlen)
 {
@@ -173,9 +130,9 @@ static int format_dollars(const lb_task *task, const lb_sample *s, kv_strbuf *ou
     for (int i = 0; i < 7; i++) {
         if (i == 6 && !wants_cot)
             break;
-        const char *a, *b;
-        py_strip(values[i], &a, &b);
-        if (replace_all(out, keys[i], a, (size_t)(b - a)) < 0)
+        size_t a, b; /* v2's pred.py strips every field */
+        kv_utf8_py_strip(values[i], strlen(values[i]), &a, &b);
+        if (replace_all(out, keys[i], values[i] + a, b - a) < 0)
             return kv_fail(err, "out of memory building a %s prompt", task->name);
     }
     return 0;

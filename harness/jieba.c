@@ -101,7 +101,7 @@ static int add_dict_line(kb_jieba *j, char *line, size_t len, long lineno, int64
     e->value = freq; /* a repeated word: the last line wins, as in the dict() */
     *total += freq;
     for (size_t i = 0; i < wlen;) {
-        kb_utf8_next(line, wlen, &i);
+        kv_utf8_next(line, wlen, &i);
         if (!kb_strmap_upsert(&j->freq, line, i, 0, &added))
             return kv_fail(err, "out of memory reading %s", path);
     }
@@ -186,7 +186,7 @@ static int read_char_literal(pyreader *r, uint32_t *cp)
         }
     } else {
         size_t i = 0;
-        *cp = kb_utf8_next(r->s, (size_t)(r->end - r->s), &i);
+        *cp = kv_utf8_next(r->s, (size_t)(r->end - r->s), &i);
         r->s += i;
     }
     if (r->s >= r->end || *r->s != q)
@@ -647,7 +647,7 @@ static int cut_dag(const kb_jieba *j, work *w, size_t from, size_t to)
         if (work_reserve(w, n + 1) < 0)
             return -1;
         w->off[n] = i;
-        w->cp[n] = kb_utf8_next(w->s, to, &i);
+        w->cp[n] = kv_utf8_next(w->s, to, &i);
     }
     w->off[n] = to;
     if (build_dag(j, w, n) < 0)
@@ -677,7 +677,7 @@ static int cut_other(work *w, size_t from, size_t to)
         if (w->s[i] == '\r' && i + 1 < to && w->s[i + 1] == '\n')
             i += 2;
         else
-            kb_utf8_next(w->s, to, &i);
+            kv_utf8_next(w->s, to, &i);
         if (spans_push(w->out, at, i - at) < 0)
             return -1;
     }
@@ -690,11 +690,11 @@ int kb_jieba_cut(const kb_jieba *j, const char *s, size_t n, kb_spans *out)
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0;) {
         size_t at = i;
-        bool han = in_han_default(kb_utf8_next(s, n, &i));
+        bool han = in_han_default(kv_utf8_next(s, n, &i));
         size_t end = i;
         while (end < n) {
             size_t k = end;
-            if (in_han_default(kb_utf8_next(s, n, &k)) != han)
+            if (in_han_default(kv_utf8_next(s, n, &k)) != han)
                 break;
             end = k;
         }

@@ -176,7 +176,7 @@ static int split_ws(const kb_text *t, kb_spans *out)
     bool in_word = false;
     for (size_t i = 0; i < t->len;) {
         size_t at = i;
-        bool ws = kb_py_isspace(kb_utf8_next(t->data, t->len, &i));
+        bool ws = kv_utf8_py_isspace(kv_utf8_next(t->data, t->len, &i));
         if (ws && in_word) {
             if (span_push(out, start, at - start) < 0)
                 return -1;
@@ -237,7 +237,7 @@ static size_t article_at(const char *s, size_t n, size_t at, bool prev_word)
         if (n - at < len || memcmp(s + at, articles[k], len) != 0)
             continue;
         size_t after = at + len;
-        if (after == n || !kb_py_isword(kb_utf8_next(s, n, &after)))
+        if (after == n || !kb_py_isword(kv_utf8_next(s, n, &after)))
             return len;
     }
     return 0;
@@ -273,7 +273,7 @@ static int normalize_answer(kb_metrics *m, const char *s, size_t n, kb_text *out
             continue;
         }
         size_t at = i;
-        prev_word = kb_py_isword(kb_utf8_next(t, len, &i));
+        prev_word = kb_py_isword(kv_utf8_next(t, len, &i));
         memcpy(out->data + out->len, t + at, i - at);
         out->len += i - at;
     }
@@ -329,8 +329,8 @@ static int zh_tokens(kb_metrics *m, const kb_text *s, kb_text *out, kb_spans *to
             break;
         for (size_t i = 0; i < m->t1.len;) {
             size_t at = i;
-            uint32_t c = kb_utf8_next(m->t1.data, m->t1.len, &i);
-            if (is_cn_punct(c) || kb_py_isspace(c))
+            uint32_t c = kv_utf8_next(m->t1.data, m->t1.len, &i);
+            if (is_cn_punct(c) || kv_utf8_py_isspace(c))
                 continue;
             memcpy(out->data + out->len, m->t1.data + at, i - at);
             out->len += i - at;
@@ -371,12 +371,12 @@ static int rouge_sentences(kb_metrics *m, const kb_text *t, u32vec *words, u32ve
             size_t before = words->n;
             for (size_t k = i; k < end;) {
                 size_t at = k;
-                if (kb_py_isspace(kb_utf8_next(t->data, end, &k)))
+                if (kv_utf8_py_isspace(kv_utf8_next(t->data, end, &k)))
                     continue;
                 size_t w = at;
                 while (k < end) {
                     size_t next = k;
-                    if (kb_py_isspace(kb_utf8_next(t->data, end, &next)))
+                    if (kv_utf8_py_isspace(kv_utf8_next(t->data, end, &next)))
                         break;
                     k = next;
                 }
@@ -621,7 +621,7 @@ static int decode(const char *s, size_t n, u32vec *out)
     if (vec_reserve(out, n + 1) < 0)
         return -1;
     for (size_t i = 0; i < n;)
-        out->v[out->n++] = kb_utf8_next(s, n, &i);
+        out->v[out->n++] = kv_utf8_next(s, n, &i);
     return 0;
 }
 

@@ -4,95 +4,13 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#define REPLACEMENT 0xFFFDu
-
-uint32_t kb_utf8_next(const char *str, size_t n, size_t *i)
-{
-    const unsigned char *s = (const unsigned char *)str + *i;
-    size_t left = n - *i;
-    unsigned c = s[0];
-    if (c < 0x80) {
-        *i += 1;
-        return c;
-    }
-    size_t len;
-    uint32_t cp, min;
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2, cp = c & 0x1F, min = 0x80;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3, cp = c & 0x0F, min = 0x800;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4, cp = c & 0x07, min = 0x10000;
-    } else {
-        *i += 1;
-        return REPLACEMENT;
-    }
-    if (left < len) {
-        *i += 1;
-        return REPLACEMENT;
-    }
-    for (size_t k = 1; k < len; k++) {
-        if ((s[k] & 0xC0) != 0x80) {
-            *i += 1;
-            return REPLACEMENT;
-        }
-        cp = (cp << 6) | (s[k] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-        *i += 1;
-        return REPLACEMENT;
-    }
-    *i += len;
-    return cp;
-}
-
-size_t kb_utf8_put(char *out, uint32_t cp)
-{
-    unsigned char *o = (unsigned char *)out;
-    if (cp < 0x80) {
-        o[0] = (unsigned char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (unsigned char)(0xC0 | (cp >> 6));
-        o[1] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (unsigned char)(0xE0 | (cp >> 12));
-        o[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (unsigned char)(0xF0 | (cp >> 18));
-    o[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (unsigned char)(0x80 | (cp & 0x3F));
-    return 4;
-}
 
 size_t kb_utf8_length(const char *s, size_t n)
 {
     size_t count = 0;
     for (size_t i = 0; i < n; count++)
-        kb_utf8_next(s, n, &i);
+        kv_utf8_next(s, n, &i);
     return count;
-}
-
-bool kb_utf8_valid(const char *s, size_t n)
-{
-    for (size_t i = 0; i < n;) {
-        if ((unsigned char)s[i] < 0x80) {
-            i++;
-            continue;
-        }
-        size_t before = i;
-        uint32_t cp = kb_utf8_next(s, n, &i);
-        /* A genuine U+FFFD takes 3 bytes; a replacement for a bad byte takes 1. */
-        if (cp == REPLACEMENT && i - before == 1)
-            return false;
-    }
-    return true;
 }
 
 /* Characters that utf8proc (Unicode 15) assigns but CPython 3.11 (Unicode 14,
@@ -125,25 +43,6 @@ static bool unknown_to_python(uint32_t cp)
 }
 
 /* CPython's _PyUnicode_IsWhitespace: bidirectional WS/B/S or category Zs. */
-bool kb_py_isspace(uint32_t cp)
-{
-    if (cp < 0x80)
-        return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20);
-    switch (cp) {
-    case 0x85:
-    case 0xA0:
-    case 0x1680:
-    case 0x2028:
-    case 0x2029:
-    case 0x202F:
-    case 0x205F:
-    case 0x3000:
-        return true;
-    default:
-        return cp >= 0x2000 && cp <= 0x200A;
-    }
-}
-
 bool kb_py_isword(uint32_t cp)
 {
     if (cp < 0x80)
@@ -269,7 +168,7 @@ static bool final_sigma(const char *s, size_t n, size_t at, size_t after)
         while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80)
             k--;
         size_t p = k;
-        uint32_t c = kb_utf8_next(s, n, &p);
+        uint32_t c = kv_utf8_next(s, n, &p);
         if (!is_case_ignorable(c)) {
             cased_before = is_cased(c);
             break;
@@ -279,7 +178,7 @@ static bool final_sigma(const char *s, size_t n, size_t at, size_t after)
     if (!cased_before)
         return false;
     for (size_t i = after; i < n;) {
-        uint32_t c = kb_utf8_next(s, n, &i);
+        uint32_t c = kv_utf8_next(s, n, &i);
         if (!is_case_ignorable(c))
             return !is_cased(c);
     }
@@ -299,7 +198,7 @@ int kb_py_lower(const char *s, size_t n, kb_text *out)
             continue;
         }
         size_t at = i;
-        uint32_t cp = kb_utf8_next(s, n, &i);
+        uint32_t cp = kv_utf8_next(s, n, &i);
         if (kb_text_reserve(out, 8) < 0)
             return -1;
         char *o = out->data + out->len;
@@ -307,12 +206,12 @@ int kb_py_lower(const char *s, size_t n, kb_text *out)
             *o = (char)(cp >= 'A' && cp <= 'Z' ? cp + 32 : cp);
             out->len += 1;
         } else if (cp == 0x130) { /* the one unconditional multi-code-point lowercase */
-            out->len += kb_utf8_put(o, 'i');
-            out->len += kb_utf8_put(out->data + out->len, 0x307);
+            out->len += kv_utf8_encode('i', o);
+            out->len += kv_utf8_encode(0x307, out->data + out->len);
         } else if (cp == 0x3A3) {
-            out->len += kb_utf8_put(o, final_sigma(s, n, at, i) ? 0x3C2 : 0x3C3);
+            out->len += kv_utf8_encode(final_sigma(s, n, at, i) ? 0x3C2 : 0x3C3, o);
         } else {
-            out->len += kb_utf8_put(o, (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp));
+            out->len += kv_utf8_encode((uint32_t)utf8proc_tolower((utf8proc_int32_t)cp), o);
         }
     }
     out->data[out->len] = '\0';
@@ -324,17 +223,17 @@ int kb_utf8_sanitize(const char *s, size_t n, kb_text *out)
     out->len = 0;
     if (kb_text_reserve(out, n + 4) < 0)
         return -1;
-    if (kb_utf8_valid(s, n)) { /* the usual case: a plain copy */
+    if (kv_utf8_valid_prefix(s, n) == n) { /* the usual case: a plain copy */
         memcpy(out->data, s, n);
         out->len = n;
         out->data[n] = '\0';
         return 0;
     }
     for (size_t i = 0; i < n;) {
-        uint32_t cp = kb_utf8_next(s, n, &i);
+        uint32_t cp = kv_utf8_next(s, n, &i);
         if (kb_text_reserve(out, 4) < 0)
             return -1;
-        out->len += kb_utf8_put(out->data + out->len, cp);
+        out->len += kv_utf8_encode(cp, out->data + out->len);
     }
     out->data[out->len] = '\0';
     return 0;

@@ -3,13 +3,14 @@
  * LongBench's metrics are Python string code: str.lower(), str.isspace(),
  * str.split(), and the `re` classes \w and \d. These helpers reproduce them on
  * code points, using utf8proc for the character database:
- *   - whitespace: the 29 code points CPython's isspace() accepts;
+ *   - whitespace: kvcore's kv_utf8_py_isspace (CPython's isspace());
  *   - \w: letters (L*), numbers (Nd Nl No) and '_' (CPython: isalnum() or '_');
  *   - \d: General_Category Nd;
  *   - lower: the full lowercase mapping (U+0130 becomes two code points) with
  *     the Final_Sigma rule for U+03A3.
- * Text comes in as UTF-8; a byte that is not part of a valid sequence decodes
- * as U+FFFD, so every function accepts arbitrary bytes.
+ * Text comes in as UTF-8 and is walked with kvcore's kv_utf8_next: an
+ * ill-formed sequence decodes as U+FFFD, so every function accepts arbitrary
+ * bytes.
  */
 #ifndef KB_UNICODE_H
 #define KB_UNICODE_H
@@ -18,19 +19,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Decodes the code point at s[*i] (n bytes in all) and advances *i. */
-uint32_t kb_utf8_next(const char *s, size_t n, size_t *i);
-
-/* Writes cp as UTF-8 into out (room for 4 bytes); returns the byte count. */
-size_t kb_utf8_put(char *out, uint32_t cp);
+#include "utf8.h"
 
 /* Number of code points in s[0..n), as Python's len() counts them. */
 size_t kb_utf8_length(const char *s, size_t n);
 
-/* true when s[0..n) is valid UTF-8 (no surrogates, no overlongs). */
-bool kb_utf8_valid(const char *s, size_t n);
-
-bool kb_py_isspace(uint32_t cp);
 bool kb_py_isword(uint32_t cp);  /* re \w */
 bool kb_py_isdigit(uint32_t cp); /* re \d */
 

@@ -217,35 +217,12 @@ static span rstrip_nl(span v)
     return v;
 }
 
-/* Python str.isspace() for one code point (Jinja's trim is str.strip()). */
-static bool py_space(uint32_t c)
-{
-    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-           c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-           c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-/* Code point at v.s[i] (U+FFFD for ill-formed input) and its byte length. */
-static uint32_t cp_at(span v, size_t i, size_t *len)
-{
-    size_t bad, k = kv_utf8_seq((const unsigned char *)v.s + i, v.n - i, &bad);
-    *len = k ? k : bad;
-    return k ? kv_utf8_decode((const unsigned char *)v.s + i, k) : 0xFFFD;
-}
-
+/* Jinja's trim is Python's str.strip(). */
 static span trim(span v)
 {
-    size_t len, i = 0;
-    while (i < v.n && py_space(cp_at(v, i, &len)))
-        i += len;
-    size_t end = i;
-    for (size_t j = i; j < v.n;) {
-        bool space = py_space(cp_at(v, j, &len));
-        j += len;
-        if (!space)
-            end = j;
-    }
-    return (span){v.s + i, end - i};
+    size_t a, b;
+    kv_utf8_py_strip(v.s, v.n, &a, &b);
+    return (span){v.s + a, b - a};
 }
 
 /* The text after the last occurrence of sep in v (all of v when absent). */

@@ -125,6 +125,37 @@ uint32_t kv_utf8_decode(const unsigned char *s, size_t len)
     }
 }
 
+uint32_t kv_utf8_next(const char *str, size_t n, size_t *i)
+{
+    const unsigned char *s = (const unsigned char *)str + *i;
+    if (s[0] < 0x80) {
+        *i += 1;
+        return s[0];
+    }
+    size_t bad, k = kv_utf8_seq(s, n - *i, &bad);
+    *i += k ? k : bad;
+    return k ? kv_utf8_decode(s, k) : 0xFFFD;
+}
+
+bool kv_utf8_py_isspace(uint32_t cp)
+{
+    return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
+           cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+           cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+void kv_utf8_py_strip(const char *s, size_t n, size_t *a, size_t *b)
+{
+    size_t start = 0, next = 0, end = 0;
+    while (start < n && kv_utf8_py_isspace(kv_utf8_next(s, n, &next)))
+        start = next;
+    for (size_t i = start; i < n;)
+        if (!kv_utf8_py_isspace(kv_utf8_next(s, n, &i)))
+            end = i;
+    *a = start;
+    *b = end > start ? end : start;
+}
+
 size_t kv_utf8_encode(uint32_t c, char *out)
 {
     unsigned char *o = (unsigned char *)out;

@@ -26,6 +26,18 @@ char *kv_utf8_lossy(const char *s, size_t n, size_t *out_len);
 /* Decodes the well-formed sequence at s (as measured by kv_utf8_seq). */
 uint32_t kv_utf8_decode(const unsigned char *s, size_t len);
 
+/* Decodes the code point at s[*i] (n bytes in all) and advances *i past it.
+ * An ill-formed sequence reads as U+FFFD and advances past its maximal
+ * subpart, as kv_utf8_lossy replaces it, so any bytes can be walked. */
+uint32_t kv_utf8_next(const char *s, size_t n, size_t *i);
+
+/* Python's str.isspace() for one code point: the 29 code points CPython
+ * counts as whitespace. */
+bool kv_utf8_py_isspace(uint32_t cp);
+
+/* Python's str.strip() of s[0..n): the text left is s[*a..*b). */
+void kv_utf8_py_strip(const char *s, size_t n, size_t *a, size_t *b);
+
 /* Writes the UTF-8 form of code point c to out (room for 4 bytes); returns
  * its length. */
 size_t kv_utf8_encode(uint32_t c, char *out);

@@ -33,12 +33,12 @@ Test(unicode, every_code_point_matches_cpython)
         if (cp >= 0xD800 && cp <= 0xDFFF)
             continue;
         char c[4], s1[16], s2[16], line[96];
-        size_t n = kb_utf8_put(c, cp), k1 = 0, k2 = 0;
+        size_t n = kv_utf8_encode(cp, c), k1 = 0, k2 = 0;
         s1[k1++] = 'A';
         memcpy(s1 + k1, c, n), k1 += n;
-        k1 += kb_utf8_put(s1 + k1, 0x3A3);
+        k1 += kv_utf8_encode(0x3A3, s1 + k1);
         s2[k2++] = 'A';
-        k2 += kb_utf8_put(s2 + k2, 0x3A3);
+        k2 += kv_utf8_encode(0x3A3, s2 + k2);
         memcpy(s2 + k2, c, n), k2 += n;
         /* ("A"+c+"Σ") ends in ς; ("AΣ"+c) keeps σ (compares the σ right after "A") */
         kb_text t2 = {0};
@@ -47,7 +47,7 @@ Test(unicode, every_code_point_matches_cpython)
         kb_text_free(&t2);
         kb_text low = {0};
         kb_py_lower(c, n, &low);
-        int len = snprintf(line, sizeof line, "%X %d%d%d %d%d ", cp, kb_py_isspace(cp),
+        int len = snprintf(line, sizeof line, "%X %d%d%d %d%d ", cp, kv_utf8_py_isspace(cp),
                            kb_py_isword(cp), kb_py_isdigit(cp), lower_has(s1, k1, "\xcf\x82"), y);
         for (size_t i = 0; i < low.len; i++)
             len +=
@@ -64,12 +64,23 @@ Test(unicode, utf8_decoding_replaces_bad_bytes)
 {
     const char bad[] = "a\xff\xc3(";
     size_t i = 0;
-    cr_assert_eq(kb_utf8_next(bad, 4, &i), 'a');
-    cr_assert_eq(kb_utf8_next(bad, 4, &i), 0xFFFD);
-    cr_assert_eq(kb_utf8_next(bad, 4, &i), 0xFFFD);
-    cr_assert_eq(kb_utf8_next(bad, 4, &i), '(');
-    cr_assert(!kb_utf8_valid(bad, 4));
-    cr_assert(kb_utf8_valid("\xef\xbf\xbd", 3));  /* a real U+FFFD is fine */
-    cr_assert(!kb_utf8_valid("\xed\xa0\x80", 3)); /* a surrogate is not */
+    cr_assert_eq(kv_utf8_next(bad, 4, &i), 'a');
+    cr_assert_eq(kv_utf8_next(bad, 4, &i), 0xFFFD);
+    cr_assert_eq(kv_utf8_next(bad, 4, &i), 0xFFFD);
+    cr_assert_eq(kv_utf8_next(bad, 4, &i), '(');
+    cr_assert_eq(i, 4);
+    /* A truncated sequence is one U+FFFD (its maximal subpart), as in
+     * kv_utf8_lossy; an encoded surrogate is three, one per byte (ED is never
+     * followed by A0..BF in well-formed UTF-8). */
+    i = 0;
+    cr_assert_eq(kv_utf8_next("\xe4\xb8", 2, &i), 0xFFFD);
+    cr_assert_eq(i, 2);
+    i = 0;
+    cr_assert_eq(kv_utf8_next("\xed\xa0\x80", 3, &i), 0xFFFD);
+    cr_assert_eq(i, 1);
     cr_assert_eq(kb_utf8_length("\xe4\xb8\xad\xe6\x96\x87", 6), 2);
+    kb_text t = {0};
+    cr_assert_eq(kb_utf8_sanitize("a\xe4\xb8!\xef\xbf\xbd", 7, &t), 0);
+    cr_assert_str_eq(t.data, "a\xef\xbf\xbd!\xef\xbf\xbd"); /* a real U+FFFD stays */
+    kb_text_free(&t);
 }

@@ -61,3 +61,39 @@ Test(utf8, encode_decode_round_trip)
         cr_expect_eq(kv_utf8_decode((const unsigned char *)buf, n), cps[i]);
     }
 }
+
+/* kv_utf8_next walks any bytes: one U+FFFD per maximal ill-formed subpart,
+ * the same units kv_utf8_lossy replaces. */
+Test(utf8, next_walks_like_lossy)
+{
+    const char s[] = "a\xE4\xB8\xAD\xE4\xB8!\xFF\xF0\x9F\x98\x80";
+    const uint32_t want[] = {'a', 0x4E2D, 0xFFFD, '!', 0xFFFD, 0x1F600};
+    size_t i = 0, k = 0, n = sizeof s - 1;
+    while (i < n) {
+        cr_assert_lt(k, 6);
+        cr_expect_eq(kv_utf8_next(s, n, &i), want[k], "code point %zu", k);
+        k++;
+    }
+    cr_expect_eq(k, 6);
+    cr_expect_eq(i, n);
+}
+
+static void expect_strip(const char *s, const char *want)
+{
+    size_t a, b;
+    kv_utf8_py_strip(s, strlen(s), &a, &b);
+    cr_expect(b - a == strlen(want) && memcmp(s + a, want, b - a) == 0, "strip(%s) = %.*s", s,
+              (int)(b - a), s + a);
+}
+
+/* Python's str.strip(): Unicode whitespace on both ends, inner spaces kept. */
+Test(utf8, py_strip_is_pythons)
+{
+    expect_strip(" \t\n a b \r\x0B\x0C", "a b");
+    expect_strip("\xE3\x80\x80x\xC2\x85\xE2\x80\x8A", "x");   /* U+3000, U+0085, U+200A */
+    expect_strip("\xE2\x80\x8Bx\xE2\x80\x8B", "\xE2\x80\x8Bx\xE2\x80\x8B"); /* U+200B is not */
+    expect_strip("\x1C\x1F", "");                                    /* file/unit separators */
+    expect_strip("   ", "");
+    expect_strip(" \xFF ", "\xFF");
+    cr_expect(kv_utf8_py_isspace(0x2028) && !kv_utf8_py_isspace(0x180E));
+}
