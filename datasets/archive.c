@@ -10,6 +10,8 @@
 #include <unistd.h>
 #include <zip.h>
 
+#include "file.h"
+
 /* A name is safe when it is relative, has no "." or ".." component and no
  * backslash (which some unzip tools treat as a separator). */
 static bool safe_name(const char *name)
@@ -82,7 +84,7 @@ static int extract_file(zip_t *z, zip_int64_t i, const char *dir, const char *na
         zip_int64_t n;
         rc = 0;
         while (rc == 0 && (n = zip_fread(zf, buf, sizeof buf)) > 0)
-            if (write(fd, buf, (size_t)n) != n)
+            if (kv_write_all(fd, buf, (size_t)n) < 0)
                 rc = kv_fail(err, "cannot write %s: %s", tmp, strerror(errno));
         if (rc == 0 && n < 0)
             rc = kv_fail(err, "%s: corrupt entry: %s", name, zip_file_strerror(zf));

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "file.h"
 #include "sha256.h"
 
 void lb_hub_init(lb_hub *h)
@@ -384,22 +385,20 @@ static int transfer(const lb_hub *h, const char *url, xfer *x, lb_hub_result *re
 
 /* ---- the whole download -------------------------------------------------------- */
 
+/* The folders above path. */
 static int make_parents(const char *path, kv_error *err)
 {
-    char *p = strdup(path);
-    if (!p)
+    char *dir = strdup(path);
+    if (!dir)
         return kv_fail(err, "out of memory");
-    for (char *s = strchr(p + 1, '/'); s; s = strchr(s + 1, '/')) {
-        *s = '\0';
-        if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-            kv_fail(err, "cannot create folder %s: %s", p, strerror(errno));
-            free(p);
-            return -1;
-        }
-        *s = '/';
+    char *slash = strrchr(dir, '/');
+    int rc = 0;
+    if (slash && slash != dir) {
+        *slash = '\0';
+        rc = kv_mkdirs(dir, err);
     }
-    free(p);
-    return 0;
+    free(dir);
+    return rc;
 }
 
 static int verify(xfer *x, const char *want, lb_hub_result *res, kv_error *err)

@@ -9,7 +9,4 @@
 /* Tokenizer load time and encode/decode throughput (--model, --file). */
 int kb_bench_tokenizer(const kb_args *a);
 
-/* Seconds on a monotonic clock. */
-double kb_now(void);
-
 #endif

@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "clock.h"
 #include "generate.h"
 #include "kernels.h"
 #include "model.h"
@@ -21,22 +22,8 @@ const kb_option kb_bench_model_options[] = {
     {NULL, NULL, NULL},
 };
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* CPU seconds of the whole process (all threads): on a shared machine the
  * wall time depends on the neighbours, CPU time much less. */
-static double cpu_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static double peak_rss_gib(void)
 {
     struct rusage ru;
@@ -106,10 +93,10 @@ static int decode(kv_model *m, kv_cache *c, const float *logits, int steps, doub
 {
     kv_generate_opts g = {.max_new_tokens = steps + 1, .ignore_eos = true};
     kv_generation out;
-    double cpu = cpu_now();
+    double cpu = kv_clock_cpu_s();
     if (kv_generate_from(m, c, logits, &g, &out, err) != 0)
         return -1;
-    *tok_cpu_s = out.n_decode_forwards / (cpu_now() - cpu);
+    *tok_cpu_s = out.n_decode_forwards / (kv_clock_cpu_s() - cpu);
     *tok_s = out.n_decode_forwards / out.decode_seconds;
     kv_generation_free(&out);
     return 0;
@@ -129,10 +116,10 @@ static int one_run(const kb_bench_model_opts *o, kv_model *m, int P, unsigned se
         tokens[i] = (int32_t)((seed >> 8) % (unsigned)cfg->vocab);
     }
     if (rc == 0) {
-        double t0 = now(), cpu = cpu_now();
+        double t0 = kv_clock_s(), cpu = kv_clock_cpu_s();
         rc = kv_model_forward(m, c, tokens, P, NULL, NULL, logits, false, err);
-        r->prefill = P / (now() - t0);
-        r->prefill_cpu = P / (cpu_now() - cpu);
+        r->prefill = P / (kv_clock_s() - t0);
+        r->prefill_cpu = P / (kv_clock_cpu_s() - cpu);
     }
     /* The evicted decode reuses the same cache, compacted in place: a fork
      * would hold a second full cache and double the peak memory. */
@@ -188,7 +175,7 @@ int kb_bench_model(const kb_bench_model_opts *o)
     kv_set_threads(o->threads);
     kv_error err;
     kv_model *m;
-    double t0 = now();
+    double t0 = kv_clock_s();
     if (kv_model_load(o->model, &m, &err) != 0) {
         kb_error("%s", err.msg);
         return KB_EXIT_FAIL;
@@ -198,7 +185,7 @@ int kb_bench_model(const kb_bench_model_opts *o)
             "# %s: %s, %d layers, hidden %d, %d/%d heads x %d, ffn %d, vocab %d; %.2f GiB of "
             "weights loaded in %.1f s; %d threads\n",
             o->model, kv_arch_name(c->arch), c->n_layers, c->hidden, c->n_heads, c->n_kv_heads,
-            c->head_dim, c->ffn, c->vocab, (double)kv_model_weight_bytes(m) / (1 << 30), now() - t0,
+            c->head_dim, c->ffn, c->vocab, (double)kv_model_weight_bytes(m) / (1 << 30), kv_clock_s() - t0,
             kv_model_threads(m));
     int rc = 0;
     for (int i = 0; i < o->n_prompts && rc == 0; i++)

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "bench.h"
+#include "clock.h"
 #include "file.h"
 #include "tokenizer.h"
 
@@ -24,13 +25,6 @@ static int cmp_double(const void *a, const void *b)
 
 /* CPU seconds this process has used: unlike the wall clock, it does not
  * count the time other jobs on a busy machine hold the CPU. */
-static double cpu_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Median load time over 5 loads (a load allocates much; the median is
  * steadier than the best), wall clock and CPU. */
 static int time_load(const char *model, double *median, double *cpu_median)
@@ -38,10 +32,10 @@ static int time_load(const char *model, double *median, double *cpu_median)
     double t[5], c[5];
     for (int i = 0; i < 5; i++) {
         kv_error err;
-        double t0 = kb_now(), c0 = cpu_now();
+        double t0 = kv_clock_s(), c0 = kv_clock_cpu_s();
         kv_tokenizer *tok = kv_tokenizer_load(model, &err);
-        t[i] = kb_now() - t0;
-        c[i] = cpu_now() - c0;
+        t[i] = kv_clock_s() - t0;
+        c[i] = kv_clock_cpu_s() - c0;
         if (!tok) {
             kb_error("%s", err.msg);
             return -1;
@@ -62,9 +56,9 @@ static int time_encode(const kv_tokenizer *t, const char *text, size_t len, doub
     while (tm->runs < 3 || tm->total < seconds) {
         int32_t *ids;
         kv_error err;
-        double t0 = kb_now();
+        double t0 = kv_clock_s();
         int rc = kv_tokenizer_encode(t, text, len, &ids, n_tokens, &err);
-        double dt = kb_now() - t0;
+        double dt = kv_clock_s() - t0;
         free(ids);
         if (rc != 0) {
             kb_error("%s", err.msg);
@@ -89,9 +83,9 @@ static int time_decode(const kv_tokenizer *t, const char *text, size_t len, doub
     }
     *tm = (timing){1e30, 0, 0};
     while (tm->runs < 3 || tm->total < seconds) {
-        double t0 = kb_now();
+        double t0 = kv_clock_s();
         char *s = kv_tokenizer_decode(t, ids, n, false);
-        double dt = kb_now() - t0;
+        double dt = kv_clock_s() - t0;
         if (!s) {
             free(ids);
             kb_error("bench tokenizer: out of memory");

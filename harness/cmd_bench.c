@@ -36,13 +36,6 @@ static const kb_option options[] = {
     {NULL, NULL, NULL},
 };
 
-double kb_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void list_kinds(void)
 {
     fprintf(stderr, "kinds:\n");

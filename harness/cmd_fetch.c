@@ -5,11 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "archive.h"
 #include "cli.h"
+#include "clock.h"
 #include "file.h"
 #include "hub.h"
 
@@ -37,13 +37,6 @@ typedef struct progress {
     char name[128];
 } progress;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void human(uint64_t bytes, char *out, size_t n)
 {
     const char *unit[] = {"B", "KB", "MB", "GB", "TB"};
@@ -57,7 +50,7 @@ static void human(uint64_t bytes, char *out, size_t n)
 static void on_progress(void *ctx, const char *name, uint64_t done, uint64_t total)
 {
     progress *p = ctx;
-    double t = now_s();
+    double t = kv_clock_s();
     if (!p->tty)
         return;
     if (strcmp(p->name, name) != 0) { /* a new file */

@@ -1,5 +1,4 @@
 /* kvbench merge: join the outputs of `kvbench run --shard i/n` into one run. */
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,37 +13,23 @@ static const kb_option options[] = {
     {NULL, NULL, NULL},
 };
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 /* RUN/shards/<i>-of-<n> folders, sorted; 0 when RUN has no shards/. */
 static int shard_folders(const char *run, char ***out, size_t *n)
 {
     *out = NULL;
     *n = 0;
     char *dir = kv_path_join(run, "shards");
-    DIR *d = dir ? opendir(dir) : NULL;
-    if (!d) {
+    kv_error err;
+    if (!dir || kv_dir_list(dir, NULL, out, n, &err) < 0) {
         free(dir);
         return 0;
     }
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char **g = realloc(*out, (*n + 1) * sizeof *g);
-        if (!g)
-            break;
-        *out = g;
-        if (!(g[*n] = kv_path_join(dir, e->d_name)))
-            break;
-        (*n)++;
+    for (size_t i = 0; i < *n; i++) { /* names to paths, in place */
+        char *path = kv_path_join(dir, (*out)[i]);
+        free((*out)[i]);
+        (*out)[i] = path;
     }
-    closedir(d);
     free(dir);
-    qsort(*out, *n, sizeof **out, cmp_str);
     return 0;
 }
 

@@ -1,7 +1,6 @@
 /* kvbench score: LongBench's eval.py over prediction files, with its exact
  * numbers (LONGBENCH.md §3-5). */
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,21 +146,16 @@ static int v2_files(const char *path, char ***files, size_t *n)
         *n = 1;
         return 0;
     }
-    struct dirent **list;
-    int count = scandir(path, &list, NULL, alphasort);
-    if (count < 0)
+    char **names;
+    size_t count;
+    kv_error err;
+    if (kv_dir_list(path, NULL, &names, &count, &err) < 0)
         return -1;
-    *files = calloc((size_t)count + 1, sizeof **files);
-    for (int i = 0; i < count; i++) {
-        const char *name = list[i]->d_name;
-        size_t len = strlen(name);
-        bool json = (len > 5 && strcmp(name + len - 5, ".json") == 0) ||
-                    (len > 6 && strcmp(name + len - 6, ".jsonl") == 0);
-        if (*files && json && name[0] != '.')
-            (*files)[(*n)++] = kv_path_join(path, name);
-        free(list[i]);
-    }
-    free(list);
+    *files = calloc(count + 1, sizeof **files);
+    for (size_t i = 0; i < count; i++)
+        if (*files && (kv_ends_with(names[i], ".json") || kv_ends_with(names[i], ".jsonl")))
+            (*files)[(*n)++] = kv_path_join(path, names[i]);
+    kv_names_free(names, count);
     return *files ? 0 : -1;
 }
 

@@ -1,6 +1,5 @@
 #include "hash.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,11 +95,6 @@ static int hashed_file_name(const char *name)
     return n > 12 && strcmp(name + n - 12, ".safetensors") == 0;
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 static int hash_one_file(kb_hash *s, const char *dir, const char *name, kv_error *err)
 {
     char *path = kv_path_join(dir, name);
@@ -144,37 +138,24 @@ static int hash_one_file(kb_hash *s, const char *dir, const char *name, kv_error
 
 int kb_hash_model(const char *dir, char out[17], kv_error *err)
 {
-    DIR *d = opendir(dir);
-    if (!d)
-        return kv_fail(err, "%s: cannot open the model folder: %s", dir, strerror(errno));
-    char **names = NULL;
-    size_t n = 0, cap = 0;
-    int rc = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (!hashed_file_name(e->d_name))
-            continue;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 8;
-            char **grown = realloc(names, cap * sizeof *names);
-            if (!grown) {
-                rc = kv_fail(err, "out of memory");
-                break;
-            }
-            names = grown;
-        }
-        if (!(names[n] = strdup(e->d_name))) {
-            rc = kv_fail(err, "out of memory");
-            break;
-        }
-        n++;
+    char **names;
+    size_t all;
+    if (kv_dir_list(dir, NULL, &names, &all, err) < 0)
+        return -1;
+    size_t n = 0; /* the hashed files, kept in name order at the front */
+    for (size_t i = 0; i < all; i++) {
+        char *name = names[i];
+        names[i] = NULL;
+        if (hashed_file_name(name))
+            names[n++] = name;
+        else
+            free(name);
     }
-    closedir(d);
-    if (rc == 0 && n == 0)
+    int rc = 0;
+    if (n == 0)
         rc = kv_fail(err, "%s: no config.json or *.safetensors to hash: is this a model folder?",
                      dir);
     if (rc == 0) {
-        qsort(names, n, sizeof *names, cmp_str);
         kb_hash s;
         kb_hash_init(&s);
         for (size_t i = 0; i < n && rc == 0; i++)
@@ -182,8 +163,6 @@ int kb_hash_model(const char *dir, char out[17], kv_error *err)
         if (rc == 0)
             kb_hash_hex(kb_hash_final(&s), out);
     }
-    for (size_t i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
+    kv_names_free(names, n);
     return rc;
 }

@@ -7,6 +7,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 struct kb_progress {
     kb_progress_opts o;
     bool tty;
@@ -22,9 +24,7 @@ struct kb_progress {
 static double mono_now(void *ctx)
 {
     (void)ctx;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return kv_clock_s();
 }
 
 static double now(const kb_progress *p)

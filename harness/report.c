@@ -1,6 +1,5 @@
 #include "report.h"
 
-#include <dirent.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -45,7 +44,7 @@ int kb_scores_save(const char *dir, const kb_score_row *rows, size_t n, kv_error
     char *text = a ? cJSON_Print(o) : NULL;
     cJSON_Delete(o);
     char *path = kv_path_join(dir, "scores.json");
-    int rc = text && path ? kb_write_atomic(path, text, strlen(text), err)
+    int rc = text && path ? kv_write_atomic(path, text, strlen(text), err)
                           : kv_fail(err, "out of memory");
     free(text);
     free(path);
@@ -278,19 +277,18 @@ int kb_scores_from_predictions(const char *dir, kb_task_scorer scorer, void *ctx
     if (kb_run_load(dir, &run, err) < 0)
         return -1;
     char *preds = kv_path_join(dir, "predictions");
-    DIR *d = preds ? opendir(preds) : NULL;
-    int rc = d ? 0 : kv_fail(err, "%s: cannot open", preds ? preds : dir);
-    size_t cap = 0;
-    struct dirent *e;
-    while (rc == 0 && (e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char *cdir = kv_path_join(preds, e->d_name);
-        DIR *cd = cdir ? opendir(cdir) : NULL;
-        struct dirent *f;
-        while (rc == 0 && cd && (f = readdir(cd)) != NULL) {
-            size_t len = strlen(f->d_name);
-            if (len <= 6 || strcmp(f->d_name + len - 6, ".jsonl") != 0)
+    char **folders = NULL, **files = NULL;
+    size_t n_folders = 0, n_files = 0, cap = 0;
+    int rc = preds ? kv_dir_list(preds, NULL, &folders, &n_folders, err)
+                   : kv_fail(err, "out of memory");
+    for (size_t c = 0; c < n_folders && rc == 0; c++) {
+        char *cdir = kv_path_join(preds, folders[c]);
+        kv_error ignored; /* an entry that is not a folder holds no predictions */
+        if (!cdir || kv_dir_list(cdir, ".jsonl", &files, &n_files, &ignored) < 0)
+            n_files = 0;
+        for (size_t k = 0; k < n_files && rc == 0; k++) {
+            size_t len = strlen(files[k]);
+            if (len <= 6)
                 continue;
             if (*n == cap) {
                 cap = cap ? 2 * cap : 32;
@@ -301,20 +299,20 @@ int kb_scores_from_predictions(const char *dir, kb_task_scorer scorer, void *ctx
                 }
                 *rows = g;
             }
-            char *task = strndup(f->d_name, len - 6);
-            char *path = kv_path_join(cdir, f->d_name);
-            rc = task && path ? score_file(path, e->d_name, task, scorer, ctx, &(*rows)[*n], err)
+            char *task = strndup(files[k], len - 6);
+            char *path = kv_path_join(cdir, files[k]);
+            rc = task && path ? score_file(path, folders[c], task, scorer, ctx, &(*rows)[*n], err)
                               : kv_fail(err, "out of memory");
             *n += rc == 0;
             free(task);
             free(path);
         }
-        if (cd)
-            closedir(cd);
+        kv_names_free(files, n_files);
+        files = NULL;
+        n_files = 0;
         free(cdir);
     }
-    if (d)
-        closedir(d);
+    kv_names_free(folders, n_folders);
     free(preds);
     const cJSON *configs = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(run.json, "matrix"), "configs");
@@ -791,7 +789,7 @@ int kb_report_write(const char *dir, const kb_report_run *runs, size_t n,
                     const kb_report_options *opt, kv_error *err)
 {
     static const char *const names[] = {"scores.csv", "summary.md", "report.html"};
-    if (kb_mkdirs(dir, err) < 0)
+    if (kv_mkdirs(dir, err) < 0)
         return -1;
     for (int i = 0; i < 3; i++) {
         char *buf = NULL;
@@ -807,7 +805,7 @@ int kb_report_write(const char *dir, const kb_report_run *runs, size_t n,
         if (rc < 0 || !path)
             rc = kv_fail(err, "%s: out of memory while writing", names[i]);
         else
-            rc = kb_write_atomic(path, buf, len, err);
+            rc = kv_write_atomic(path, buf, len, err);
         free(path);
         free(buf);
         if (rc < 0)

@@ -1,6 +1,5 @@
 #include "results.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -13,86 +12,6 @@
 #include <unistd.h>
 
 #include "file.h"
-
-/* ---- files and folders -------------------------------------------------- */
-
-int kb_mkdirs(const char *path, kv_error *err)
-{
-    char *p = strdup(path);
-    if (!p)
-        return kv_fail(err, "out of memory");
-    for (char *s = p + 1;; s++) {
-        char c = *s;
-        if (c != '/' && c != '\0')
-            continue;
-        *s = '\0';
-        if (mkdir(p, 0777) < 0 && errno != EEXIST) {
-            kv_fail(err, "%s: cannot create the folder: %s", p, strerror(errno));
-            free(p);
-            return -1;
-        }
-        *s = c;
-        if (!c)
-            break;
-    }
-    free(p);
-    return 0;
-}
-
-static int write_all(int fd, const char *data, size_t len)
-{
-    while (len > 0) {
-        ssize_t w = write(fd, data, len);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        data += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
-/* A rename is durable only once the folder holding it is synced. */
-static void sync_parent(const char *path)
-{
-    char *dir = strdup(path);
-    if (!dir)
-        return;
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *slash = '\0';
-    int fd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-    free(dir);
-}
-
-int kb_write_atomic(const char *path, const char *data, size_t len, kv_error *err)
-{
-    size_t n = strlen(path) + 5;
-    char *tmp = malloc(n);
-    if (!tmp)
-        return kv_fail(err, "out of memory");
-    snprintf(tmp, n, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    int rc = 0;
-    if (fd < 0 || write_all(fd, data, len) < 0 || fsync(fd) < 0)
-        rc = kv_fail(err, "%s: cannot write: %s", tmp, strerror(errno));
-    if (fd >= 0 && close(fd) < 0 && rc == 0)
-        rc = kv_fail(err, "%s: cannot write: %s", tmp, strerror(errno));
-    if (rc == 0 && rename(tmp, path) < 0)
-        rc = kv_fail(err, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
-    if (rc < 0)
-        unlink(tmp);
-    else
-        sync_parent(path);
-    free(tmp);
-    return rc;
-}
 
 static int write_json_atomic(const char *path, const cJSON *j, kv_error *err)
 {
@@ -107,7 +26,7 @@ static int write_json_atomic(const char *path, const cJSON *j, kv_error *err)
     }
     withnl[len] = '\n';
     withnl[len + 1] = '\0';
-    int rc = kb_write_atomic(path, withnl, len + 1, err);
+    int rc = kv_write_atomic(path, withnl, len + 1, err);
     free(withnl);
     return rc;
 }
@@ -401,7 +320,7 @@ int kb_run_open(const char *dir, const kb_run_info *info, kb_run *run, kv_error 
         rc = kv_fail(err, "out of memory");
         goto out;
     }
-    if ((rc = kb_mkdirs(preds, err)) < 0)
+    if ((rc = kv_mkdirs(preds, err)) < 0)
         goto out;
     if (kv_file_exists(path)) {
         kb_run old;
@@ -664,7 +583,7 @@ static int recover(kb_pred_file *pf, kv_error *err)
     if (rc == 0 && !keep)
         rc = kv_fail(err, "out of memory");
     if (rc == 0 && (keep_len != len || memcmp(keep, data, len) != 0))
-        rc = kb_write_atomic(pf->path, keep, keep_len, err);
+        rc = kv_write_atomic(pf->path, keep, keep_len, err);
     free(keep);
     free(data);
     kb_pred_lines_free(&l);
@@ -684,7 +603,7 @@ int kb_pred_file_open(const kb_run *run, const char *config, const char *task, k
         return kv_fail(err, "out of memory");
     }
     free(name);
-    int rc = kb_mkdirs(dir, err);
+    int rc = kv_mkdirs(dir, err);
     free(dir);
     if (rc == 0)
         rc = recover(pf, err);
@@ -722,7 +641,7 @@ int kb_pred_file_append(kb_pred_file *pf, const cJSON *line, kv_error *err)
     withnl[n] = '\n';
     /* one write: an interruption leaves a prefix of this line, never a mix */
     int rc = 0;
-    if (write_all(pf->fd, withnl, n + 1) < 0 || fsync(pf->fd) < 0)
+    if (kv_write_all(pf->fd, withnl, n + 1) < 0 || fsync(pf->fd) < 0)
         rc = kv_fail(err, "%s: cannot write: %s", pf->path, strerror(errno));
     free(withnl);
     if (rc == 0) {
@@ -874,38 +793,37 @@ static int cmp_index(const void *a, const void *b)
 /* Every file name under shard/predictions/<config>/ of every shard. */
 static int list_dir(const char *dir, char ***names, size_t *n, bool want_dirs)
 {
-    DIR *d = opendir(dir);
-    if (!d)
+    char **found;
+    size_t n_found;
+    kv_error err;
+    if (kv_dir_list(dir, want_dirs ? NULL : ".jsonl", &found, &n_found, &err) < 0)
         return errno == ENOENT ? 0 : -1;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        size_t len = strlen(e->d_name);
-        bool is_jsonl = len > 6 && strcmp(e->d_name + len - 6, ".jsonl") == 0;
-        char *full = path2(dir, e->d_name);
-        struct stat st;
-        bool is_dir = full && stat(full, &st) == 0 && S_ISDIR(st.st_mode);
-        free(full);
-        if (want_dirs ? !is_dir : !is_jsonl)
-            continue;
+    int rc = 0;
+    for (size_t k = 0; k < n_found && rc == 0; k++) {
+        if (want_dirs) {
+            char *full = path2(dir, found[k]);
+            struct stat st;
+            bool is_dir = full && stat(full, &st) == 0 && S_ISDIR(st.st_mode);
+            free(full);
+            if (!is_dir)
+                continue;
+        }
         bool dup = false;
         for (size_t i = 0; i < *n && !dup; i++)
-            dup = strcmp((*names)[i], e->d_name) == 0;
+            dup = strcmp((*names)[i], found[k]) == 0;
         if (dup)
             continue;
         char **g = realloc(*names, (*n + 1) * sizeof *g);
-        if (!g || !(g[*n] = strdup(e->d_name))) {
-            if (g)
-                *names = g;
-            closedir(d);
-            return -1;
+        if (!g) {
+            rc = -1;
+            break;
         }
         *names = g;
-        (*n)++;
+        g[(*n)++] = found[k];
+        found[k] = NULL;
     }
-    closedir(d);
-    return 0;
+    kv_names_free(found, n_found);
+    return rc;
 }
 
 static void free_names(char **names, size_t n)
@@ -973,9 +891,9 @@ static int merge_one_file(shard_in *s, size_t n_shards, const char *config, cons
                 at[m] = '\n';
                 at += m + 1;
             }
-            rc = kb_mkdirs(dir, err);
+            rc = kv_mkdirs(dir, err);
             if (rc == 0)
-                rc = kb_write_atomic(path, data, len, err);
+                rc = kv_write_atomic(path, data, len, err);
         }
         free(data);
         free(dir);
@@ -1041,7 +959,7 @@ int kb_run_merge(const char *const *shard_dirs, size_t n_shards, const char *out
     if (rc == 0 && (!preds || !run_json))
         rc = kv_fail(err, "out of memory");
     if (rc == 0)
-        rc = kb_mkdirs(preds, err);
+        rc = kv_mkdirs(preds, err);
     if (rc == 0)
         rc = merge_predictions(s, n_shards, out_dir, n_files, err);
     /* run.json last: its presence says the merge finished */

@@ -152,11 +152,4 @@ void kb_pred_lines_free(kb_pred_lines *l);
 int kb_run_merge(const char *const *shard_dirs, size_t n_shards, const char *out_dir,
                  bool allow_unfinished, size_t *n_files, kv_error *err);
 
-/* mkdir -p. */
-int kb_mkdirs(const char *path, kv_error *err);
-
-/* Writes data to path through path.tmp + fsync + rename + fsync of the
- * folder: readers see the old file or the new one, never a mix. */
-int kb_write_atomic(const char *path, const char *data, size_t len, kv_error *err);
-
 #endif

@@ -2,7 +2,8 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "clock.h"
 
 int kb_runner_apply_options(kb_matrix *m, const kb_runner_options *o)
 {
@@ -74,13 +75,6 @@ void kb_runner_plan_print(FILE *f, const kb_matrix *m, const kb_runner_options *
 
 /* ---- the driver loop --------------------------------------------------- */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Samples of a task this process handles: the first `limit`, then its shard. */
 static long selected_count(long n, long limit, const kb_shard *sh)
 {
@@ -145,18 +139,18 @@ static int run_sample(loop *L, const kb_task_spec *t, const kb_sample *s)
     }
     void *state = NULL;
     long prompt_tokens = 0, tokens = 0;
-    double t0 = now_s();
+    double t0 = kv_clock_s();
     if (L->b->prefill(L->b->ctx, t, s, L->pending, n_pending, &state, &prompt_tokens, L->err) < 0)
         return -1;
-    double prefill_s = now_s() - t0;
+    double prefill_s = kv_clock_s() - t0;
     L->stats->prefills++;
     int rc = 0;
     for (size_t k = 0; k < n_pending && rc == 0; k++) {
         size_t c = (size_t)(L->pending[k] - L->m->configs);
         kb_decode_result r = {0};
-        double t1 = now_s();
+        double t1 = kv_clock_s();
         rc = L->b->decode(L->b->ctx, state, t, s, L->pending[k], &r, L->err);
-        double decode_s = now_s() - t1;
+        double decode_s = kv_clock_s() - t1;
         if (rc == 0) {
             L->stats->decodes++;
             tokens += r.generated_tokens;

@@ -2,7 +2,6 @@
 #include "tasks.h"
 
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -262,11 +261,6 @@ int kb_predictions_read(kb_predictions *p, const char *path, kv_error *err)
     return rc;
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 int kb_predictions_read_path(kb_predictions *p, const char *path, kv_error *err)
 {
     struct stat st;
@@ -274,34 +268,13 @@ int kb_predictions_read_path(kb_predictions *p, const char *path, kv_error *err)
         return kv_fail(err, "%s: %s", path, strerror(errno));
     if (!S_ISDIR(st.st_mode))
         return kb_predictions_read(p, path, err);
-    DIR *d = opendir(path);
-    if (!d)
-        return kv_fail(err, "%s: %s", path, strerror(errno));
-    char **names = NULL;
-    size_t n = 0, cap = 0;
+    char **names;
+    size_t n; /* eval.py: filename.endswith("jsonl") */
+    if (kv_dir_list(path, "jsonl", &names, &n, err) < 0)
+        return -1;
     int rc = 0;
-    struct dirent *e;
-    while (rc == 0 && (e = readdir(d))) {
-        size_t len = strlen(e->d_name);
-        if (e->d_name[0] == '.' || len < 5 || strcmp(e->d_name + len - 5, "jsonl") != 0)
-            continue; /* eval.py: filename.endswith("jsonl") */
-        if (n == cap) {
-            cap = cap ? cap * 2 : 32;
-            char **v = realloc(names, cap * sizeof *v);
-            if (!v) {
-                rc = kv_fail(err, "out of memory");
-                break;
-            }
-            names = v;
-        }
-        if (!(names[n++] = strdup(e->d_name)))
-            rc = kv_fail(err, "out of memory");
-    }
-    closedir(d);
-    if (rc == 0 && n == 0)
+    if (n == 0)
         rc = kv_fail(err, "%s: no *.jsonl prediction files in this folder", path);
-    if (n)
-        qsort(names, n, sizeof *names, cmp_str);
     for (size_t i = 0; i < n; i++) {
         char *file = rc == 0 && names[i] ? kv_path_join(path, names[i]) : NULL;
         if (rc == 0)

@@ -1,5 +1,6 @@
 #include "file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -76,4 +77,143 @@ int kv_file_exists(const char *path)
 {
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int kv_write_all(int fd, const char *data, size_t len)
+{
+    while (len > 0) {
+        ssize_t w = write(fd, data, len);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        data += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* A rename is durable only once the folder holding it is synced. */
+static void sync_parent(const char *path)
+{
+    char *dir = strdup(path);
+    if (!dir)
+        return;
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    int fd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    free(dir);
+}
+
+int kv_write_atomic(const char *path, const char *data, size_t len, kv_error *err)
+{
+    size_t n = strlen(path) + 5;
+    char *tmp = malloc(n);
+    if (!tmp)
+        return kv_fail(err, "out of memory");
+    snprintf(tmp, n, "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    int rc = 0;
+    if (fd < 0 || kv_write_all(fd, data, len) < 0 || fsync(fd) < 0)
+        rc = kv_fail(err, "%s: cannot write: %s", tmp, strerror(errno));
+    if (fd >= 0 && close(fd) < 0 && rc == 0)
+        rc = kv_fail(err, "%s: cannot write: %s", tmp, strerror(errno));
+    if (rc == 0 && rename(tmp, path) < 0)
+        rc = kv_fail(err, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+    if (rc < 0)
+        unlink(tmp);
+    else
+        sync_parent(path);
+    free(tmp);
+    return rc;
+}
+
+int kv_mkdirs(const char *path, kv_error *err)
+{
+    char *p = strdup(path);
+    if (!p)
+        return kv_fail(err, "out of memory");
+    for (char *s = p + 1;; s++) {
+        char c = *s;
+        if (c != '/' && c != '\0')
+            continue;
+        *s = '\0';
+        if (mkdir(p, 0777) < 0 && errno != EEXIST) {
+            kv_fail(err, "%s: cannot create the folder: %s", p, strerror(errno));
+            free(p);
+            return -1;
+        }
+        *s = c;
+        if (!c)
+            break;
+    }
+    free(p);
+    return 0;
+}
+
+bool kv_ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && memcmp(s + n - k, suffix, k) == 0;
+}
+
+void kv_names_free(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int kv_dir_list(const char *dir, const char *suffix, char ***names, size_t *n, kv_error *err)
+{
+    *names = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d) {
+        int why = errno;
+        kv_fail(err, "%s: cannot open the folder: %s", dir, strerror(why));
+        errno = why;
+        return -1;
+    }
+    size_t cap = 0;
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' || (suffix && !kv_ends_with(e->d_name, suffix)))
+            continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            char **grown = realloc(*names, cap * sizeof *grown);
+            if (!grown) {
+                rc = kv_fail(err, "%s: out of memory listing the folder", dir);
+                break;
+            }
+            *names = grown;
+        }
+        if (!((*names)[*n] = strdup(e->d_name)))
+            rc = kv_fail(err, "%s: out of memory listing the folder", dir);
+        else
+            (*n)++;
+    }
+    closedir(d);
+    if (rc < 0) {
+        kv_names_free(*names, *n);
+        *names = NULL;
+        *n = 0;
+        return -1;
+    }
+    if (*n)
+        qsort(*names, *n, sizeof **names, cmp_name);
+    return 0;
 }

@@ -3,18 +3,12 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "clock.h"
 
 /* Prompt forwards are split into slices of this many rows when every row's
  * logits are wanted, so logits memory stays [slice][vocab]. */
 #define LOGITS_SLICE 256
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int32_t kv_argmax(const float *x, int n)
 {
@@ -63,7 +57,7 @@ int kv_generate(kv_model *m, kv_cache *c, const int32_t *prompt, int n_prompt,
     float *logits = malloc((all ? (size_t)slice : 1) * V * sizeof *logits);
     if (!logits)
         return kv_fail(err, "generate: out of memory for logits");
-    double t0 = now();
+    double t0 = kv_clock_s();
     int rc = 0;
     for (int s = 0; s < n_prompt && rc == 0; s += slice) {
         int n = n_prompt - s < slice ? n_prompt - s : slice;
@@ -73,7 +67,7 @@ int kv_generate(kv_model *m, kv_cache *c, const int32_t *prompt, int n_prompt,
             quiet.on_step = NULL;
         rc = step(m, c, prompt + s, n, &quiet, logits, all, 0, err);
     }
-    double prefill = now() - t0;
+    double prefill = kv_clock_s() - t0;
     if (rc == 0) {
         const float *last = all ? logits + (size_t)((n_prompt - 1) % slice) * V : logits;
         rc = kv_generate_from(m, c, last, o, out, err);
@@ -147,7 +141,7 @@ int kv_generate_from(kv_model *m, kv_cache *c, const float *last_logits, const k
     }
     memcpy(logits, last_logits, (size_t)V * sizeof *logits);
     int rc = 0;
-    double t0 = now();
+    double t0 = kv_clock_s();
     for (int k = 0; k < max; k++) {
         int32_t id = kv_argmax(logits, V);
         out->ids[out->n++] = id;
@@ -169,7 +163,7 @@ int kv_generate_from(kv_model *m, kv_cache *c, const float *last_logits, const k
             break;
         out->n_decode_forwards++;
     }
-    out->decode_seconds = now() - t0;
+    out->decode_seconds = kv_clock_s() - t0;
     free(logits);
     free(text.s);
     if (rc != 0)

@@ -18,21 +18,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "evict.h"
 #include "kernels.h"
 #include "pool.h"
 
 enum { LAYERS = 28, HEADS = 16, KV_HEADS = 8, DIM = 128, HIDDEN = 1024, FFN = 3072 };
 static const double VOCAB = 151936;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void die(const char *what, const kv_error *err)
 {
@@ -60,11 +53,11 @@ static double sgemm_rate(void)
     for (size_t i = 0; i < (size_t)k * n; i++)
         b[i] = frand();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1, a, k, b, n, 0, c, n);
-    double t0 = now();
+    double t0 = kv_clock_s();
     int reps = 5;
     for (int r = 0; r < reps; r++)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1, a, k, b, n, 0, c, n);
-    double dt = now() - t0;
+    double dt = kv_clock_s() - t0;
     free(a), free(b), free(c);
     return 2.0 * m * n * k * reps / dt / 1e9;
 }
@@ -88,11 +81,11 @@ static double layer_sgemv_seconds(void)
     }
     double best = 1e9;
     for (int rep = 0; rep < 20; rep++) {
-        double t0 = now();
+        double t0 = kv_clock_s();
         for (int i = 0; i < 7; i++)
             cblas_sgemv(CblasRowMajor, CblasNoTrans, shapes[i][0], shapes[i][1], 1, w[i],
                         shapes[i][1], x, 1, 0, y, 1);
-        double dt = now() - t0;
+        double dt = kv_clock_s() - t0;
         best = dt < best ? dt : best;
     }
     for (int i = 0; i < 7; i++)
@@ -264,13 +257,13 @@ __attribute__((noinline)) static double forward_evict(kv_evictor *ev, kv_cache *
                                                       bool prefill)
 {
     kv_error err;
-    double t0 = now();
+    double t0 = kv_clock_s();
     for (int l = 0; l < LAYERS; l++)
         if (kv_evictor_observe(ev, l, &s->req, &s->st, prefill, &err) != 0)
             die("observe", &err);
     if (kv_evictor_compress(ev, c, NULL, NULL, &err) != 0)
         die("compress", &err);
-    return now() - t0;
+    return kv_clock_s() - t0;
 }
 
 int main(int argc, char **argv)
@@ -310,11 +303,11 @@ int main(int argc, char **argv)
     if (!m.pool)
         die("pool", &perr);
     if (o_proj[0]) {
-        double t0 = now();
+        double t0 = kv_clock_s();
         if (kv_evict_model_vnorm_gains(&m, &perr) != 0)
             die("gains", &perr);
         printf("CriticalKV's value bounds, once per model: %.1f ms (%s attention)\n\n",
-               (now() - t0) * 1e3, uniform_attention ? "uniform" : "log-normal");
+               (kv_clock_s() - t0) * 1e3, uniform_attention ? "uniform" : "log-normal");
     }
     for (int i = 0; i < N_CONFIGS; i++) {
         if (only && !strstr(configs[i].name, only))
@@ -361,7 +354,7 @@ int main(int argc, char **argv)
     kv_attn_stats layers[LAYERS];
     for (int l = 0; l < LAYERS; l++)
         layers[l] = pre.st; /* the same values for every layer */
-    double t0 = now();
+    double t0 = kv_clock_s();
     for (int i = 0; i < N_CONFIGS; i++) {
         kv_evictor *ev = kv_evictor_new(&ps[i], &m, &err);
         kv_cache *c = NULL;
@@ -370,7 +363,7 @@ int main(int argc, char **argv)
         kv_cache_free(c);
         kv_evictor_free(ev);
     }
-    double sweep = now() - t0;
+    double sweep = kv_clock_s() - t0;
     printf("\nsweep of %d configs over one %d-token prefill: kv_evictor_fork each %.1f ms "
            "= %.2f%% of one prefill (vs %d prefills without sharing)\n",
            N_CONFIGS, n, sweep * 1e3, 100 * sweep / prefill_s, N_CONFIGS);

@@ -5,18 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "jieba.h"
 #include "metrics.h"
 #include "score.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 int main(int argc, char **argv)
 {
@@ -27,17 +20,17 @@ int main(int argc, char **argv)
     int repeat = argc > 2 ? atoi(argv[2]) : 5;
     kv_error err;
     kb_predictions p = {0};
-    double t0 = now();
+    double t0 = kv_clock_s();
     if (kb_predictions_read_path(&p, argv[1], &err) < 0) {
         fprintf(stderr, "bench_score: %s\n", err.msg);
         return 1;
     }
-    double t_read = now() - t0;
+    double t_read = kv_clock_s() - t0;
     kb_jieba *jieba = NULL;
-    t0 = now();
+    t0 = kv_clock_s();
     if (kb_jieba_load(NULL, &jieba, &err) < 0)
         fprintf(stderr, "bench_score: %s (Chinese tasks refused)\n", err.msg);
-    double t_jieba = now() - t0;
+    double t_jieba = kv_clock_s() - t0;
     kb_metrics *m;
     if (kb_metrics_new(jieba, &m, &err) < 0)
         return 1;
@@ -63,12 +56,12 @@ int main(int argc, char **argv)
         double best = 1e30;
         for (int r = 0; r < repeat; r++) {
             kb_task_scores one;
-            t0 = now();
+            t0 = kv_clock_s();
             if (kb_score_predictions(m, &sub, &one, &err) < 0) {
                 fprintf(stderr, "bench_score: %s\n", err.msg);
                 return 1;
             }
-            double dt = now() - t0;
+            double dt = kv_clock_s() - t0;
             if (dt < best)
                 best = dt;
             kb_task_scores_free(&one);

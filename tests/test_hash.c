@@ -68,5 +68,5 @@ Test(hash, model_hash_covers_model_files_only)
     tu_rmtree(dir);
     free(dir);
     cr_assert_lt(kb_hash_model("/nonexistent/model", a, &err), 0);
-    cr_assert(strstr(err.msg, "/nonexistent/model: cannot open the model folder"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "/nonexistent/model: cannot open the folder"), "%s", err.msg);
 }

@@ -238,7 +238,7 @@ Test(results, damage_before_the_last_line_is_an_error)
     char *path = file_of(dir, "full", "trec");
     char *pdir;
     cr_assert_geq(asprintf(&pdir, "%s/predictions/full", dir), 0);
-    cr_assert_eq(kb_mkdirs(pdir, &err), 0);
+    cr_assert_eq(kv_mkdirs(pdir, &err), 0);
     FILE *f = fopen(path, "w");
     fputs("{\"id\": \"a\", \"index\": 0}\n{\"id\": \"b\", \"index\": 1} junk\n"
           "{\"id\": \"c\", \"index\": 2}\n",

@@ -7,12 +7,13 @@
  * seeds (bit flips, truncations, insertions, splices). With clang the same
  * target file links against -fsanitize=fuzzer for coverage-guided runs
  * (meson -Dfuzz=true). */
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include "file.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -57,17 +58,18 @@ static void add_path(const char *path)
         add_seed(path);
         return;
     }
-    DIR *d = opendir(path);
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        if (e->d_name[0] == '.')
-            continue;
-        char p[4096];
-        snprintf(p, sizeof p, "%s/%s", path, e->d_name);
-        add_seed(p);
+    char **names;
+    size_t n;
+    kv_error err;
+    if (kv_dir_list(path, NULL, &names, &n, &err) < 0)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        char *p = kv_path_join(path, names[i]);
+        if (p)
+            add_seed(p);
+        free(p);
     }
-    if (d)
-        closedir(d);
+    kv_names_free(names, n);
 }
 
 static uint64_t rng_state;
