@@ -415,7 +415,7 @@ int kb_engine_backend_open(const kb_matrix *m, const char *model_dir, kb_runner_
         }
     }
     if (m->n_configs > 1) {
-        if (kv_evict_model_load(&e->em, e->model, model_dir, any_criticalkv(e), err) < 0)
+        if (kv_evict_model_load(&e->em, e->model, any_criticalkv(e), err) < 0)
             goto fail;
         e->em_loaded = true;
         for (size_t i = 1; i < m->n_configs; i++)

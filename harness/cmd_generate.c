@@ -307,7 +307,7 @@ static int run(const kb_args *a)
     if (rc == 0) {
         gen_ctx g = {
             .tok = tok, .stream = !kb_flag(a, "json"), .vocab = kv_model_get_config(m)->vocab};
-        rc = kb_eviction_open(a, m, kb_arg(a, "model"), &g.ev);
+        rc = kb_eviction_open(a, m, &g.ev);
         if (rc == 0)
             rc = generate(a, m, &g, prompt, n_prompt, max_new);
         kb_eviction_close(g.ev);

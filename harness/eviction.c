@@ -131,7 +131,7 @@ static void write_trace(void *ctx, int step, int layer, const int32_t *pos, int 
         e->trace_errno = errno ? errno : EIO;
 }
 
-int kb_eviction_open(const kb_args *a, const kv_model *m, const char *dir, kb_eviction **out)
+int kb_eviction_open(const kb_args *a, const kv_model *m, kb_eviction **out)
 {
     *out = NULL;
     kv_evict_params p;
@@ -151,7 +151,7 @@ int kb_eviction_open(const kb_args *a, const kv_model *m, const char *dir, kb_ev
     e->params = p;
     kv_error err;
     bool o_proj = p.refined_size > 0 && strcmp(p.refined_algorithm, "criticalkv") == 0;
-    if (kv_evict_model_load(&e->model, m, dir, o_proj, &err) != 0 ||
+    if (kv_evict_model_load(&e->model, m, o_proj, &err) != 0 ||
         !(e->ev = kv_evictor_new(&e->params, &e->model, &err))) {
         kb_error("%s", err.msg);
         kb_eviction_close(e);

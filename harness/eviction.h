@@ -44,9 +44,9 @@ typedef struct kb_eviction kb_eviction;
  * when *p is set, -1 after reporting the error. */
 int kb_eviction_params(const kb_args *a, kv_evict_params *p);
 
-/* The policy for model m (folder dir) plus the trace file, or *out = NULL
+/* The policy for model m plus the trace file, or *out = NULL
  * when no eviction was asked for. Returns 0 or an exit code (reported). */
-int kb_eviction_open(const kb_args *a, const kv_model *m, const char *dir, kb_eviction **out);
+int kb_eviction_open(const kb_args *a, const kv_model *m, kb_eviction **out);
 void kb_eviction_close(kb_eviction *e);
 
 /* The statistics every forward must report. */

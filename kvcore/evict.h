@@ -103,8 +103,9 @@ typedef struct kv_evict_model {
     const float *inv_freq;      /* [head_dim/2] or NULL: rope_theta^(-2f/head_dim);
                                    pass the engine's when it scales them (llama3) */
     int hidden;                 /* model width; only CriticalKV */
-    const float *const *o_proj; /* [n_layers] -> o_proj.weight [hidden][n_heads*head_dim];
-                                   only CriticalKV (NULL otherwise) */
+    const struct kv_weight *o_proj; /* [n_layers] o_proj.weight [hidden][n_heads*head_dim]
+                                       in any dtype of kernels.h (the model's own, not a
+                                       copy); only CriticalKV (NULL otherwise) */
     struct kv_pool *pool;       /* threads for CriticalKV's products (NULL: the caller's) */
     const double *vnorm_gain;   /* [n_layers][n_kv_heads] or NULL: CriticalKV's weight of a
                                    slot is at most sum_g gain[g] * ||v_g||, which lets it skip
@@ -190,10 +191,9 @@ int kv_attn_stats_request_merge(kv_attn_stats_request *dst, const kv_attn_stats_
 struct kv_model;
 
 /* The eviction view of a loaded model: shapes and the engine's RoPE
- * frequencies; with o_proj (CriticalKV) the o_proj weights widened to f32,
- * read from the model folder dir. Release with kv_evict_model_release. */
-int kv_evict_model_load(kv_evict_model *em, const struct kv_model *m, const char *dir, bool o_proj,
-                        kv_error *err);
+ * frequencies; with o_proj (CriticalKV) the model's own o_proj weights (m
+ * must outlive em). Release with kv_evict_model_release. */
+int kv_evict_model_load(kv_evict_model *em, const struct kv_model *m, bool o_proj, kv_error *err);
 void kv_evict_model_release(kv_evict_model *em);
 
 /* What a generation with this policy must ask every forward for (the

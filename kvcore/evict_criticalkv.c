@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "evict_impl.h"
+#include "kernels.h"
 #include "pool.h"
 
 enum { CHUNK = 128 }; /* slots per matrix product: bounds the scratch */
@@ -47,26 +48,50 @@ static void vnorm_chunk(void *ctx, int task, int worker)
     }
 }
 
+/* Layer `layer`'s o_proj as F32 [hidden][n_heads * head_dim]: the model's
+ * own data when it is F32, else widened into *scratch (malloc'd, the caller
+ * frees it): one layer at a time, never the whole model's. Widening is exact,
+ * so the products are those of an F32 copy. */
+static const float *o_proj_f32(const kv_evict_model *m, int layer, float **scratch, kv_error *err)
+{
+    const kv_weight *w = &m->o_proj[layer];
+    *scratch = NULL;
+    if (w->dtype == KV_DTYPE_F32)
+        return w->data;
+    if (!(*scratch = malloc((size_t)w->rows * (size_t)w->cols * sizeof **scratch))) {
+        kv_fail(err, "CriticalKV: out of memory");
+        return NULL;
+    }
+    kv_widen_rows(m->pool, w, 0, w->rows, *scratch);
+    return *scratch;
+}
+
 int kv_criticalkv_vnorm(const kv_evict_model *m, int layer, int kv_head, const float *v, int n,
                         double *out, kv_error *err)
 {
     int tasks = (n + CHUNK - 1) / CHUNK;
     int workers = m->pool ? kv_pool_threads(m->pool) : 1;
     int per_kv = m->n_heads / m->n_kv_heads;
-    vnorm_job j = {m, m->o_proj[layer], v, n, 0, m->n_heads, out, NULL};
+    float *wide;
+    vnorm_job j = {m, o_proj_f32(m, layer, &wide, err), v, n, 0, m->n_heads, out, NULL};
+    if (!j.w)
+        return -1;
     if (kv_head >= 0) {
         j.h0 = kv_head * per_kv;
         j.h1 = j.h0 + per_kv;
     }
     j.prod = malloc((size_t)workers * CHUNK * (size_t)m->hidden * sizeof *j.prod);
-    if (!j.prod)
+    if (!j.prod) {
+        free(wide);
         return kv_fail(err, "CriticalKV: out of memory");
+    }
     if (m->pool && tasks > 1)
         kv_pool_run(m->pool, tasks, vnorm_chunk, &j);
     else
         for (int t = 0; t < tasks; t++)
             vnorm_chunk(&j, t, 0);
     free(j.prod);
+    free(wide);
     return 0;
 }
 
@@ -105,6 +130,10 @@ int kv_evict_model_vnorm_gains(kv_evict_model *em, kv_error *err)
     int H = em->n_heads, KV = em->n_kv_heads, D = em->head_dim, hid = em->hidden;
     if (!em->o_proj || hid <= 0 || KV <= 0 || H % KV != 0)
         return kv_fail(err, "CriticalKV: the value bounds need the model's o_proj");
+    for (int l = 0; l < em->n_layers; l++)
+        if (em->o_proj[l].rows != hid || em->o_proj[l].cols != H * D)
+            return kv_fail(err, "CriticalKV: layer %d's o_proj is [%d][%d], not [%d][%d]", l,
+                           em->o_proj[l].rows, em->o_proj[l].cols, hid, H * D);
     double *gain = calloc((size_t)em->n_layers * (size_t)KV, sizeof *gain);
     float *gf = malloc((size_t)D * D * sizeof *gf);
     double *g = malloc((size_t)D * D * sizeof *g), *tmp = malloc((size_t)D * D * sizeof *tmp);
@@ -112,19 +141,31 @@ int kv_evict_model_vnorm_gains(kv_evict_model *em, kv_error *err)
         free(gain), free(gf), free(g), free(tmp);
         return kv_fail(err, "CriticalKV: out of memory");
     }
-    for (int l = 0; l < em->n_layers; l++)
+    int rc = 0;
+    for (int l = 0; l < em->n_layers; l++) {
+        float *wide;
+        const float *wo = o_proj_f32(em, l, &wide, err);
+        if (!wo) {
+            rc = -1;
+            break;
+        }
         for (int h = 0; h < H; h++) {
             /* Gram matrix of the head's block of o_proj: Wo_h^T Wo_h, [D][D] */
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, D, D, hid, 1.0f,
-                        em->o_proj[l] + (size_t)h * D, H * D, em->o_proj[l] + (size_t)h * D, H * D,
-                        0.0f, gf, D);
+                        wo + (size_t)h * D, H * D, wo + (size_t)h * D, H * D, 0.0f, gf, D);
             for (size_t i = 0; i < (size_t)D * D; i++)
                 g[i] = gf[i];
             /* 1e-3 covers the rounding of the float Gram matrix and of the
              * weights computed later: a bound must never fall below one */
             gain[(size_t)l * KV + h / (H / KV)] += sqrt(hid * lambda_max_bound(g, tmp, D)) * 1.001;
         }
+        free(wide);
+    }
     free(gf), free(g), free(tmp);
+    if (rc < 0) {
+        free(gain);
+        return -1;
+    }
     free((void *)em->vnorm_gain);
     em->vnorm_gain = gain;
     return 0;

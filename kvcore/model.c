@@ -230,6 +230,11 @@ const kv_rope *kv_model_get_rope(const kv_model *m)
     return &m->rope;
 }
 
+const kv_weight *kv_model_o_proj(const kv_model *m, int layer)
+{
+    return &m->layers[layer].wo;
+}
+
 size_t kv_model_weight_bytes(const kv_model *m)
 {
     return m->weight_bytes;

@@ -39,6 +39,11 @@ const kv_model_config *kv_model_get_config(const kv_model *m);
 /* The model's RoPE (for eviction's key rerotation). */
 const kv_rope *kv_model_get_rope(const kv_model *m);
 
+/* Layer `layer`'s o_proj weight, [hidden][n_heads * head_dim] in its file
+ * dtype, as the forward uses it (CriticalKV reads it). */
+struct kv_weight;
+const struct kv_weight *kv_model_o_proj(const kv_model *m, int layer);
+
 /* Bytes of weights held in memory. */
 size_t kv_model_weight_bytes(const kv_model *m);
 

@@ -239,6 +239,7 @@ static kv_evict_params params_of(const config *c)
 }
 
 static float *o_proj[LAYERS];
+static kv_weight wo[LAYERS];
 
 static kv_evict_model model(void)
 {
@@ -248,7 +249,7 @@ static kv_evict_model model(void)
                             .head_dim = DIM,
                             .rope_theta = 1e6,
                             .hidden = HIDDEN,
-                            .o_proj = (const float *const *)o_proj};
+                            .o_proj = wo};
 }
 
 /* observe every layer's statistics (same values for each layer: content
@@ -278,6 +279,7 @@ int main(int argc, char **argv)
             die("o_proj", NULL);
         for (size_t i = 0; i < (size_t)HIDDEN * HEADS * DIM; i++)
             o_proj[l][i] = frand() * 0.05f;
+        wo[l] = (kv_weight){KV_DTYPE_F32, o_proj[l], HIDDEN, HEADS * DIM};
     }
     /* with a filter (profiling one config) the model estimate is skipped */
     double gflops = only ? 1.0 : sgemm_rate();

@@ -11,7 +11,9 @@
 
 #include "evict.h"
 #include "evict_impl.h"
+#include "kernels.h"
 #include "kvcache.h"
+#include "pool.h"
 
 enum { LAYERS = 2, HEADS = 4, KV = 2, DIM = 8, HIDDEN = 24, PREFILL = 240, STEPS = 24 };
 
@@ -30,6 +32,7 @@ static double gaussian(void)
 
 typedef struct world {
     float *o_proj[LAYERS];
+    kv_weight wo[LAYERS];
     kv_evict_model exact, bounded; /* the same model, without and with gains */
 } world;
 
@@ -40,6 +43,7 @@ static void world_init(world *w)
         w->o_proj[l] = malloc(sizeof(float) * HIDDEN * HEADS * DIM);
         for (int i = 0; i < HIDDEN * HEADS * DIM; i++) /* uneven columns, like trained weights */
             w->o_proj[l][i] = (float)(gaussian() * (1 + (i % 7)) * 0.1);
+        w->wo[l] = (kv_weight){KV_DTYPE_F32, w->o_proj[l], HIDDEN, HEADS * DIM};
     }
     w->exact = (kv_evict_model){.n_layers = LAYERS,
                                 .n_heads = HEADS,
@@ -47,7 +51,7 @@ static void world_init(world *w)
                                 .head_dim = DIM,
                                 .rope_theta = 10000.0,
                                 .hidden = HIDDEN,
-                                .o_proj = (const float *const *)w->o_proj};
+                                .o_proj = w->wo};
     w->bounded = w->exact;
     kv_error err;
     cr_assert_eq(kv_evict_model_vnorm_gains(&w->bounded, &err), 0, "%s", err.msg);
@@ -236,4 +240,63 @@ Test(criticalkv_bound, per_head_same_picks)
     same_picks("{\"algorithm\": \"h2o\", \"strategy\": \"per_head\", \"start_size\": 4, "
                "\"recent_size\": 16, \"intermediate_size\": 40, \"refined_size\": 12, "
                "\"refined_algorithm\": \"criticalkv\"}");
+}
+
+/* CriticalKV reads the model's o_proj in its file dtype: BF16 weights give
+ * the very weights and gains that an F32 copy of them gives (widening is
+ * exact), and the pool's widening agrees with the calling thread's. */
+Test(criticalkv_bound, bf16_o_proj_equals_its_f32_copy)
+{
+    enum { N = 200, ROW = KV * DIM, COLS = HEADS * DIM };
+    rng_state = 7;
+    uint16_t *half[LAYERS];
+    float *wide[LAYERS];
+    kv_weight w16[LAYERS], w32[LAYERS];
+    for (int l = 0; l < LAYERS; l++) {
+        half[l] = malloc(sizeof(uint16_t) * HIDDEN * COLS);
+        wide[l] = malloc(sizeof(float) * HIDDEN * COLS);
+        for (int i = 0; i < HIDDEN * COLS; i++) {
+            float f = (float)(gaussian() * 0.1);
+            uint32_t u;
+            memcpy(&u, &f, sizeof u);
+            half[l][i] = (uint16_t)(u >> 16); /* truncated to BF16 */
+            wide[l][i] = kv_bf16_to_f32(half[l][i]);
+        }
+        w16[l] = (kv_weight){KV_DTYPE_BF16, half[l], HIDDEN, COLS};
+        w32[l] = (kv_weight){KV_DTYPE_F32, wide[l], HIDDEN, COLS};
+    }
+    kv_error err;
+    kv_evict_model m16 = {.n_layers = LAYERS, .n_heads = HEADS, .n_kv_heads = KV,
+                          .head_dim = DIM, .rope_theta = 10000.0, .hidden = HIDDEN,
+                          .o_proj = w16};
+    kv_evict_model m32 = m16;
+    m32.o_proj = w32;
+    m16.pool = kv_pool_new(3, &err);
+    cr_assert(m16.pool, "%s", err.msg);
+    cr_assert_eq(kv_evict_model_vnorm_gains(&m16, &err), 0, "%s", err.msg);
+    cr_assert_eq(kv_evict_model_vnorm_gains(&m32, &err), 0, "%s", err.msg);
+    for (int i = 0; i < LAYERS * KV; i++)
+        cr_expect_eq(m16.vnorm_gain[i], m32.vnorm_gain[i], "gain %d", i);
+    float *v = malloc(sizeof(float) * N * ROW);
+    for (int i = 0; i < N * ROW; i++)
+        v[i] = (float)gaussian();
+    double a[N], b[N];
+    for (int l = 0; l < LAYERS; l++)
+        for (int g = -1; g < KV; g++) { /* -1: every head (per_token), else one KV head */
+            cr_assert_eq(kv_criticalkv_vnorm(&m16, l, g, v, N, a, &err), 0, "%s", err.msg);
+            cr_assert_eq(kv_criticalkv_vnorm(&m32, l, g, v, N, b, &err), 0, "%s", err.msg);
+            for (int t = 0; t < N; t++)
+                cr_expect_eq(a[t], b[t], "layer %d head %d slot %d: %.17g vs %.17g", l, g, t,
+                             a[t], b[t]);
+        }
+    /* an o_proj of the wrong shape is refused */
+    w16[1].cols = COLS - 1;
+    cr_assert_eq(kv_evict_model_vnorm_gains(&m16, &err), -1);
+    cr_expect(strstr(err.msg, "layer 1's o_proj is [24][31], not [24][32]"), "%s", err.msg);
+    free(v);
+    kv_pool_free(m16.pool);
+    free((void *)m16.vnorm_gain);
+    free((void *)m32.vnorm_gain);
+    for (int l = 0; l < LAYERS; l++)
+        free(half[l]), free(wide[l]);
 }

@@ -9,6 +9,7 @@
 
 #include "evict.h"
 #include "evict_impl.h" /* the generator and registries, white-box */
+#include "kernels.h"
 #include "kvcache.h"
 
 /* ---- a tiny simulated model: attention probabilities from a formula ---- */
@@ -641,7 +642,7 @@ Test(evict_tv, tv8_criticalkv)
     p.refined_size = 2;
     strcpy(p.refined_algorithm, "criticalkv");
     static const float wo[] = {1, 0, 0, 2};
-    const float *o_proj[] = {wo};
+    const kv_weight o_proj[] = {{KV_DTYPE_F32, wo, 2, 2}};
     kv_evict_model m = {.n_layers = 1,
                         .n_heads = 1,
                         .n_kv_heads = 1,

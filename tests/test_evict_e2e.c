@@ -415,7 +415,7 @@ Test(evict_e2e, forked_prefill_equals_fresh_runs, .timeout = 120)
     cr_assert_eq(n_prompt, 206);
     kv_evict_params ps[N_SWEEP];
     kv_evict_model em;
-    cr_assert_eq(kv_evict_model_load(&em, m, dir, true, &err), 0, "%s", err.msg);
+    cr_assert_eq(kv_evict_model_load(&em, m, true, &err), 0, "%s", err.msg);
     for (int i = 0; i < N_SWEEP; i++) {
         cJSON *j = cJSON_Parse(sweep_json[i]);
         kv_evict_params_default(&ps[i]);
