@@ -1,4 +1,4 @@
-/* Prompt building, as LongBench's pred.py does it (../shared/LONGBENCH.md §2):
+/* Prompt building, as LongBench's pred.py does it (docs/longbench.md):
  *
  *   1. substitute the sample into the task's template;
  *   2. if the tokenised prompt is longer than max_length, keep the first and
@@ -9,7 +9,7 @@
  * Two protocols decide step 3 and where generation stops:
  *   longbench  pred.py: chat on every task but trec triviaqa samsum lsht lcc
  *              repobench-p; stop at EOS, samsum also at the single "\n" token.
- *   nncf       the NNCF LongBench script (EVICTION.md §8): chat template on
+ *   nncf       the NNCF LongBench script (docs/eviction.md): chat template on
  *              every task, stop at the first "\n" on every task.
  */
 #ifndef LB_PROMPT_H

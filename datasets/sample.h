@@ -2,7 +2,7 @@
  *
  * One record is parsed at a time (cJSON per line), so memory stays at the
  * size of the longest line whatever the file size. Every record is checked
- * against the LongBench schema (../shared/LONGBENCH.md §1.2); a malformed
+ * against the LongBench schema (docs/longbench.md); a malformed
  * line is reported as "file:line: what is wrong". Unknown keys are ignored,
  * because third-party copies of LongBench add their own.
  */

@@ -1,7 +1,7 @@
 /* The LongBench task registry: one const row per task.
  *
- * Every number and string here comes from LongBench's own files (pinned in
- * ../shared/LONGBENCH.md §0): the prompt template from
+ * Every number and string here comes from LongBench's own files (commit
+ * 2e00731f8d0b, docs/longbench.md): the prompt template from
  * LongBench/config/dataset2prompt.json (verbatim, typos included), max new
  * tokens from dataset2maxlen.json, the metric from eval.py's dataset2metric,
  * the chat rule from pred.py and the first-line rule from eval.py. The table

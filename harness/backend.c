@@ -54,7 +54,7 @@ typedef struct prefill_state {
 
 /* Types and ranges first, with the offending key named so the matrix can
  * point at its path; then the eviction module's own parser and NNCF's
- * cross-field rules (EVICTION.md §2.2), whose messages are NNCF's. */
+ * cross-field rules (docs/eviction.md), whose messages are NNCF's. */
 static int validate_eviction(const cJSON *cfg, char *msg, size_t n)
 {
     if (kb_matrix_validate_eviction(cfg, msg, n) < 0)

@@ -39,7 +39,7 @@ static void list_tasks(void)
     }
 }
 
-/* max_position_embeddings - 500 from DIR/config.json (LONGBENCH.md §2.2:
+/* max_position_embeddings - 500 from DIR/config.json (docs/longbench.md:
  * max_length = n_ctx - 500), or 0 when it cannot be read. */
 static long default_max_length(const char *model_dir)
 {

@@ -1,5 +1,5 @@
 /* kvbench score: LongBench's eval.py over prediction files, with its exact
- * numbers (LONGBENCH.md §3-5). */
+ * numbers (docs/longbench.md). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>

@@ -20,7 +20,7 @@
 /* clang-format off */
 #define KB_EVICTION_OPTIONS \
     {"eviction", "ALGO", "evict KV-cache tokens with ALGO: snapkv, h2o, streaming, random, knorm"}, \
-    {"eviction-config", "FILE.json", "eviction parameters as JSON (EVICTION.md names)"}, \
+    {"eviction-config", "FILE.json", "eviction parameters as JSON (keys of docs/eviction.md)"}, \
     {"strategy", "NAME", "eviction granularity: per_token (default), per_group or per_head"}, \
     {"group-size", "N", "tokens per group with per_group (default 32)"}, \
     {"start-size", "N", "first tokens always kept (default 32)"}, \

@@ -1,6 +1,6 @@
 /* jieba's accurate-mode segmentation (jieba.cut(s, cut_all=False), HMM on),
  * reimplemented over jieba 0.42.1's own data files, for LongBench's Chinese
- * metrics (LONGBENCH.md §5).
+ * metrics (docs/longbench.md).
  *
  * The data is read at run time from a jieba package folder: dict.txt (word,
  * frequency, tag per line) and finalseg/prob_{start,trans,emit}.py (the HMM

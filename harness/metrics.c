@@ -292,7 +292,7 @@ static int qa_f1(kb_metrics *m, double *score)
 
 /* ---- qa_f1_zh_score -------------------------------------------------------- */
 
-/* metrics.py's cn_punctuation (LONGBENCH.md §4.4); '.' is in it too. */
+/* metrics.py's cn_punctuation (docs/longbench.md, qa_f1_zh); '.' is in it too. */
 static bool is_cn_punct(uint32_t c)
 {
     static const uint32_t list[] = {

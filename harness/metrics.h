@@ -1,7 +1,7 @@
 /* LongBench's metrics (LongBench/metrics.py), reproduced to the last bit.
  *
  * Every quirk of the Python code is kept on purpose, because published numbers
- * were computed with it (LONGBENCH.md §4): Rouge-L over unique words with its
+ * were computed with it (docs/longbench.md): Rouge-L over unique words with its
  * tie rule, +1e-8 and recursion-limit zero; difflib's ratio with autojunk and
  * banker's rounding for code; the classification list-removal skip; Python's
  * str.lower / isspace / \w over Unicode. Inputs are UTF-8 (invalid bytes are

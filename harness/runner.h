@@ -55,8 +55,8 @@ void kb_runner_plan_print(FILE *f, const kb_matrix *m, const kb_runner_options *
 /* ---- the driver loop, engine-agnostic ------------------------------------
  *
  * kb_runner_run implements steps 2 (run folder) to 4 (scores, report) of the
- * design above over a backend of callbacks; the lead's adapters turn the
- * engine, eviction, datasets and scorers into one. tests/test_runner.c drives
+ * design above over a backend of callbacks; harness/backend.c makes one of
+ * the engine, eviction, datasets and scorers. tests/test_runner.c drives
  * it with a fake backend (shared prefill counted, resume, shards, report). */
 
 /* One LongBench sample as the runner needs it; the backend owns everything. */

@@ -1,4 +1,4 @@
-/* Scoring predictions the way LongBench's eval.py does (LONGBENCH.md §3):
+/* Scoring predictions the way LongBench's eval.py does (docs/longbench.md):
  * the metric of each task, the first-line rule, the maximum over answers,
  * per-task means with Python's round(x, 2), and LongBench-E's length buckets
  * with numpy's mean and rounding. Also LongBench v2's answer extraction and

@@ -1,7 +1,7 @@
 /* KV-cache eviction: which tokens a layer's cache keeps once it is full.
  *
- * Semantics are those of ../shared/EVICTION.md (the NNCF pull request,
- * §2): after every forward, each layer folds the attention statistics of
+ * Semantics are those of docs/eviction.md (the NNCF pull request's):
+ * after every forward, each layer folds the attention statistics of
  * that forward into per-slot scores; whenever a layer holds more than
  * M = start_size + intermediate_size + recent_size slots it keeps
  *   - the first start_size slots,
@@ -45,7 +45,7 @@ struct kv_pool;
 /* Longest accepted name value ("per_token", "criticalkv", ...). */
 #define KV_EVICT_NAME_MAX 24
 
-/* The parameters, named and defaulted as EVICTION.md §2.1 (NNCF's
+/* The parameters, named and defaulted as docs/eviction.md lists them (NNCF's
  * KVCacheCompressionParameters) plus kvbench's `positions` and `seed`.
  * Names are stored in lower case; kv_evict_params_validate() checks them. */
 typedef struct kv_evict_params {
@@ -82,7 +82,7 @@ int kv_evict_params_from_json(kv_evict_params *p, const struct cJSON *obj, kv_er
  * when None), or NULL when out of memory. */
 struct cJSON *kv_evict_params_to_json(const kv_evict_params *p);
 
-/* The checks of EVICTION.md §2.2 in their order (first failure reported
+/* The checks of docs/eviction.md in NNCF's order (first failure reported
  * with NNCF's message), then kvbench's own (per_group needs recent_size > 0,
  * per_token KVCrush cannot use the mean anchor, positions). */
 int kv_evict_params_validate(const kv_evict_params *p, kv_error *err);

@@ -1,4 +1,4 @@
-/* CriticalKV refined selection (EVICTION.md §2.8, decision 5): among the
+/* CriticalKV refined selection (docs/eviction.md, Refiners): among the
  * candidates the coarse top-k left, keep those whose attention score times
  * the size of their contribution to the attention output is largest:
  * (score + 1e-4) * vnorm_t, vnorm_t = sum over query heads h of

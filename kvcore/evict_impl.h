@@ -14,8 +14,8 @@
 
 #include "evict.h"
 
-/* Mersenne Twister mt19937 (32-bit): decision 6 of EVICTION.md defines the
- * random anchor bits by it, so runs reproduce across machines. */
+/* Mersenne Twister mt19937 (32-bit): docs/eviction.md defines the random
+ * scorer and KVCrush's random anchor bits by it, so runs reproduce across machines. */
 typedef struct kv_mt19937 {
     uint32_t s[624];
     int i;

@@ -1,4 +1,4 @@
-/* KVCrush refined selection, NNCF's variant (EVICTION.md §2.7, decision 6).
+/* KVCrush refined selection, NNCF's variant (docs/eviction.md, Refiners).
  *
  * Every candidate token the coarse top-k left gets one bit: 0 for the
  * floor(n/2) lowest scores, 1 for the rest. Units (tokens, or groups of G)

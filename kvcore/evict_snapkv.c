@@ -1,4 +1,4 @@
-/* SnapKV as the NNCF pull request runs it (EVICTION.md §2.4): at prefill,
+/* SnapKV as the NNCF pull request runs it (docs/eviction.md): at prefill,
  * the attention of the last window_size query rows, max-pooled per query
  * head over a centred window of 7 slots, then summed over heads (per_head:
  * over the query heads of each KV head); in decode,

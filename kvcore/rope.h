@@ -5,9 +5,10 @@
  * rotated in "half-split" (rotate_half / NeoX) layout: element i pairs with
  * element i + d/2, both turned by the angle pos * inv_freq[i].
  *
- * Rotations compose, so rotating by a position delta moves a key that was
- * stored at position p to position p + delta: eviction's key rerotation
- * calls kv_rope_apply with the delta.
+ * Rotations compose: turning a key stored at position p by the angles of a
+ * delta gives (up to rounding) the key at p + delta. Eviction's rerotation
+ * relies on it with its own rotation in double precision over the engine's
+ * inv_freq (kvcore/evict.c, gather), not through kv_rope_apply.
  */
 #ifndef KV_ROPE_H
 #define KV_ROPE_H

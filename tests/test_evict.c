@@ -1,4 +1,4 @@
-/* kvcore/evict: the test vectors of EVICTION.md §10, driven by hand-made
+/* kvcore/evict: test vectors of docs/eviction.md's semantics, driven by hand-made
  * attention statistics on small caches, plus the parser and invariants. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>

@@ -179,7 +179,7 @@ Test(metrics, rouge_identical_text_scores_below_one)
 
 Test(metrics, rouge_lcs_backtrack_tie_rule)
 {
-    /* LONGBENCH.md §4.5: pred "b a c", gt "a b. b c" -> llcs 2 */
+    /* rouge 1.0.1's backtrack tie rule: pred "b a c", gt "a b. b c" -> llcs 2 */
     cr_expect_eq(score(KB_ROUGE, "b a c", "a b. b c"), strtod("0.6666666616666668", NULL));
 }
 

@@ -214,7 +214,7 @@ Test(prompt_tok, stop_tokens_per_protocol)
     cr_assert_eq(lb_stop_tokens(t, qasper, LB_PROTOCOL_LONGBENCH, out), 1);
     cr_assert_eq(out[0], 151645, "<|im_end|>");
     cr_assert_eq(lb_stop_tokens(t, samsum, LB_PROTOCOL_LONGBENCH, out), 2);
-    cr_assert_eq(out[1], 198, "Qwen's single-newline token (LONGBENCH.md §2.2)");
+    cr_assert_eq(out[1], 198, "Qwen's single-newline token (docs/longbench.md)");
     cr_assert_eq(lb_stop_tokens(t, qasper, LB_PROTOCOL_NNCF, out), 2);
     cr_assert_eq(out[1], 198);
     kv_tokenizer_free(t);

@@ -11,7 +11,7 @@
 
 Test(score, python_and_numpy_round_differently)
 {
-    /* LONGBENCH.md §3.1: 2.835 -> Python 2.83, numpy 2.84 */
+    /* Python's round vs numpy's (docs/longbench.md): 2.835 -> 2.83 vs 2.84 */
     cr_expect_eq(kb_py_round(2.835, 2), 2.83);
     cr_expect_eq(kb_np_round2(2.835), 2.84);
     cr_expect_eq(kb_py_round(2.675, 2), 2.67); /* the binary value is below the half */

@@ -1,5 +1,5 @@
 /* kvcore/tokenizer: conformance with Hugging Face tokenizers on the Qwen3
- * corpus (../shared), the toy tokenizer of the tiny test models and a plain
+ * corpus (tests/data/tokenizer/cases), the toy tokenizer of the tiny test models and a plain
  * byte-level BPE without merges (committed under tests/data/tokenizer), and
  * load-time refusal of features that are not implemented. */
 #include <cjson/cJSON.h>
@@ -242,7 +242,7 @@ static void check_toy_case(const cJSON *j, void *ctx)
 
 Test(tokenizer, toy_tokenizer_matches_reference)
 {
-    /* tests/data/tokenizer/toy: written by ../shared/reference/make_tiny_qwen3.py;
+    /* tests/data/tokenizer/toy: written by tests/tools/reference/make_tiny_qwen3.py;
      * toy_cases.jsonl: ids from its qwen_tokenizer_ref.py. */
     char *dir = tu_source("tests/data/tokenizer/toy");
     char *cases = tu_source("tests/data/tokenizer/toy_cases.jsonl");

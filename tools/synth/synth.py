@@ -30,7 +30,7 @@ TEMPLATES = {
     "synth_passage": "Below are numbered paragraphs. Each one ends with its number in brackets.\n\n"
                      "{context}\n\n{input}",
 }
-# LongBench metric (LONGBENCH.md section 4) and max new tokens per task.
+# LongBench metric (docs/longbench.md) and max new tokens per task.
 METRICS = {"synth_passkey": ("count_score", 8), "synth_kv": ("count_score", 8),
            "synth_passage": ("retrieval_score", 6)}
 
