@@ -1086,7 +1086,7 @@ static void compare_notes(FILE *f, const kb_change *ch, size_t n, size_t n_parti
     for (size_t i = 0; i < n; i++)
         unpaired += !ch[i].paired;
     if (noise)
-        fprintf(f, "; %zu larger move%s within noise", noise, noise == 1 ? "" : "s");
+        fprintf(f, "; %zu move%s of that size within noise", noise, noise == 1 ? "" : "s");
     fputs(".", f);
     if (n_partial)
         fprintf(f,

@@ -401,3 +401,176 @@ Test(report, en16_stays_the_headline_when_a_run_has_more_tasks)
     tu_rmtree(dir);
     free(dir);
 }
+
+/* ---- regressions need a paired interval that excludes 0 ---------------- */
+
+enum { N_PAIRED = 200 };
+
+/* Writes scores.json for a make_run folder: every (config, task) with 200
+ * samples, sample i right when its rank ((37 i + 11 c + 5 t) mod 200) is below
+ * 120 + 10 c. Then, in the row (config `moved`, task qasper), `down` samples
+ * that were right turn wrong and `up` wrong ones right (spread over the
+ * task), and the row keeps only its first `keep` samples. */
+static char *paired_run(const char *out, const char *name, const char *moved, int down, int up,
+                        int keep)
+{
+    char *dir = make_run(out, name);
+    const char *tasks[] = {"trec", "qasper"};
+    kb_score_row rows[10];
+    size_t nr = 0;
+    for (int c = 0; c < 5; c++)
+        for (int t = 0; t < 2; t++) {
+            bool hit = moved && !strcmp(cfgs[c], moved) && t == 1;
+            int n = hit ? keep : N_PAIRED, d = hit ? down : 0, u = hit ? up : 0;
+            kb_score_row *r = &rows[nr++];
+            *r = (kb_score_row){.config = strdup(cfgs[c]),
+                                .task = strdup(tasks[t]),
+                                .metric = strdup("exact"),
+                                .n = n,
+                                .samples = calloc(N_PAIRED, sizeof *r->samples)};
+            double sum = 0;
+            for (int i = 0; i < n; i++) {
+                bool right = (37 * i + 11 * c + 5 * t) % N_PAIRED < 120 + 10 * c;
+                if (right && d > 0 && i % 3 == 0) {
+                    right = false;
+                    d--;
+                } else if (!right && u > 0 && i % 3 == 0) {
+                    right = true;
+                    u--;
+                }
+                char id[16];
+                snprintf(id, sizeof id, "s%03d", i);
+                r->samples[i] = (kb_sample_score){strdup(id), right, 1000};
+                sum += right;
+            }
+            cr_assert_eq(d + u, 0, "the fixture moved every sample it was asked to");
+            r->n_samples = (size_t)n;
+            r->score = 100.0 * sum / n;
+        }
+    cr_assert_eq(kb_scores_save(dir, rows, nr, &err), 0, "%s", err.msg);
+    for (size_t i = 0; i < nr; i++) {
+        free(rows[i].config);
+        free(rows[i].task);
+        free(rows[i].metric);
+        for (size_t j = 0; j < rows[i].n_samples; j++)
+            free(rows[i].samples[j].id);
+        free(rows[i].samples);
+    }
+    return dir;
+}
+
+static const kb_change *change_of(const kb_change *ch, size_t n, const char *config)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(ch[i].config, config) && !strcmp(ch[i].task, "qasper"))
+            return &ch[i];
+    return NULL;
+}
+
+Test(report, a_noise_only_baseline_is_not_flagged_while_a_real_drop_is)
+{
+    char *out = tu_mkdtemp();
+    const char *cfg = "snapkv_s32_r16_i80";
+    char *last = paired_run(out, "last", NULL, 0, 0, N_PAIRED);
+    /* 10 samples lost, 6 gained: -2 points, what a rerun's noise can do */
+    char *noisy = paired_run(out, "noisy", cfg, 10, 6, N_PAIRED);
+    /* 24 samples lost, none gained: -12 points */
+    char *dropped = paired_run(out, "dropped", cfg, 24, 0, N_PAIRED);
+
+    kb_report_run base, a, b;
+    cr_assert_eq(kb_report_run_load(last, &base, &err), 0, "%s", err.msg);
+    cr_assert_eq(kb_report_run_load(noisy, &a, &err), 0, "%s", err.msg);
+    cr_assert_eq(kb_report_run_load(dropped, &b, &err), 0, "%s", err.msg);
+    kb_change *ch;
+    size_t n, n_partial;
+    cr_assert_eq(kb_report_compare(&a, &base, 1.0, &ch, &n, &n_partial), 0);
+    cr_assert_eq(n, 1, "only the moved row moved");
+    const kb_change *c = change_of(ch, n, cfg);
+    cr_assert_not_null(c);
+    /* the drop is past the threshold, which alone would flag it... */
+    cr_assert_float_eq(c->delta, -2.0, 1e-9);
+    cr_assert(c->paired && c->n_shared == N_PAIRED && n_partial == 0);
+    /* ...but the paired interval holds 0: noise */
+    cr_assert(c->ci.lo < 0 && c->ci.hi > 0, "[%f, %f]", c->ci.lo, c->ci.hi);
+    cr_assert_eq(c->verdict, 0);
+    free(ch);
+
+    cr_assert_eq(kb_report_compare(&b, &base, 1.0, &ch, &n, NULL), 0);
+    c = change_of(ch, n, cfg);
+    cr_assert_not_null(c);
+    cr_assert_float_eq(c->delta, -12.0, 1e-9);
+    cr_assert_lt(c->ci.hi, 0);
+    cr_assert_eq(c->verdict, -1);
+    free(ch);
+    kb_report_run_free(&base);
+    kb_report_run_free(&a);
+    kb_report_run_free(&b);
+
+    tu_result r = tu_kvbench("report", noisy, "--baseline", last, "--fail-on-regression", NULL);
+    cr_assert_eq(r.status, 0, "%s%s", r.out, r.err);
+    cr_assert(strstr(r.out, "0 regressions of at least 1.00 points beyond noise"), "%s", r.out);
+    tu_result_free(&r);
+    char *md = read_in(noisy, "summary.md");
+    cr_assert(
+        strstr(md, "| within noise | snapkv_s32_r16_i80 | qasper | 80.00 | 78.00 | -2.00 | ["),
+        "%s", md);
+    free(md);
+
+    r = tu_kvbench("report", dropped, "--baseline", last, "--fail-on-regression", NULL);
+    cr_assert_eq(r.status, 1, "%s%s", r.out, r.err);
+    cr_assert(strstr(r.out,
+                     "regression: dropped snapkv_s32_r16_i80 qasper: 80.00 -> 68.00 (-12.00, "
+                     "95% interval [-"),
+              "%s", r.out);
+    cr_assert(strstr(r.out, "on 200 shared samples)"), "%s", r.out);
+    tu_result_free(&r);
+    char *html = read_in(dropped, "report.html");
+    cr_assert_eq(count(html, "class='regcell'"), 1, "the regressed cell is outlined");
+    free(html);
+    free(last);
+    free(noisy);
+    free(dropped);
+    tu_rmtree(out);
+    free(out);
+}
+
+Test(report, runs_over_different_samples_pair_the_shared_ones_and_say_so)
+{
+    char *out = tu_mkdtemp();
+    const char *cfg = "snapkv_s32_r16_i80";
+    char *last = paired_run(out, "last", NULL, 0, 0, N_PAIRED);
+    /* the same predictions, 24 drops, but only the first 150 samples */
+    char *part = paired_run(out, "part", cfg, 24, 0, 150);
+    kb_report_run base, a;
+    cr_assert_eq(kb_report_run_load(last, &base, &err), 0, "%s", err.msg);
+    cr_assert_eq(kb_report_run_load(part, &a, &err), 0, "%s", err.msg);
+    kb_change *ch;
+    size_t n, n_partial;
+    cr_assert_eq(kb_report_compare(&a, &base, 1.0, &ch, &n, &n_partial), 0);
+    cr_assert_eq(n_partial, 1);
+    const kb_change *c = change_of(ch, n, cfg);
+    cr_assert_not_null(c);
+    cr_assert_eq(c->n_shared, 150);
+    cr_assert_eq(c->n_before, N_PAIRED);
+    cr_assert_eq(c->n_after, 150);
+    /* on the shared 150: 24 right answers lost, nothing else changed */
+    cr_assert_float_eq(c->delta, -100.0 * 24 / 150, 1e-9);
+    cr_assert_eq(c->verdict, -1);
+    free(ch);
+    kb_report_run_free(&base);
+    kb_report_run_free(&a);
+    tu_result r = tu_kvbench("report", part, "--baseline", last, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "note: part: 1 (config, task) pair covers different samples than last; "
+                            "compared on the shared ones"),
+              "%s", r.out);
+    tu_result_free(&r);
+    char *md = read_in(part, "summary.md");
+    cr_assert(strstr(md, "1 (config, task) pair of the two runs cover different samples"), "%s",
+              md);
+    free(md);
+    free(last);
+    free(part);
+    tu_rmtree(out);
+    free(out);
+}
