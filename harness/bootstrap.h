@@ -26,7 +26,7 @@
 
 enum { KB_BOOT_RESAMPLES = 2000 };
 #define KB_BOOT_SEED  UINT64_C(0x6b7662656e636821) /* "kvbench!" */
-#define KB_BOOT_LEVEL 0.95
+#define KB_BOOT_TAIL 2.5 /* percent cut from each end: a 95 % interval */
 
 /* SplitMix64: state += golden gamma, then a 64-bit finaliser. */
 typedef struct kb_rng {
@@ -52,6 +52,18 @@ typedef struct kb_boot_plan {
 int kb_boot_plan_init(kb_boot_plan *p, uint64_t seed, size_t n);
 void kb_boot_plan_free(kb_boot_plan *p);
 
+/* Plans by (seed, n), drawn once and reused: every row of a task, every
+ * length group of a task. */
+typedef struct kb_boot_plans {
+    kb_boot_plan *v;
+    size_t n, cap;
+} kb_boot_plans;
+
+/* The plan for (seed, n), drawn on first use; NULL on OOM. Valid until the
+ * next call. */
+const kb_boot_plan *kb_boot_plans_get(kb_boot_plans *ps, uint64_t seed, size_t n);
+void kb_boot_plans_free(kb_boot_plans *ps);
+
 /* out[b] = 100 * mean of x over resample b (x in 0..1, out in percent). */
 void kb_boot_means(const kb_boot_plan *p, const double *x, double *out);
 
@@ -66,7 +78,8 @@ typedef struct kb_interval {
 /* numpy.percentile(v, q) with linear interpolation, v sorted ascending. */
 double kb_percentile_sorted(const double *v, size_t n, double q);
 
-/* The central KB_BOOT_LEVEL interval of B resampled values (sorted in place). */
+/* The central 95 % interval (KB_BOOT_TAIL off each end) of n resampled values (reordered in
+ * place: only the four order statistics needed are selected). */
 kb_interval kb_boot_interval(double *v, size_t n);
 
 /* The interval lies wholly above or below 0 (a difference "significant at

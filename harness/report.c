@@ -250,6 +250,9 @@ static char *dup_or(const char *s, const char *dflt)
     return strdup(s ? s : dflt);
 }
 
+static int length_view_attach(kb_report_run *run);
+static void length_view_free(struct kb_length_view *v);
+
 int kb_report_run_load(const char *dir, kb_report_run *out, kv_error *err)
 {
     memset(out, 0, sizeof *out);
@@ -282,6 +285,10 @@ int kb_report_run_load(const char *dir, kb_report_run *out, kv_error *err)
         kb_report_run_free(out);
         return -1;
     }
+    if (length_view_attach(out) < 0) {
+        kb_report_run_free(out);
+        return kv_fail(err, "out of memory");
+    }
     return 0;
 }
 
@@ -295,6 +302,10 @@ void kb_report_run_free(kb_report_run *run)
     free(run->protocol);
     cJSON_Delete(run->configs);
     kb_score_rows_free(run->rows, run->n_rows);
+    if (run->lengths) {
+        length_view_free(run->lengths);
+        free(run->lengths);
+    }
     memset(run, 0, sizeof *run);
 }
 
@@ -834,9 +845,9 @@ int kb_report_write_csv(FILE *f, const kb_report_run *runs, size_t n)
 /* Scores by context length (lengths.h): for config c and group k, the mean
  * over the tasks with samples in k of the task's score on those samples
  * (tasks weigh the same, as in the averages), with its bootstrap interval. */
-typedef struct length_view {
+typedef struct kb_length_view {
     kb_length_groups g;
-    kb_estimate *est; /* [c * g.n + k] */
+    kb_estimate *est; /* [c * g.n + k], c in pivot order */
     size_t *n;        /* samples behind est */
 } length_view;
 
@@ -848,8 +859,8 @@ static void length_view_free(length_view *v)
 }
 
 /* One (config, group): resamples each task's samples of the group. */
-static int length_cell(const pivot *p, const length_view *v, size_t c, int k, double *x,
-                       double *boot, double *sum, kb_estimate *out, size_t *n_out)
+static int length_cell(const pivot *p, const length_view *v, size_t c, int k, kb_boot_plans *plans,
+                       double *x, double *boot, double *sum, kb_estimate *out, size_t *n_out)
 {
     size_t n_tasks = 0;
     double total = 0;
@@ -863,8 +874,13 @@ static int length_cell(const pivot *p, const length_view *v, size_t c, int k, do
                 x[m++] = r->samples[i].score;
         if (!m)
             continue;
-        if (kb_boot_means_once(kb_boot_seed(r->task), x, m, boot) < 0)
+        /* a stream per (task, group): the group's samples of every config
+         * are resampled alike, as whole rows are */
+        uint64_t seed = kb_boot_seed(r->task) ^ (UINT64_C(0x9e3779b97f4a7c15) * (uint64_t)(k + 1));
+        const kb_boot_plan *plan = kb_boot_plans_get(plans, seed, m);
+        if (!plan)
             return -1;
+        kb_boot_means(plan, x, boot);
         double mean = 0;
         for (size_t i = 0; i < m; i++)
             mean += x[i];
@@ -909,17 +925,39 @@ static int length_view_build(const pivot *p, length_view *v)
     double *x = malloc((max_n + 1) * sizeof *x);
     double *boot = malloc(KB_BOOT_RESAMPLES * sizeof *boot);
     double *sum = malloc(KB_BOOT_RESAMPLES * sizeof *sum);
+    kb_boot_plans plans = {0};
     int rc = v->est && v->n && x && boot && sum ? 0 : -1;
     for (size_t c = 0; rc == 0 && c < p->nc; c++)
         for (size_t k = 0; rc == 0 && k < v->g.n; k++)
-            rc = length_cell(p, v, c, (int)k, x, boot, sum, &v->est[c * v->g.n + k],
+            rc = length_cell(p, v, c, (int)k, &plans, x, boot, sum, &v->est[c * v->g.n + k],
                              &v->n[c * v->g.n + k]);
+    kb_boot_plans_free(&plans);
     free(x);
     free(boot);
     free(sum);
     if (rc < 0)
         length_view_free(v);
     return rc;
+}
+
+/* Builds run->lengths once, for every writer (it resamples as much as the
+ * rows do). */
+static int length_view_attach(kb_report_run *run)
+{
+    pivot p;
+    length_view *v = calloc(1, sizeof *v);
+    if (!v || pivot_build(&p, run) < 0) {
+        free(v);
+        return -1;
+    }
+    int rc = length_view_build(&p, v);
+    pivot_free(&p);
+    if (rc < 0 || v->g.n == 0) {
+        free(v);
+        return rc;
+    }
+    run->lengths = v;
+    return 0;
 }
 
 static const char *length_axis(const length_view *v)
@@ -1180,14 +1218,8 @@ int kb_report_write_markdown(FILE *f, const kb_report_run *runs, size_t n,
                 "scores.csv.\n\n",
                 runs[k].name, runs[k].model, avg_label(&p), KB_BOOT_RESAMPLES);
         md_table(f, &p);
-        length_view lv;
-        if (length_view_build(&p, &lv) < 0) {
-            pivot_free(&p);
-            return -1;
-        }
-        if (lv.g.n)
-            md_lengths(f, &p, &lv);
-        length_view_free(&lv);
+        if (runs[k].lengths)
+            md_lengths(f, &p, runs[k].lengths);
         if (opt && opt->baseline)
             md_compare(f, &runs[k], opt);
         fputs("\n### Configs\n", f);
@@ -1910,17 +1942,10 @@ int kb_report_write_html(FILE *f, const kb_report_run *runs, size_t n, const kb_
         html_esc(f, runs[k].model);
         fprintf(f, "</h2>\n<h3>%s score vs KV cache budget</h3>\n", avg_label(&p));
         svg_budget_chart(f, &p);
-        length_view lv;
-        if (length_view_build(&p, &lv) < 0) {
-            free(ch);
-            pivot_free(&p);
-            return -1;
+        if (runs[k].lengths) {
+            fprintf(f, "<h3>Score vs %s</h3>\n", length_axis(runs[k].lengths));
+            svg_length_chart(f, &p, runs[k].lengths);
         }
-        if (lv.g.n) {
-            fprintf(f, "<h3>Score vs %s</h3>\n", length_axis(&lv));
-            svg_length_chart(f, &p, &lv);
-        }
-        length_view_free(&lv);
         fputs("<h3>Per-task scores (colour: difference to the full cache)</h3>\n", f);
         svg_heatmap(f, &p, ch, n_ch);
         fputs("<h3>Scores (LongBench %)</h3>\n", f);

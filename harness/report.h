@@ -61,6 +61,8 @@ typedef struct kb_report_run {
     cJSON *configs; /* run.json matrix.configs: name, hash, budget, params */
     kb_score_row *rows;
     size_t n_rows;
+    struct kb_length_view *lengths; /* scores by context length, built when loaded (report.c);
+                                       NULL when the run has no per-length view */
 } kb_report_run;
 
 /* Saves rows as <dir>/scores.json (atomically). */

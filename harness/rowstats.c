@@ -6,38 +6,6 @@
 
 enum { B = KB_BOOT_RESAMPLES };
 
-/* The plans of one run: one per (task, sample count). */
-typedef struct plans {
-    kb_boot_plan *v;
-    size_t n, cap;
-} plans;
-
-static const kb_boot_plan *plan_for(plans *ps, const char *task, size_t n)
-{
-    uint64_t seed = kb_boot_seed(task);
-    for (size_t i = 0; i < ps->n; i++)
-        if (ps->v[i].seed == seed && ps->v[i].n == n)
-            return &ps->v[i];
-    if (ps->n == ps->cap) {
-        size_t cap = ps->cap ? 2 * ps->cap : 16;
-        kb_boot_plan *g = realloc(ps->v, cap * sizeof *g);
-        if (!g)
-            return NULL;
-        ps->v = g;
-        ps->cap = cap;
-    }
-    if (kb_boot_plan_init(&ps->v[ps->n], seed, n) < 0)
-        return NULL;
-    return &ps->v[ps->n++];
-}
-
-static void plans_free(plans *ps)
-{
-    for (size_t i = 0; i < ps->n; i++)
-        kb_boot_plan_free(&ps->v[i]);
-    free(ps->v);
-}
-
 static kb_interval interval_of(const double *boot)
 {
     double *tmp = boot ? malloc(B * sizeof *tmp) : NULL;
@@ -162,7 +130,7 @@ static const kb_score_row *full_row(const kb_score_row *rows, size_t n, const ch
 
 int kb_rows_resample(kb_score_row *rows, size_t n, kv_error *err)
 {
-    plans ps = {0};
+    kb_boot_plans ps = {0};
     double *x = NULL;
     size_t x_cap = 0;
     int rc = 0;
@@ -178,7 +146,8 @@ int kb_rows_resample(kb_score_row *rows, size_t n, kv_error *err)
             x_cap = r->n_samples;
             x = malloc(x_cap * sizeof *x);
         }
-        const kb_boot_plan *p = x ? plan_for(&ps, r->task, r->n_samples) : NULL;
+        const kb_boot_plan *p =
+            x ? kb_boot_plans_get(&ps, kb_boot_seed(r->task), r->n_samples) : NULL;
         r->boot = p ? malloc(B * sizeof *r->boot) : NULL;
         if (!r->boot) {
             rc = kv_fail(err, "out of memory");
@@ -210,7 +179,7 @@ int kb_rows_resample(kb_score_row *rows, size_t n, kv_error *err)
         r->n_paired = pr.n_shared;
     }
     free(x);
-    plans_free(&ps);
+    kb_boot_plans_free(&ps);
     return rc;
 }
 

@@ -189,3 +189,25 @@ Test(bootstrap, averages_resample_within_each_task)
     for (int i = 0; i < 2; i++)
         free_row(&rows[i]);
 }
+
+Test(bootstrap, selected_percentiles_equal_sorted_ones)
+{
+    /* kb_boot_interval selects order statistics instead of sorting: on data
+     * with many ties (scores are steps of 1/n), the same numbers */
+    kb_rng r = {5};
+    double v[KB_BOOT_RESAMPLES], s[KB_BOOT_RESAMPLES];
+    for (int trial = 0; trial < 20; trial++) {
+        size_t n = trial < 10 ? KB_BOOT_RESAMPLES : 1 + kb_rng_below(&r, 50);
+        for (size_t i = 0; i < n; i++)
+            v[i] = s[i] = kb_rng_below(&r, trial % 2 ? 7 : 1000) / 3.0;
+        for (size_t i = 1; i < n; i++) /* insertion sort: the obvious reference */
+            for (size_t j = i; j > 0 && s[j - 1] > s[j]; j--) {
+                double t = s[j];
+                s[j] = s[j - 1];
+                s[j - 1] = t;
+            }
+        kb_interval iv = kb_boot_interval(v, n);
+        cr_assert_eq(iv.lo, kb_percentile_sorted(s, n, 2.5), "trial %d", trial);
+        cr_assert_eq(iv.hi, kb_percentile_sorted(s, n, 97.5), "trial %d", trial);
+    }
+}

@@ -344,12 +344,17 @@ Test(report, sixteen_english_tasks_give_the_en16_average)
     cr_assert_eq(count(csv, "\n"), 1 + 30 * 16);
     char *md = read_in(out, "summary.md");
     cr_assert(strstr(md, "| **EN16** | Δ full |"), "16 English tasks: EN16");
-    /* the full row of the example is the PyramidKV FullKV row; its mean is 41.46 */
-    cr_assert(strstr(md, "| **41.46** | – |"), "%.300s", md);
+    /* the full row of the example is the PyramidKV FullKV row (to the 0.5 steps of
+     * 200 right-or-wrong samples); its mean is 663 / 16 = 41.44 */
+    cr_assert(strstr(md, "| **41.44** ±"), "%.300s", md);
     char *html = read_in(out, "report.html");
     cr_assert(strstr(html, "<h3>EN16 score vs KV cache budget</h3>"));
-    /* 7 series: h2o/snapkv x sum/norm_sum, streaming, snapkv+kvcrush, snapkv+criticalkv */
-    cr_assert_eq(count(html, "<polyline"), 7);
+    /* 7 series: h2o/snapkv x sum/norm_sum, streaming, snapkv+kvcrush, snapkv+criticalkv;
+     * then one line per config in the score-vs-length chart (3 LongBench-E buckets) */
+    cr_assert_eq(count(html, "<polyline"), 7 + 30);
+    cr_assert(strstr(html, "<h3>Score vs context length (LongBench-E buckets"));
+    cr_assert_eq(count(html, "class='whisker'"), 29 + 30 * 3, "interval whiskers");
+    cr_assert(strstr(md, "| config | 0-4k | 4-8k | 8k+ |"), "the per-length table");
     cr_assert_eq(count(html, "class='cell'"), 30 * 17);
     free(csv);
     free(md);
@@ -393,7 +398,8 @@ Test(report, en16_stays_the_headline_when_a_run_has_more_tasks)
     char *md = read_in(dir, "summary.md");
     cr_assert(strstr(md, "| Avg (17) | **EN16** | Δ full |"), "%.400s", md);
     /* EN16 is still the 16 English tasks' mean; the 17-task mean is beside it */
-    cr_assert(strstr(md, "| 39.02 | **41.46** | – |"), "%s", md);
+    /* (a row without per-sample scores leaves the 17-task mean without an interval) */
+    cr_assert(strstr(md, "| 39.00 | **41.44** ±"), "%s", md);
     free(md);
     free(run_json);
     free(scores);
