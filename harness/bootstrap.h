@@ -25,8 +25,8 @@
 #include <stdint.h>
 
 enum { KB_BOOT_RESAMPLES = 2000 };
-#define KB_BOOT_SEED  UINT64_C(0x6b7662656e636821) /* "kvbench!" */
-#define KB_BOOT_TAIL 2.5 /* percent cut from each end: a 95 % interval */
+#define KB_BOOT_SEED UINT64_C(0x6b7662656e636821) /* "kvbench!" */
+#define KB_BOOT_TAIL 2.5                          /* percent cut from each end: a 95 % interval */
 
 /* SplitMix64: state += golden gamma, then a 64-bit finaliser. */
 typedef struct kb_rng {
