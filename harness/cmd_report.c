@@ -103,12 +103,12 @@ const kb_command kb_cmd_report = {
         "Reads run.json and scores.json of each run folder (the runner writes scores.json\n"
         "after scoring) and writes scores.csv (one row per model x config x task), summary.md\n"
         "(configs x tasks with category and EN16 averages and the delta to the full cache)\n"
-        "and report.html (self-contained: inline SVG charts of score vs cache budget and a\n"
-        "per-task heatmap; opens with no network). Scores carry 95% bootstrap intervals and\n"
-        "differences to the full cache paired ones (2,000 resamples, fixed seed). With "
-        "--baseline,\n"
-        "a (config, task) that dropped by at least --threshold points on the samples both runs\n"
-        "scored, with a paired interval that excludes 0, is a regression: listed and highlighted.",
+        "and report.html (self-contained: inline SVG charts of score vs cache budget and vs\n"
+        "context length and a per-task heatmap; opens with no network). Scores carry 95%\n"
+        "bootstrap intervals, differences to the full cache paired ones (2,000 resamples,\n"
+        "fixed seed). With --baseline, a (config, task) that dropped by at least --threshold\n"
+        "points on the samples both runs scored, with a paired interval that excludes 0, is\n"
+        "a regression: listed and highlighted.",
     .options = options,
     .min_positional = 1,
     .max_positional = KB_MAX_POSITIONAL,

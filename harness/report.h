@@ -77,9 +77,10 @@ typedef int (*kb_task_scorer)(const char *task, const cJSON *const *lines, size_
                               void *ctx);
 
 /* Builds the rows of a run folder from its predictions: the score and the
- * per-sample scores (with each line's "id" and "length") from the scorer, n and the means from the
- * lines' prompt_tokens, kept_tokens, prefill_s and decode_s. Rows are sorted by config (run.json
- * order) and task (LongBench order). Caller frees with kb_score_rows_free. */
+ * per-sample scores (with each line's "id" and "length") from the scorer, n
+ * and the means from the lines' prompt_tokens, kept_tokens, prefill_s and
+ * decode_s. Rows are sorted by config (run.json order) and task (LongBench
+ * order). Caller frees with kb_score_rows_free. */
 int kb_scores_from_predictions(const char *dir, kb_task_scorer scorer, void *ctx,
                                kb_score_row **rows, size_t *n, kv_error *err);
 void kb_score_rows_free(kb_score_row *rows, size_t n);
