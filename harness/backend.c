@@ -111,8 +111,7 @@ static int task_open(void *ctx, const kb_task_spec *spec, void **out, long *n_sa
     if (!path)
         return kv_fail(err, "out of memory");
     task_iter *it = calloc(1, sizeof *it);
-    lb_loader_options lo = {
-        .schema = task->family == LB_FAMILY_V2 ? LB_SCHEMA_V2 : LB_SCHEMA_V1};
+    lb_loader_options lo = {.schema = task->family == LB_FAMILY_V2 ? LB_SCHEMA_V2 : LB_SCHEMA_V1};
     if (it)
         it->loader = lb_loader_open(path, &lo, err);
     if (!it || !it->loader) {
@@ -218,8 +217,7 @@ static int prefill(void *ctx, const kb_task_spec *spec, const kb_sample *s,
     st->max_new = spec->max_new_tokens > 0 ? (int)spec->max_new_tokens : task->max_new_tokens;
     lb_prompt_options po = {
         .protocol = e->protocol,
-        .max_length = spec->max_length > 0 ? spec->max_length
-                                           : default_max_length(e, st->max_new),
+        .max_length = spec->max_length > 0 ? spec->max_length : default_max_length(e, st->max_new),
         .enable_thinking = false,
     };
     lb_prompt p = {0};
@@ -238,7 +236,7 @@ static int prefill(void *ctx, const kb_task_spec *spec, const kb_sample *s,
         if (k > 0 && e->ev[k])
             ps[n_ps++] = e->params[k];
     }
-    int rc = !ps ? kv_fail(err, "out of memory")
+    int rc = !ps    ? kv_fail(err, "out of memory")
              : n_ps ? kv_evict_stats_request(ps, n_ps, true, &st->req, err)
                     : 0;
     free(ps);
@@ -321,7 +319,8 @@ static int decode(void *ctx, void *state, const kb_task_spec *spec, const kb_sam
 /* eval.py: the metric of each line (max over its answers), then
  * round(100 * total / n, 2) with the total summed in file order. */
 static int score_task(const char *task, const cJSON *const *lines, size_t n, double *score,
-                      const char **metric_name, char *msg, size_t msg_n, void *ctx)
+                      double *sample_scores, const char **metric_name, char *msg, size_t msg_n,
+                      void *ctx)
 {
     engine *e = ctx;
     kb_metric metric;
@@ -348,7 +347,8 @@ static int score_task(const char *task, const cJSON *const *lines, size_t n, dou
         const cJSON *pred = cJSON_GetObjectItemCaseSensitive(lines[i], "pred");
         const cJSON *answers = cJSON_GetObjectItemCaseSensitive(lines[i], "answers");
         const cJSON *classes = cJSON_GetObjectItemCaseSensitive(lines[i], "all_classes");
-        int na = cJSON_GetArraySize(answers), nc = cJSON_IsArray(classes) ? cJSON_GetArraySize(classes) : 0;
+        int na = cJSON_GetArraySize(answers),
+            nc = cJSON_IsArray(classes) ? cJSON_GetArraySize(classes) : 0;
         const char **av = calloc((size_t)na + 1, sizeof *av);
         const char **cv = calloc((size_t)nc + 1, sizeof *cv);
         for (int j = 0; av && j < na; j++)
@@ -368,6 +368,7 @@ static int score_task(const char *task, const cJSON *const *lines, size_t n, dou
             snprintf(msg, msg_n, "%s: %s", task, err.msg);
             return -1;
         }
+        sample_scores[i] = sc;
         total += sc;
     }
     *score = n ? kb_py_round(100.0 * total / (double)n, 2) : 0.0;
@@ -379,7 +380,8 @@ static int score_task(const char *task, const cJSON *const *lines, size_t n, dou
 static bool any_criticalkv(const engine *e)
 {
     for (size_t i = 1; i < e->m->n_configs; i++)
-        if (e->params[i].refined_size > 0 && strcmp(e->params[i].refined_algorithm, "criticalkv") == 0)
+        if (e->params[i].refined_size > 0 &&
+            strcmp(e->params[i].refined_algorithm, "criticalkv") == 0)
             return true;
     return false;
 }

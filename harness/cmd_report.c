@@ -7,7 +7,9 @@
 
 static const kb_option options[] = {
     {"baseline", "RUN", "compare with this run (e.g. last night's) and flag regressions"},
-    {"threshold", "POINTS", "a drop of at least this many points is a regression (default 1.0)"},
+    {"threshold", "POINTS",
+     "a drop of at least this many points whose paired 95% interval excludes 0 is a regression "
+     "(default 1.0)"},
     {"output", "DIR", "where to write (default: the run folder; needed for several runs)"},
     {"fail-on-regression", NULL, "exit 1 when a regression is found (for nightly jobs)"},
     {NULL, NULL, NULL},
@@ -60,20 +62,28 @@ static int run(const kb_args *a)
         size_t regressions = 0;
         for (size_t i = 0; have_base && i < n; i++) {
             kb_change *ch = NULL;
-            size_t n_ch = 0;
-            kb_report_compare(&runs[i], &baseline, threshold, &ch, &n_ch);
+            size_t n_ch = 0, n_partial = 0;
+            kb_report_compare(&runs[i], &baseline, threshold, &ch, &n_ch, &n_partial);
             for (size_t j = 0; j < n_ch; j++)
-                if (ch[j].after < ch[j].before) {
+                if (ch[j].verdict < 0) {
                     regressions++;
-                    printf("regression: %s %s %s: %.2f -> %.2f (%+.2f)\n", runs[i].name,
-                           ch[j].config, ch[j].task, ch[j].before, ch[j].after,
-                           ch[j].after - ch[j].before);
+                    printf("regression: %s %s %s: %.2f -> %.2f (%+.2f", runs[i].name, ch[j].config,
+                           ch[j].task, ch[j].before, ch[j].after, ch[j].delta);
+                    if (ch[j].paired)
+                        printf(", 95%% interval [%+.2f, %+.2f] on %zu shared samples", ch[j].ci.lo,
+                               ch[j].ci.hi, ch[j].n_shared);
+                    printf(")\n");
                 }
+            if (n_partial)
+                printf("note: %s: %zu (config, task) pair%s cover%s different samples than %s; "
+                       "compared on the shared ones\n",
+                       runs[i].name, n_partial, n_partial == 1 ? "" : "s",
+                       n_partial == 1 ? "s" : "", baseline.name);
             free(ch);
         }
         if (have_base)
-            printf("%zu regression%s of at least %.2f points against %s\n", regressions,
-                   regressions == 1 ? "" : "s", threshold, baseline.name);
+            printf("%zu regression%s of at least %.2f points beyond noise against %s\n",
+                   regressions, regressions == 1 ? "" : "s", threshold, baseline.name);
         if (regressions && kb_flag(a, "fail-on-regression"))
             rc = KB_EXIT_FAIL;
     }
@@ -93,9 +103,12 @@ const kb_command kb_cmd_report = {
         "Reads run.json and scores.json of each run folder (the runner writes scores.json\n"
         "after scoring) and writes scores.csv (one row per model x config x task), summary.md\n"
         "(configs x tasks with category and EN16 averages and the delta to the full cache)\n"
-        "and report.html (self-contained: inline SVG charts of score vs cache budget and a\n"
-        "per-task heatmap; opens with no network). With --baseline, (config, task) scores\n"
-        "that dropped by at least --threshold points are listed and highlighted.",
+        "and report.html (self-contained: inline SVG charts of score vs cache budget and vs\n"
+        "context length and a per-task heatmap; opens with no network). Scores carry 95%\n"
+        "bootstrap intervals, differences to the full cache paired ones (2,000 resamples,\n"
+        "fixed seed). With --baseline, a (config, task) that dropped by at least --threshold\n"
+        "points on the samples both runs scored, with a paired interval that excludes 0, is\n"
+        "a regression: listed and highlighted.",
     .options = options,
     .min_positional = 1,
     .max_positional = KB_MAX_POSITIONAL,

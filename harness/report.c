@@ -6,11 +6,40 @@
 #include <string.h>
 
 #include "file.h"
+#include "lengths.h"
 #include "matrix.h"
 #include "results.h"
+#include "rowstats.h"
 #include "taskset.h"
 
 /* ---- scores.json ------------------------------------------------------- */
+
+/* Per-sample scores as three parallel lists, "sample_ids", "sample_scores"
+ * (0..1) and "sample_lengths" (null when unknown): what `kvbench report`
+ * resamples for intervals and pairs across configs and runs. */
+static int add_samples(cJSON *o, const kb_score_row *r)
+{
+    cJSON *ids = cJSON_AddArrayToObject(o, "sample_ids");
+    cJSON *scores = cJSON_AddArrayToObject(o, "sample_scores");
+    cJSON *lengths = cJSON_AddArrayToObject(o, "sample_lengths");
+    for (size_t i = 0; ids && scores && lengths && i < r->n_samples; i++) {
+        const kb_sample_score *s = &r->samples[i];
+        cJSON *id = cJSON_CreateString(s->id);
+        cJSON *sc = cJSON_CreateNumber(s->score);
+        cJSON *len = s->length >= 0 ? cJSON_CreateNumber((double)s->length) : cJSON_CreateNull();
+        bool ok = id && sc && len;
+        ok = ok && cJSON_AddItemToArray(ids, id) && (id = NULL, true);
+        ok = ok && cJSON_AddItemToArray(scores, sc) && (sc = NULL, true);
+        ok = ok && cJSON_AddItemToArray(lengths, len) && (len = NULL, true);
+        if (!ok) {
+            cJSON_Delete(id);
+            cJSON_Delete(sc);
+            cJSON_Delete(len);
+            return -1;
+        }
+    }
+    return ids && scores && lengths ? 0 : -1;
+}
 
 static cJSON *row_json(const kb_score_row *r)
 {
@@ -23,7 +52,8 @@ static cJSON *row_json(const kb_score_row *r)
         !cJSON_AddNumberToObject(o, "mean_prompt_tokens", r->prompt_tokens) ||
         !cJSON_AddNumberToObject(o, "mean_kept_tokens", r->kept_tokens) ||
         !cJSON_AddNumberToObject(o, "mean_prefill_s", r->prefill_s) ||
-        !cJSON_AddNumberToObject(o, "mean_decode_s", r->decode_s)) {
+        !cJSON_AddNumberToObject(o, "mean_decode_s", r->decode_s) ||
+        (r->n_samples && add_samples(o, r) < 0)) {
         cJSON_Delete(o);
         return NULL;
     }
@@ -56,6 +86,11 @@ static void row_free(kb_score_row *r)
     free(r->config);
     free(r->task);
     free(r->metric);
+    for (size_t i = 0; i < r->n_samples; i++)
+        free(r->samples[i].id);
+    free(r->samples);
+    free(r->boot);
+    free(r->boot_delta);
 }
 
 void kb_score_rows_free(kb_score_row *rows, size_t n)
@@ -75,6 +110,71 @@ static const char *str(const cJSON *o, const char *k)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* The per-sample lists of a row (absent in scores.json files written before
+ * kvbench kept them: the row then has no intervals). They must agree with the
+ * row: one entry per sample, distinct ids, and the score their mean. */
+static int samples_from_json(const cJSON *o, kb_score_row *r, const char *path, const char *where,
+                             kv_error *err)
+{
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(o, "sample_ids");
+    const cJSON *scores = cJSON_GetObjectItemCaseSensitive(o, "sample_scores");
+    const cJSON *lengths = cJSON_GetObjectItemCaseSensitive(o, "sample_lengths");
+    if (!ids && !scores && !lengths)
+        return 0;
+    if (!cJSON_IsArray(ids) || !cJSON_IsArray(scores) || !cJSON_IsArray(lengths))
+        return kv_fail(err,
+                       "%s: %s: sample_ids, sample_scores and sample_lengths go together, as lists",
+                       path, where);
+    size_t n = (size_t)cJSON_GetArraySize(ids);
+    if ((size_t)cJSON_GetArraySize(scores) != n || (size_t)cJSON_GetArraySize(lengths) != n ||
+        n != (size_t)r->n)
+        return kv_fail(err,
+                       "%s: %s: needs one sample_ids, sample_scores and sample_lengths entry "
+                       "per sample (n = %ld)",
+                       path, where, r->n);
+    if (n == 0)
+        return 0;
+    if (!(r->samples = calloc(n, sizeof *r->samples)))
+        return kv_fail(err, "out of memory");
+    kb_idset seen = {0};
+    const cJSON *id = ids->child, *sc = scores->child, *len = lengths->child;
+    double sum = 0;
+    int rc = 0;
+    for (size_t k = 0; k < n && rc == 0; k++, id = id->next, sc = sc->next, len = len->next) {
+        if (!cJSON_IsString(id) || !cJSON_IsNumber(sc) ||
+            !(sc->valuedouble >= 0 && sc->valuedouble <= 1))
+            rc = kv_fail(err, "%s: %s: sample %zu: needs a string id and a score from 0 to 1", path,
+                         where, k);
+        else if (!cJSON_IsNull(len) &&
+                 !(cJSON_IsNumber(len) && len->valuedouble >= 0 && len->valuedouble <= 1e15))
+            rc = kv_fail(err, "%s: %s: sample_lengths[%zu]: must be a count or null", path, where,
+                         k);
+        else if ((rc = kb_idset_add(&seen, id->valuestring)) <= 0)
+            rc = rc < 0 ? kv_fail(err, "out of memory")
+                        : kv_fail(err, "%s: %s: sample id \"%s\" appears twice", path, where,
+                                  id->valuestring);
+        else {
+            rc = 0;
+            kb_sample_score *s = &r->samples[r->n_samples];
+            if (!(s->id = strdup(id->valuestring))) {
+                rc = kv_fail(err, "out of memory");
+                break;
+            }
+            s->score = sc->valuedouble;
+            s->length = cJSON_IsNumber(len) ? (long)len->valuedouble : -1;
+            sum += s->score;
+            r->n_samples++;
+        }
+    }
+    kb_idset_free(&seen);
+    /* LongBench rounds the task score to 2 decimals: more than that apart
+     * means the lists belong to other predictions */
+    if (rc == 0 && fabs(100.0 * sum / (double)n - r->score) > 0.01)
+        rc = kv_fail(err, "%s: %s: the sample scores average %.4f, not the row's score %.2f", path,
+                     where, 100.0 * sum / (double)n, r->score);
+    return rc;
 }
 
 static int row_from_json(const cJSON *o, kb_score_row *r, const char *path, size_t i, kv_error *err)
@@ -101,6 +201,12 @@ static int row_from_json(const cJSON *o, kb_score_row *r, const char *path, size
     r->kept_tokens = num(o, "mean_kept_tokens");
     r->prefill_s = num(o, "mean_prefill_s");
     r->decode_s = num(o, "mean_decode_s");
+    char where[64];
+    snprintf(where, sizeof where, "rows[%zu]", i);
+    if (samples_from_json(o, r, path, where, err) < 0) {
+        row_free(r);
+        return -1;
+    }
     return 0;
 }
 
@@ -143,6 +249,9 @@ static char *dup_or(const char *s, const char *dflt)
     return strdup(s ? s : dflt);
 }
 
+static int length_view_attach(kb_report_run *run);
+static void length_view_free(struct kb_length_view *v);
+
 int kb_report_run_load(const char *dir, kb_report_run *out, kv_error *err)
 {
     memset(out, 0, sizeof *out);
@@ -171,9 +280,13 @@ int kb_report_run_load(const char *dir, kb_report_run *out, kv_error *err)
         kb_report_run_free(out);
         return kv_fail(err, "out of memory");
     }
-    if (load_scores(dir, out, err) < 0) {
+    if (load_scores(dir, out, err) < 0 || kb_rows_resample(out->rows, out->n_rows, err) < 0) {
         kb_report_run_free(out);
         return -1;
+    }
+    if (length_view_attach(out) < 0) {
+        kb_report_run_free(out);
+        return kv_fail(err, "out of memory");
     }
     return 0;
 }
@@ -188,6 +301,10 @@ void kb_report_run_free(kb_report_run *run)
     free(run->protocol);
     cJSON_Delete(run->configs);
     kb_score_rows_free(run->rows, run->n_rows);
+    if (run->lengths) {
+        length_view_free(run->lengths);
+        free(run->lengths);
+    }
     memset(run, 0, sizeof *run);
 }
 
@@ -236,6 +353,29 @@ static double mean_field(const kb_pred_lines *l, const char *key)
     return k ? sum / (double)k : NAN;
 }
 
+/* Each line's id, length and score, for intervals and pairings. */
+static int keep_samples(const kb_pred_lines *l, const double *per, kb_score_row *r,
+                        const char *path, kv_error *err)
+{
+    if (l->n && !(r->samples = calloc(l->n, sizeof *r->samples)))
+        return kv_fail(err, "out of memory");
+    for (size_t i = 0; i < l->n; i++) {
+        const char *id = str(l->json[i], "id");
+        double len = num(l->json[i], "length");
+        if (!id)
+            return kv_fail(err, "%s:%zu: id: missing", path, i + 1);
+        if (!(per[i] >= 0 && per[i] <= 1))
+            return kv_fail(err, "%s:%zu: the scorer gave %g, not a score from 0 to 1", path, i + 1,
+                           per[i]);
+        if (!(r->samples[i].id = strdup(id)))
+            return kv_fail(err, "out of memory");
+        r->samples[i].score = per[i];
+        r->samples[i].length = isnan(len) || len < 0 ? -1 : (long)len;
+        r->n_samples++;
+    }
+    return 0;
+}
+
 static int score_file(const char *path, const char *config, const char *task, kb_task_scorer scorer,
                       void *ctx, kb_score_row *r, kv_error *err)
 {
@@ -246,8 +386,13 @@ static int score_file(const char *path, const char *config, const char *task, kb
     double score = 0;
     const char *metric = "?";
     char msg[512] = "";
-    int rc = scorer(task, (const cJSON *const *)l.json, l.n, &score, &metric, msg, sizeof msg, ctx);
-    if (rc < 0)
+    double *per = calloc(l.n + 1, sizeof *per);
+    int rc = per ? scorer(task, (const cJSON *const *)l.json, l.n, &score, per, &metric, msg,
+                          sizeof msg, ctx)
+                 : -2;
+    if (rc == -2)
+        kv_fail(err, "out of memory");
+    else if (rc < 0)
         kv_fail(err, "%s: %s", path, msg[0] ? msg : "the scorer failed");
     if (rc == 0) {
         r->config = strdup(config);
@@ -263,7 +408,10 @@ static int score_file(const char *path, const char *config, const char *task, kb
         r->kept_tokens = mean_field(&l, "kept_tokens");
         r->prefill_s = mean_field(&l, "prefill_s");
         r->decode_s = mean_field(&l, "decode_s");
+        if (rc == 0 && (rc = keep_samples(&l, per, r, path, err)) < 0)
+            row_free(r);
     }
+    free(per);
     kb_pred_lines_free(&l);
     return rc;
 }
@@ -421,20 +569,36 @@ static double cell_score(const pivot *p, size_t c, size_t t)
 }
 
 /* Mean over the tasks of a category (NULL: all tasks); NAN when none. */
-static double row_mean(const pivot *p, size_t c, const char *category)
+/* Which tasks an average covers: a category, the EN16 tasks, or all. */
+typedef struct task_set {
+    const char *category; /* NULL: any */
+    bool en16;
+} task_set;
+
+static bool in_set(const pivot *p, size_t t, task_set set)
 {
-    double sum = 0;
+    return (!set.category || strcmp(kb_task_category(p->tasks[t]), set.category) == 0) &&
+           (!set.en16 || kb_task_in_en16(p->tasks[t]));
+}
+
+/* The average of config c over the tasks of `set` that it has (delta: of its
+ * paired differences to the full cache, over the tasks both have), with the
+ * interval of rowstats.h. */
+static kb_estimate set_mean(const pivot *p, size_t c, task_set set, bool delta, bool with_ci)
+{
+    const kb_score_row **rows = calloc(p->nt + 1, sizeof *rows);
+    kb_estimate e = {NAN, {NAN, NAN}};
+    if (!rows)
+        return e;
     size_t k = 0;
     for (size_t t = 0; t < p->nt; t++) {
-        if (category && strcmp(kb_task_category(p->tasks[t]), category) != 0)
-            continue;
-        double s = cell_score(p, c, t);
-        if (!isnan(s)) {
-            sum += s;
-            k++;
-        }
+        const kb_score_row *r = p->cell[c * p->nt + t];
+        if (r && in_set(p, t, set) && (!delta || !isnan(r->delta_full)))
+            rows[k++] = r;
     }
-    return k ? sum / (double)k : NAN;
+    e = kb_rows_mean(rows, k, delta, with_ci);
+    free(rows);
+    return e;
 }
 
 static bool has_en16(const pivot *p)
@@ -452,22 +616,49 @@ static bool extra_avg(const pivot *p)
     return has_en16(p) && p->nt > 16;
 }
 
-/* The headline number of a row: the EN16 mean when the run has the 16
- * English tasks (the number papers print), else the mean of all its tasks. */
+/* The tasks of the headline number: the 16 English tasks when the run has
+ * them (the number papers print), else all its tasks. */
+static task_set headline_set(const pivot *p)
+{
+    return (task_set){NULL, has_en16(p)};
+}
+
 static double headline(const pivot *p, size_t c)
 {
-    if (!has_en16(p))
-        return row_mean(p, c, NULL);
-    double sum = 0;
-    size_t k = 0;
-    for (size_t t = 0; t < p->nt; t++) {
-        double s = cell_score(p, c, t);
-        if (kb_task_in_en16(p->tasks[t]) && !isnan(s)) {
-            sum += s;
-            k++;
-        }
-    }
-    return k ? sum / (double)k : NAN;
+    return set_mean(p, c, headline_set(p), false, false).value;
+}
+
+/* What a table cell shows: a score with its interval, and its paired
+ * difference to the full cache with that interval. */
+typedef struct cell_est {
+    kb_estimate score, delta;
+} cell_est;
+
+static cell_est task_est(const pivot *p, size_t c, size_t t)
+{
+    const kb_score_row *r = p->cell[c * p->nt + t];
+    if (!r)
+        return (cell_est){{NAN, {NAN, NAN}}, {NAN, {NAN, NAN}}};
+    return (cell_est){{r->score, r->ci}, {r->delta_full, r->delta_ci}};
+}
+
+static cell_est avg_est(const pivot *p, size_t c, task_set set)
+{
+    return (cell_est){set_mean(p, c, set, false, true), set_mean(p, c, set, true, true)};
+}
+
+/* "▼" / "▲" when the paired interval of the difference to the full cache
+ * lies wholly below / above 0, else "". */
+static const char *sig_mark(kb_estimate delta)
+{
+    if (!kb_interval_excludes_zero(delta.ci))
+        return "";
+    return delta.ci.hi < 0 ? "▼" : "▲";
+}
+
+static double half_width(kb_interval ci)
+{
+    return (ci.hi - ci.lo) / 2;
 }
 
 static const char *avg_label(const pivot *p)
@@ -502,38 +693,67 @@ static long config_budget(const kb_report_run *run, const char *name)
 static int cmp_change(const void *a, const void *b)
 {
     const kb_change *x = a, *y = b;
-    double dx = x->after - x->before, dy = y->after - y->before;
-    /* regressions first, largest drop first; then gains, largest first */
-    if ((dx < 0) != (dy < 0))
-        return dx < 0 ? -1 : 1;
-    double kx = fabs(dx), ky = fabs(dy);
+    /* regressions first, then improvements, then moves within noise */
+    static const int rank[3] = {0, 2, 1}; /* by verdict + 1 */
+    if (x->verdict != y->verdict)
+        return rank[x->verdict + 1] < rank[y->verdict + 1] ? -1 : 1;
+    double kx = fabs(x->delta), ky = fabs(y->delta);
     if (kx != ky)
         return kx > ky ? -1 : 1;
     int c = strcmp(x->config, y->config);
     return c ? c : strcmp(x->task, y->task);
 }
 
+static const kb_score_row *find_row(const kb_report_run *run, const char *config, const char *task)
+{
+    for (size_t j = 0; j < run->n_rows; j++)
+        if (!strcmp(run->rows[j].config, config) && !strcmp(run->rows[j].task, task))
+            return &run->rows[j];
+    return NULL;
+}
+
 int kb_report_compare(const kb_report_run *run, const kb_report_run *baseline, double threshold,
-                      kb_change **out, size_t *n)
+                      kb_change **out, size_t *n, size_t *n_partial)
 {
     *out = NULL;
     *n = 0;
+    size_t partial = 0;
     kb_change *ch = calloc(run->n_rows + 1, sizeof *ch);
     if (!ch)
         return -1;
     for (size_t i = 0; i < run->n_rows; i++) {
         const kb_score_row *r = &run->rows[i];
-        for (size_t j = 0; j < baseline->n_rows; j++) {
-            const kb_score_row *b = &baseline->rows[j];
-            if (strcmp(r->config, b->config) || strcmp(r->task, b->task))
-                continue;
-            if (fabs(r->score - b->score) >= threshold && r->score != b->score)
-                ch[(*n)++] = (kb_change){r->config, r->task, b->score, r->score};
-            break;
+        const kb_score_row *b = find_row(baseline, r->config, r->task);
+        kb_pairing p;
+        if (!b)
+            continue;
+        if (kb_rows_pair(r, b, r->task, NULL, &p) < 0) {
+            free(ch);
+            return -1;
         }
+        bool paired = r->n_samples && b->n_samples;
+        partial += paired && !p.same_samples;
+        if (isnan(p.delta) || fabs(p.delta) < threshold || p.delta == 0)
+            continue;
+        int sign = p.delta < 0 ? -1 : 1;
+        bool beyond_noise =
+            !paired || (kb_interval_excludes_zero(p.ci) && (p.ci.hi < 0) == (sign < 0));
+        ch[(*n)++] = (kb_change){.config = r->config,
+                                 .task = r->task,
+                                 .before = b->score,
+                                 .after = r->score,
+                                 .delta = p.delta,
+                                 .ci = p.ci,
+                                 .n_shared = p.n_shared,
+                                 .n_before = b->n_samples,
+                                 .n_after = r->n_samples,
+                                 .paired = paired,
+                                 .verdict = beyond_noise ? sign : 0};
     }
     qsort(ch, *n, sizeof *ch, cmp_change);
     *out = ch;
+    if (n_partial)
+        *n_partial = partial;
     return 0;
 }
 
@@ -564,7 +784,7 @@ int kb_report_write_csv(FILE *f, const kb_report_run *runs, size_t n)
 {
     fputs("run,kvbench_version,model,model_hash,protocol,config,config_hash,budget,params,task,"
           "category,metric,score,n,mean_prompt_tokens,mean_kept_tokens,mean_prefill_s,"
-          "mean_decode_s\n",
+          "mean_decode_s,ci_low,ci_high,delta_full,delta_ci_low,delta_ci_high\n",
           f);
     for (size_t k = 0; k < n; k++) {
         const kb_report_run *run = &runs[k];
@@ -604,10 +824,144 @@ int kb_report_write_csv(FILE *f, const kb_report_run *runs, size_t n)
             csv_num(f, r->prefill_s, "%.4f");
             fputc(',', f);
             csv_num(f, r->decode_s, "%.4f");
+            /* 95 % bootstrap bounds and the paired difference to the full
+             * cache (harness/rowstats.h); empty when not available */
+            const double stats[] = {r->ci.lo, r->ci.hi, r->delta_full, r->delta_ci.lo,
+                                    r->delta_ci.hi};
+            for (size_t j = 0; j < sizeof stats / sizeof *stats; j++) {
+                fputc(',', f);
+                csv_num(f, stats[j], "%.2f");
+            }
             fputc('\n', f);
         }
     }
     return ferror(f) ? -1 : 0;
+}
+
+/* ---- per-length view --------------------------------------------------- */
+
+/* Scores by context length (lengths.h): for config c and group k, the mean
+ * over the tasks with samples in k of the task's score on those samples
+ * (tasks weigh the same, as in the averages), with its bootstrap interval. */
+typedef struct kb_length_view {
+    kb_length_groups g;
+    kb_estimate *est; /* [c * g.n + k], c in pivot order */
+    size_t *n;        /* samples behind est */
+} length_view;
+
+static void length_view_free(length_view *v)
+{
+    free(v->est);
+    free(v->n);
+    memset(v, 0, sizeof *v);
+}
+
+/* One (config, group): resamples each task's samples of the group. */
+static int length_cell(const pivot *p, const length_view *v, size_t c, int k, kb_boot_plans *plans,
+                       double *x, double *boot, double *sum, kb_estimate *out, size_t *n_out)
+{
+    size_t n_tasks = 0;
+    double total = 0;
+    memset(sum, 0, KB_BOOT_RESAMPLES * sizeof *sum);
+    *n_out = 0;
+    for (size_t t = 0; t < p->nt; t++) {
+        const kb_score_row *r = p->cell[c * p->nt + t];
+        size_t m = 0;
+        for (size_t i = 0; r && i < r->n_samples; i++)
+            if (kb_length_group_of(&v->g, r->samples[i].length) == k)
+                x[m++] = r->samples[i].score;
+        if (!m)
+            continue;
+        /* a stream per (task, group): the group's samples of every config
+         * are resampled alike, as whole rows are */
+        uint64_t seed = kb_boot_seed(r->task) ^ (UINT64_C(0x9e3779b97f4a7c15) * (uint64_t)(k + 1));
+        const kb_boot_plan *plan = kb_boot_plans_get(plans, seed, m);
+        if (!plan)
+            return -1;
+        kb_boot_means(plan, x, boot);
+        double mean = 0;
+        for (size_t i = 0; i < m; i++)
+            mean += x[i];
+        total += 100.0 * mean / (double)m;
+        for (size_t b = 0; b < KB_BOOT_RESAMPLES; b++)
+            sum[b] += boot[b];
+        n_tasks++;
+        *n_out += m;
+    }
+    *out = (kb_estimate){NAN, {NAN, NAN}};
+    if (!n_tasks)
+        return 0;
+    for (size_t b = 0; b < KB_BOOT_RESAMPLES; b++)
+        sum[b] /= (double)n_tasks;
+    *out = (kb_estimate){total / (double)n_tasks, kb_boot_interval(sum, KB_BOOT_RESAMPLES)};
+    return 0;
+}
+
+/* 0 with v->g.n == 0 when the run has no per-length view; -1 on OOM. */
+static int length_view_build(const pivot *p, length_view *v)
+{
+    memset(v, 0, sizeof *v);
+    size_t n_len = 0, max_n = 0;
+    for (size_t i = 0; i < p->run->n_rows; i++) {
+        n_len += p->run->rows[i].n_samples;
+        if (p->run->rows[i].n_samples > max_n)
+            max_n = p->run->rows[i].n_samples;
+    }
+    long *lengths = malloc((n_len + 1) * sizeof *lengths);
+    if (!lengths)
+        return -1;
+    n_len = 0;
+    for (size_t i = 0; i < p->run->n_rows; i++)
+        for (size_t j = 0; j < p->run->rows[i].n_samples; j++)
+            lengths[n_len++] = p->run->rows[i].samples[j].length;
+    kb_length_groups_choose(&v->g, lengths, n_len);
+    free(lengths);
+    if (v->g.n == 0)
+        return 0;
+    v->est = calloc(p->nc * v->g.n, sizeof *v->est);
+    v->n = calloc(p->nc * v->g.n, sizeof *v->n);
+    double *x = malloc((max_n + 1) * sizeof *x);
+    double *boot = malloc(KB_BOOT_RESAMPLES * sizeof *boot);
+    double *sum = malloc(KB_BOOT_RESAMPLES * sizeof *sum);
+    kb_boot_plans plans = {0};
+    int rc = v->est && v->n && x && boot && sum ? 0 : -1;
+    for (size_t c = 0; rc == 0 && c < p->nc; c++)
+        for (size_t k = 0; rc == 0 && k < v->g.n; k++)
+            rc = length_cell(p, v, c, (int)k, &plans, x, boot, sum, &v->est[c * v->g.n + k],
+                             &v->n[c * v->g.n + k]);
+    kb_boot_plans_free(&plans);
+    free(x);
+    free(boot);
+    free(sum);
+    if (rc < 0)
+        length_view_free(v);
+    return rc;
+}
+
+/* Builds run->lengths once, for every writer (it resamples as much as the
+ * rows do). */
+static int length_view_attach(kb_report_run *run)
+{
+    pivot p;
+    length_view *v = calloc(1, sizeof *v);
+    if (!v || pivot_build(&p, run) < 0) {
+        free(v);
+        return -1;
+    }
+    int rc = length_view_build(&p, v);
+    pivot_free(&p);
+    if (rc < 0 || v->g.n == 0) {
+        free(v);
+        return rc;
+    }
+    run->lengths = v;
+    return 0;
+}
+
+static const char *length_axis(const length_view *v)
+{
+    return v->g.buckets ? "context length (LongBench-E buckets, words or characters)"
+                        : "context length (nearest multiple of 512)";
 }
 
 /* ---- Markdown ---------------------------------------------------------- */
@@ -633,12 +987,32 @@ static void md_num(FILE *f, double v)
         fprintf(f, " %.2f |", v);
 }
 
-static void md_delta(FILE *f, double v)
+/* " 92.22 ±5.56 ▼ |": the score, half the width of its interval, the mark. */
+static void md_cell(FILE *f, cell_est e, bool bold)
 {
-    if (isnan(v))
+    if (isnan(e.score.value)) {
         fputs(" – |", f);
-    else
-        fprintf(f, " %+.2f |", v);
+        return;
+    }
+    fprintf(f, bold ? " **%.2f**" : " %.2f", e.score.value);
+    if (!isnan(e.score.ci.lo))
+        fprintf(f, " ±%.2f", half_width(e.score.ci));
+    const char *mark = sig_mark(e.delta);
+    fprintf(f, "%s%s |", *mark ? " " : "", mark);
+}
+
+/* " -3.33 [-6.67, -1.11] ▼ |": the paired difference and its interval. */
+static void md_delta_cell(FILE *f, kb_estimate d)
+{
+    if (isnan(d.value)) {
+        fputs(" – |", f);
+        return;
+    }
+    fprintf(f, " %+.2f", d.value);
+    if (!isnan(d.ci.lo))
+        fprintf(f, " [%+.2f, %+.2f]", d.ci.lo, d.ci.hi);
+    const char *mark = sig_mark(d);
+    fprintf(f, "%s%s |", *mark ? " " : "", mark);
 }
 
 static void md_table(FILE *f, const pivot *p)
@@ -661,7 +1035,6 @@ static void md_table(FILE *f, const pivot *p)
         if (category_present(p, kb_task_categories[c]))
             fputs("--:|", f);
     fputs(extra_avg(p) ? "--:|--:|--:|\n" : "--:|--:|\n", f);
-    double full_avg = p->full >= 0 ? headline(p, (size_t)p->full) : NAN;
     for (size_t c = 0; c < p->nc; c++) {
         long budget = config_budget(p->run, p->configs[c]);
         fputs("| ", f);
@@ -672,18 +1045,15 @@ static void md_table(FILE *f, const pivot *p)
         else
             fputs(" full |", f);
         for (size_t t = 0; t < p->nt; t++)
-            md_num(f, cell_score(p, c, t));
+            md_cell(f, task_est(p, c, t), false);
         for (int k = 0; kb_task_categories[k]; k++)
             if (category_present(p, kb_task_categories[k]))
-                md_num(f, row_mean(p, c, kb_task_categories[k]));
+                md_cell(f, avg_est(p, c, (task_set){kb_task_categories[k], false}), false);
         if (extra_avg(p))
-            md_num(f, row_mean(p, c, NULL));
-        double avg = headline(p, c);
-        if (isnan(avg))
-            fputs(" – |", f);
-        else
-            fprintf(f, " **%.2f** |", avg);
-        md_delta(f, (int)c == p->full ? NAN : avg - full_avg);
+            md_cell(f, avg_est(p, c, (task_set){NULL, false}), false);
+        cell_est avg = avg_est(p, c, headline_set(p));
+        md_cell(f, avg, true);
+        md_delta_cell(f, avg.delta);
         fputc('\n', f);
     }
 }
@@ -726,30 +1096,97 @@ static void md_timing(FILE *f, const kb_report_run *run)
     }
 }
 
+static const char *verdict_name(int verdict)
+{
+    return verdict < 0 ? "regression" : verdict > 0 ? "improvement" : "within noise";
+}
+
+static size_t count_verdict(const kb_change *ch, size_t n, int verdict)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += ch[i].verdict == verdict;
+    return k;
+}
+
+/* The rule, and what the comparison could not pair, in one sentence each. */
+static void compare_notes(FILE *f, const kb_change *ch, size_t n, size_t n_partial,
+                          const kb_report_options *opt)
+{
+    size_t reg = count_verdict(ch, n, -1), imp = count_verdict(ch, n, 1);
+    fprintf(f,
+            "%zu regression%s and %zu improvement%s: a move of at least %.2f points whose "
+            "paired 95 %% interval (new - baseline, on the samples both runs scored) excludes 0",
+            reg, reg == 1 ? "" : "s", imp, imp == 1 ? "" : "s", opt->threshold);
+    size_t noise = n - reg - imp, unpaired = 0;
+    for (size_t i = 0; i < n; i++)
+        unpaired += !ch[i].paired;
+    if (noise)
+        fprintf(f, "; %zu move%s of that size within noise", noise, noise == 1 ? "" : "s");
+    fputs(".", f);
+    if (n_partial)
+        fprintf(f,
+                " %zu (config, task) pair%s of the two runs cover different samples: each is "
+                "compared on the samples both runs share.",
+                n_partial, n_partial == 1 ? "" : "s");
+    if (unpaired)
+        fprintf(f,
+                " %zu move%s could not be paired (a scores.json without per-sample scores): "
+                "the threshold alone decides those.",
+                unpaired, unpaired == 1 ? "" : "s");
+}
+
 static void md_compare(FILE *f, const kb_report_run *run, const kb_report_options *opt)
 {
     const kb_report_run *b = opt->baseline;
     kb_change *ch = NULL;
-    size_t n = 0;
-    if (kb_report_compare(run, b, opt->threshold, &ch, &n) < 0)
+    size_t n = 0, n_partial = 0;
+    if (kb_report_compare(run, b, opt->threshold, &ch, &n, &n_partial) < 0)
         return;
-    size_t regressions = 0;
-    for (size_t i = 0; i < n; i++)
-        regressions += ch[i].after < ch[i].before;
     fprintf(f, "\n### Compared with %s\n\n", b->name);
     if (strcmp(b->model_hash, run->model_hash) != 0)
         fprintf(f, "Note: the baseline used a different model (hash `%s`).\n\n", b->model_hash);
-    fprintf(f, "%zu regression%s and %zu improvement%s of at least %.2f points.\n", regressions,
-            regressions == 1 ? "" : "s", n - regressions, n - regressions == 1 ? "" : "s",
-            opt->threshold);
+    compare_notes(f, ch, n, n_partial, opt);
+    fputc('\n', f);
     if (n) {
-        fputs("\n| | config | task | baseline | now | Δ |\n|---|---|---|--:|--:|--:|\n", f);
-        for (size_t i = 0; i < n; i++)
-            fprintf(f, "| %s | %s | %s | %.2f | %.2f | %+.2f |\n",
-                    ch[i].after < ch[i].before ? "**regression**" : "improvement", ch[i].config,
-                    ch[i].task, ch[i].before, ch[i].after, ch[i].after - ch[i].before);
+        fputs("\n| | config | task | baseline | now | Δ | 95 % interval | samples |\n"
+              "|---|---|---|--:|--:|--:|--:|--:|\n",
+              f);
+        for (size_t i = 0; i < n; i++) {
+            fprintf(f, "| %s%s%s | ", ch[i].verdict < 0 ? "**" : "", verdict_name(ch[i].verdict),
+                    ch[i].verdict < 0 ? "**" : "");
+            md_text(f, ch[i].config);
+            fputs(" | ", f);
+            md_text(f, ch[i].task);
+            fprintf(f, " | %.2f | %.2f | %+.2f |", ch[i].before, ch[i].after, ch[i].delta);
+            if (ch[i].paired)
+                fprintf(f, " [%+.2f, %+.2f] | %zu |\n", ch[i].ci.lo, ch[i].ci.hi, ch[i].n_shared);
+            else
+                fputs(" – | – |\n", f);
+        }
     }
     free(ch);
+}
+
+static void md_lengths(FILE *f, const pivot *p, const length_view *v)
+{
+    fprintf(f, "\n### Scores by %s\n\n| config |", length_axis(v));
+    for (size_t k = 0; k < v->g.n; k++)
+        fprintf(f, " %s |", v->g.names[k]);
+    fputs("\n|---|", f);
+    for (size_t k = 0; k < v->g.n; k++)
+        fputs("--:|", f);
+    fputc('\n', f);
+    for (size_t c = 0; c < p->nc; c++) {
+        fputs("| ", f);
+        md_text(f, p->configs[c]);
+        fputs(" |", f);
+        for (size_t k = 0; k < v->g.n; k++) {
+            kb_estimate e = v->est[c * v->g.n + k];
+            md_cell(f, (cell_est){e, {NAN, {NAN, NAN}}}, false);
+        }
+        fputc('\n', f);
+    }
 }
 
 int kb_report_write_markdown(FILE *f, const kb_report_run *runs, size_t n,
@@ -771,9 +1208,16 @@ int kb_report_write_markdown(FILE *f, const kb_report_run *runs, size_t n,
             return -1;
         fprintf(f,
                 "\n## %s — %s\n\nScores (LongBench %%); averages are plain means of the task "
-                "scores; Δ full is the %s difference to the full-cache row.\n\n",
-                runs[k].name, runs[k].model, avg_label(&p));
+                "scores; Δ full is the %s difference to the full-cache row, paired on the "
+                "samples both scored. ± is half the width of the 95 %% bootstrap interval "
+                "(%d resamples of each task's samples, fixed seed; averages resample within "
+                "each task); ▼ / ▲ mark a score below / above the full cache whose paired "
+                "95 %% interval of the difference excludes 0. Exact bounds are in "
+                "scores.csv.\n\n",
+                runs[k].name, runs[k].model, avg_label(&p), KB_BOOT_RESAMPLES);
         md_table(f, &p);
+        if (runs[k].lengths)
+            md_lengths(f, &p, runs[k].lengths);
         if (opt && opt->baseline)
             md_compare(f, &runs[k], opt);
         fputs("\n### Configs\n", f);
@@ -867,6 +1311,7 @@ static char *series_of(const kb_report_run *run, const char *config)
 typedef struct chart_point {
     long budget;
     double score;
+    kb_interval ci; /* the whisker; NaN: none */
     const char *config;
 } chart_point;
 
@@ -891,7 +1336,9 @@ static double cy(const chart *c, double score)
     return c->top + c->height - (score - c->y0) / (c->y1 - c->y0) * c->height;
 }
 
-static void chart_axes(FILE *f, const chart *c, const long *budgets, size_t nb, const char *ylabel)
+/* The grid, the frame and the axis titles; x ticks at xs (px) with labels. */
+static void chart_axes(FILE *f, const chart *c, const double *xs, const char (*labels)[24],
+                       size_t nx, const char *xlabel, const char *ylabel)
 {
     double step = c->y1 - c->y0 > 50 ? 10 : c->y1 - c->y0 > 20 ? 5 : 2;
     double first = ceil(c->y0 / step) * step;
@@ -903,20 +1350,19 @@ static void chart_axes(FILE *f, const chart *c, const long *budgets, size_t nb, 
                 "<text x='%.1f' y='%.1f' class='tick' text-anchor='end'>%g</text>\n",
                 c->left, c->left + c->width, cy(c, y), cy(c, y), c->left - 6, cy(c, y) + 4, y);
     }
-    for (size_t i = 0; i < nb; i++)
+    for (size_t i = 0; i < nx; i++)
         fprintf(f,
                 "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' class='grid'/>"
-                "<text x='%.1f' y='%.1f' class='tick' text-anchor='middle'>%ld</text>\n",
-                cx(c, budgets[i]), cx(c, budgets[i]), c->top, c->top + c->height, cx(c, budgets[i]),
-                c->top + c->height + 16, budgets[i]);
+                "<text x='%.1f' y='%.1f' class='tick' text-anchor='middle'>%s</text>\n",
+                xs[i], xs[i], c->top, c->top + c->height, xs[i], c->top + c->height + 16,
+                labels[i]);
     fprintf(f,
             "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' class='frame'/>\n"
-            "<text x='%.1f' y='%.1f' class='axis' text-anchor='middle'>KV cache budget (entries "
-            "per layer, log scale)</text>\n"
+            "<text x='%.1f' y='%.1f' class='axis' text-anchor='middle'>%s</text>\n"
             "<text x='14' y='%.1f' class='axis' text-anchor='middle' transform='rotate(-90 14 "
             "%.1f)'>%s</text>\n",
             c->left, c->top, c->width, c->height, c->left + c->width / 2, c->top + c->height + 38,
-            c->top + c->height / 2, c->top + c->height / 2, ylabel);
+            xlabel, c->top + c->height / 2, c->top + c->height / 2, ylabel);
 }
 
 static int cmp_long(const void *a, const void *b)
@@ -937,13 +1383,16 @@ static void svg_budget_chart(FILE *f, const pivot *p)
     double ymax = 0;
     for (size_t c = 0; c < p->nc; c++) {
         long b = config_budget(p->run, p->configs[c]);
-        double avg = headline(p, c);
+        kb_estimate est = set_mean(p, c, headline_set(p), false, true);
+        double avg = est.value;
         if (!isnan(avg) && avg > ymax)
             ymax = avg;
+        if (!isnan(est.ci.hi) && est.ci.hi > ymax)
+            ymax = est.ci.hi;
         if (b <= 0 || isnan(avg) || (int)c == p->full)
             continue;
         series[np] = series_of(p->run, p->configs[c]);
-        pts[np++] = (chart_point){b, avg, p->configs[c]};
+        pts[np++] = (chart_point){b, avg, est.ci, p->configs[c]};
         bool seen = false;
         for (size_t i = 0; i < nb; i++)
             seen |= budgets[i] == b;
@@ -958,9 +1407,11 @@ static void svg_budget_chart(FILE *f, const pivot *p)
     /* zoom on the data: the differences between methods are a few points */
     double ymin = ymax;
     for (size_t i = 0; i < np; i++)
-        ymin = fmin(ymin, pts[i].score);
-    if (p->full >= 0 && !isnan(headline(p, (size_t)p->full)))
-        ymin = fmin(ymin, headline(p, (size_t)p->full));
+        ymin = fmin(ymin, isnan(pts[i].ci.lo) ? pts[i].score : pts[i].ci.lo);
+    kb_estimate full = p->full >= 0 ? set_mean(p, (size_t)p->full, headline_set(p), false, true)
+                                    : (kb_estimate){NAN, {NAN, NAN}};
+    if (!isnan(full.value))
+        ymin = fmin(ymin, isnan(full.ci.lo) ? full.value : full.ci.lo);
     double lo = fmax(0, floor((ymin - 2) / 5) * 5), hi = ceil((ymax + 1) / 5) * 5;
     chart c = {.x0 = log2((double)budgets[0]),
                .x1 = log2((double)budgets[nb - 1]),
@@ -978,8 +1429,22 @@ static void svg_budget_chart(FILE *f, const pivot *p)
     c.x1 += 0.25;
     fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' class='chart' width='900' height='380' "
                "viewBox='0 0 900 380' role='img' aria-label='score vs cache budget'>\n");
-    chart_axes(f, &c, budgets, nb, avg_label(p));
+    double xs[64];
+    char labels[64][24];
+    size_t nx = nb < 64 ? nb : 64;
+    for (size_t i = 0; i < nx; i++) {
+        xs[i] = cx(&c, budgets[i]);
+        snprintf(labels[i], sizeof labels[i], "%ld", budgets[i]);
+    }
+    chart_axes(f, &c, xs, (const char(*)[24])labels, nx,
+               "KV cache budget (entries per layer, log scale)", avg_label(p));
     double legend_y = 30;
+    if (!isnan(full.ci.lo)) /* the full cache's interval as a band behind the lines */
+        fprintf(f,
+                "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' class='band'><title>full "
+                "cache 95 %% interval: %.2f to %.2f</title></rect>\n",
+                c.left, cy(&c, full.ci.hi), c.width, cy(&c, full.ci.lo) - cy(&c, full.ci.hi),
+                full.ci.lo, full.ci.hi);
     if (p->full >= 0) {
         double y = cy(&c, headline(p, (size_t)p->full));
         fprintf(f,
@@ -1016,10 +1481,20 @@ static void svg_budget_chart(FILE *f, const pivot *p)
             fprintf(f, "%.1f,%.1f ", cx(&c, line[j].budget), cy(&c, line[j].score));
         fputs("'/>\n", f);
         for (size_t j = 0; j < nl; j++) {
-            fprintf(f, "<circle cx='%.1f' cy='%.1f' r='4' fill='%s'><title>",
-                    cx(&c, line[j].budget), cy(&c, line[j].score), col);
+            double x = cx(&c, line[j].budget);
+            if (!isnan(line[j].ci.lo))
+                fprintf(f,
+                        "<path d='M%.1f,%.1fV%.1fM%.1f,%.1fh8M%.1f,%.1fh8' stroke='%s' "
+                        "class='whisker'/>\n",
+                        x, cy(&c, line[j].ci.lo), cy(&c, line[j].ci.hi), x - 4,
+                        cy(&c, line[j].ci.lo), x - 4, cy(&c, line[j].ci.hi), col);
+            fprintf(f, "<circle cx='%.1f' cy='%.1f' r='4' fill='%s'><title>", x,
+                    cy(&c, line[j].score), col);
             html_esc(f, line[j].config);
-            fprintf(f, ": %.2f</title></circle>\n", line[j].score);
+            fprintf(f, ": %.2f", line[j].score);
+            if (!isnan(line[j].ci.lo))
+                fprintf(f, " (95 %% interval %.2f to %.2f)", line[j].ci.lo, line[j].ci.hi);
+            fputs("</title></circle>\n", f);
         }
         fprintf(f,
                 "<line x1='640' x2='664' y1='%.1f' y2='%.1f' stroke='%s' stroke-width='3'/>"
@@ -1038,6 +1513,83 @@ out:
     free(series);
     free(pts);
     free(budgets);
+}
+
+/* Score against length, one line per config (the full cache dashed), with
+ * interval whiskers. */
+static void svg_length_chart(FILE *f, const pivot *p, const length_view *v)
+{
+    double ymin = 100, ymax = 0;
+    for (size_t i = 0; i < p->nc * v->g.n; i++) {
+        kb_estimate e = v->est[i];
+        if (isnan(e.value))
+            continue;
+        ymin = fmin(ymin, isnan(e.ci.lo) ? e.value : e.ci.lo);
+        ymax = fmax(ymax, isnan(e.ci.hi) ? e.value : e.ci.hi);
+    }
+    if (ymin > ymax) {
+        fputs("<p class='note'>No scores by length.</p>\n", f);
+        return;
+    }
+    double lo = fmax(0, floor((ymin - 2) / 5) * 5), hi = fmin(100, ceil((ymax + 1) / 5) * 5);
+    double height = fmax(300, 20.0 * (double)p->nc);
+    chart c = {.x0 = -0.5,
+               .x1 = (double)v->g.n - 0.5,
+               .y0 = lo,
+               .y1 = hi > lo ? hi : lo + 5,
+               .left = 60,
+               .top = 20,
+               .width = 560,
+               .height = height};
+    fprintf(f,
+            "<svg xmlns='http://www.w3.org/2000/svg' class='chart' width='1000' height='%.0f' "
+            "viewBox='0 0 1000 %.0f' role='img' aria-label='score vs context length'>\n",
+            height + 80, height + 80);
+    double xs[KB_MAX_LENGTH_GROUPS];
+    for (size_t k = 0; k < v->g.n; k++)
+        xs[k] = c.left + ((double)k + 0.5) / (double)v->g.n * c.width;
+    chart_axes(f, &c, xs, (const char(*)[24])v->g.names, v->g.n, length_axis(v),
+               "score (mean of the tasks)");
+    double legend_y = 30;
+    for (size_t ci = 0; ci < p->nc; ci++) {
+        bool full = (int)ci == p->full;
+        const char *col = full ? "#222" : palette[ci % N_PALETTE];
+        fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='2'%s points='", col,
+                full ? " stroke-dasharray='6 4'" : "");
+        for (size_t k = 0; k < v->g.n; k++) {
+            kb_estimate e = v->est[ci * v->g.n + k];
+            if (!isnan(e.value))
+                fprintf(f, "%.1f,%.1f ", xs[k], cy(&c, e.value));
+        }
+        fputs("'/>\n", f);
+        for (size_t k = 0; k < v->g.n; k++) {
+            kb_estimate e = v->est[ci * v->g.n + k];
+            if (isnan(e.value))
+                continue;
+            /* whiskers side by side, so that configs do not hide each other */
+            double x = xs[k] + ((double)ci - (double)(p->nc - 1) / 2) * 3;
+            if (!isnan(e.ci.lo))
+                fprintf(f,
+                        "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' stroke='%s' "
+                        "class='whisker'/>\n",
+                        x, x, cy(&c, e.ci.lo), cy(&c, e.ci.hi), col);
+            fprintf(f, "<circle cx='%.1f' cy='%.1f' r='3.5' fill='%s'><title>", x, cy(&c, e.value),
+                    col);
+            html_esc(f, p->configs[ci]);
+            fprintf(f, " at %s: %.2f", v->g.names[k], e.value);
+            if (!isnan(e.ci.lo))
+                fprintf(f, " (95 %% interval %.2f to %.2f)", e.ci.lo, e.ci.hi);
+            fprintf(f, ", %zu samples</title></circle>\n", v->n[ci * v->g.n + k]);
+        }
+        fprintf(f,
+                "<line x1='640' x2='664' y1='%.1f' y2='%.1f' stroke='%s' stroke-width='3'%s/>"
+                "<text x='670' y='%.1f' class='legend'>",
+                legend_y, legend_y, col, full ? " stroke-dasharray='6 4'" : "", legend_y + 4);
+        html_esc(f, p->configs[ci]);
+        fputs("</text>\n", f);
+        legend_y += 20;
+    }
+    fputs("</svg>\n", f);
 }
 
 /* Diverging colour for a delta: red below the full cache, blue above. */
@@ -1060,8 +1612,7 @@ static void delta_colour(double d, double range, char out[8])
 static bool is_regression(const kb_change *ch, size_t n, const char *config, const char *task)
 {
     for (size_t i = 0; i < n; i++)
-        if (ch[i].after < ch[i].before && strcmp(ch[i].config, config) == 0 &&
-            strcmp(ch[i].task, task) == 0)
+        if (ch[i].verdict < 0 && strcmp(ch[i].config, config) == 0 && strcmp(ch[i].task, task) == 0)
             return true;
     return false;
 }
@@ -1084,7 +1635,8 @@ static void svg_heatmap(FILE *f, const pivot *p, const kb_change *ch, size_t n_c
             if (!isnan(d) && fabs(d) > range)
                 range = fabs(d);
         }
-    double w = left + cell_w * (double)cols + 20, h = top + cell_h * (double)p->nc + 40;
+    double w = fmax(left + cell_w * (double)cols + 20, left + 420),
+           h = top + cell_h * (double)p->nc + 60;
     fprintf(f,
             "<svg xmlns='http://www.w3.org/2000/svg' class='chart' width='%.0f' height='%.0f' "
             "viewBox='0 0 %.0f %.0f' role='img' aria-label='per-task heatmap'>\n",
@@ -1103,13 +1655,14 @@ static void svg_heatmap(FILE *f, const pivot *p, const kb_change *ch, size_t n_c
         html_esc(f, p->configs[c]);
         fputs("</text>\n", f);
         for (size_t t = 0; t < cols; t++) {
-            double s = t < p->nt ? cell_score(p, c, t) : headline(p, c);
+            cell_est e = t < p->nt ? task_est(p, c, t) : avg_est(p, c, headline_set(p));
+            double s = e.score.value;
             double base = p->full < 0 ? NAN
                           : t < p->nt ? cell_score(p, (size_t)p->full, t)
                                       : headline(p, (size_t)p->full);
             char fill[8] = "#eeeeee";
             if (!isnan(s) && !isnan(base) && (int)c != p->full)
-                delta_colour(s - base, range, fill);
+                delta_colour(e.delta.value, range, fill);
             else if (!isnan(s))
                 snprintf(fill, sizeof fill, "#f7f7f7");
             double x = left + cell_w * (double)t;
@@ -1124,17 +1677,27 @@ static void svg_heatmap(FILE *f, const pivot *p, const kb_change *ch, size_t n_c
                 fputs(": no score", f);
             else
                 fprintf(f, ": %.2f", s);
-            if (!isnan(s) && !isnan(base) && (int)c != p->full)
-                fprintf(f, " (%+.2f vs full)", s - base);
+            if (!isnan(e.score.ci.lo))
+                fprintf(f, " [%.2f, %.2f]", e.score.ci.lo, e.score.ci.hi);
+            if (!isnan(s) && !isnan(e.delta.value) && (int)c != p->full) {
+                fprintf(f, " (%+.2f vs full", e.delta.value);
+                if (!isnan(e.delta.ci.lo))
+                    fprintf(f, ", paired 95 %% interval [%+.2f, %+.2f]%s", e.delta.ci.lo,
+                            e.delta.ci.hi, *sig_mark(e.delta) ? ", excludes 0" : "");
+                fputc(')', f);
+            }
             fputs("</title></rect>\n", f);
             if (t < p->nt && is_regression(ch, n_ch, p->configs[c], p->tasks[t]))
                 fprintf(f,
                         "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' class='regcell'>"
                         "<title>regression against the baseline</title></rect>\n",
                         x + 1.5, y + 1.5, cell_w - 3, cell_h - 3);
+            /* a difference to the full cache beyond noise: bold, with its mark */
+            const char *mark = sig_mark(e.delta);
             if (!isnan(s))
-                fprintf(f, "<text x='%.1f' y='%.1f' class='val' text-anchor='middle'>%.1f</text>\n",
-                        x + cell_w / 2, y + cell_h / 2 + 4, s);
+                fprintf(f,
+                        "<text x='%.1f' y='%.1f' class='%s' text-anchor='middle'>%.1f%s</text>\n",
+                        x + cell_w / 2, y + cell_h / 2 + 4, *mark ? "valsig" : "val", s, mark);
         }
     }
     char lo[8], hi[8];
@@ -1145,9 +1708,11 @@ static void svg_heatmap(FILE *f, const pivot *p, const kb_change *ch, size_t n_c
             "<rect x='%.1f' y='%.1f' width='14' height='14' fill='%s'/><text x='%.1f' y='%.1f' "
             "class='legend'>%.1f points below the full cache</text>\n"
             "<rect x='%.1f' y='%.1f' width='14' height='14' fill='%s'/><text x='%.1f' y='%.1f' "
-            "class='legend'>%.1f above</text>\n</svg>\n",
-            left, ly - 11, lo, left + 20, ly, range, left + 260, ly - 11, hi, left + 280, ly,
-            range);
+            "class='legend'>%.1f above</text>\n"
+            "<text x='%.1f' y='%.1f' class='legend'>bold ▼ / ▲: paired 95 %% interval of the "
+            "difference excludes 0</text>\n</svg>\n",
+            left, ly - 11, lo, left + 20, ly, range, left + 260, ly - 11, hi, left + 280, ly, range,
+            left, ly + 20);
 }
 
 static void html_num(FILE *f, double v, bool bad)
@@ -1156,6 +1721,26 @@ static void html_num(FILE *f, double v, bool bad)
         fprintf(f, "<td class='num'>–</td>");
     else
         fprintf(f, "<td class='num%s'>%.2f</td>", bad ? " reg" : "", v);
+}
+
+/* A score cell: the score, "±half-width" small beneath, the significance
+ * mark, and the exact interval in the tooltip. */
+static void html_cell(FILE *f, cell_est e, const char *cls, bool bad)
+{
+    if (isnan(e.score.value)) {
+        fputs("<td class='num'>–</td>", f);
+        return;
+    }
+    fprintf(f, "<td class='num%s%s%s'", *cls ? " " : "", cls, bad ? " reg" : "");
+    if (!isnan(e.score.ci.lo))
+        fprintf(f, " title='95 %% interval %.2f to %.2f'", e.score.ci.lo, e.score.ci.hi);
+    fprintf(f, ">%.2f", e.score.value);
+    if (!isnan(e.score.ci.lo))
+        fprintf(f, "<span class='pm'>±%.1f</span>", half_width(e.score.ci));
+    const char *mark = sig_mark(e.delta);
+    if (*mark)
+        fprintf(f, "<span class='sig'>%s</span>", mark);
+    fputs("</td>", f);
 }
 
 static void html_table(FILE *f, const pivot *p, const kb_change *ch, size_t n_ch)
@@ -1171,8 +1756,7 @@ static void html_table(FILE *f, const pivot *p, const kb_change *ch, size_t n_ch
             fprintf(f, "<th class='cat'>%s</th>", kb_task_categories[k]);
     if (extra_avg(p))
         fprintf(f, "<th>Avg (%zu)</th>", p->nt);
-    fprintf(f, "<th>%s</th><th>Δ full</th></tr>\n", avg_label(p));
-    double full_avg = p->full >= 0 ? headline(p, (size_t)p->full) : NAN;
+    fprintf(f, "<th>%s</th><th>Δ full (95 %% interval)</th></tr>\n", avg_label(p));
     for (size_t c = 0; c < p->nc; c++) {
         long b = config_budget(p->run, p->configs[c]);
         fputs("<tr><td>", f);
@@ -1182,37 +1766,45 @@ static void html_table(FILE *f, const pivot *p, const kb_change *ch, size_t n_ch
         else
             fputs("</td><td class='num'>full</td>", f);
         for (size_t t = 0; t < p->nt; t++)
-            html_num(f, cell_score(p, c, t), is_regression(ch, n_ch, p->configs[c], p->tasks[t]));
+            html_cell(f, task_est(p, c, t), "",
+                      is_regression(ch, n_ch, p->configs[c], p->tasks[t]));
         for (int k = 0; kb_task_categories[k]; k++)
             if (category_present(p, kb_task_categories[k]))
-                html_num(f, row_mean(p, c, kb_task_categories[k]), false);
+                html_cell(f, avg_est(p, c, (task_set){kb_task_categories[k], false}), "", false);
         if (extra_avg(p))
-            html_num(f, row_mean(p, c, NULL), false);
-        double avg = headline(p, c);
-        fprintf(f, "<td class='num avg'>%.2f</td>", avg);
-        if ((int)c == p->full || isnan(full_avg))
+            html_cell(f, avg_est(p, c, (task_set){NULL, false}), "", false);
+        cell_est avg = avg_est(p, c, headline_set(p));
+        html_cell(f, avg, "avg", false);
+        kb_estimate d = avg.delta;
+        if ((int)c == p->full || isnan(d.value))
             fputs("<td class='num'>–</td>", f);
-        else
-            fprintf(f, "<td class='num %s'>%+.2f</td>", avg - full_avg < 0 ? "neg" : "pos",
-                    avg - full_avg);
+        else {
+            fprintf(f, "<td class='num %s'>%+.2f", d.value < 0 ? "neg" : "pos", d.value);
+            if (!isnan(d.ci.lo))
+                fprintf(f, " <span class='pm'>[%+.2f, %+.2f]</span>", d.ci.lo, d.ci.hi);
+            if (*sig_mark(d))
+                fprintf(f, "<span class='sig'>%s</span>", sig_mark(d));
+            fputs("</td>", f);
+        }
         fputs("</tr>\n", f);
     }
-    fputs("</table>\n", f);
+    fputs("</table>\n<p class='note'>± is half the width of the 95 % bootstrap interval "
+          "(2,000 resamples of each task's samples; averages resample within each task and "
+          "weigh tasks equally, as LongBench does); ▼ / ▲: below / above the full cache with a "
+          "paired 95 % interval of the difference that excludes 0. Exact bounds are in "
+          "scores.csv.</p>\n",
+          f);
 }
 
 static void html_compare(FILE *f, const kb_report_run *run, const kb_report_options *opt,
-                         const kb_change *ch, size_t n)
+                         const kb_change *ch, size_t n, size_t n_partial)
 {
-    size_t reg = 0;
-    for (size_t i = 0; i < n; i++)
-        reg += ch[i].after < ch[i].before;
+    size_t reg = count_verdict(ch, n, -1);
     fputs("<h3>Compared with ", f);
     html_esc(f, opt->baseline->name);
-    fprintf(f,
-            "</h3>\n<p class='%s'>%zu regression%s and %zu improvement%s of at least %.2f "
-            "points.</p>\n",
-            reg ? "alarm" : "ok", reg, reg == 1 ? "" : "s", n - reg, n - reg == 1 ? "" : "s",
-            opt->threshold);
+    fprintf(f, "</h3>\n<p class='%s'>", reg ? "alarm" : "ok");
+    compare_notes(f, ch, n, n_partial, opt);
+    fputs("</p>\n", f);
     if (strcmp(opt->baseline->model_hash, run->model_hash) != 0) {
         fputs("<p class='alarm'>The baseline used a different model (hash ", f);
         html_esc(f, opt->baseline->model_hash);
@@ -1221,19 +1813,24 @@ static void html_compare(FILE *f, const kb_report_run *run, const kb_report_opti
     if (!n)
         return;
     fputs("<table><tr><th></th><th>config</th><th>task</th><th>baseline</th><th>now</th>"
-          "<th>Δ</th></tr>\n",
+          "<th>Δ</th><th>95 % interval</th><th>samples</th></tr>\n",
           f);
     for (size_t i = 0; i < n; i++) {
-        bool bad = ch[i].after < ch[i].before;
-        fprintf(f, "<tr class='%s'><td>%s</td><td>", bad ? "reg" : "gain",
-                bad ? "regression" : "improvement");
+        static const char *const cls[] = {"reg", "noise", "gain"};
+        fprintf(f, "<tr class='%s'><td>%s</td><td>", cls[ch[i].verdict + 1],
+                verdict_name(ch[i].verdict));
         html_esc(f, ch[i].config);
         fputs("</td><td>", f);
         html_esc(f, ch[i].task);
         fprintf(f,
                 "</td><td class='num'>%.2f</td><td class='num'>%.2f</td><td class='num'>%+.2f"
-                "</td></tr>\n",
-                ch[i].before, ch[i].after, ch[i].after - ch[i].before);
+                "</td>",
+                ch[i].before, ch[i].after, ch[i].delta);
+        if (ch[i].paired)
+            fprintf(f, "<td class='num'>[%+.2f, %+.2f]</td><td class='num'>%zu</td></tr>\n",
+                    ch[i].ci.lo, ch[i].ci.hi, ch[i].n_shared);
+        else
+            fputs("<td class='num'>–</td><td class='num'>–</td></tr>\n", f);
     }
     fputs("</table>\n", f);
 }
@@ -1296,7 +1893,10 @@ static const char css[] =
     "svg .frame{fill:none;stroke:#999}svg .tick{font-size:11px;fill:#444}"
     "svg .axis{font-size:12px;fill:#222}svg .legend{font-size:12px;fill:#222}"
     "svg .full{stroke:#222;stroke-width:2;stroke-dasharray:6 4}svg .cell{stroke:#fff}"
-    "svg .val{font-size:11px;fill:#111}svg .regcell{fill:none;stroke:#67001f;stroke-width:3}";
+    "svg .val{font-size:11px;fill:#111}svg .regcell{fill:none;stroke:#67001f;stroke-width:3}"
+    "span.pm{color:#777;font-size:11px;margin-left:3px}span.sig{margin-left:2px;font-size:10px}"
+    "tr.noise td{color:#666}svg .whisker{stroke-width:1.5}svg .band{fill:#222;opacity:.08}"
+    "svg .valsig{font-size:11px;fill:#111;font-weight:bold}";
 
 int kb_report_write_html(FILE *f, const kb_report_run *runs, size_t n, const kb_report_options *opt)
 {
@@ -1327,9 +1927,10 @@ int kb_report_write_html(FILE *f, const kb_report_run *runs, size_t n, const kb_
         if (pivot_build(&p, &runs[k]) < 0)
             return -1;
         kb_change *ch = NULL;
-        size_t n_ch = 0;
+        size_t n_ch = 0, n_partial = 0;
         if (opt && opt->baseline &&
-            kb_report_compare(&runs[k], opt->baseline, opt->threshold, &ch, &n_ch) < 0) {
+            kb_report_compare(&runs[k], opt->baseline, opt->threshold, &ch, &n_ch, &n_partial) <
+                0) {
             pivot_free(&p);
             return -1;
         }
@@ -1339,12 +1940,16 @@ int kb_report_write_html(FILE *f, const kb_report_run *runs, size_t n, const kb_
         html_esc(f, runs[k].model);
         fprintf(f, "</h2>\n<h3>%s score vs KV cache budget</h3>\n", avg_label(&p));
         svg_budget_chart(f, &p);
+        if (runs[k].lengths) {
+            fprintf(f, "<h3>Score vs %s</h3>\n", length_axis(runs[k].lengths));
+            svg_length_chart(f, &p, runs[k].lengths);
+        }
         fputs("<h3>Per-task scores (colour: difference to the full cache)</h3>\n", f);
         svg_heatmap(f, &p, ch, n_ch);
         fputs("<h3>Scores (LongBench %)</h3>\n", f);
         html_table(f, &p, ch, n_ch);
         if (opt && opt->baseline)
-            html_compare(f, &runs[k], opt, ch, n_ch);
+            html_compare(f, &runs[k], opt, ch, n_ch, n_partial);
         fputs("<h3>Configs</h3>\n", f);
         html_params(f, &runs[k]);
         fputs("<h3>Tokens and time (means per sample)</h3>\n", f);

@@ -2,6 +2,7 @@
  * all configs, the same predictions as separate runs, clean stop + resume,
  * shards + merge, limits, and scores/report written at the end. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,15 +124,18 @@ static void f_free(void *ctx, void *state)
 }
 
 static int exact_scorer(const char *task, const cJSON *const *lines, size_t n, double *score,
-                        const char **metric, char *msg, size_t msg_n, void *ctx)
+                        double *sample_scores, const char **metric, char *msg, size_t msg_n,
+                        void *ctx)
 {
     (void)task, (void)msg, (void)msg_n, (void)ctx;
     double hits = 0;
-    for (size_t i = 0; i < n; i++)
-        hits +=
+    for (size_t i = 0; i < n; i++) {
+        sample_scores[i] =
             strcmp(cJSON_GetObjectItem(lines[i], "pred")->valuestring,
                    cJSON_GetArrayItem(cJSON_GetObjectItem(lines[i], "answers"), 0)->valuestring) ==
             0;
+        hits += sample_scores[i];
+    }
     *score = n ? 100.0 * hits / (double)n : 0;
     *metric = "exact";
     return 0;
@@ -236,11 +240,22 @@ Test(runner, one_prefill_per_sample_for_all_configs_and_a_report_at_the_end)
         kb_pred_lines l;
         cr_assert_eq(kb_pred_lines_read(path, &l, &err), 0);
         cr_assert_eq((long)l.n, task_size(r.rows[i].task));
-        double s;
+        double s, per[64];
         const char *metric;
-        exact_scorer(r.rows[i].task, (const cJSON *const *)l.json, l.n, &s, &metric, NULL, 0, NULL);
+        cr_assert_leq(l.n, 64);
+        exact_scorer(r.rows[i].task, (const cJSON *const *)l.json, l.n, &s, per, &metric, NULL, 0,
+                     NULL);
         cr_assert_eq(r.rows[i].score, s);
         cr_assert_eq(r.rows[i].n, (long)l.n);
+        /* the per-sample scores the intervals resample, kept in scores.json */
+        cr_assert_eq(r.rows[i].n_samples, l.n);
+        for (size_t j = 0; j < l.n; j++) {
+            cr_assert_str_eq(r.rows[i].samples[j].id,
+                             cJSON_GetObjectItem(l.json[j], "id")->valuestring);
+            cr_assert_eq(r.rows[i].samples[j].score, per[j]);
+        }
+        cr_assert(!isnan(r.rows[i].ci.lo) && r.rows[i].ci.lo <= r.rows[i].score &&
+                  r.rows[i].score <= r.rows[i].ci.hi);
         kb_pred_lines_free(&l);
         free(path);
     }
