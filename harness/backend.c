@@ -85,19 +85,29 @@ const kb_matrix_hooks *kb_engine_matrix_hooks(void)
 
 /* ---- samples ---- */
 
-static long count_lines(const char *path)
+static void task_close(void *ctx, void *iter);
+
+/* Lines with something on them: the samples of a JSON Lines task file. */
+static long count_samples(const char *path)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
         return -1;
     long n = 0;
+    bool filled = false; /* the current line has a non-blank byte */
     char buf[1 << 16];
     size_t got;
     while ((got = fread(buf, 1, sizeof buf, f)) > 0)
-        for (size_t i = 0; i < got; i++)
-            n += buf[i] == '\n';
+        for (size_t i = 0; i < got; i++) {
+            if (buf[i] == '\n') {
+                n += filled;
+                filled = false;
+            } else if (!strchr(" \t\r", buf[i])) {
+                filled = true;
+            }
+        }
     fclose(f);
-    return n;
+    return n + filled;
 }
 
 static int task_open(void *ctx, const kb_task_spec *spec, void **out, long *n_samples,
@@ -123,7 +133,14 @@ static int task_open(void *ctx, const kb_task_spec *spec, void **out, long *n_sa
         return -1;
     }
     it->task = task;
-    *n_samples = count_lines(path);
+    *n_samples = count_samples(path);
+    if (*n_samples == 0) { /* scored, it would be a 0.00 that averages count */
+        kv_fail(err, "%s: empty task file (no samples): fetch it again or leave the task out",
+                path);
+        task_close(e, it);
+        free(path);
+        return -1;
+    }
     if (spec->limit > 0 && *n_samples > spec->limit)
         *n_samples = spec->limit;
     free(path);

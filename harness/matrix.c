@@ -56,8 +56,9 @@ static int get_string(const cJSON *v, const char *path, char **out, kv_error *er
     return 0;
 }
 
-/* Names that become folder names: no separators, no dot files, no spaces. */
-static bool safe_name(const char *s)
+/* Names that become folder names: no separators, no dot files (so no ".."),
+ * no spaces, not empty. */
+bool kb_name_is_safe(const char *s)
 {
     if (!s[0] || s[0] == '.' || s[0] == '-')
         return false;
@@ -621,7 +622,7 @@ static int parse_config_entry(parser *p, const cJSON *c, const char *path)
     cJSON *name = cJSON_DetachItemFromObjectCaseSensitive(params, "name");
     char sub[512];
     snprintf(sub, sizeof sub, "%s.name", path);
-    if (name && (!cJSON_IsString(name) || !safe_name(name->valuestring))) {
+    if (name && (!cJSON_IsString(name) || !kb_name_is_safe(name->valuestring))) {
         cJSON_Delete(name);
         cJSON_Delete(params);
         return failp(p->err, sub, "must be a non-empty string of letters, digits, '.', '_', '-'");
@@ -793,7 +794,7 @@ static int parse_settings(parser *p, const cJSON *root)
         int rc = 0;
         if (strcmp(k, "name") == 0) {
             rc = get_string(c, k, &m->run_name, p->err);
-            if (rc == 0 && !safe_name(m->run_name))
+            if (rc == 0 && !kb_name_is_safe(m->run_name))
                 rc = failp(p->err, k, "must use only letters, digits, '.', '_', '-'");
         } else if (strcmp(k, "description") == 0) {
             rc = get_string(c, k, &m->description, p->err);
@@ -832,7 +833,7 @@ static int fill_defaults(parser *p, const char *default_run_name)
 {
     kb_matrix *m = p->m;
     if (!m->run_name) {
-        if (!default_run_name || !safe_name(default_run_name))
+        if (!default_run_name || !kb_name_is_safe(default_run_name))
             return failp(p->err, "name", "required (the run folder's name)");
         m->run_name = strdup(default_run_name);
     }
@@ -907,7 +908,9 @@ int kb_matrix_parse(const char *text, const char *default_run_name, const kb_mat
     return rc;
 }
 
-/* "configs/nightly.json" -> "nightly" */
+/* "configs/nightly.json" -> "nightly"; the run name of a file without
+ * "name", so characters a folder name must not have become '_'
+ * ("my config.json" -> "my_config"). */
 static char *base_name(const char *path)
 {
     const char *slash = strrchr(path, '/');
@@ -915,7 +918,13 @@ static char *base_name(const char *path)
     size_t n = strlen(b);
     if (n > 5 && strcmp(b + n - 5, ".json") == 0)
         n -= 5;
-    return strndup(b, n);
+    char *name = strndup(b, n);
+    for (size_t i = 0; name && name[i]; i++)
+        if (!isalnum((unsigned char)name[i]) && !strchr("._-", name[i]))
+            name[i] = '_';
+    if (name && (name[0] == '.' || name[0] == '-'))
+        name[0] = '_';
+    return name;
 }
 
 int kb_matrix_load(const char *path, const kb_matrix_hooks *hooks, kb_matrix *m, kv_error *err)

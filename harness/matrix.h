@@ -72,6 +72,11 @@ typedef struct kb_matrix {
 int kb_matrix_parse(const char *text, const char *default_run_name, const kb_matrix_hooks *hooks,
                     kb_matrix *m, kv_error *err);
 
+/* A run or config name that is safe as one folder name: not empty, only
+ * letters, digits, '.', '_', '-', not starting with '.' or '-' (so never
+ * "..", never a path). */
+bool kb_name_is_safe(const char *s);
+
 /* Reads and parses a file; errors are prefixed with the file name. */
 int kb_matrix_load(const char *path, const kb_matrix_hooks *hooks, kb_matrix *m, kv_error *err);
 

@@ -223,6 +223,16 @@ static void sort_rows(kb_score_row *rows, size_t n, const cJSON *configs)
     qsort_r(rows, n, sizeof *rows, cmp_rows, (void *)configs);
 }
 
+/* Whether a run.json list (matrix.configs or matrix.tasks) has an entry
+ * whose `field` is name. */
+static bool listed(const cJSON *list, const char *field, const char *name)
+{
+    for (const cJSON *c = list ? list->child : NULL; c; c = c->next)
+        if (str(c, field) && strcmp(str(c, field), name) == 0)
+            return true;
+    return false;
+}
+
 static double mean_field(const kb_pred_lines *l, const char *key)
 {
     double sum = 0;
@@ -237,6 +247,8 @@ static double mean_field(const kb_pred_lines *l, const char *key)
     return k ? sum / (double)k : NAN;
 }
 
+/* One row from one prediction file: 0, 1 when the file has no lines (no
+ * row), or negative with err set. */
 static int score_file(const char *path, const char *config, const char *task, kb_task_scorer scorer,
                       void *ctx, kb_score_row *r, kv_error *err)
 {
@@ -244,6 +256,14 @@ static int score_file(const char *path, const char *config, const char *task, kb
     kb_pred_lines l;
     if (kb_pred_lines_read(path, &l, err) < 0)
         return -1;
+    if (kb_pred_lines_check(&l, path, &(kb_pred_expect){.task = task, .config = config}, err) < 0) {
+        kb_pred_lines_free(&l);
+        return -1;
+    }
+    if (l.n == 0) { /* nothing to score: a missing cell, not a 0.00 that averages count */
+        kb_pred_lines_free(&l);
+        return 1;
+    }
     double score = 0;
     const char *metric = "?";
     char msg[512] = "";
@@ -282,8 +302,13 @@ int kb_scores_from_predictions(const char *dir, kb_task_scorer scorer, void *ctx
     int rc = d ? 0 : kv_fail(err, "%s: cannot open", preds ? preds : dir);
     size_t cap = 0;
     struct dirent *e;
+    /* only what run.json says this run made: a folder or file put there
+     * by hand (or by another matrix) is no result of this run */
+    const cJSON *matrix = cJSON_GetObjectItemCaseSensitive(run.json, "matrix");
+    const cJSON *configs = cJSON_GetObjectItemCaseSensitive(matrix, "configs");
+    const cJSON *tasks = cJSON_GetObjectItemCaseSensitive(matrix, "tasks");
     while (rc == 0 && (e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
+        if (e->d_name[0] == '.' || !listed(configs, "name", e->d_name))
             continue;
         char *cdir = kv_path_join(preds, e->d_name);
         DIR *cd = cdir ? opendir(cdir) : NULL;
@@ -292,6 +317,11 @@ int kb_scores_from_predictions(const char *dir, kb_task_scorer scorer, void *ctx
             size_t len = strlen(f->d_name);
             if (len <= 6 || strcmp(f->d_name + len - 6, ".jsonl") != 0)
                 continue;
+            char *task = strndup(f->d_name, len - 6);
+            if (task && !listed(tasks, "task", task)) {
+                free(task);
+                continue;
+            }
             if (*n == cap) {
                 cap = cap ? 2 * cap : 32;
                 kb_score_row *g = realloc(*rows, cap * sizeof *g);
@@ -301,11 +331,11 @@ int kb_scores_from_predictions(const char *dir, kb_task_scorer scorer, void *ctx
                 }
                 *rows = g;
             }
-            char *task = strndup(f->d_name, len - 6);
             char *path = kv_path_join(cdir, f->d_name);
             rc = task && path ? score_file(path, e->d_name, task, scorer, ctx, &(*rows)[*n], err)
                               : kv_fail(err, "out of memory");
             *n += rc == 0;
+            rc = rc > 0 ? 0 : rc;
             free(task);
             free(path);
         }
@@ -316,8 +346,6 @@ int kb_scores_from_predictions(const char *dir, kb_task_scorer scorer, void *ctx
     if (d)
         closedir(d);
     free(preds);
-    const cJSON *configs = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(run.json, "matrix"), "configs");
     if (rc == 0)
         sort_rows(*rows, *n, configs);
     kb_run_close(&run);

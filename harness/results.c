@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -223,6 +224,8 @@ int kb_run_load(const char *dir, kb_run *run, kv_error *err)
 
 void kb_run_close(kb_run *run)
 {
+    if (run->locked)
+        close(run->lock_fd); /* releases the flock */
     free(run->dir);
     cJSON_Delete(run->json);
     memset(run, 0, sizeof *run);
@@ -390,15 +393,88 @@ int kb_run_mark_finished(kb_run *run, kv_error *err)
     return rc;
 }
 
+/* Takes the folder's write lock: an exclusive flock on dir/run.lock, which
+ * then records "pid host" for whoever finds it taken. The kernel drops the
+ * lock when the process ends, however it ends, so a crash never leaves a
+ * folder locked. Returns the open descriptor, or -1 after reporting. */
+static int lock_run_dir(const char *dir, kv_error *err)
+{
+    char *path = path2(dir, "run.lock");
+    if (!path)
+        return kv_fail(err, "out of memory");
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        kv_fail(err, "%s: cannot open: %s", path, strerror(errno));
+        free(path);
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        if (errno == EWOULDBLOCK) {
+            char holder[256] = "", host[200] = "?";
+            ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+            holder[n > 0 ? n : 0] = '\0';
+            long pid = 0;
+            if (sscanf(holder, "%ld %199s", &pid, host) < 1)
+                pid = 0;
+            kv_fail(err,
+                    "%s: another kvbench run (pid %ld on host %s) is writing this run folder; "
+                    "wait for it to end, or give this run another name (--name)",
+                    dir, pid, host);
+        } else {
+            kv_fail(err, "%s: cannot lock: %s", path, strerror(errno));
+        }
+        close(fd);
+        free(path);
+        return -1;
+    }
+    char me[300], host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    int n = snprintf(me, sizeof me, "%ld %s\n", (long)getpid(), host);
+    if (ftruncate(fd, 0) < 0 || pwrite(fd, me, (size_t)n, 0) != n) {
+        kv_fail(err, "%s: cannot write: %s", path, strerror(errno));
+        close(fd);
+        free(path);
+        return -1;
+    }
+    free(path);
+    return fd;
+}
+
+/* True when dir/predictions holds anything. */
+static bool has_predictions(const char *preds)
+{
+    DIR *d = opendir(preds);
+    if (!d)
+        return false;
+    struct dirent *e;
+    bool any = false;
+    while (!any && (e = readdir(d)) != NULL)
+        any = strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(d);
+    return any;
+}
+
 int kb_run_open(const char *dir, const kb_run_info *info, kb_run *run, kv_error *err)
 {
     memset(run, 0, sizeof *run);
     char *preds = path2(dir, "predictions");
     char *path = path2(dir, "run.json");
     cJSON *now = new_run_json(info);
-    int rc = 0;
+    int rc = 0, lock = -1;
     if (!preds || !path || !now) {
         rc = kv_fail(err, "out of memory");
+        goto out;
+    }
+    if ((rc = kb_mkdirs(dir, err)) < 0 || (rc = lock = lock_run_dir(dir, err)) < 0)
+        goto out;
+    rc = 0;
+    if (!kv_file_exists(path) && has_predictions(preds)) {
+        rc = kv_fail(err,
+                     "%s: predictions/ without run.json: nothing tells which model and configs "
+                     "made them, so they cannot be resumed; move predictions/ away (or restore "
+                     "run.json), or give this run another name (--name)",
+                     dir);
         goto out;
     }
     if ((rc = kb_mkdirs(preds, err)) < 0)
@@ -428,8 +504,12 @@ int kb_run_open(const char *dir, const kb_run_info *info, kb_run *run, kv_error 
         goto out;
     }
     run->json = now;
+    run->lock_fd = lock;
+    run->locked = true;
     now = NULL;
 out:
+    if (rc < 0 && lock >= 0)
+        close(lock);
     cJSON_Delete(now);
     free(preds);
     free(path);
@@ -611,6 +691,44 @@ int kb_pred_lines_read(const char *path, kb_pred_lines *out, kv_error *err)
     return rc;
 }
 
+static const char *line_string(const cJSON *line, const char *key)
+{
+    return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(line, key));
+}
+
+/* The way out offered for a line that does not belong: the file's other
+ * lines are fine, so removing the line (the sample is then redone) or the
+ * file (the task is redone) is all a rerun needs. */
+#define REMOVE_LINE "remove that line (or the file) and run again to redo the sample"
+
+int kb_pred_lines_check(const kb_pred_lines *l, const char *path, const kb_pred_expect *x,
+                        kv_error *err)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        const cJSON *j = l->json[i];
+        const char *id = line_string(j, "id");
+        const char *task = line_string(j, "dataset"), *config = line_string(j, "config");
+        const char *hash = line_string(j, "config_hash");
+        if (x->task && (!task || strcmp(task, x->task) != 0))
+            return kv_fail(err, "%s:%zu: a line of task \"%s\" in the file of task \"%s\"; %s",
+                           path, i + 1, task ? task : "(none)", x->task, REMOVE_LINE);
+        if (x->config && (!config || strcmp(config, x->config) != 0))
+            return kv_fail(err,
+                           "%s:%zu: a line of config \"%s\" in the file of config \"%s\"; %s",
+                           path, i + 1, config ? config : "(none)", x->config, REMOVE_LINE);
+        if (x->config_hash && (!hash || strcmp(hash, x->config_hash) != 0))
+            return kv_fail(err,
+                           "%s:%zu: config hash %s, but run.json gives config \"%s\" hash %s "
+                           "(the line was made with other parameters); %s",
+                           path, i + 1, hash ? hash : "(none)", x->config ? x->config : "?",
+                           x->config_hash, REMOVE_LINE);
+        if (x->ids && !kb_idset_has(x->ids, id))
+            return kv_fail(err, "%s:%zu: sample \"%s\" is not in the task's data; %s", path,
+                           i + 1, id, REMOVE_LINE);
+    }
+    return 0;
+}
+
 /* ---- appending --------------------------------------------------------- */
 
 static char *join_lines(const kb_pred_lines *l, size_t *len)
@@ -633,8 +751,9 @@ static char *join_lines(const kb_pred_lines *l, size_t *len)
     return s;
 }
 
-/* Reads what is there, drops a cut-short tail (atomically) and fills done. */
-static int recover(kb_pred_file *pf, kv_error *err)
+/* Reads what is there, checks every line against x, drops a cut-short tail
+ * (atomically) and fills done. */
+static int recover(kb_pred_file *pf, const kb_pred_expect *x, kv_error *err)
 {
     if (!kv_file_exists(pf->path))
         return 0;
@@ -648,6 +767,7 @@ static int recover(kb_pred_file *pf, kv_error *err)
         free(data);
         return -1;
     }
+    rc = kb_pred_lines_check(&l, pf->path, x, err);
     for (size_t i = 0; i < l.n && rc == 0; i++) {
         const char *id = cJSON_GetObjectItemCaseSensitive(l.json[i], "id")->valuestring;
         int added = kb_idset_add(&pf->done, id);
@@ -671,8 +791,14 @@ static int recover(kb_pred_file *pf, kv_error *err)
     return rc;
 }
 
-int kb_pred_file_open(const kb_run *run, const char *config, const char *task, kb_pred_file *pf,
-                      kv_error *err)
+/* The hash run.json records for a config, NULL when it lists none. */
+static const char *run_config_hash(const kb_run *run, const char *config)
+{
+    return line_string(find_named(matrix_list(run->json, "configs"), "name", config), "hash");
+}
+
+int kb_pred_file_open(const kb_run *run, const char *config, const char *task,
+                      const kb_idset *ids, kb_pred_file *pf, kv_error *err)
 {
     memset(pf, 0, sizeof *pf);
     pf->fd = -1;
@@ -686,8 +812,10 @@ int kb_pred_file_open(const kb_run *run, const char *config, const char *task, k
     free(name);
     int rc = kb_mkdirs(dir, err);
     free(dir);
+    kb_pred_expect x = {
+        .task = task, .config = config, .config_hash = run_config_hash(run, config), .ids = ids};
     if (rc == 0)
-        rc = recover(pf, err);
+        rc = recover(pf, &x, err);
     if (rc == 0) {
         pf->fd = open(pf->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
         if (pf->fd < 0)
@@ -752,6 +880,7 @@ cJSON *kb_prediction_json(const kb_prediction *p)
               cJSON_AddNumberToObject(o, "index", (double)p->index) &&
               cJSON_AddStringToObject(o, "dataset", p->task) &&
               cJSON_AddStringToObject(o, "config", p->config) &&
+              (!p->config_hash || cJSON_AddStringToObject(o, "config_hash", p->config_hash)) &&
               cJSON_AddStringToObject(o, "pred", p->pred);
     if (ok) {
         cJSON_AddItemToObject(o, "answers", answers);
@@ -1040,6 +1169,9 @@ int kb_run_merge(const char *const *shard_dirs, size_t n_shards, const char *out
     char *run_json = path2(out_dir, "run.json");
     if (rc == 0 && (!preds || !run_json))
         rc = kv_fail(err, "out of memory");
+    int lock = -1;
+    if (rc == 0 && (rc = kb_mkdirs(out_dir, err)) == 0 && (lock = lock_run_dir(out_dir, err)) < 0)
+        rc = -1;
     if (rc == 0)
         rc = kb_mkdirs(preds, err);
     if (rc == 0)
@@ -1047,6 +1179,8 @@ int kb_run_merge(const char *const *shard_dirs, size_t n_shards, const char *out
     /* run.json last: its presence says the merge finished */
     if (rc == 0)
         rc = write_json_atomic(run_json, merged, err);
+    if (lock >= 0)
+        close(lock);
     cJSON_Delete(merged);
     free(preds);
     free(run_json);

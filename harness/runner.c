@@ -114,6 +114,7 @@ static int write_prediction(loop *L, const kb_task_spec *t, const kb_sample *s, 
                        .index = s->index,
                        .task = t->name,
                        .config = L->m->configs[c].name,
+                       .config_hash = L->m->configs[c].hash,
                        .pred = r->text ? r->text : "",
                        .answers = s->answers,
                        .all_classes = s->all_classes,
@@ -193,15 +194,36 @@ static int run_samples(loop *L, const kb_task_spec *t, void *iter)
     }
 }
 
+/* The ids of every sample in a task's data (not only the first `limit`: an
+ * earlier run may have had a larger one), which resumed lines must name. */
+static int data_ids(loop *L, const kb_task_spec *t, kb_idset *ids)
+{
+    void *iter = NULL;
+    long n = -1;
+    if (L->b->task_open(L->b->ctx, t, &iter, &n, L->err) < 0)
+        return -1;
+    int got;
+    kb_sample s;
+    while ((got = L->b->task_next(L->b->ctx, iter, &s, L->err)) > 0)
+        if (kb_idset_add(ids, s.id) < 0) {
+            got = kv_fail(L->err, "out of memory");
+            break;
+        }
+    L->b->task_close(L->b->ctx, iter);
+    return got < 0 ? -1 : 0;
+}
+
 static int run_task(loop *L, const kb_task_spec *t, long task_no)
 {
     size_t nc = L->m->n_configs, opened = 0;
-    int rc = 0;
+    kb_idset ids = {0};
+    int rc = data_ids(L, t, &ids);
     for (; opened < nc && rc == 0; opened++)
-        rc =
-            kb_pred_file_open(&L->run, L->m->configs[opened].name, t->name, &L->pf[opened], L->err);
-    if (rc < 0)
+        rc = kb_pred_file_open(&L->run, L->m->configs[opened].name, t->name, &ids, &L->pf[opened],
+                               L->err);
+    if (rc < 0 && opened > 0)
         opened--;
+    kb_idset_free(&ids);
     void *iter = NULL;
     long n = -1;
     if (rc == 0)

@@ -62,7 +62,7 @@ static char *make_run(const char *out, const char *name)
     for (int c = 0; c < 5; c++)
         for (int t = 0; t < 2; t++) {
             kb_pred_file pf;
-            cr_assert_eq(kb_pred_file_open(&run, cfgs[c], tasks[t], &pf, &err), 0);
+            cr_assert_eq(kb_pred_file_open(&run, cfgs[c], tasks[t], NULL, &pf, &err), 0);
             for (long i = 0; i < 3; i++) {
                 char id[16];
                 snprintf(id, sizeof id, "s%ld", i);

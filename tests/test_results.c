@@ -32,10 +32,20 @@ static kb_run_info info_for(const kb_matrix *m, const char *model_hash, long i, 
         .kvbench_version = "test", .model_hash = model_hash, .matrix = m, .shard = {i, n}};
 }
 
+/* The hash of the configs these tests name: "full", and "h2o" as
+ * {"algorithm": "h2o"}. */
+static void hash_for(const char *config, char hash[17])
+{
+    cJSON *h2o = cJSON_Parse("{\"algorithm\": \"h2o\"}");
+    cr_assert_eq(kb_config_hash(strcmp(config, "full") == 0 ? NULL : h2o, hash), 0);
+    cJSON_Delete(h2o);
+}
+
 /* The prediction line of sample `index` for a config, as the runner would write it. */
 static cJSON *line_for(long index, const char *config)
 {
-    char id[32], pred[64];
+    char id[32], pred[64], hash[17];
+    hash_for(config, hash);
     snprintf(id, sizeof id, "id%03ld", index);
     snprintf(pred, sizeof pred, "answer %ld by %s", index, config);
     cJSON *answers = cJSON_CreateStringArray((const char *[]){"x"}, 1);
@@ -43,6 +53,7 @@ static cJSON *line_for(long index, const char *config)
                        .index = index,
                        .task = "trec",
                        .config = config,
+                       .config_hash = hash,
                        .pred = pred,
                        .answers = answers,
                        .length = 100 + index,
@@ -179,7 +190,7 @@ Test(results, truncated_last_line_is_dropped_and_redone)
     kb_run run;
     cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
     kb_pred_file pf;
-    cr_assert_eq(kb_pred_file_open(&run, "full", "trec", &pf, &err), 0, "%s", err.msg);
+    cr_assert_eq(kb_pred_file_open(&run, "full", "trec", NULL, &pf, &err), 0, "%s", err.msg);
     for (long i = 0; i < 3; i++)
         append(&pf, i, "full");
     kb_pred_file_close(&pf);
@@ -193,7 +204,7 @@ Test(results, truncated_last_line_is_dropped_and_redone)
     fwrite(text, 1, strlen(text) / 2, f);
     fclose(f);
 
-    cr_assert_eq(kb_pred_file_open(&run, "full", "trec", &pf, &err), 0, "%s", err.msg);
+    cr_assert_eq(kb_pred_file_open(&run, "full", "trec", NULL, &pf, &err), 0, "%s", err.msg);
     cr_assert_eq(pf.n_dropped, 1);
     cr_assert_eq(pf.n_lines, 3);
     cr_assert(kb_pred_file_done(&pf, "id002"));
@@ -211,7 +222,7 @@ Test(results, truncated_last_line_is_dropped_and_redone)
     after = tu_slurp(path, NULL);
     size_t n = strlen(after);
     cr_assert_eq(truncate(path, (off_t)(n - 1)), 0);
-    cr_assert_eq(kb_pred_file_open(&run, "full", "trec", &pf, &err), 0, "%s", err.msg);
+    cr_assert_eq(kb_pred_file_open(&run, "full", "trec", NULL, &pf, &err), 0, "%s", err.msg);
     cr_assert_eq(pf.n_lines, 3);
     cr_assert_eq(pf.n_dropped, 1);
     kb_pred_file_close(&pf);
@@ -245,7 +256,7 @@ Test(results, damage_before_the_last_line_is_an_error)
           f);
     fclose(f);
     kb_pred_file pf;
-    cr_assert_lt(kb_pred_file_open(&run, "full", "trec", &pf, &err), 0);
+    cr_assert_lt(kb_pred_file_open(&run, "full", "trec", NULL, &pf, &err), 0);
     char want[1024];
     snprintf(want, sizeof want,
              "%s:2: not a prediction line (JSON object with \"id\" and \"index\"); the file is "
@@ -273,7 +284,7 @@ static void produce(const char *dir, const kb_matrix *m, const char *const *conf
         _exit(3);
     kb_pred_file pf[4];
     for (int c = 0; c < n_cfg; c++)
-        if (kb_pred_file_open(&run, configs[c], "trec", &pf[c], &err) < 0)
+        if (kb_pred_file_open(&run, configs[c], "trec", NULL, &pf[c], &err) < 0)
             _exit(4);
     for (long i = 0; i < KILL_SAMPLES; i++)
         for (int c = 0; c < n_cfg; c++) {
@@ -360,7 +371,7 @@ static void write_shard(const char *out, const kb_matrix *m, const char *hash, l
     cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
     for (size_t c = 0; c < m->n_configs; c++) {
         kb_pred_file pf;
-        cr_assert_eq(kb_pred_file_open(&run, m->configs[c].name, "trec", &pf, &err), 0);
+        cr_assert_eq(kb_pred_file_open(&run, m->configs[c].name, "trec", NULL, &pf, &err), 0);
         for (long s = 0; s < n_samples; s++)
             if (kb_shard_selects(&info.shard, s))
                 append(&pf, s, m->configs[c].name);
