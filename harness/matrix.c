@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "file.h"
 #include "hash.h"
@@ -810,6 +811,7 @@ static int parse_settings(parser *p, const cJSON *root)
             rc = get_long(c, k, 0, 4096, &m->threads, p->err);
         } else if (strcmp(k, "output") == 0) {
             rc = get_string(c, k, &m->output, p->err);
+            m->output_given = true;
         } else if (strcmp(k, "data") == 0) {
             rc = get_string(c, k, &m->data, p->err);
         } else if (strcmp(k, "limit") == 0) {
@@ -927,6 +929,77 @@ static char *base_name(const char *path)
     return name;
 }
 
+static bool exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* A relative path of the file that does not exist from the working folder
+ * but does beside the config file is taken from there, so that a config
+ * runs from any working folder. With fallback_beside, a path found in
+ * neither place is taken beside the config too (the output folder, which
+ * the run creates). Returns 1 when it exists where *path now points. */
+static int resolve_beside(char **path, const char *config_dir, bool fallback_beside,
+                          kv_error *err)
+{
+    if ((*path)[0] == '/' || exists(*path))
+        return 1;
+    char *beside = kv_path_join(config_dir, *path);
+    if (!beside)
+        return kv_fail(err, "out of memory");
+    bool found = exists(beside);
+    char *real = found ? realpath(beside, NULL) : NULL; /* "configs/../models/x": say where */
+    if (real) {
+        free(beside);
+        beside = real;
+    }
+    if (found || fallback_beside) {
+        free(*path);
+        *path = beside;
+    } else {
+        free(beside);
+    }
+    return found;
+}
+
+/* "ORG/NAME" with ORG no folder here nor beside the config: a hub name. */
+static bool is_hub_name(const char *model, const char *config_dir)
+{
+    const char *slash = strchr(model, '/');
+    if (!slash || slash == model || !slash[1] || strchr(slash + 1, '/') || model[0] == '.')
+        return false;
+    char *org = strndup(model, (size_t)(slash - model));
+    char *beside = org ? kv_path_join(config_dir, org) : NULL;
+    bool local = !org || !beside || exists(org) || exists(beside);
+    free(org);
+    free(beside);
+    return !local;
+}
+
+/* model, data and output of a loaded file (see resolve_beside). A model
+ * that is neither a folder nor a hub name is an error now, not a failed
+ * download later. */
+static int resolve_paths(kb_matrix *m, const char *config_path, kv_error *err)
+{
+    const char *slash = strrchr(config_path, '/');
+    char *dir = slash ? strndup(config_path, (size_t)(slash - config_path + 1)) : strdup(".");
+    if (!dir)
+        return kv_fail(err, "out of memory");
+    int rc = resolve_beside(&m->model, dir, false, err);
+    if (rc == 0 && !is_hub_name(m->model, dir))
+        rc = kv_fail(err,
+                     "model: '%s' is no folder (from the working folder, nor from %s) and no hub "
+                     "name ORG/NAME",
+                     m->model, dir);
+    if (rc >= 0)
+        rc = resolve_beside(&m->data, dir, false, err);
+    if (rc >= 0 && m->output_given)
+        rc = resolve_beside(&m->output, dir, true, err);
+    free(dir);
+    return rc < 0 ? -1 : 0;
+}
+
 int kb_matrix_load(const char *path, const kb_matrix_hooks *hooks, kb_matrix *m, kv_error *err)
 {
     memset(m, 0, sizeof *m);
@@ -942,6 +1015,8 @@ int kb_matrix_load(const char *path, const kb_matrix_hooks *hooks, kb_matrix *m,
     int rc = kb_matrix_parse(text, base, hooks, m, err);
     free(base);
     free(text);
+    if (rc == 0 && (rc = resolve_paths(m, path, err)) < 0)
+        kb_matrix_free(m);
     if (rc < 0)
         kv_fail_prefix(err, path);
     return rc;

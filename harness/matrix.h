@@ -58,6 +58,7 @@ typedef struct kb_matrix {
     char *model_revision; /* hub revision, may be NULL */
     char *protocol;       /* "longbench" | "nncf" */
     char *output;         /* folder that holds run folders; default "results" */
+    bool output_given;    /* the file sets "output" (not the default) */
     char *data;           /* folder with <task>.jsonl; default "datasets/longbench" */
     long threads;         /* 0 = all cores */
     kb_task_spec *tasks;
@@ -77,7 +78,12 @@ int kb_matrix_parse(const char *text, const char *default_run_name, const kb_mat
  * "..", never a path). */
 bool kb_name_is_safe(const char *s);
 
-/* Reads and parses a file; errors are prefixed with the file name. */
+/* Reads and parses a file; errors are prefixed with the file name. Relative
+ * paths (model, data, an explicit output) that do not exist from the
+ * working folder are taken relative to the file's own folder when they
+ * exist there (output: always then), so a config runs from any working
+ * folder. A model must be a folder or a hub name ORG/NAME whose ORG is no
+ * local folder: a missing local model is an error, never a download. */
 int kb_matrix_load(const char *path, const kb_matrix_hooks *hooks, kb_matrix *m, kv_error *err);
 
 void kb_matrix_free(kb_matrix *m);
