@@ -473,10 +473,10 @@ static int parse_task_object(parser *p, const cJSON *o, const char *path)
             if (get_long(c, sub, 1, LONG_MAX, &limit, p->err) < 0)
                 return -1;
         } else if (strcmp(c->string, "max_length") == 0) {
-            if (get_long(c, sub, 1, LONG_MAX, &max_length, p->err) < 0)
+            if (get_long(c, sub, 1, KB_MAX_LENGTH, &max_length, p->err) < 0)
                 return -1;
         } else if (strcmp(c->string, "max_new_tokens") == 0) {
-            if (get_long(c, sub, 1, LONG_MAX, &max_new, p->err) < 0)
+            if (get_long(c, sub, 1, KB_MAX_NEW_TOKENS, &max_new, p->err) < 0)
                 return -1;
         } else {
             return failp(p->err, sub,
@@ -817,9 +817,9 @@ static int parse_settings(parser *p, const cJSON *root)
         } else if (strcmp(k, "limit") == 0) {
             rc = get_long(c, k, 1, LONG_MAX, &p->limit, p->err);
         } else if (strcmp(k, "max_length") == 0) {
-            rc = get_long(c, k, 1, LONG_MAX, &p->max_length, p->err);
+            rc = get_long(c, k, 1, KB_MAX_LENGTH, &p->max_length, p->err);
         } else if (strcmp(k, "max_new_tokens") == 0) {
-            rc = get_long(c, k, 1, LONG_MAX, &p->max_new_tokens, p->err);
+            rc = get_long(c, k, 1, KB_MAX_NEW_TOKENS, &p->max_new_tokens, p->err);
         }
         if (rc < 0)
             return -1;

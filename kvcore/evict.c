@@ -916,8 +916,13 @@ int kv_evictor_compress_into(kv_evictor *ev, const kv_cache *src, kv_cache **out
     if (src->n_layers != ev->model.n_layers)
         return kv_fail(err, "eviction: the cache has %d layers, the policy %d", src->n_layers,
                        ev->model.n_layers);
-    /* every layer ends with at most M slots, or its own length when shorter */
-    int cap = kv_evict_params_budget(&ev->p) + 1;
+    /* every layer ends with at most M slots, or its own length when shorter:
+     * a budget above the prompt allocates the prompt, not the budget */
+    int cap = kv_evict_params_budget(&ev->p);
+    int longest = 0;
+    for (int l = 0; l < src->n_layers; l++)
+        longest = src->layers[l].len > longest ? src->layers[l].len : longest;
+    cap = (cap < longest ? cap : longest) + 1;
     kv_cache *dst = kv_cache_new(src->n_layers, src->n_kv_heads, src->head_dim, cap, err);
     if (!dst)
         return -1;
