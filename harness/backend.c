@@ -16,6 +16,12 @@
 #include "tasks.h"
 #include "tokenizer.h"
 
+/* What the scorers need: no model, so `kvbench report` can score too. */
+typedef struct scoring {
+    kb_metrics *metrics;
+    kb_jieba *jieba; /* loaded on the first Chinese task */
+} scoring;
+
 typedef struct engine {
     const kb_matrix *m;
     kv_model *model;
@@ -25,8 +31,7 @@ typedef struct engine {
     lb_protocol protocol;
     kv_evict_params *params; /* [n_configs]; unused for configs[0] (full cache) */
     kv_evictor **ev;         /* [n_configs]; NULL for the full cache */
-    kb_metrics *metrics;
-    kb_jieba *jieba;
+    scoring scoring;
     long prefills;
 } engine;
 
@@ -341,7 +346,7 @@ static int decode(void *ctx, void *state, const kb_task_spec *spec, const kb_sam
 static int score_task(const char *task, const cJSON *const *lines, size_t n, double *score,
                       const char **metric_name, char *msg, size_t msg_n, void *ctx)
 {
-    engine *e = ctx;
+    scoring *e = ctx;
     kb_metric metric;
     bool first_line;
     if (kb_task_metric(task, &metric, &first_line) < 0) {
@@ -442,7 +447,7 @@ int kb_engine_backend_open(const kb_matrix *m, const char *model_dir, kb_runner_
                 goto fail;
             }
     }
-    if (kb_metrics_new(NULL, &e->metrics, err) < 0)
+    if (kb_metrics_new(NULL, &e->scoring.metrics, err) < 0)
         goto fail;
     b->task_open = task_open;
     b->task_next = task_next;
@@ -451,7 +456,7 @@ int kb_engine_backend_open(const kb_matrix *m, const char *model_dir, kb_runner_
     b->decode = decode;
     b->prefill_free = prefill_free;
     b->scorer = score_task;
-    b->scorer_ctx = e;
+    b->scorer_ctx = &e->scoring;
     return 0;
 fail:
     kb_engine_backend_close(b);
@@ -469,12 +474,53 @@ void kb_engine_backend_close(kb_runner_backend *b)
         kv_evict_model_release(&e->em);
     free(e->ev);
     free(e->params);
-    kb_metrics_free(e->metrics);
-    kb_jieba_free(e->jieba);
+    kb_metrics_free(e->scoring.metrics);
+    kb_jieba_free(e->scoring.jieba);
     kv_tokenizer_free(e->tok);
     kv_model_free(e->model);
     free(e);
     b->ctx = NULL;
+}
+
+long kb_task_size(const char *data, const char *task_name, kv_error *err)
+{
+    kb_matrix m = {.data = (char *)data};
+    engine e = {.m = &m};
+    kb_task_spec spec = {.name = (char *)task_name};
+    void *iter = NULL;
+    long n = 0;
+    if (task_open(&e, &spec, &iter, &n, err) < 0)
+        return -1;
+    kb_sample s;
+    int got;
+    for (n = 0; (got = task_next(&e, iter, &s, err)) > 0;) /* the loader's count, v2 too */
+        n++;
+    task_close(&e, iter);
+    return got < 0 ? -1 : n;
+}
+
+int kb_scorer_open(kb_task_scorer *fn, void **ctx, kv_error *err)
+{
+    scoring *s = calloc(1, sizeof *s);
+    if (!s)
+        return kv_fail(err, "out of memory");
+    if (kb_metrics_new(NULL, &s->metrics, err) < 0) {
+        free(s);
+        return -1;
+    }
+    *fn = score_task;
+    *ctx = s;
+    return 0;
+}
+
+void kb_scorer_close(void *ctx)
+{
+    scoring *s = ctx;
+    if (!s)
+        return;
+    kb_metrics_free(s->metrics);
+    kb_jieba_free(s->jieba);
+    free(s);
 }
 
 long kb_engine_backend_prefills(const kb_runner_backend *b)

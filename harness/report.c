@@ -115,7 +115,7 @@ static int load_scores(const char *dir, kb_report_run *run, kv_error *err)
     if (!kv_file_exists(path)) {
         kv_fail(err,
                 "%s: missing: the runner writes it after scoring (run `kvbench run` to the end, "
-                "or `kvbench score` the predictions)",
+                "or `kvbench report` the run folder, which rebuilds it)",
                 path);
         free(path);
         return -1;

@@ -1044,8 +1044,27 @@ static void free_names(char **names, size_t n)
     free(names);
 }
 
+/* The lines a finished run has for each config of a task: its first `limit`
+ * samples (all when limit is 0 or null). -1: not checked. */
+static long expected_lines(const cJSON *run_json, const kb_task_sizes *sizes, const char *task)
+{
+    if (!sizes || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(run_json, "finished")))
+        return -1;
+    const cJSON *matrix = cJSON_GetObjectItemCaseSensitive(run_json, "matrix");
+    const cJSON *t = find_named(matrix_list(run_json, "tasks"), "task", task);
+    const char *data = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(matrix, "data"));
+    if (!t || !data)
+        return -1; /* not a task of the matrix: nothing to expect */
+    long have = sizes->count(sizes->ctx, data, task);
+    if (have < 0)
+        return -1;
+    const cJSON *limit = cJSON_GetObjectItemCaseSensitive(t, "limit");
+    long lim = cJSON_IsNumber(limit) ? (long)limit->valuedouble : 0;
+    return lim > 0 && lim < have ? lim : have;
+}
+
 static int merge_one_file(shard_in *s, size_t n_shards, const char *config, const char *file,
-                          const char *out_dir, kv_error *err)
+                          long expected, const char *out_dir, kv_error *err)
 {
     kb_pred_lines *in = calloc(n_shards, sizeof *in);
     merged_line *all = NULL;
@@ -1079,6 +1098,11 @@ static int merge_one_file(shard_in *s, size_t n_shards, const char *config, cons
                              s[i].run.dir, config, file, j + 1, index, index % count, s[i].index);
             all[k++] = (merged_line){index, in[i].text[j]};
         }
+    if (rc == 0 && expected >= 0 && (long)total != expected)
+        rc = kv_fail(err,
+                     "%s/%s: the shards hold %zu lines, the data and limit give %ld samples: a "
+                     "shard marked finished is missing lines (run it again to complete it)",
+                     config, file, total, expected);
     if (rc == 0) {
         qsort(all, total, sizeof *all, cmp_index);
         for (size_t i = 1; i < total && rc == 0; i++)
@@ -1117,7 +1141,37 @@ static int merge_one_file(shard_in *s, size_t n_shards, const char *config, cons
     return rc;
 }
 
-static int merge_predictions(shard_in *s, size_t n, const char *out_dir, size_t *n_files,
+/* Every (config, task) of a finished matrix must have a file in some shard. */
+static int check_all_files(shard_in *s, size_t n, const cJSON *merged, const kb_task_sizes *sizes,
+                           kv_error *err)
+{
+    const cJSON *configs = matrix_list(merged, "configs"), *tasks = matrix_list(merged, "tasks");
+    int rc = 0;
+    for (const cJSON *c = configs ? configs->child : NULL; c && rc == 0; c = c->next)
+        for (const cJSON *t = tasks ? tasks->child : NULL; t && rc == 0; t = t->next) {
+            const char *config = line_string(c, "name"), *task = line_string(t, "task");
+            long want = config && task ? expected_lines(merged, sizes, task) : -1;
+            if (want <= 0)
+                continue;
+            bool found = false;
+            for (size_t i = 0; i < n && !found; i++) {
+                char *path = NULL;
+                if (asprintf(&path, "%s/predictions/%s/%s.jsonl", s[i].run.dir, config, task) < 0)
+                    return kv_fail(err, "out of memory");
+                found = kv_file_exists(path);
+                free(path);
+            }
+            if (!found)
+                rc = kv_fail(err,
+                             "%s/%s.jsonl: no shard has this file, the data gives %ld samples: "
+                             "the shards are not complete",
+                             config, task, want);
+        }
+    return rc;
+}
+
+static int merge_predictions(shard_in *s, size_t n, const cJSON *merged,
+                             const kb_task_sizes *sizes, const char *out_dir, size_t *n_files,
                              kv_error *err)
 {
     char **configs = NULL;
@@ -1139,8 +1193,12 @@ static int merge_predictions(shard_in *s, size_t n, const char *out_dir, size_t 
             free(p);
         }
         for (size_t f = 0; f < n_f && rc == 0; f++) {
-            rc = merge_one_file(s, n, configs[c], files[f], out_dir, err);
+            char *task = strndup(files[f], strlen(files[f]) - 6); /* "<task>.jsonl" */
+            rc = task ? merge_one_file(s, n, configs[c], files[f],
+                                       expected_lines(merged, sizes, task), out_dir, err)
+                      : kv_fail(err, "out of memory");
             *n_files += rc == 0;
+            free(task);
         }
         free_names(files, n_f);
     }
@@ -1149,7 +1207,8 @@ static int merge_predictions(shard_in *s, size_t n, const char *out_dir, size_t 
 }
 
 int kb_run_merge(const char *const *shard_dirs, size_t n_shards, const char *out_dir,
-                 bool allow_unfinished, size_t *n_files, kv_error *err)
+                 bool allow_unfinished, const kb_task_sizes *sizes, size_t *n_files,
+                 kv_error *err)
 {
     *n_files = 0;
     if (n_shards == 0)
@@ -1175,7 +1234,9 @@ int kb_run_merge(const char *const *shard_dirs, size_t n_shards, const char *out
     if (rc == 0)
         rc = kb_mkdirs(preds, err);
     if (rc == 0)
-        rc = merge_predictions(s, n_shards, out_dir, n_files, err);
+        rc = check_all_files(s, n_shards, merged, sizes, err);
+    if (rc == 0)
+        rc = merge_predictions(s, n_shards, merged, sizes, out_dir, n_files, err);
     /* run.json last: its presence says the merge finished */
     if (rc == 0)
         rc = write_json_atomic(run_json, merged, err);

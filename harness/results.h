@@ -165,15 +165,26 @@ void kb_pred_lines_free(kb_pred_lines *l);
 int kb_pred_lines_check(const kb_pred_lines *l, const char *path, const kb_pred_expect *x,
                         kv_error *err);
 
+/* How many samples a task's data holds (data: run.json's "data" folder), or
+ * negative when that cannot be known here (the callback tells the user why;
+ * the line count of that task goes unchecked). */
+typedef struct kb_task_sizes {
+    long (*count)(void *ctx, const char *data, const char *task);
+    void *ctx;
+} kb_task_sizes;
+
 /* Joins the shard folders (each with run.json and predictions/) into out_dir:
  * refuses shards of different models, protocols, shard counts or config
  * hashes, an incomplete or repeated shard set, a shard that has not finished
- * (unless allow_unfinished), and a line in the wrong shard;
+ * (unless allow_unfinished), a line in the wrong shard, and (sizes not NULL,
+ * every shard finished) a (config, task) of the matrix whose merged lines
+ * are not exactly the task's first `limit` samples in number;
  * writes each (config, task) file sorted by sample index, and a run.json
  * without the shard. Lines are copied verbatim. *n_files receives the number
  * of prediction files written. */
 int kb_run_merge(const char *const *shard_dirs, size_t n_shards, const char *out_dir,
-                 bool allow_unfinished, size_t *n_files, kv_error *err);
+                 bool allow_unfinished, const kb_task_sizes *sizes, size_t *n_files,
+                 kv_error *err);
 
 /* mkdir -p. */
 int kb_mkdirs(const char *path, kv_error *err);

@@ -408,7 +408,7 @@ Test(results, merged_shards_equal_an_unsharded_run)
     char **dirs = shard_list(out, 3);
     char *merged = kb_run_dir(out, "r", NULL);
     size_t n_files = 0;
-    cr_assert_eq(kb_run_merge((const char *const *)dirs, 3, merged, false, &n_files, &err), 0, "%s",
+    cr_assert_eq(kb_run_merge((const char *const *)dirs, 3, merged, false, NULL, &n_files, &err), 0, "%s",
                  err.msg);
     cr_assert_eq(n_files, 2);
     char *refdir = kb_run_dir(ref, "r", NULL);
@@ -445,7 +445,7 @@ static void expect_merge_refused_if(char **dirs, long n, const char *out, bool a
 {
     size_t n_files;
     cr_assert_lt(
-        kb_run_merge((const char *const *)dirs, (size_t)n, out, allow_unfinished, &n_files, &err),
+        kb_run_merge((const char *const *)dirs, (size_t)n, out, allow_unfinished, NULL, &n_files, &err),
         0);
     cr_assert(strstr(err.msg, needle), "wanted \"%s\" in: %s", needle, err.msg);
 }
@@ -486,7 +486,7 @@ Test(results, merge_refuses_inconsistent_shards)
     kb_run_close(&running);
     expect_merge_refused_if(dirs, 2, merged, false, "shard 1/2 has not finished");
     size_t n_files;
-    cr_assert_eq(kb_run_merge((const char *const *)dirs, 2, merged, true, &n_files, &err), 0, "%s",
+    cr_assert_eq(kb_run_merge((const char *const *)dirs, 2, merged, true, NULL, &n_files, &err), 0, "%s",
                  err.msg);
     /* a line in the wrong shard */
     char *bad = file_of(dirs[1], "h2o", "trec");
