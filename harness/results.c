@@ -466,9 +466,12 @@ int kb_run_open(const char *dir, const kb_run_info *info, kb_run *run, kv_error 
         rc = kv_fail(err, "out of memory");
         goto out;
     }
-    if ((rc = kb_mkdirs(dir, err)) < 0 || (rc = lock = lock_run_dir(dir, err)) < 0)
+    if ((rc = kb_mkdirs(dir, err)) < 0)
         goto out;
-    rc = 0;
+    if ((lock = lock_run_dir(dir, err)) < 0) {
+        rc = -1;
+        goto out;
+    }
     if (!kv_file_exists(path) && has_predictions(preds)) {
         rc = kv_fail(err,
                      "%s: predictions/ without run.json: nothing tells which model and configs "
@@ -1100,9 +1103,9 @@ static int merge_one_file(shard_in *s, size_t n_shards, const char *config, cons
         }
     if (rc == 0 && expected >= 0 && (long)total != expected)
         rc = kv_fail(err,
-                     "%s/%s: the shards hold %zu lines, the data and limit give %ld samples: a "
-                     "shard marked finished is missing lines (run it again to complete it)",
-                     config, file, total, expected);
+                     "%s/%s: the shards hold %zu line%s, the data and limit give %ld samples: "
+                     "a shard marked finished is missing lines (run it again to complete it)",
+                     config, file, total, total == 1 ? "" : "s", expected);
     if (rc == 0) {
         qsort(all, total, sizeof *all, cmp_index);
         for (size_t i = 1; i < total && rc == 0; i++)

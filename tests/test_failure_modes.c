@@ -244,3 +244,28 @@ Test(failure, compact_positions_trace_token_positions)
     check_compact_trace("per_group");
     check_compact_trace("per_head");
 }
+
+/* Shards marked finished whose files miss a line: merge checks the line
+ * counts against the data (here 2 samples per task) and refuses. */
+Test(failure, merge_refuses_finished_shards_with_missing_lines)
+{
+    char *cfg = write_config(NULL, H2O);
+    for (int i = 0; i < 2; i++) {
+        tu_result r = tu_kvbench("run", cfg, "--shard", i ? "1/2" : "0/2", NULL);
+        cr_assert_eq(r.status, 0, "%s", r.err);
+        tu_result_free(&r);
+    }
+    char *run = at("runs/c"), *merged = at("merged");
+    tu_result r = tu_kvbench("merge", run, "--output", merged, NULL);
+    cr_assert_eq(r.status, 0, "complete shards merge: %s", r.err);
+    tu_result_free(&r);
+    char *file = at("runs/c/shards/1-of-2/predictions/h2o/synth_passkey.jsonl");
+    cr_assert_eq(truncate(file, 0), 0);
+    r = tu_kvbench("merge", run, "--output", merged, NULL);
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.err, "h2o/synth_passkey.jsonl: the shards hold 1 line, the data and limit "
+                            "give 2 samples"),
+              "%s", r.err);
+    tu_result_free(&r);
+    free(file), free(merged), free(run), free(cfg);
+}
