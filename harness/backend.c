@@ -115,14 +115,14 @@ static long count_samples(const char *path)
     return n + filled;
 }
 
-static int task_open(void *ctx, const kb_task_spec *spec, void **out, long *n_samples,
-                     kv_error *err)
+/* The samples of a task in the data folder `data`, in file order. */
+static int open_samples(const char *data, const kb_task_spec *spec, void **out, long *n_samples,
+                        kv_error *err)
 {
-    engine *e = ctx;
     const lb_task *task = lb_task_find(spec->name);
     if (!task)
         return kv_fail(err, "%s: not a task kvbench knows", spec->name);
-    char *path = lb_sample_path(e->m->data, task);
+    char *path = lb_sample_path(data, task);
     if (!path)
         return kv_fail(err, "out of memory");
     task_iter *it = calloc(1, sizeof *it);
@@ -142,7 +142,7 @@ static int task_open(void *ctx, const kb_task_spec *spec, void **out, long *n_sa
     if (*n_samples == 0) { /* scored, it would be a 0.00 that averages count */
         kv_fail(err, "%s: empty task file (no samples): fetch it again or leave the task out",
                 path);
-        task_close(e, it);
+        task_close(NULL, it);
         free(path);
         return -1;
     }
@@ -151,6 +151,13 @@ static int task_open(void *ctx, const kb_task_spec *spec, void **out, long *n_sa
     free(path);
     *out = it;
     return 0;
+}
+
+static int task_open(void *ctx, const kb_task_spec *spec, void **out, long *n_samples,
+                     kv_error *err)
+{
+    const engine *e = ctx;
+    return open_samples(e->m->data, spec, out, n_samples, err);
 }
 
 static cJSON *string_array(char *const *v, size_t n)
@@ -484,18 +491,16 @@ void kb_engine_backend_close(kb_runner_backend *b)
 
 long kb_task_size(const char *data, const char *task_name, kv_error *err)
 {
-    kb_matrix m = {.data = (char *)data};
-    engine e = {.m = &m};
     kb_task_spec spec = {.name = (char *)task_name};
     void *iter = NULL;
     long n = 0;
-    if (task_open(&e, &spec, &iter, &n, err) < 0)
+    if (open_samples(data, &spec, &iter, &n, err) < 0)
         return -1;
     kb_sample s;
     int got;
-    for (n = 0; (got = task_next(&e, iter, &s, err)) > 0;) /* the loader's count, v2 too */
+    for (n = 0; (got = task_next(NULL, iter, &s, err)) > 0;) /* the loader's count, v2 too */
         n++;
-    task_close(&e, iter);
+    task_close(NULL, iter);
     return got < 0 ? -1 : n;
 }
 

@@ -719,12 +719,17 @@ int kb_pred_lines_check(const kb_pred_lines *l, const char *path, const kb_pred_
             return kv_fail(err,
                            "%s:%zu: a line of config \"%s\" in the file of config \"%s\"; %s",
                            path, i + 1, config ? config : "(none)", x->config, REMOVE_LINE);
-        if (x->config_hash && (!hash || strcmp(hash, x->config_hash) != 0))
+        if (x->config_hash && !hash)
+            return kv_fail(err,
+                           "%s:%zu: no config_hash (written by hand or by an older kvbench), so "
+                           "nothing shows it was made with config \"%s\" as run.json gives it; %s",
+                           path, i + 1, x->config ? x->config : "?", REMOVE_LINE);
+        if (x->config_hash && strcmp(hash, x->config_hash) != 0)
             return kv_fail(err,
                            "%s:%zu: config hash %s, but run.json gives config \"%s\" hash %s "
                            "(the line was made with other parameters); %s",
-                           path, i + 1, hash ? hash : "(none)", x->config ? x->config : "?",
-                           x->config_hash, REMOVE_LINE);
+                           path, i + 1, hash, x->config ? x->config : "?", x->config_hash,
+                           REMOVE_LINE);
         if (x->ids && !kb_idset_has(x->ids, id))
             return kv_fail(err, "%s:%zu: sample \"%s\" is not in the task's data; %s", path,
                            i + 1, id, REMOVE_LINE);

@@ -614,6 +614,13 @@ Test(results, resume_keeps_only_lines_of_this_task_config_and_data)
     line = full_line(1, "config_hash", "0123456789abcdef");
     expect_resume_refused(&run, &ids, line, "config hash 0123456789abcdef, but run.json gives");
     free(line);
+    cJSON *j = line_for(1, "full");
+    cJSON_DeleteItemFromObject(j, "config_hash");
+    char *text1 = cJSON_PrintUnformatted(j);
+    cr_assert_geq(asprintf(&line, "%s\n", text1), 0);
+    expect_resume_refused(&run, &ids, line, "no config_hash (written by hand or by an older kvbench)");
+    free(line), free(text1);
+    cJSON_Delete(j);
     line = full_line(1, "id", "not-in-the-data");
     expect_resume_refused(&run, &ids, line, "sample \"not-in-the-data\" is not in the task's data");
     free(line);
