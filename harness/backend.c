@@ -328,7 +328,8 @@ static int decode(void *ctx, void *state, const kb_task_spec *spec, const kb_sam
         o.on_step = on_step;
         o.stats_req = hook.req;
         o.user = &hook;
-    } else if (!(c = kv_cache_fork(st->base, st->n_prompt + (st->max_new < 4096 ? st->max_new : 4096) + 1,
+    } else if (!(c = kv_cache_fork(st->base,
+                                   st->n_prompt + (st->max_new < 4096 ? st->max_new : 4096) + 1,
                                    err))) { /* room for a usual answer; a longer one grows it */
         return -1;
     }

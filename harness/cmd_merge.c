@@ -57,8 +57,8 @@ static long task_size(void *ctx, const char *data, const char *task)
     kv_error err = {{0}};
     long n = kb_task_size(data, task, &err);
     if (n < 0)
-        fprintf(stderr, "kvbench: merge: note: %s; the line count of %s is not checked\n",
-                err.msg, task);
+        fprintf(stderr, "kvbench: merge: note: %s; the line count of %s is not checked\n", err.msg,
+                task);
     return n;
 }
 

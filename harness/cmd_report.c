@@ -79,7 +79,8 @@ static int run(const kb_args *a)
     const char *base_dir = kb_arg(a, "baseline");
     bool have_base = false;
     if (rc == KB_EXIT_OK && base_dir) {
-        if (ensure_scores(base_dir, &err) < 0 || kb_report_run_load(base_dir, &baseline, &err) < 0) {
+        if (ensure_scores(base_dir, &err) < 0 ||
+            kb_report_run_load(base_dir, &baseline, &err) < 0) {
             kb_error("report: baseline: %s", err.msg);
             rc = KB_EXIT_FAIL;
         }
@@ -126,7 +127,8 @@ const kb_command kb_cmd_report = {
     .usage = "kvbench report RUN... [--baseline RUN] [--threshold POINTS] [--output DIR]",
     .description =
         "Reads run.json and scores.json of each run folder (the runner writes scores.json\n"
-        "after scoring; when it is missing, it is rebuilt from the predictions) and writes scores.csv (one row per model x config x task), summary.md\n"
+        "after scoring; when it is missing, it is rebuilt from the predictions) and writes\n"
+        "scores.csv (one row per model x config x task), summary.md\n"
         "(configs x tasks with category and EN16 averages and the delta to the full cache)\n"
         "and report.html (self-contained: inline SVG charts of score vs cache budget and a\n"
         "per-task heatmap; opens with no network). With --baseline, (config, task) scores\n"

@@ -940,8 +940,7 @@ static bool exists(const char *path)
  * runs from any working folder. With fallback_beside, a path found in
  * neither place is taken beside the config too (the output folder, which
  * the run creates). Returns 1 when it exists where *path now points. */
-static int resolve_beside(char **path, const char *config_dir, bool fallback_beside,
-                          kv_error *err)
+static int resolve_beside(char **path, const char *config_dir, bool fallback_beside, kv_error *err)
 {
     if ((*path)[0] == '/' || exists(*path))
         return 1;

@@ -40,7 +40,7 @@ typedef struct kb_matrix_hooks {
  * it is loaded (so --dry-run refuses what a run could not do): the engine
  * counts prompt tokens in an int, and the decode cache holds the prompt plus
  * up to max_new_tokens answer tokens. */
-#define KB_MAX_LENGTH 2147483647L
+#define KB_MAX_LENGTH     2147483647L
 #define KB_MAX_NEW_TOKENS (1L << 20)
 
 typedef struct kb_task_spec {

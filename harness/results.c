@@ -716,8 +716,7 @@ int kb_pred_lines_check(const kb_pred_lines *l, const char *path, const kb_pred_
             return kv_fail(err, "%s:%zu: a line of task \"%s\" in the file of task \"%s\"; %s",
                            path, i + 1, task ? task : "(none)", x->task, REMOVE_LINE);
         if (x->config && (!config || strcmp(config, x->config) != 0))
-            return kv_fail(err,
-                           "%s:%zu: a line of config \"%s\" in the file of config \"%s\"; %s",
+            return kv_fail(err, "%s:%zu: a line of config \"%s\" in the file of config \"%s\"; %s",
                            path, i + 1, config ? config : "(none)", x->config, REMOVE_LINE);
         if (x->config_hash && !hash)
             return kv_fail(err,
@@ -731,8 +730,8 @@ int kb_pred_lines_check(const kb_pred_lines *l, const char *path, const kb_pred_
                            path, i + 1, hash, x->config ? x->config : "?", x->config_hash,
                            REMOVE_LINE);
         if (x->ids && !kb_idset_has(x->ids, id))
-            return kv_fail(err, "%s:%zu: sample \"%s\" is not in the task's data; %s", path,
-                           i + 1, id, REMOVE_LINE);
+            return kv_fail(err, "%s:%zu: sample \"%s\" is not in the task's data; %s", path, i + 1,
+                           id, REMOVE_LINE);
     }
     return 0;
 }
@@ -805,8 +804,8 @@ static const char *run_config_hash(const kb_run *run, const char *config)
     return line_string(find_named(matrix_list(run->json, "configs"), "name", config), "hash");
 }
 
-int kb_pred_file_open(const kb_run *run, const char *config, const char *task,
-                      const kb_idset *ids, kb_pred_file *pf, kv_error *err)
+int kb_pred_file_open(const kb_run *run, const char *config, const char *task, const kb_idset *ids,
+                      kb_pred_file *pf, kv_error *err)
 {
     memset(pf, 0, sizeof *pf);
     pf->fd = -1;
@@ -1178,9 +1177,8 @@ static int check_all_files(shard_in *s, size_t n, const cJSON *merged, const kb_
     return rc;
 }
 
-static int merge_predictions(shard_in *s, size_t n, const cJSON *merged,
-                             const kb_task_sizes *sizes, const char *out_dir, size_t *n_files,
-                             kv_error *err)
+static int merge_predictions(shard_in *s, size_t n, const cJSON *merged, const kb_task_sizes *sizes,
+                             const char *out_dir, size_t *n_files, kv_error *err)
 {
     char **configs = NULL;
     size_t n_configs = 0;
@@ -1215,8 +1213,7 @@ static int merge_predictions(shard_in *s, size_t n, const cJSON *merged,
 }
 
 int kb_run_merge(const char *const *shard_dirs, size_t n_shards, const char *out_dir,
-                 bool allow_unfinished, const kb_task_sizes *sizes, size_t *n_files,
-                 kv_error *err)
+                 bool allow_unfinished, const kb_task_sizes *sizes, size_t *n_files, kv_error *err)
 {
     *n_files = 0;
     if (n_shards == 0)

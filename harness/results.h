@@ -114,8 +114,8 @@ typedef struct kb_pred_expect {
  * other than an interruption happened, and guessing would hide it. Every
  * line kept must be of this task and config, carry the config's hash as
  * run.json records it, and (ids not NULL) name a sample of the data. */
-int kb_pred_file_open(const kb_run *run, const char *config, const char *task,
-                      const kb_idset *ids, kb_pred_file *pf, kv_error *err);
+int kb_pred_file_open(const kb_run *run, const char *config, const char *task, const kb_idset *ids,
+                      kb_pred_file *pf, kv_error *err);
 bool kb_pred_file_done(const kb_pred_file *pf, const char *id);
 
 /* Appends one prediction: an object with at least "id" (string) and "index"
@@ -183,8 +183,7 @@ typedef struct kb_task_sizes {
  * without the shard. Lines are copied verbatim. *n_files receives the number
  * of prediction files written. */
 int kb_run_merge(const char *const *shard_dirs, size_t n_shards, const char *out_dir,
-                 bool allow_unfinished, const kb_task_sizes *sizes, size_t *n_files,
-                 kv_error *err);
+                 bool allow_unfinished, const kb_task_sizes *sizes, size_t *n_files, kv_error *err);
 
 /* mkdir -p. */
 int kb_mkdirs(const char *path, kv_error *err);

@@ -74,8 +74,9 @@ static cJSON *first_line(const char *path)
     return j;
 }
 
-#define H2O "[{\"name\": \"h2o\", \"algorithm\": \"h2o\", \"start_size\": 4, " \
-            "\"recent_size\": 16, \"intermediate_size\": 12}]"
+#define H2O                                                                                        \
+    "[{\"name\": \"h2o\", \"algorithm\": \"h2o\", \"start_size\": 4, "                             \
+    "\"recent_size\": 16, \"intermediate_size\": 12}]"
 
 Test(failure, a_second_run_into_a_locked_folder_names_the_holder)
 {
@@ -221,8 +222,7 @@ static void check_compact_trace(const char *strategy)
             int n = cJSON_GetArraySize(list), prev = -1;
             for (int i = 0; i < n; i++) {
                 int p = cJSON_GetArrayItem(list, i)->valueint;
-                cr_assert_gt(p, prev, "%s step %d: %d after %d\n%s", strategy, step, p, prev,
-                             line);
+                cr_assert_gt(p, prev, "%s step %d: %d after %d\n%s", strategy, step, p, prev, line);
                 prev = p;
             }
             cr_assert_eq(prev, n_prompt - 1 + step, "%s step %d: newest %d\n%s", strategy, step,

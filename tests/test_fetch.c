@@ -279,13 +279,21 @@ Test(fetch, retries_are_shown_and_an_unresolvable_host_fails_at_once)
     static const char config[] = "{\"model_type\": \"qwen3\"}", tok[] = "{\"model\": {}}";
     static const char tokcfg[] = "{\"eos_token\": \"<|im_end|>\"}", weights[] = "WEIGHTS";
     httpd_route routes[] = {
-        {.path = "/org/tiny/resolve/main/config.json", .kind = HTTPD_FLAKY, .body = config,
+        {.path = "/org/tiny/resolve/main/config.json",
+         .kind = HTTPD_FLAKY,
+         .body = config,
          .len = sizeof config - 1},
-        {.path = "/org/tiny/resolve/main/tokenizer.json", .kind = HTTPD_FILE, .body = tok,
+        {.path = "/org/tiny/resolve/main/tokenizer.json",
+         .kind = HTTPD_FILE,
+         .body = tok,
          .len = sizeof tok - 1},
-        {.path = "/org/tiny/resolve/main/tokenizer_config.json", .kind = HTTPD_FILE,
-         .body = tokcfg, .len = sizeof tokcfg - 1},
-        {.path = "/org/tiny/resolve/main/model.safetensors", .kind = HTTPD_FILE, .body = weights,
+        {.path = "/org/tiny/resolve/main/tokenizer_config.json",
+         .kind = HTTPD_FILE,
+         .body = tokcfg,
+         .len = sizeof tokcfg - 1},
+        {.path = "/org/tiny/resolve/main/model.safetensors",
+         .kind = HTTPD_FILE,
+         .body = weights,
          .len = sizeof weights - 1},
     };
     httpd *s = httpd_start(routes, 4);

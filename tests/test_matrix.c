@@ -386,7 +386,8 @@ Test(matrix, run_names_are_one_safe_folder_name)
     free(demo);
     /* a file name with a space still names the run */
     char *dir = tu_mkdtemp();
-    char *path = write_in(dir, "my config.json", "{\"model\": \"Org/Name\", \"tasks\": [\"trec\"]}");
+    char *path =
+        write_in(dir, "my config.json", "{\"model\": \"Org/Name\", \"tasks\": [\"trec\"]}");
     cr_assert_eq(kb_matrix_load(path, NULL, &m, &err), 0, "%s", err.msg);
     cr_assert_str_eq(m.run_name, "my_config");
     kb_matrix_free(&m);
@@ -414,8 +415,9 @@ Test(matrix, relative_paths_are_found_beside_the_config)
     tu_result_free(&r);
 
     /* an explicit output that exists nowhere goes beside the config */
-    char *path = write_in(dir, "c.json", "{\"model\": \"Org/Name\", \"output\": \"out\", "
-                                         "\"tasks\": [\"trec\"]}");
+    char *path = write_in(dir, "c.json",
+                          "{\"model\": \"Org/Name\", \"output\": \"out\", "
+                          "\"tasks\": [\"trec\"]}");
     cr_assert_eq(kb_matrix_load(path, NULL, &m, &err), 0, "%s", err.msg);
     cr_assert_str_eq(m.model, "Org/Name", "ORG/NAME with no folder ORG is a hub name");
     char *out;

@@ -294,10 +294,11 @@ static double score_of(const char *dir, const char *config, const char *task)
     cJSON *j = cJSON_Parse(text);
     double v = NAN;
     const cJSON *r;
-    cJSON_ArrayForEach(r, cJSON_GetObjectItem(j, "rows"))
-        if (strcmp(cJSON_GetObjectItem(r, "config")->valuestring, config) == 0 &&
-            strcmp(cJSON_GetObjectItem(r, "task")->valuestring, task) == 0)
-            v = cJSON_GetObjectItem(r, "score")->valuedouble;
+    cJSON_ArrayForEach(
+        r, cJSON_GetObjectItem(
+               j, "rows")) if (strcmp(cJSON_GetObjectItem(r, "config")->valuestring, config) == 0 &&
+                               strcmp(cJSON_GetObjectItem(r, "task")->valuestring, task) == 0) v =
+        cJSON_GetObjectItem(r, "score")->valuedouble;
     cJSON_Delete(j);
     free(text);
     return v;

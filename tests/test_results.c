@@ -408,8 +408,8 @@ Test(results, merged_shards_equal_an_unsharded_run)
     char **dirs = shard_list(out, 3);
     char *merged = kb_run_dir(out, "r", NULL);
     size_t n_files = 0;
-    cr_assert_eq(kb_run_merge((const char *const *)dirs, 3, merged, false, NULL, &n_files, &err), 0, "%s",
-                 err.msg);
+    cr_assert_eq(kb_run_merge((const char *const *)dirs, 3, merged, false, NULL, &n_files, &err), 0,
+                 "%s", err.msg);
     cr_assert_eq(n_files, 2);
     char *refdir = kb_run_dir(ref, "r", NULL);
     for (size_t c = 0; c < m.n_configs; c++) {
@@ -444,9 +444,9 @@ static void expect_merge_refused_if(char **dirs, long n, const char *out, bool a
                                     const char *needle)
 {
     size_t n_files;
-    cr_assert_lt(
-        kb_run_merge((const char *const *)dirs, (size_t)n, out, allow_unfinished, NULL, &n_files, &err),
-        0);
+    cr_assert_lt(kb_run_merge((const char *const *)dirs, (size_t)n, out, allow_unfinished, NULL,
+                              &n_files, &err),
+                 0);
     cr_assert(strstr(err.msg, needle), "wanted \"%s\" in: %s", needle, err.msg);
 }
 
@@ -486,8 +486,8 @@ Test(results, merge_refuses_inconsistent_shards)
     kb_run_close(&running);
     expect_merge_refused_if(dirs, 2, merged, false, "shard 1/2 has not finished");
     size_t n_files;
-    cr_assert_eq(kb_run_merge((const char *const *)dirs, 2, merged, true, NULL, &n_files, &err), 0, "%s",
-                 err.msg);
+    cr_assert_eq(kb_run_merge((const char *const *)dirs, 2, merged, true, NULL, &n_files, &err), 0,
+                 "%s", err.msg);
     /* a line in the wrong shard */
     char *bad = file_of(dirs[1], "h2o", "trec");
     FILE *f = fopen(bad, "a");
@@ -530,8 +530,9 @@ Test(results, a_run_folder_is_locked_while_a_run_writes_it)
     cr_assert_lt(kb_run_open(dir, &info, &second, &err), 0);
     char host[256], want[600];
     gethostname(host, sizeof host);
-    snprintf(want, sizeof want, "another kvbench run (pid %ld on host %s) is writing this run folder",
-             (long)getpid(), host);
+    snprintf(want, sizeof want,
+             "another kvbench run (pid %ld on host %s) is writing this run folder", (long)getpid(),
+             host);
     cr_assert(strstr(err.msg, want), "%s", err.msg);
     cr_assert(strstr(err.msg, "--name"), "a way out: %s", err.msg);
     kb_run_close(&first);
@@ -606,10 +607,12 @@ Test(results, resume_keeps_only_lines_of_this_task_config_and_data)
     }
     char *line;
     line = full_line(1, "dataset", "qasper");
-    expect_resume_refused(&run, &ids, line, "a line of task \"qasper\" in the file of task \"trec\"");
+    expect_resume_refused(&run, &ids, line,
+                          "a line of task \"qasper\" in the file of task \"trec\"");
     free(line);
     line = full_line(1, "config", "h2o");
-    expect_resume_refused(&run, &ids, line, "a line of config \"h2o\" in the file of config \"full\"");
+    expect_resume_refused(&run, &ids, line,
+                          "a line of config \"h2o\" in the file of config \"full\"");
     free(line);
     line = full_line(1, "config_hash", "0123456789abcdef");
     expect_resume_refused(&run, &ids, line, "config hash 0123456789abcdef, but run.json gives");
@@ -618,7 +621,8 @@ Test(results, resume_keeps_only_lines_of_this_task_config_and_data)
     cJSON_DeleteItemFromObject(j, "config_hash");
     char *text1 = cJSON_PrintUnformatted(j);
     cr_assert_geq(asprintf(&line, "%s\n", text1), 0);
-    expect_resume_refused(&run, &ids, line, "no config_hash (written by hand or by an older kvbench)");
+    expect_resume_refused(&run, &ids, line,
+                          "no config_hash (written by hand or by an older kvbench)");
     free(line), free(text1);
     cJSON_Delete(j);
     line = full_line(1, "id", "not-in-the-data");
