@@ -269,3 +269,29 @@ Test(failure, merge_refuses_finished_shards_with_missing_lines)
     tu_result_free(&r);
     free(file), free(merged), free(run), free(cfg);
 }
+
+/* run.json keeps every config ever run in the folder; the runner's report
+ * is of the matrix it ran. */
+Test(failure, the_report_of_a_run_holds_only_its_matrix)
+{
+    char *cfg = write_config(NULL, "[{\"name\": \"h2o\", \"algorithm\": \"h2o\", \"start_size\": 4, "
+                                   "\"recent_size\": 16, \"intermediate_size\": 12}, "
+                                   "{\"name\": \"gone\", \"algorithm\": \"h2o\", \"start_size\": 4, "
+                                   "\"recent_size\": 8, \"intermediate_size\": 4}]");
+    tu_result r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    char *scores = at("runs/c/scores.json");
+    char *text = tu_slurp(scores, NULL);
+    cr_assert(strstr(text, "\"gone\""), "%s", text);
+    free(text);
+    free(write_config(NULL, H2O));
+    r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    text = tu_slurp(scores, NULL);
+    cr_assert_null(strstr(text, "\"gone\""), "%s", text);
+    cr_assert(strstr(text, "\"h2o\"") && strstr(text, "\"full\""), "%s", text);
+    free(text);
+    free(scores), free(cfg);
+}
