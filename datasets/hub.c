@@ -279,6 +279,13 @@ static outcome attempt(const lb_hub *h, CURL *c, const char *url, xfer *x, kv_er
         kv_fail(err, "%s: the server refused to resume (HTTP 416)", url);
         return RESTART;
     }
+    if (rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_COULDNT_RESOLVE_PROXY) {
+        kv_fail(err,
+                "%s: %s: no network, or a wrong host name (HF_ENDPOINT, a proxy)? Files "
+                "already downloaded are used with --offline",
+                url, curl_msg[0] ? curl_msg : curl_easy_strerror(rc));
+        return FAILED;
+    }
     if (rc != CURLE_OK) {
         kv_fail(err, "%s: %s", url, curl_msg[0] ? curl_msg : curl_easy_strerror(rc));
         return rc == CURLE_UNSUPPORTED_PROTOCOL || rc == CURLE_URL_MALFORMAT ? FAILED : RETRY;
@@ -375,6 +382,8 @@ static int transfer(const lb_hub *h, const char *url, xfer *x, lb_hub_result *re
             kv_fail_prefix(err, tries);
             break;
         }
+        if (h->on_retry)
+            h->on_retry(h->retry_ctx, err->msg, res->attempts, h->retries + 1, wait);
         sleep_s(wait);
         wait *= 2;
     }

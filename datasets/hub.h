@@ -6,7 +6,9 @@
  * download resumes from the .part file with an HTTP Range request; a server
  * that ignores the range sends the whole file and the .part is rewritten.
  * Transfers that fail on the way (connection dropped, stalled, HTTP 5xx or
- * 429) are retried with exponential backoff. The token is sent only in the
+ * 429) are retried with exponential backoff; a host name that does not
+ * resolve is final at once (no network, or a wrong HF_ENDPOINT: waiting
+ * does not help). The token is sent only in the
  * Authorization header (libcurl drops it on redirects to other hosts, such as
  * the hub's CDN) and never appears in a message.
  */
@@ -22,6 +24,11 @@
  * (0 while unknown); resumed bytes count as done. */
 typedef void (*lb_hub_progress_fn)(void *ctx, const char *name, uint64_t done, uint64_t total);
 
+/* Called before each retry: what failed (err's message), the attempt that
+ * failed (from 1), the attempts there will be at most, and the wait. */
+typedef void (*lb_hub_retry_fn)(void *ctx, const char *why, int attempt, int attempts,
+                                double wait_s);
+
 typedef struct lb_hub {
     const char *endpoint; /* "https://huggingface.co", or a mirror ($HF_ENDPOINT) */
     const char *token;    /* $HF_TOKEN, or NULL */
@@ -31,6 +38,8 @@ typedef struct lb_hub {
     long stall_s;         /* a transfer slower than 1 KiB/s for this long is retried */
     lb_hub_progress_fn progress;
     void *progress_ctx;
+    lb_hub_retry_fn on_retry; /* may be NULL */
+    void *retry_ctx;
 } lb_hub;
 
 /* Defaults, and the environment: HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE=1.

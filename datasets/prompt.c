@@ -173,6 +173,8 @@ static int cut_middle(const kv_tokenizer *t, const int32_t *ids, size_t n, long 
                       char **text, size_t *len, kv_error *err)
 {
     size_t half = (size_t)max_length / 2, tail_n = v2 ? (size_t)(max_length + 1) / 2 : half;
+    if (tail_n == 0) /* max_length 1: Python's ids[-0:] is the whole list, not none of it */
+        tail_n = n;
     char *head = kv_tokenizer_decode(t, ids, half, true);
     char *tail = kv_tokenizer_decode(t, ids + n - tail_n, tail_n, true);
     char *joined = NULL;

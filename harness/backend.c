@@ -16,6 +16,12 @@
 #include "tasks.h"
 #include "tokenizer.h"
 
+/* What the scorers need: no model, so `kvbench report` can score too. */
+typedef struct scoring {
+    kb_metrics *metrics;
+    kb_jieba *jieba; /* loaded on the first Chinese task */
+} scoring;
+
 typedef struct engine {
     const kb_matrix *m;
     kv_model *model;
@@ -25,8 +31,7 @@ typedef struct engine {
     lb_protocol protocol;
     kv_evict_params *params; /* [n_configs]; unused for configs[0] (full cache) */
     kv_evictor **ev;         /* [n_configs]; NULL for the full cache */
-    kb_metrics *metrics;
-    kb_jieba *jieba;
+    scoring scoring;
     long prefills;
 } engine;
 
@@ -85,29 +90,39 @@ const kb_matrix_hooks *kb_engine_matrix_hooks(void)
 
 /* ---- samples ---- */
 
-static long count_lines(const char *path)
+static void task_close(void *ctx, void *iter);
+
+/* Lines with something on them: the samples of a JSON Lines task file. */
+static long count_samples(const char *path)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
         return -1;
     long n = 0;
+    bool filled = false; /* the current line has a non-blank byte */
     char buf[1 << 16];
     size_t got;
     while ((got = fread(buf, 1, sizeof buf, f)) > 0)
-        for (size_t i = 0; i < got; i++)
-            n += buf[i] == '\n';
+        for (size_t i = 0; i < got; i++) {
+            if (buf[i] == '\n') {
+                n += filled;
+                filled = false;
+            } else if (!strchr(" \t\r", buf[i])) {
+                filled = true;
+            }
+        }
     fclose(f);
-    return n;
+    return n + filled;
 }
 
-static int task_open(void *ctx, const kb_task_spec *spec, void **out, long *n_samples,
-                     kv_error *err)
+/* The samples of a task in the data folder `data`, in file order. */
+static int open_samples(const char *data, const kb_task_spec *spec, void **out, long *n_samples,
+                        kv_error *err)
 {
-    engine *e = ctx;
     const lb_task *task = lb_task_find(spec->name);
     if (!task)
         return kv_fail(err, "%s: not a task kvbench knows", spec->name);
-    char *path = lb_sample_path(e->m->data, task);
+    char *path = lb_sample_path(data, task);
     if (!path)
         return kv_fail(err, "out of memory");
     task_iter *it = calloc(1, sizeof *it);
@@ -122,12 +137,26 @@ static int task_open(void *ctx, const kb_task_spec *spec, void **out, long *n_sa
         return -1;
     }
     it->task = task;
-    *n_samples = count_lines(path);
+    *n_samples = count_samples(path);
+    if (*n_samples == 0) { /* scored, it would be a 0.00 that averages count */
+        kv_fail(err, "%s: empty task file (no samples): fetch it again or leave the task out",
+                path);
+        task_close(NULL, it);
+        free(path);
+        return -1;
+    }
     if (spec->limit > 0 && *n_samples > spec->limit)
         *n_samples = spec->limit;
     free(path);
     *out = it;
     return 0;
+}
+
+static int task_open(void *ctx, const kb_task_spec *spec, void **out, long *n_samples,
+                     kv_error *err)
+{
+    const engine *e = ctx;
+    return open_samples(e->m->data, spec, out, n_samples, err);
 }
 
 static cJSON *string_array(char *const *v, size_t n)
@@ -297,7 +326,9 @@ static int decode(void *ctx, void *state, const kb_task_spec *spec, const kb_sam
         o.on_step = on_step;
         o.stats_req = hook.req;
         o.user = &hook;
-    } else if (!(c = kv_cache_fork(st->base, st->n_prompt + st->max_new + 1, err))) {
+    } else if (!(c = kv_cache_fork(st->base,
+                                   st->n_prompt + (st->max_new < 4096 ? st->max_new : 4096) + 1,
+                                   err))) { /* room for a usual answer; a longer one grows it */
         return -1;
     }
     out->kept_tokens = c->layers[0].len;
@@ -322,7 +353,7 @@ static int score_task(const char *task, const cJSON *const *lines, size_t n, dou
                       double *sample_scores, const char **metric_name, char *msg, size_t msg_n,
                       void *ctx)
 {
-    engine *e = ctx;
+    scoring *e = ctx;
     kb_metric metric;
     bool first_line;
     if (kb_task_metric(task, &metric, &first_line) < 0) {
@@ -426,7 +457,7 @@ int kb_engine_backend_open(const kb_matrix *m, const char *model_dir, kb_runner_
                 goto fail;
             }
     }
-    if (kb_metrics_new(NULL, &e->metrics, err) < 0)
+    if (kb_metrics_new(NULL, &e->scoring.metrics, err) < 0)
         goto fail;
     b->task_open = task_open;
     b->task_next = task_next;
@@ -435,7 +466,7 @@ int kb_engine_backend_open(const kb_matrix *m, const char *model_dir, kb_runner_
     b->decode = decode;
     b->prefill_free = prefill_free;
     b->scorer = score_task;
-    b->scorer_ctx = e;
+    b->scorer_ctx = &e->scoring;
     return 0;
 fail:
     kb_engine_backend_close(b);
@@ -453,12 +484,51 @@ void kb_engine_backend_close(kb_runner_backend *b)
         kv_evict_model_release(&e->em);
     free(e->ev);
     free(e->params);
-    kb_metrics_free(e->metrics);
-    kb_jieba_free(e->jieba);
+    kb_metrics_free(e->scoring.metrics);
+    kb_jieba_free(e->scoring.jieba);
     kv_tokenizer_free(e->tok);
     kv_model_free(e->model);
     free(e);
     b->ctx = NULL;
+}
+
+long kb_task_size(const char *data, const char *task_name, kv_error *err)
+{
+    kb_task_spec spec = {.name = (char *)task_name};
+    void *iter = NULL;
+    long n = 0;
+    if (open_samples(data, &spec, &iter, &n, err) < 0)
+        return -1;
+    kb_sample s;
+    int got;
+    for (n = 0; (got = task_next(NULL, iter, &s, err)) > 0;) /* the loader's count, v2 too */
+        n++;
+    task_close(NULL, iter);
+    return got < 0 ? -1 : n;
+}
+
+int kb_scorer_open(kb_task_scorer *fn, void **ctx, kv_error *err)
+{
+    scoring *s = calloc(1, sizeof *s);
+    if (!s)
+        return kv_fail(err, "out of memory");
+    if (kb_metrics_new(NULL, &s->metrics, err) < 0) {
+        free(s);
+        return -1;
+    }
+    *fn = score_task;
+    *ctx = s;
+    return 0;
+}
+
+void kb_scorer_close(void *ctx)
+{
+    scoring *s = ctx;
+    if (!s)
+        return;
+    kb_metrics_free(s->metrics);
+    kb_jieba_free(s->jieba);
+    free(s);
 }
 
 long kb_engine_backend_prefills(const kb_runner_backend *b)

@@ -19,6 +19,15 @@ void kb_engine_backend_close(kb_runner_backend *b);
 /* The matrix hooks backed by the eviction parser and the task registry. */
 const kb_matrix_hooks *kb_engine_matrix_hooks(void);
 
+/* LongBench's scorers alone, without a model (what `kvbench report` needs
+ * to rebuild scores.json from predictions). Close ctx with kb_scorer_close. */
+int kb_scorer_open(kb_task_scorer *fn, void **ctx, kv_error *err);
+void kb_scorer_close(void *ctx);
+
+/* The number of samples of a task in a data folder, as a run reads them
+ * (what merge checks line counts against), or -1 with err set. */
+long kb_task_size(const char *data, const char *task, kv_error *err);
+
 /* How many prefills the backend ran (the shared-prefill check). */
 long kb_engine_backend_prefills(const kb_runner_backend *b);
 

@@ -135,6 +135,14 @@ static int fetch_file(fetch_ctx *f, const char *file, bool optional)
     return rc;
 }
 
+/* A retry is news: without it a dead network looks like a hang. */
+static void on_retry(void *ctx, const char *why, int attempt, int attempts, double wait_s)
+{
+    end_progress_line(ctx);
+    fprintf(stderr, "kvbench: fetch: %s; attempt %d of %d failed, retrying in %.0f s\n", why,
+            attempt, attempts, wait_s);
+}
+
 static int setup(fetch_ctx *f, const kb_args *a)
 {
     lb_hub_init(&f->hub);
@@ -147,6 +155,8 @@ static int setup(fetch_ctx *f, const kb_args *a)
     f->bar.tty = isatty(2);
     f->hub.progress = on_progress;
     f->hub.progress_ctx = &f->bar;
+    f->hub.on_retry = on_retry;
+    f->hub.retry_ctx = &f->bar;
     f->revision = kb_arg(a, "revision") ? kb_arg(a, "revision") : "main";
     return 0;
 }

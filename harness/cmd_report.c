@@ -2,7 +2,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "backend.h"
 #include "cli.h"
+#include "file.h"
 #include "report.h"
 
 static const kb_option options[] = {
@@ -14,6 +16,38 @@ static const kb_option options[] = {
     {"fail-on-regression", NULL, "exit 1 when a regression is found (for nightly jobs)"},
     {NULL, NULL, NULL},
 };
+
+/* A run folder whose scores.json is missing (a run stopped before scoring,
+ * merged shards, a deleted file) gets it rebuilt from its predictions, as
+ * the runner would have written it. Returns 0 when it is there now. */
+static int ensure_scores(const char *dir, kv_error *err)
+{
+    char *path = kv_path_join(dir, "scores.json");
+    char *run_json = kv_path_join(dir, "run.json");
+    if (!path || !run_json) {
+        free(path);
+        free(run_json);
+        return kv_fail(err, "out of memory");
+    }
+    bool missing = !kv_file_exists(path) && kv_file_exists(run_json);
+    free(path);
+    free(run_json);
+    if (!missing)
+        return 0; /* there, or no run folder: kb_report_run_load says which */
+    fprintf(stderr, "kvbench: report: %s has no scores.json: scoring its predictions\n", dir);
+    kb_task_scorer scorer;
+    void *ctx = NULL;
+    kb_score_row *rows = NULL;
+    size_t n = 0;
+    int rc = kb_scorer_open(&scorer, &ctx, err);
+    if (rc == 0)
+        rc = kb_scores_from_predictions(dir, scorer, ctx, &rows, &n, err);
+    if (rc == 0)
+        rc = kb_scores_save(dir, rows, n, err);
+    kb_score_rows_free(rows, n);
+    kb_scorer_close(ctx);
+    return rc;
+}
 
 static int run(const kb_args *a)
 {
@@ -38,7 +72,8 @@ static int run(const kb_args *a)
     }
     size_t loaded = 0;
     for (; loaded < n; loaded++)
-        if (kb_report_run_load(a->positional[loaded], &runs[loaded], &err) < 0) {
+        if (ensure_scores(a->positional[loaded], &err) < 0 ||
+            kb_report_run_load(a->positional[loaded], &runs[loaded], &err) < 0) {
             kb_error("report: %s", err.msg);
             rc = KB_EXIT_FAIL;
             break;
@@ -46,7 +81,8 @@ static int run(const kb_args *a)
     const char *base_dir = kb_arg(a, "baseline");
     bool have_base = false;
     if (rc == KB_EXIT_OK && base_dir) {
-        if (kb_report_run_load(base_dir, &baseline, &err) < 0) {
+        if (ensure_scores(base_dir, &err) < 0 ||
+            kb_report_run_load(base_dir, &baseline, &err) < 0) {
             kb_error("report: baseline: %s", err.msg);
             rc = KB_EXIT_FAIL;
         }
@@ -101,7 +137,8 @@ const kb_command kb_cmd_report = {
     .usage = "kvbench report RUN... [--baseline RUN] [--threshold POINTS] [--output DIR]",
     .description =
         "Reads run.json and scores.json of each run folder (the runner writes scores.json\n"
-        "after scoring) and writes scores.csv (one row per model x config x task), summary.md\n"
+        "after scoring; when it is missing, it is rebuilt from the predictions) and writes\n"
+        "scores.csv (one row per model x config x task), summary.md\n"
         "(configs x tasks with category and EN16 averages and the delta to the full cache)\n"
         "and report.html (self-contained: inline SVG charts of score vs cache budget and vs\n"
         "context length and a per-task heatmap; opens with no network). Scores carry 95%\n"

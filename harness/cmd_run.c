@@ -175,6 +175,12 @@ static int run(const kb_args *a)
         kb_error("run: %s", err.msg);
         return KB_EXIT_USAGE;
     }
+    if (o.name && !kb_name_is_safe(o.name)) {
+        kb_error("run: --name '%s': a run name is one folder name: letters, digits, '.', '_', "
+                 "'-', not empty and not starting with '.' or '-'",
+                 o.name);
+        return KB_EXIT_USAGE;
+    }
     if (kb_arg_long(a, "threads", 1, 4096, &o.threads) < 0 ||
         kb_arg_long(a, "limit", 1, 1L << 40, &o.limit) < 0)
         return KB_EXIT_USAGE;

@@ -1,6 +1,7 @@
 /* kvbench score: LongBench's eval.py over prediction files, with its exact
  * numbers (docs/longbench.md). */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +19,8 @@ static const kb_option options[] = {
     {"per-line", NULL, "print {\"id\", \"dataset\", \"score\"} per prediction (JSON Lines)"},
     {"v2", NULL,
      "LongBench v2 results (response/pred, answer, difficulty, length): accuracy as result.py"},
-    {"csv", "PATH", "where to write the per-task CSV (default: DIR/scores.csv or FILE.scores.csv)"},
+    {"csv", "PATH", "also write the per-task table as CSV to PATH"},
+    {"out", "PATH", "also write eval.py's result.json to PATH ({task: score}; with --e, buckets)"},
     {"jieba", "DIR",
      "jieba's data folder for the Chinese tasks (default: $KVBENCH_JIEBA_DIR "
      "or " KB_JIEBA_DEBIAN_DIR ")"},
@@ -34,23 +36,6 @@ static bool needs_jieba(const kb_predictions *p)
             return true;
     }
     return false;
-}
-
-static char *default_csv(const char *path)
-{
-    struct stat st;
-    char *out = NULL;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        if (asprintf(&out, "%s/scores.csv", path) < 0)
-            return NULL;
-        return out;
-    }
-    size_t len = strlen(path);
-    if (len > 6 && strcmp(path + len - 6, ".jsonl") == 0)
-        len -= 6;
-    if (asprintf(&out, "%.*s.scores.csv", (int)len, path) < 0)
-        return NULL;
-    return out;
 }
 
 static void print_per_line(const kb_predictions *p)
@@ -131,6 +116,36 @@ static int write_csv(const char *path, const kb_task_scores *t)
     return fclose(f) == 0 ? 0 : -1;
 }
 
+/* eval.py's result.json: {task: score}, or with --e {task: {"0-4k": x,
+ * "4-8k": y, "8k+": z}}; a refused task is left out (its error is printed). */
+static int write_result_json(const char *path, const kb_task_scores *t, bool e)
+{
+    static const char *const bucket[KB_N_BUCKETS] = {"0-4k", "4-8k", "8k+"};
+    cJSON *o = cJSON_CreateObject();
+    for (size_t i = 0; o && i < t->n; i++) {
+        const kb_task_score *s = &t->v[i];
+        if (s->refused)
+            continue;
+        cJSON *v = e ? cJSON_CreateObject() : cJSON_CreateNumber(s->score);
+        for (int b = 0; e && v && b < KB_N_BUCKETS; b++)
+            if (!cJSON_AddNumberToObject(v, bucket[b], s->bucket[b]))
+                break;
+        if (!v || !cJSON_AddItemToObject(o, s->dataset, v)) {
+            cJSON_Delete(v);
+            cJSON_Delete(o);
+            return -1;
+        }
+    }
+    char *text = o ? cJSON_Print(o) : NULL;
+    cJSON_Delete(o);
+    FILE *f = text ? fopen(path, "w") : NULL;
+    int rc = f && fprintf(f, "%s\n", text) >= 0 ? 0 : -1;
+    if (f && fclose(f) != 0)
+        rc = -1;
+    free(text);
+    return rc;
+}
+
 /* The v2 result files of path: itself, or its *.jsonl / *.json files in name order. */
 static int v2_files(const char *path, char ***files, size_t *n)
 {
@@ -177,11 +192,11 @@ static int run_v2(const kb_args *a)
         kb_error("%s: cannot list the LongBench v2 result files", path);
         return KB_EXIT_FAIL;
     }
-    char *csv_path = kb_arg(a, "csv") ? strdup(kb_arg(a, "csv")) : default_csv(path);
-    FILE *csv = csv_path ? fopen(csv_path, "w") : NULL;
+    const char *csv_path = kb_arg(a, "csv");
+    FILE *csv = csv_path ? fopen(csv_path, "w") : fopen("/dev/null", "w");
     int status = csv ? KB_EXIT_OK : KB_EXIT_FAIL;
     if (!csv)
-        kb_error("cannot write %s", csv_path ? csv_path : "the CSV file");
+        kb_error("cannot write %s: %s", csv_path ? csv_path : "/dev/null", strerror(errno));
     else
         fprintf(csv, "file,n,overall,easy,hard,short,medium,long\n");
     printf("%-30s %5s %8s %8s %8s %8s %8s %8s\n", "file", "n", "overall", "easy", "hard", "short",
@@ -218,7 +233,6 @@ static int run_v2(const kb_args *a)
     for (size_t i = 0; i < n; i++)
         free(files[i]);
     free(files);
-    free(csv_path);
     return status;
 }
 
@@ -232,7 +246,7 @@ static int run(const kb_args *a)
     kb_jieba *jieba = NULL;
     kb_metrics *metrics = NULL;
     kb_task_scores tasks = {0};
-    char *csv = NULL;
+    const char *csv = kb_arg(a, "csv"), *out = kb_arg(a, "out");
     int status = KB_EXIT_FAIL;
     if (kb_predictions_read_path(&preds, path, &err) < 0) {
         kb_error("%s", err.msg);
@@ -249,9 +263,13 @@ static int run(const kb_args *a)
     if (per_line)
         print_per_line(&preds);
     print_table(per_line ? stderr : stdout, &tasks, kb_flag(a, "e"));
-    csv = kb_arg(a, "csv") ? strdup(kb_arg(a, "csv")) : default_csv(path);
-    if (!csv || write_csv(csv, &tasks) < 0) {
-        kb_error("cannot write %s", csv ? csv : "the CSV file");
+    /* files only where asked: the folder read may be read-only (LongBench's pred/) */
+    if (csv && write_csv(csv, &tasks) < 0) {
+        kb_error("cannot write %s: %s", csv, strerror(errno));
+        goto done;
+    }
+    if (out && write_result_json(out, &tasks, kb_flag(a, "e")) < 0) {
+        kb_error("cannot write %s: %s", out, strerror(errno));
         goto done;
     }
     status = KB_EXIT_OK;
@@ -259,7 +277,6 @@ static int run(const kb_args *a)
         if (tasks.v[i].refused)
             status = KB_EXIT_FAIL;
 done:
-    free(csv);
     kb_task_scores_free(&tasks);
     kb_metrics_free(metrics);
     kb_jieba_free(jieba);
@@ -270,7 +287,8 @@ done:
 const kb_command kb_cmd_score = {
     .name = "score",
     .summary = "score prediction files with LongBench's metrics",
-    .usage = "kvbench score FILE.jsonl|DIR [--e] [--per-line] [--v2] [--csv PATH] [--jieba DIR]",
+    .usage = "kvbench score FILE.jsonl|DIR [--e] [--per-line] [--v2] [--csv PATH] [--out PATH] "
+             "[--jieba DIR]",
     .description =
         "Scores LongBench prediction files exactly as LongBench's eval.py does. A line holds\n"
         "\"pred\" (or \"prediction\"), \"answers\", \"all_classes\" and, for --e, \"length\"; the "
@@ -278,7 +296,8 @@ const kb_command kb_cmd_score = {
         "is the file name up to its first '.' (qasper.jsonl), or a line's \"dataset\". A folder\n"
         "scores every *.jsonl in it, so LongBench's pred/<model>/ gives result.json's numbers.\n"
         "Chinese tasks need jieba's data (apt-get install python3-jieba). With --v2, the files\n"
-        "are LongBench v2 results and the accuracies are result.py's.",
+        "are LongBench v2 results and the accuracies are result.py's. The table goes to\n"
+        "stdout; files are written only where --csv and --out say, never beside the input.",
     .options = options,
     .min_positional = 1,
     .max_positional = 1,

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "file.h"
 #include "hash.h"
@@ -56,8 +57,9 @@ static int get_string(const cJSON *v, const char *path, char **out, kv_error *er
     return 0;
 }
 
-/* Names that become folder names: no separators, no dot files, no spaces. */
-static bool safe_name(const char *s)
+/* Names that become folder names: no separators, no dot files (so no ".."),
+ * no spaces, not empty. */
+bool kb_name_is_safe(const char *s)
 {
     if (!s[0] || s[0] == '.' || s[0] == '-')
         return false;
@@ -471,10 +473,10 @@ static int parse_task_object(parser *p, const cJSON *o, const char *path)
             if (get_long(c, sub, 1, LONG_MAX, &limit, p->err) < 0)
                 return -1;
         } else if (strcmp(c->string, "max_length") == 0) {
-            if (get_long(c, sub, 1, LONG_MAX, &max_length, p->err) < 0)
+            if (get_long(c, sub, 1, KB_MAX_LENGTH, &max_length, p->err) < 0)
                 return -1;
         } else if (strcmp(c->string, "max_new_tokens") == 0) {
-            if (get_long(c, sub, 1, LONG_MAX, &max_new, p->err) < 0)
+            if (get_long(c, sub, 1, KB_MAX_NEW_TOKENS, &max_new, p->err) < 0)
                 return -1;
         } else {
             return failp(p->err, sub,
@@ -621,7 +623,7 @@ static int parse_config_entry(parser *p, const cJSON *c, const char *path)
     cJSON *name = cJSON_DetachItemFromObjectCaseSensitive(params, "name");
     char sub[512];
     snprintf(sub, sizeof sub, "%s.name", path);
-    if (name && (!cJSON_IsString(name) || !safe_name(name->valuestring))) {
+    if (name && (!cJSON_IsString(name) || !kb_name_is_safe(name->valuestring))) {
         cJSON_Delete(name);
         cJSON_Delete(params);
         return failp(p->err, sub, "must be a non-empty string of letters, digits, '.', '_', '-'");
@@ -793,7 +795,7 @@ static int parse_settings(parser *p, const cJSON *root)
         int rc = 0;
         if (strcmp(k, "name") == 0) {
             rc = get_string(c, k, &m->run_name, p->err);
-            if (rc == 0 && !safe_name(m->run_name))
+            if (rc == 0 && !kb_name_is_safe(m->run_name))
                 rc = failp(p->err, k, "must use only letters, digits, '.', '_', '-'");
         } else if (strcmp(k, "description") == 0) {
             rc = get_string(c, k, &m->description, p->err);
@@ -809,14 +811,15 @@ static int parse_settings(parser *p, const cJSON *root)
             rc = get_long(c, k, 0, 4096, &m->threads, p->err);
         } else if (strcmp(k, "output") == 0) {
             rc = get_string(c, k, &m->output, p->err);
+            m->output_given = true;
         } else if (strcmp(k, "data") == 0) {
             rc = get_string(c, k, &m->data, p->err);
         } else if (strcmp(k, "limit") == 0) {
             rc = get_long(c, k, 1, LONG_MAX, &p->limit, p->err);
         } else if (strcmp(k, "max_length") == 0) {
-            rc = get_long(c, k, 1, LONG_MAX, &p->max_length, p->err);
+            rc = get_long(c, k, 1, KB_MAX_LENGTH, &p->max_length, p->err);
         } else if (strcmp(k, "max_new_tokens") == 0) {
-            rc = get_long(c, k, 1, LONG_MAX, &p->max_new_tokens, p->err);
+            rc = get_long(c, k, 1, KB_MAX_NEW_TOKENS, &p->max_new_tokens, p->err);
         }
         if (rc < 0)
             return -1;
@@ -832,7 +835,7 @@ static int fill_defaults(parser *p, const char *default_run_name)
 {
     kb_matrix *m = p->m;
     if (!m->run_name) {
-        if (!default_run_name || !safe_name(default_run_name))
+        if (!default_run_name || !kb_name_is_safe(default_run_name))
             return failp(p->err, "name", "required (the run folder's name)");
         m->run_name = strdup(default_run_name);
     }
@@ -907,7 +910,9 @@ int kb_matrix_parse(const char *text, const char *default_run_name, const kb_mat
     return rc;
 }
 
-/* "configs/nightly.json" -> "nightly" */
+/* "configs/nightly.json" -> "nightly"; the run name of a file without
+ * "name", so characters a folder name must not have become '_'
+ * ("my config.json" -> "my_config"). */
 static char *base_name(const char *path)
 {
     const char *slash = strrchr(path, '/');
@@ -915,7 +920,83 @@ static char *base_name(const char *path)
     size_t n = strlen(b);
     if (n > 5 && strcmp(b + n - 5, ".json") == 0)
         n -= 5;
-    return strndup(b, n);
+    char *name = strndup(b, n);
+    for (size_t i = 0; name && name[i]; i++)
+        if (!isalnum((unsigned char)name[i]) && !strchr("._-", name[i]))
+            name[i] = '_';
+    if (name && (name[0] == '.' || name[0] == '-'))
+        name[0] = '_';
+    return name;
+}
+
+static bool exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* A relative path of the file that does not exist from the working folder
+ * but does beside the config file is taken from there, so that a config
+ * runs from any working folder. With fallback_beside, a path found in
+ * neither place is taken beside the config too (the output folder, which
+ * the run creates). Returns 1 when it exists where *path now points. */
+static int resolve_beside(char **path, const char *config_dir, bool fallback_beside, kv_error *err)
+{
+    if ((*path)[0] == '/' || exists(*path))
+        return 1;
+    char *beside = kv_path_join(config_dir, *path);
+    if (!beside)
+        return kv_fail(err, "out of memory");
+    bool found = exists(beside);
+    char *real = found ? realpath(beside, NULL) : NULL; /* "configs/../models/x": say where */
+    if (real) {
+        free(beside);
+        beside = real;
+    }
+    if (found || fallback_beside) {
+        free(*path);
+        *path = beside;
+    } else {
+        free(beside);
+    }
+    return found;
+}
+
+/* "ORG/NAME" with ORG no folder here nor beside the config: a hub name. */
+static bool is_hub_name(const char *model, const char *config_dir)
+{
+    const char *slash = strchr(model, '/');
+    if (!slash || slash == model || !slash[1] || strchr(slash + 1, '/') || model[0] == '.')
+        return false;
+    char *org = strndup(model, (size_t)(slash - model));
+    char *beside = org ? kv_path_join(config_dir, org) : NULL;
+    bool local = !org || !beside || exists(org) || exists(beside);
+    free(org);
+    free(beside);
+    return !local;
+}
+
+/* model, data and output of a loaded file (see resolve_beside). A model
+ * that is neither a folder nor a hub name is an error now, not a failed
+ * download later. */
+static int resolve_paths(kb_matrix *m, const char *config_path, kv_error *err)
+{
+    const char *slash = strrchr(config_path, '/');
+    char *dir = slash ? strndup(config_path, (size_t)(slash - config_path + 1)) : strdup(".");
+    if (!dir)
+        return kv_fail(err, "out of memory");
+    int rc = resolve_beside(&m->model, dir, false, err);
+    if (rc == 0 && !is_hub_name(m->model, dir))
+        rc = kv_fail(err,
+                     "model: '%s' is no folder (from the working folder, nor from %s) and no hub "
+                     "name ORG/NAME",
+                     m->model, dir);
+    if (rc >= 0)
+        rc = resolve_beside(&m->data, dir, false, err);
+    if (rc >= 0 && m->output_given)
+        rc = resolve_beside(&m->output, dir, true, err);
+    free(dir);
+    return rc < 0 ? -1 : 0;
 }
 
 int kb_matrix_load(const char *path, const kb_matrix_hooks *hooks, kb_matrix *m, kv_error *err)
@@ -933,6 +1014,8 @@ int kb_matrix_load(const char *path, const kb_matrix_hooks *hooks, kb_matrix *m,
     int rc = kb_matrix_parse(text, base, hooks, m, err);
     free(base);
     free(text);
+    if (rc == 0 && (rc = resolve_paths(m, path, err)) < 0)
+        kb_matrix_free(m);
     if (rc < 0)
         kv_fail_prefix(err, path);
     return rc;

@@ -36,6 +36,13 @@ typedef struct kb_matrix_hooks {
     const char *const *(*task_group)(const char *name, size_t *n);
 } kb_matrix_hooks;
 
+/* The largest max_length and max_new_tokens a matrix accepts, checked when
+ * it is loaded (so --dry-run refuses what a run could not do): the engine
+ * counts prompt tokens in an int, and the decode cache holds the prompt plus
+ * up to max_new_tokens answer tokens. */
+#define KB_MAX_LENGTH     2147483647L
+#define KB_MAX_NEW_TOKENS (1L << 20)
+
 typedef struct kb_task_spec {
     char *name;
     long limit;          /* first `limit` samples; 0 = all */
@@ -58,6 +65,7 @@ typedef struct kb_matrix {
     char *model_revision; /* hub revision, may be NULL */
     char *protocol;       /* "longbench" | "nncf" */
     char *output;         /* folder that holds run folders; default "results" */
+    bool output_given;    /* the file sets "output" (not the default) */
     char *data;           /* folder with <task>.jsonl; default "datasets/longbench" */
     long threads;         /* 0 = all cores */
     kb_task_spec *tasks;
@@ -72,7 +80,17 @@ typedef struct kb_matrix {
 int kb_matrix_parse(const char *text, const char *default_run_name, const kb_matrix_hooks *hooks,
                     kb_matrix *m, kv_error *err);
 
-/* Reads and parses a file; errors are prefixed with the file name. */
+/* A run or config name that is safe as one folder name: not empty, only
+ * letters, digits, '.', '_', '-', not starting with '.' or '-' (so never
+ * "..", never a path). */
+bool kb_name_is_safe(const char *s);
+
+/* Reads and parses a file; errors are prefixed with the file name. Relative
+ * paths (model, data, an explicit output) that do not exist from the
+ * working folder are taken relative to the file's own folder when they
+ * exist there (output: always then), so a config runs from any working
+ * folder. A model must be a folder or a hub name ORG/NAME whose ORG is no
+ * local folder: a missing local model is an error, never a download. */
 int kb_matrix_load(const char *path, const kb_matrix_hooks *hooks, kb_matrix *m, kv_error *err);
 
 void kb_matrix_free(kb_matrix *m);

@@ -220,7 +220,7 @@ static int load_scores(const char *dir, kb_report_run *run, kv_error *err)
     if (!kv_file_exists(path)) {
         kv_fail(err,
                 "%s: missing: the runner writes it after scoring (run `kvbench run` to the end, "
-                "or `kvbench score` the predictions)",
+                "or `kvbench report` the run folder, which rebuilds it)",
                 path);
         free(path);
         return -1;
@@ -339,6 +339,16 @@ static void sort_rows(kb_score_row *rows, size_t n, const cJSON *configs)
     qsort_r(rows, n, sizeof *rows, cmp_rows, (void *)configs);
 }
 
+/* Whether a run.json list (matrix.configs or matrix.tasks) has an entry
+ * whose `field` is name. */
+static bool listed(const cJSON *list, const char *field, const char *name)
+{
+    for (const cJSON *c = list ? list->child : NULL; c; c = c->next)
+        if (str(c, field) && strcmp(str(c, field), name) == 0)
+            return true;
+    return false;
+}
+
 static double mean_field(const kb_pred_lines *l, const char *key)
 {
     double sum = 0;
@@ -376,6 +386,8 @@ static int keep_samples(const kb_pred_lines *l, const double *per, kb_score_row 
     return 0;
 }
 
+/* One row from one prediction file: 0, 1 when the file has no lines (no
+ * row), or negative with err set. */
 static int score_file(const char *path, const char *config, const char *task, kb_task_scorer scorer,
                       void *ctx, kb_score_row *r, kv_error *err)
 {
@@ -383,6 +395,14 @@ static int score_file(const char *path, const char *config, const char *task, kb
     kb_pred_lines l;
     if (kb_pred_lines_read(path, &l, err) < 0)
         return -1;
+    if (kb_pred_lines_check(&l, path, &(kb_pred_expect){.task = task, .config = config}, err) < 0) {
+        kb_pred_lines_free(&l);
+        return -1;
+    }
+    if (l.n == 0) { /* nothing to score: a missing cell, not a 0.00 that averages count */
+        kb_pred_lines_free(&l);
+        return 1;
+    }
     double score = 0;
     const char *metric = "?";
     char msg[512] = "";
@@ -429,7 +449,14 @@ int kb_scores_from_predictions(const char *dir, kb_task_scorer scorer, void *ctx
     size_t n_folders = 0, n_files = 0, cap = 0;
     int rc = preds ? kv_dir_list(preds, NULL, &folders, &n_folders, err)
                    : kv_fail(err, "out of memory");
+    /* only what run.json says this run made: a folder or file put there
+     * by hand (or by another matrix) is no result of this run */
+    const cJSON *matrix = cJSON_GetObjectItemCaseSensitive(run.json, "matrix");
+    const cJSON *configs = cJSON_GetObjectItemCaseSensitive(matrix, "configs");
+    const cJSON *tasks = cJSON_GetObjectItemCaseSensitive(matrix, "tasks");
     for (size_t c = 0; c < n_folders && rc == 0; c++) {
+        if (!listed(configs, "name", folders[c]))
+            continue;
         char *cdir = kv_path_join(preds, folders[c]);
         kv_error ignored; /* an entry that is not a folder holds no predictions */
         if (!cdir || kv_dir_list(cdir, ".jsonl", &files, &n_files, &ignored) < 0)
@@ -438,6 +465,11 @@ int kb_scores_from_predictions(const char *dir, kb_task_scorer scorer, void *ctx
             size_t len = strlen(files[k]);
             if (len <= 6)
                 continue;
+            char *task = strndup(files[k], len - 6);
+            if (task && !listed(tasks, "task", task)) {
+                free(task);
+                continue;
+            }
             if (*n == cap) {
                 cap = cap ? 2 * cap : 32;
                 kb_score_row *g = realloc(*rows, cap * sizeof *g);
@@ -447,11 +479,11 @@ int kb_scores_from_predictions(const char *dir, kb_task_scorer scorer, void *ctx
                 }
                 *rows = g;
             }
-            char *task = strndup(files[k], len - 6);
             char *path = kv_path_join(cdir, files[k]);
             rc = task && path ? score_file(path, folders[c], task, scorer, ctx, &(*rows)[*n], err)
                               : kv_fail(err, "out of memory");
             *n += rc == 0;
+            rc = rc > 0 ? 0 : rc;
             free(task);
             free(path);
         }
@@ -462,8 +494,6 @@ int kb_scores_from_predictions(const char *dir, kb_task_scorer scorer, void *ctx
     }
     kv_names_free(folders, n_folders);
     free(preds);
-    const cJSON *configs = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(run.json, "matrix"), "configs");
     if (rc == 0)
         sort_rows(*rows, *n, configs);
     kb_run_close(&run);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -142,6 +143,8 @@ int kb_run_load(const char *dir, kb_run *run, kv_error *err)
 
 void kb_run_close(kb_run *run)
 {
+    if (run->locked)
+        close(run->lock_fd); /* releases the flock */
     free(run->dir);
     cJSON_Delete(run->json);
     memset(run, 0, sizeof *run);
@@ -309,15 +312,89 @@ int kb_run_mark_finished(kb_run *run, kv_error *err)
     return rc;
 }
 
+/* Takes the folder's write lock: an exclusive flock on dir/run.lock, which
+ * then records "pid host" for whoever finds it taken. The kernel drops the
+ * lock when the process ends, however it ends, so a crash never leaves a
+ * folder locked. Returns the open descriptor, or -1 after reporting. */
+static int lock_run_dir(const char *dir, kv_error *err)
+{
+    char *path = path2(dir, "run.lock");
+    if (!path)
+        return kv_fail(err, "out of memory");
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        kv_fail(err, "%s: cannot open: %s", path, strerror(errno));
+        free(path);
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        if (errno == EWOULDBLOCK) {
+            char holder[256] = "", host[200] = "?";
+            ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+            holder[n > 0 ? n : 0] = '\0';
+            long pid = 0;
+            if (sscanf(holder, "%ld %199s", &pid, host) < 1)
+                pid = 0;
+            kv_fail(err,
+                    "%s: another kvbench run (pid %ld on host %s) is writing this run folder; "
+                    "wait for it to end, or give this run another name (--name)",
+                    dir, pid, host);
+        } else {
+            kv_fail(err, "%s: cannot lock: %s", path, strerror(errno));
+        }
+        close(fd);
+        free(path);
+        return -1;
+    }
+    char me[300], host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    int n = snprintf(me, sizeof me, "%ld %s\n", (long)getpid(), host);
+    if (ftruncate(fd, 0) < 0 || pwrite(fd, me, (size_t)n, 0) != n) {
+        kv_fail(err, "%s: cannot write: %s", path, strerror(errno));
+        close(fd);
+        free(path);
+        return -1;
+    }
+    free(path);
+    return fd;
+}
+
+/* True when dir/predictions holds anything. */
+static bool has_predictions(const char *preds)
+{
+    char **names = NULL;
+    size_t n = 0;
+    kv_error ignored; /* no folder: no predictions */
+    if (kv_dir_list(preds, NULL, &names, &n, &ignored) < 0)
+        return false;
+    kv_names_free(names, n);
+    return n > 0;
+}
+
 int kb_run_open(const char *dir, const kb_run_info *info, kb_run *run, kv_error *err)
 {
     memset(run, 0, sizeof *run);
     char *preds = path2(dir, "predictions");
     char *path = path2(dir, "run.json");
     cJSON *now = new_run_json(info);
-    int rc = 0;
+    int rc = 0, lock = -1;
     if (!preds || !path || !now) {
         rc = kv_fail(err, "out of memory");
+        goto out;
+    }
+    if ((rc = kv_mkdirs(dir, err)) < 0)
+        goto out;
+    if ((lock = lock_run_dir(dir, err)) < 0) {
+        rc = -1;
+        goto out;
+    }
+    if (!kv_file_exists(path) && has_predictions(preds)) {
+        rc = kv_fail(err,
+                     "%s: predictions/ without run.json: nothing tells which model and configs "
+                     "made them, so they cannot be resumed; move predictions/ away (or restore "
+                     "run.json), or give this run another name (--name)",
+                     dir);
         goto out;
     }
     if ((rc = kv_mkdirs(preds, err)) < 0)
@@ -347,8 +424,12 @@ int kb_run_open(const char *dir, const kb_run_info *info, kb_run *run, kv_error 
         goto out;
     }
     run->json = now;
+    run->lock_fd = lock;
+    run->locked = true;
     now = NULL;
 out:
+    if (rc < 0 && lock >= 0)
+        close(lock);
     cJSON_Delete(now);
     free(preds);
     free(path);
@@ -530,6 +611,48 @@ int kb_pred_lines_read(const char *path, kb_pred_lines *out, kv_error *err)
     return rc;
 }
 
+static const char *line_string(const cJSON *line, const char *key)
+{
+    return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(line, key));
+}
+
+/* The way out offered for a line that does not belong: the file's other
+ * lines are fine, so removing the line (the sample is then redone) or the
+ * file (the task is redone) is all a rerun needs. */
+#define REMOVE_LINE "remove that line (or the file) and run again to redo the sample"
+
+int kb_pred_lines_check(const kb_pred_lines *l, const char *path, const kb_pred_expect *x,
+                        kv_error *err)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        const cJSON *j = l->json[i];
+        const char *id = line_string(j, "id");
+        const char *task = line_string(j, "dataset"), *config = line_string(j, "config");
+        const char *hash = line_string(j, "config_hash");
+        if (x->task && (!task || strcmp(task, x->task) != 0))
+            return kv_fail(err, "%s:%zu: a line of task \"%s\" in the file of task \"%s\"; %s",
+                           path, i + 1, task ? task : "(none)", x->task, REMOVE_LINE);
+        if (x->config && (!config || strcmp(config, x->config) != 0))
+            return kv_fail(err, "%s:%zu: a line of config \"%s\" in the file of config \"%s\"; %s",
+                           path, i + 1, config ? config : "(none)", x->config, REMOVE_LINE);
+        if (x->config_hash && !hash)
+            return kv_fail(err,
+                           "%s:%zu: no config_hash (written by hand or by an older kvbench), so "
+                           "nothing shows it was made with config \"%s\" as run.json gives it; %s",
+                           path, i + 1, x->config ? x->config : "?", REMOVE_LINE);
+        if (x->config_hash && strcmp(hash, x->config_hash) != 0)
+            return kv_fail(err,
+                           "%s:%zu: config hash %s, but run.json gives config \"%s\" hash %s "
+                           "(the line was made with other parameters); %s",
+                           path, i + 1, hash, x->config ? x->config : "?", x->config_hash,
+                           REMOVE_LINE);
+        if (x->ids && !kb_idset_has(x->ids, id))
+            return kv_fail(err, "%s:%zu: sample \"%s\" is not in the task's data; %s", path, i + 1,
+                           id, REMOVE_LINE);
+    }
+    return 0;
+}
+
 /* ---- appending --------------------------------------------------------- */
 
 static char *join_lines(const kb_pred_lines *l, size_t *len)
@@ -552,8 +675,9 @@ static char *join_lines(const kb_pred_lines *l, size_t *len)
     return s;
 }
 
-/* Reads what is there, drops a cut-short tail (atomically) and fills done. */
-static int recover(kb_pred_file *pf, kv_error *err)
+/* Reads what is there, checks every line against x, drops a cut-short tail
+ * (atomically) and fills done. */
+static int recover(kb_pred_file *pf, const kb_pred_expect *x, kv_error *err)
 {
     if (!kv_file_exists(pf->path))
         return 0;
@@ -567,6 +691,7 @@ static int recover(kb_pred_file *pf, kv_error *err)
         free(data);
         return -1;
     }
+    rc = kb_pred_lines_check(&l, pf->path, x, err);
     for (size_t i = 0; i < l.n && rc == 0; i++) {
         const char *id = cJSON_GetObjectItemCaseSensitive(l.json[i], "id")->valuestring;
         int added = kb_idset_add(&pf->done, id);
@@ -590,8 +715,14 @@ static int recover(kb_pred_file *pf, kv_error *err)
     return rc;
 }
 
-int kb_pred_file_open(const kb_run *run, const char *config, const char *task, kb_pred_file *pf,
-                      kv_error *err)
+/* The hash run.json records for a config, NULL when it lists none. */
+static const char *run_config_hash(const kb_run *run, const char *config)
+{
+    return line_string(find_named(matrix_list(run->json, "configs"), "name", config), "hash");
+}
+
+int kb_pred_file_open(const kb_run *run, const char *config, const char *task, const kb_idset *ids,
+                      kb_pred_file *pf, kv_error *err)
 {
     memset(pf, 0, sizeof *pf);
     pf->fd = -1;
@@ -605,8 +736,10 @@ int kb_pred_file_open(const kb_run *run, const char *config, const char *task, k
     free(name);
     int rc = kv_mkdirs(dir, err);
     free(dir);
+    kb_pred_expect x = {
+        .task = task, .config = config, .config_hash = run_config_hash(run, config), .ids = ids};
     if (rc == 0)
-        rc = recover(pf, err);
+        rc = recover(pf, &x, err);
     if (rc == 0) {
         pf->fd = open(pf->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
         if (pf->fd < 0)
@@ -671,6 +804,7 @@ cJSON *kb_prediction_json(const kb_prediction *p)
               cJSON_AddNumberToObject(o, "index", (double)p->index) &&
               cJSON_AddStringToObject(o, "dataset", p->task) &&
               cJSON_AddStringToObject(o, "config", p->config) &&
+              (!p->config_hash || cJSON_AddStringToObject(o, "config_hash", p->config_hash)) &&
               cJSON_AddStringToObject(o, "pred", p->pred);
     if (ok) {
         cJSON_AddItemToObject(o, "answers", answers);
@@ -833,8 +967,27 @@ static void free_names(char **names, size_t n)
     free(names);
 }
 
+/* The lines a finished run has for each config of a task: its first `limit`
+ * samples (all when limit is 0 or null). -1: not checked. */
+static long expected_lines(const cJSON *run_json, const kb_task_sizes *sizes, const char *task)
+{
+    if (!sizes || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(run_json, "finished")))
+        return -1;
+    const cJSON *matrix = cJSON_GetObjectItemCaseSensitive(run_json, "matrix");
+    const cJSON *t = find_named(matrix_list(run_json, "tasks"), "task", task);
+    const char *data = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(matrix, "data"));
+    if (!t || !data)
+        return -1; /* not a task of the matrix: nothing to expect */
+    long have = sizes->count(sizes->ctx, data, task);
+    if (have < 0)
+        return -1;
+    const cJSON *limit = cJSON_GetObjectItemCaseSensitive(t, "limit");
+    long lim = cJSON_IsNumber(limit) ? (long)limit->valuedouble : 0;
+    return lim > 0 && lim < have ? lim : have;
+}
+
 static int merge_one_file(shard_in *s, size_t n_shards, const char *config, const char *file,
-                          const char *out_dir, kv_error *err)
+                          long expected, const char *out_dir, kv_error *err)
 {
     kb_pred_lines *in = calloc(n_shards, sizeof *in);
     merged_line *all = NULL;
@@ -868,6 +1021,11 @@ static int merge_one_file(shard_in *s, size_t n_shards, const char *config, cons
                              s[i].run.dir, config, file, j + 1, index, index % count, s[i].index);
             all[k++] = (merged_line){index, in[i].text[j]};
         }
+    if (rc == 0 && expected >= 0 && (long)total != expected)
+        rc = kv_fail(err,
+                     "%s/%s: the shards hold %zu line%s, the data and limit give %ld samples: "
+                     "a shard marked finished is missing lines (run it again to complete it)",
+                     config, file, total, total == 1 ? "" : "s", expected);
     if (rc == 0) {
         qsort(all, total, sizeof *all, cmp_index);
         for (size_t i = 1; i < total && rc == 0; i++)
@@ -906,8 +1064,37 @@ static int merge_one_file(shard_in *s, size_t n_shards, const char *config, cons
     return rc;
 }
 
-static int merge_predictions(shard_in *s, size_t n, const char *out_dir, size_t *n_files,
-                             kv_error *err)
+/* Every (config, task) of a finished matrix must have a file in some shard. */
+static int check_all_files(shard_in *s, size_t n, const cJSON *merged, const kb_task_sizes *sizes,
+                           kv_error *err)
+{
+    const cJSON *configs = matrix_list(merged, "configs"), *tasks = matrix_list(merged, "tasks");
+    int rc = 0;
+    for (const cJSON *c = configs ? configs->child : NULL; c && rc == 0; c = c->next)
+        for (const cJSON *t = tasks ? tasks->child : NULL; t && rc == 0; t = t->next) {
+            const char *config = line_string(c, "name"), *task = line_string(t, "task");
+            long want = config && task ? expected_lines(merged, sizes, task) : -1;
+            if (want <= 0)
+                continue;
+            bool found = false;
+            for (size_t i = 0; i < n && !found; i++) {
+                char *path = NULL;
+                if (asprintf(&path, "%s/predictions/%s/%s.jsonl", s[i].run.dir, config, task) < 0)
+                    return kv_fail(err, "out of memory");
+                found = kv_file_exists(path);
+                free(path);
+            }
+            if (!found)
+                rc = kv_fail(err,
+                             "%s/%s.jsonl: no shard has this file, the data gives %ld samples: "
+                             "the shards are not complete",
+                             config, task, want);
+        }
+    return rc;
+}
+
+static int merge_predictions(shard_in *s, size_t n, const cJSON *merged, const kb_task_sizes *sizes,
+                             const char *out_dir, size_t *n_files, kv_error *err)
 {
     char **configs = NULL;
     size_t n_configs = 0;
@@ -928,8 +1115,12 @@ static int merge_predictions(shard_in *s, size_t n, const char *out_dir, size_t 
             free(p);
         }
         for (size_t f = 0; f < n_f && rc == 0; f++) {
-            rc = merge_one_file(s, n, configs[c], files[f], out_dir, err);
+            char *task = strndup(files[f], strlen(files[f]) - 6); /* "<task>.jsonl" */
+            rc = task ? merge_one_file(s, n, configs[c], files[f],
+                                       expected_lines(merged, sizes, task), out_dir, err)
+                      : kv_fail(err, "out of memory");
             *n_files += rc == 0;
+            free(task);
         }
         free_names(files, n_f);
     }
@@ -938,7 +1129,7 @@ static int merge_predictions(shard_in *s, size_t n, const char *out_dir, size_t 
 }
 
 int kb_run_merge(const char *const *shard_dirs, size_t n_shards, const char *out_dir,
-                 bool allow_unfinished, size_t *n_files, kv_error *err)
+                 bool allow_unfinished, const kb_task_sizes *sizes, size_t *n_files, kv_error *err)
 {
     *n_files = 0;
     if (n_shards == 0)
@@ -958,13 +1149,20 @@ int kb_run_merge(const char *const *shard_dirs, size_t n_shards, const char *out
     char *run_json = path2(out_dir, "run.json");
     if (rc == 0 && (!preds || !run_json))
         rc = kv_fail(err, "out of memory");
+    int lock = -1;
+    if (rc == 0 && (rc = kv_mkdirs(out_dir, err)) == 0 && (lock = lock_run_dir(out_dir, err)) < 0)
+        rc = -1;
     if (rc == 0)
         rc = kv_mkdirs(preds, err);
     if (rc == 0)
-        rc = merge_predictions(s, n_shards, out_dir, n_files, err);
+        rc = check_all_files(s, n_shards, merged, sizes, err);
+    if (rc == 0)
+        rc = merge_predictions(s, n_shards, merged, sizes, out_dir, n_files, err);
     /* run.json last: its presence says the merge finished */
     if (rc == 0)
         rc = write_json_atomic(run_json, merged, err);
+    if (lock >= 0)
+        close(lock);
     cJSON_Delete(merged);
     free(preds);
     free(run_json);

@@ -47,13 +47,19 @@ typedef struct kb_run_info {
 typedef struct kb_run {
     char *dir;   /* the folder holding run.json and predictions/ */
     cJSON *json; /* run.json as written */
+    int lock_fd; /* run.lock, flock'ed while kb_run_open's caller writes */
+    bool locked;
 } kb_run;
 
 /* The folder a run (or one shard of it) writes to:
  * <output>/<run> or <output>/<run>/shards/<i>-of-<n>. Caller frees. */
 char *kb_run_dir(const char *output, const char *run_name, const kb_shard *shard);
 
-/* Creates dir (and predictions/) or resumes it. A new run writes run.json:
+/* Creates dir (and predictions/) or resumes it, holding an exclusive flock
+ * on dir/run.lock until kb_run_close: a second run into the same folder
+ * fails at once, naming the holder's pid and host (which run.lock records).
+ * Predictions without a run.json beside them are refused: nothing tells
+ * what made them. A new run writes run.json:
  * {"kvbench_version", "model", "model_hash", "protocol", "shard", "matrix"}.
  * An existing run.json must agree on model hash, protocol and shard, on the
  * hash of every config name both know and on the settings of every task both
@@ -94,11 +100,22 @@ typedef struct kb_pred_file {
     long n_dropped; /* cut-short lines dropped when opening (0 or 1) */
 } kb_pred_file;
 
+/* What every line of predictions/<config>/<task>.jsonl must say; NULL
+ * members are not checked. */
+typedef struct kb_pred_expect {
+    const char *task;        /* "dataset" */
+    const char *config;      /* "config" */
+    const char *config_hash; /* "config_hash" (present and equal) */
+    const kb_idset *ids;     /* the task data's sample ids: "id" is one of them */
+} kb_pred_expect;
+
 /* Opens (creating folders as needed) and recovers the file as described at
  * the top. A damaged line that is not the last one is an error: something
- * other than an interruption happened, and guessing would hide it. */
-int kb_pred_file_open(const kb_run *run, const char *config, const char *task, kb_pred_file *pf,
-                      kv_error *err);
+ * other than an interruption happened, and guessing would hide it. Every
+ * line kept must be of this task and config, carry the config's hash as
+ * run.json records it, and (ids not NULL) name a sample of the data. */
+int kb_pred_file_open(const kb_run *run, const char *config, const char *task, const kb_idset *ids,
+                      kb_pred_file *pf, kv_error *err);
 bool kb_pred_file_done(const kb_pred_file *pf, const char *id);
 
 /* Appends one prediction: an object with at least "id" (string) and "index"
@@ -115,6 +132,7 @@ typedef struct kb_prediction {
     long index;
     const char *task;
     const char *config;
+    const char *config_hash; /* the config's kb_config_hash; NULL: not written */
     const char *pred;
     const cJSON *answers;     /* array of strings */
     const cJSON *all_classes; /* array or NULL (written as null) */
@@ -142,14 +160,29 @@ typedef struct kb_pred_lines {
 int kb_pred_lines_read(const char *path, kb_pred_lines *out, kv_error *err);
 void kb_pred_lines_free(kb_pred_lines *l);
 
+/* Checks every line against x: a line of another task, config or data set
+ * does not belong in the file. The error names file:line and what to do. */
+int kb_pred_lines_check(const kb_pred_lines *l, const char *path, const kb_pred_expect *x,
+                        kv_error *err);
+
+/* How many samples a task's data holds (data: run.json's "data" folder), or
+ * negative when that cannot be known here (the callback tells the user why;
+ * the line count of that task goes unchecked). */
+typedef struct kb_task_sizes {
+    long (*count)(void *ctx, const char *data, const char *task);
+    void *ctx;
+} kb_task_sizes;
+
 /* Joins the shard folders (each with run.json and predictions/) into out_dir:
  * refuses shards of different models, protocols, shard counts or config
  * hashes, an incomplete or repeated shard set, a shard that has not finished
- * (unless allow_unfinished), and a line in the wrong shard;
+ * (unless allow_unfinished), a line in the wrong shard, and (sizes not NULL,
+ * every shard finished) a (config, task) of the matrix whose merged lines
+ * are not exactly the task's first `limit` samples in number;
  * writes each (config, task) file sorted by sample index, and a run.json
  * without the shard. Lines are copied verbatim. *n_files receives the number
  * of prediction files written. */
 int kb_run_merge(const char *const *shard_dirs, size_t n_shards, const char *out_dir,
-                 bool allow_unfinished, size_t *n_files, kv_error *err);
+                 bool allow_unfinished, const kb_task_sizes *sizes, size_t *n_files, kv_error *err);
 
 #endif

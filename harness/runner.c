@@ -108,6 +108,7 @@ static int write_prediction(loop *L, const kb_task_spec *t, const kb_sample *s, 
                        .index = s->index,
                        .task = t->name,
                        .config = L->m->configs[c].name,
+                       .config_hash = L->m->configs[c].hash,
                        .pred = r->text ? r->text : "",
                        .answers = s->answers,
                        .all_classes = s->all_classes,
@@ -187,15 +188,36 @@ static int run_samples(loop *L, const kb_task_spec *t, void *iter)
     }
 }
 
+/* The ids of every sample in a task's data (not only the first `limit`: an
+ * earlier run may have had a larger one), which resumed lines must name. */
+static int data_ids(loop *L, const kb_task_spec *t, kb_idset *ids)
+{
+    void *iter = NULL;
+    long n = -1;
+    if (L->b->task_open(L->b->ctx, t, &iter, &n, L->err) < 0)
+        return -1;
+    int got;
+    kb_sample s;
+    while ((got = L->b->task_next(L->b->ctx, iter, &s, L->err)) > 0)
+        if (kb_idset_add(ids, s.id) < 0) {
+            got = kv_fail(L->err, "out of memory");
+            break;
+        }
+    L->b->task_close(L->b->ctx, iter);
+    return got < 0 ? -1 : 0;
+}
+
 static int run_task(loop *L, const kb_task_spec *t, long task_no)
 {
     size_t nc = L->m->n_configs, opened = 0;
-    int rc = 0;
+    kb_idset ids = {0};
+    int rc = data_ids(L, t, &ids);
     for (; opened < nc && rc == 0; opened++)
-        rc =
-            kb_pred_file_open(&L->run, L->m->configs[opened].name, t->name, &L->pf[opened], L->err);
-    if (rc < 0)
+        rc = kb_pred_file_open(&L->run, L->m->configs[opened].name, t->name, &ids, &L->pf[opened],
+                               L->err);
+    if (rc < 0 && opened > 0)
         opened--;
+    kb_idset_free(&ids);
     void *iter = NULL;
     long n = -1;
     if (rc == 0)
@@ -227,6 +249,29 @@ static int count_samples(loop *L, long *total)
     return 0;
 }
 
+static bool in_matrix(const kb_matrix *m, const kb_score_row *r)
+{
+    for (size_t t = 0; t < m->n_tasks; t++)
+        if (strcmp(m->tasks[t].name, r->task) == 0)
+            return kb_matrix_find_config(m, r->config) >= 0;
+    return false;
+}
+
+/* Moves the rows of this matrix's configs and tasks to the front, in their
+ * order, and returns how many there are: run.json remembers every config
+ * ever run in the folder, the report is of the matrix run now. */
+static size_t matrix_rows_first(const kb_matrix *m, kb_score_row *rows, size_t n)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++)
+        if (in_matrix(m, &rows[i])) {
+            kb_score_row r = rows[i];
+            memmove(rows + kept + 1, rows + kept, (i - kept) * sizeof *rows);
+            rows[kept++] = r;
+        }
+    return kept;
+}
+
 static int score_and_report(loop *L)
 {
     kb_score_row *rows = NULL;
@@ -234,7 +279,7 @@ static int score_and_report(loop *L)
     if (kb_scores_from_predictions(L->run.dir, L->b->scorer, L->b->scorer_ctx, &rows, &n, L->err) <
         0)
         return -1;
-    int rc = kb_scores_save(L->run.dir, rows, n, L->err);
+    int rc = kb_scores_save(L->run.dir, rows, matrix_rows_first(L->m, rows, n), L->err);
     kb_score_rows_free(rows, n);
     kb_report_run r;
     if (rc == 0 && (rc = kb_report_run_load(L->run.dir, &r, L->err)) == 0) {

@@ -890,6 +890,15 @@ static int release_memory(kv_evictor *ev, kv_cache *cache, kv_error *err)
     return 0;
 }
 
+/* "compact" positions (kvpress): RoPE continues at the compacted length,
+ * while the sequence index of the next token stays what it was. */
+static void restart_positions(kv_cache *c)
+{
+    int next_token = c->next_pos + c->token_offset;
+    c->next_pos = c->layers[0].len;
+    c->token_offset = next_token - c->next_pos;
+}
+
 int kv_evictor_compress(kv_evictor *ev, kv_cache *cache, kv_evict_trace_fn trace, void *trace_ctx,
                         kv_error *err)
 {
@@ -904,7 +913,7 @@ int kv_evictor_compress(kv_evictor *ev, kv_cache *cache, kv_evict_trace_fn trace
         evicted = evicted || cache->layers[l].len != before;
     }
     if (strcmp(ev->p.positions, "compact") == 0)
-        cache->next_pos = cache->layers[0].len; /* kvpress: continue at the compacted length */
+        restart_positions(cache);
     ev->step++;
     return evicted ? release_memory(ev, cache, err) : 0;
 }
@@ -916,19 +925,25 @@ int kv_evictor_compress_into(kv_evictor *ev, const kv_cache *src, kv_cache **out
     if (src->n_layers != ev->model.n_layers)
         return kv_fail(err, "eviction: the cache has %d layers, the policy %d", src->n_layers,
                        ev->model.n_layers);
-    /* every layer ends with at most M slots, or its own length when shorter */
-    int cap = kv_evict_params_budget(&ev->p) + 1;
+    /* every layer ends with at most M slots, or its own length when shorter:
+     * a budget above the prompt allocates the prompt, not the budget */
+    int cap = kv_evict_params_budget(&ev->p);
+    int longest = 0;
+    for (int l = 0; l < src->n_layers; l++)
+        longest = src->layers[l].len > longest ? src->layers[l].len : longest;
+    cap = (cap < longest ? cap : longest) + 1;
     kv_cache *dst = kv_cache_new(src->n_layers, src->n_kv_heads, src->head_dim, cap, err);
     if (!dst)
         return -1;
     dst->next_pos = src->next_pos;
+    dst->token_offset = src->token_offset;
     for (int l = 0; l < src->n_layers; l++)
         if (compress_layer(ev, src, dst, l, trace, trace_ctx, err) != 0) {
             kv_cache_free(dst);
             return -1;
         }
     if (strcmp(ev->p.positions, "compact") == 0)
-        dst->next_pos = dst->layers[0].len;
+        restart_positions(dst);
     ev->step++;
     *out = dst;
     return 0;

@@ -84,10 +84,16 @@ struct cJSON *kv_evict_params_to_json(const kv_evict_params *p);
 
 /* The checks of docs/eviction.md in NNCF's order (first failure reported
  * with NNCF's message), then kvbench's own (per_group needs recent_size > 0,
- * per_token KVCrush cannot use the mean anchor, positions). */
+ * per_token KVCrush cannot use the mean anchor, positions, M at most
+ * KV_EVICT_MAX_BUDGET, summed without overflow). */
 int kv_evict_params_validate(const kv_evict_params *p, kv_error *err);
 
-/* M = start + intermediate + recent: the cache length after an eviction. */
+/* The largest M kv_evict_params_validate accepts: sums of a few sizes and
+ * slot counts stay far from INT_MAX, yet no real context reaches it. */
+#define KV_EVICT_MAX_BUDGET (1 << 30)
+
+/* M = start + intermediate + recent: the cache length after an eviction
+ * (validated params: at most KV_EVICT_MAX_BUDGET). */
 int kv_evict_params_budget(const kv_evict_params *p);
 
 /* The i-th key kv_evict_params_set accepts ("algorithm", ...), NULL past

@@ -326,6 +326,13 @@ static int check_kvbench(const kv_evict_params *p, kv_error *err)
         return kv_fail(err, "Mean anchor is not supported for KVCrush in per-token mode.");
     if (!name_in(p->positions, positions))
         return kv_fail(err, "positions must be 'absolute' or 'compact' (got '%s').", p->positions);
+    /* in 64 bits: each size may be up to INT_MAX, their sum may not */
+    long long budget = (long long)p->start_size + p->intermediate_size + p->recent_size;
+    if (budget > KV_EVICT_MAX_BUDGET)
+        return kv_fail(err,
+                       "start_size + intermediate_size + recent_size = %lld: must be <= %d "
+                       "(a budget at least the prompt's length keeps every token).",
+                       budget, KV_EVICT_MAX_BUDGET);
     return 0;
 }
 

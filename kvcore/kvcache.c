@@ -76,6 +76,7 @@ kv_cache *kv_cache_fork(const kv_cache *c, int cap_hint, kv_error *err)
     if (!f)
         return NULL;
     f->next_pos = c->next_pos;
+    f->token_offset = c->token_offset;
     size_t row = (size_t)kv_cache_row(c);
     for (int i = 0; i < c->n_layers; i++) {
         const kv_cache_layer *src = &c->layers[i];

@@ -1,5 +1,9 @@
-/* The KV cache: per layer, keys and values of every kept token plus the
- * absolute (RoPE) position each one was written at.
+/* The KV cache: per layer, keys and values of every kept token plus each
+ * one's position: its index in the token sequence. That is also the RoPE
+ * position it was written at, except after "compact" eviction, which
+ * restarts RoPE at the compacted length (next_pos) while tokens keep
+ * counting on (next_pos + token_offset), so that eviction traces name the
+ * tokens kept, never two alike.
  *
  * Layout per layer: k and v are [slot][kv_head][head_dim] floats, row-major,
  * so one slot is one contiguous row of n_kv_heads * head_dim floats and
@@ -25,8 +29,8 @@
 typedef struct kv_cache_layer {
     float *k;        /* [cap][n_kv_heads * head_dim] */
     float *v;        /* [cap][n_kv_heads * head_dim] */
-    int32_t *pos;    /* [cap][n_kv_heads] absolute position of the token each
-                        KV head holds in each slot (see kv_cache_pos) */
+    int32_t *pos;    /* [cap][n_kv_heads] index in the sequence of the token
+                        each KV head holds in each slot (see kv_cache_pos) */
     float *vlen;     /* [cap][n_kv_heads] L2 norm of each value row: with it
                         CriticalKV bounds a slot's weight without reading V */
     int vlen_n;      /* slots [0, vlen_n) have their vlen (kv_cache_measure_values);
@@ -38,7 +42,9 @@ typedef struct kv_cache_layer {
 
 typedef struct kv_cache {
     int n_layers, n_kv_heads, head_dim;
-    int next_pos;    /* position the next appended token gets */
+    int next_pos;     /* RoPE position the next appended token gets */
+    int token_offset; /* its index in the sequence is next_pos + token_offset
+                         (0 unless "compact" eviction moved next_pos back) */
     kv_cache_layer *layers;
 } kv_cache;
 

@@ -695,7 +695,8 @@ static void qkv(const kv_model *m, const layer *L, kv_cache *c, kv_cache_layer *
         kv_rope_apply(&m->rope, qi, cfg->n_heads, pos);
         kv_rope_apply(&m->rope, ki, cfg->n_kv_heads, pos);
         for (int h = 0; h < cfg->n_kv_heads; h++) /* every head holds the new token */
-            cl->pos[(size_t)(base + i) * (size_t)cfg->n_kv_heads + (size_t)h] = pos;
+            cl->pos[(size_t)(base + i) * (size_t)cfg->n_kv_heads + (size_t)h] =
+                pos + c->token_offset;
     }
     cl->len = base + cn;
 }
@@ -762,7 +763,7 @@ static int check_call(const kv_model *m, const kv_cache *c, const int32_t *token
     if (c->n_layers != cfg->n_layers || c->n_kv_heads != cfg->n_kv_heads ||
         c->head_dim != cfg->head_dim)
         return kv_fail(err, "forward: the KV cache is shaped for another model");
-    if (c->next_pos > INT32_MAX - n)
+    if (c->next_pos > INT32_MAX - n || c->next_pos + c->token_offset > INT32_MAX - n)
         return kv_fail(err, "forward: positions would pass %d", INT32_MAX);
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= cfg->vocab)

@@ -6,7 +6,8 @@
  * biases are small and widened to F32 at load.
  *
  * The forward appends n tokens to a cache. Token i gets RoPE position
- * cache->next_pos + i, stored in its slot's pos; next_pos advances by n.
+ * cache->next_pos + i; its slot's pos records its index in the sequence,
+ * next_pos + token_offset + i (kvcache.h); next_pos advances by n.
  * Attention is causal by slot order (a token sees every slot before its own,
  * whatever positions eviction left there), so a compacted cache works as is.
  * A call is processed in query chunks (kv_model_set_chunk), so an 8k prompt

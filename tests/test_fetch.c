@@ -273,3 +273,56 @@ Test(fetch, usage_errors)
     cr_assert_eq(r.status, 2);
     tu_result_free(&r);
 }
+
+/* A transient failure is retried, and the user sees each retry; a host name
+ * that does not resolve fails at once (no network: waiting does not help). */
+Test(fetch, retries_are_shown_and_an_unresolvable_host_fails_at_once)
+{
+    static const char config[] = "{\"model_type\": \"qwen3\"}", tok[] = "{\"model\": {}}";
+    static const char tokcfg[] = "{\"eos_token\": \"<|im_end|>\"}", weights[] = "WEIGHTS";
+    httpd_route routes[] = {
+        {.path = "/org/tiny/resolve/main/config.json",
+         .kind = HTTPD_FLAKY,
+         .body = config,
+         .len = sizeof config - 1},
+        {.path = "/org/tiny/resolve/main/tokenizer.json",
+         .kind = HTTPD_FILE,
+         .body = tok,
+         .len = sizeof tok - 1},
+        {.path = "/org/tiny/resolve/main/tokenizer_config.json",
+         .kind = HTTPD_FILE,
+         .body = tokcfg,
+         .len = sizeof tokcfg - 1},
+        {.path = "/org/tiny/resolve/main/model.safetensors",
+         .kind = HTTPD_FILE,
+         .body = weights,
+         .len = sizeof weights - 1},
+    };
+    httpd *s = httpd_start(routes, 4);
+    setenv("HF_ENDPOINT", httpd_url(s), 1);
+    unsetenv("HF_TOKEN");
+    char *out = in_dir("m");
+    tu_result r = tu_kvbench("fetch", "model", "org/tiny", "--dir", out, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.err, "HTTP 503; attempt 1 of 6 failed, retrying in 1 s\n"), "%s", r.err);
+    cr_assert_eq(routes[0].hits, 2);
+    tu_result_free(&r);
+    httpd_stop(s);
+
+    /* a 64-byte label: no resolver sends a query for it, so no network is touched */
+    char endpoint[128];
+    memset(endpoint, 0, sizeof endpoint);
+    strcpy(endpoint, "http://");
+    memset(endpoint + 7, 'a', 64);
+    strcat(endpoint, ".invalid");
+    setenv("HF_ENDPOINT", endpoint, 1);
+    char *out2 = in_dir("m2");
+    r = tu_kvbench("fetch", "model", "org/tiny", "--dir", out2, NULL);
+    cr_assert_eq(r.status, 1);
+    cr_assert(strstr(r.err, "no network, or a wrong host name"), "%s", r.err);
+    cr_assert_null(strstr(r.err, "retrying"), "%s", r.err);
+    tu_result_free(&r);
+    unsetenv("HF_ENDPOINT");
+    free(out);
+    free(out2);
+}

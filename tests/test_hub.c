@@ -324,6 +324,49 @@ Test(hub, server_errors_are_retried_and_404_is_not_found)
     free(d404);
 }
 
+static void count_retry(void *ctx, const char *why, int attempt, int attempts, double wait_s)
+{
+    int *n = ctx;
+    cr_assert(strstr(why, "HTTP 503"), "%s", why);
+    cr_assert_eq(attempt, *n + 1);
+    cr_assert_eq(attempts, hub.retries + 1);
+    cr_assert_gt(wait_s, 0);
+    (*n)++;
+}
+
+Test(hub, every_retry_is_reported)
+{
+    int retries = 0;
+    hub.on_retry = count_retry;
+    hub.retry_ctx = &retries;
+    char *u = url("/flaky/small.json"), *d = in_dir("small.json");
+    lb_hub_result r;
+    kv_error err;
+    cr_assert_eq(lb_hub_download(&hub, u, d, NULL, &r, &err), 0, "%s", err.msg);
+    cr_assert_eq(r.attempts, 2);
+    cr_assert_eq(retries, 1);
+    free(u);
+    free(d);
+}
+
+/* A host name that cannot resolve fails at once: retrying cannot help. The
+ * name has a 64-byte label, which no resolver sends a query for (labels are
+ * at most 63 bytes), so the test needs no network and touches none. */
+Test(hub, an_unresolvable_host_fails_at_once)
+{
+    char host[80], u[160];
+    memset(host, 'a', 64);
+    strcpy(host + 64, ".invalid");
+    snprintf(u, sizeof u, "http://%s/x.json", host);
+    char *d = in_dir("x.json");
+    lb_hub_result r;
+    kv_error err;
+    cr_assert_eq(lb_hub_download(&hub, u, d, NULL, &r, &err), -1);
+    cr_assert_eq(r.attempts, 1, "no retry for a name that does not resolve");
+    cr_assert(strstr(err.msg, "no network, or a wrong host name"), "%s", err.msg);
+    free(d);
+}
+
 Test(hub, connection_refused_gives_up_after_the_retries)
 {
     hub.endpoint = "http://127.0.0.1:1";

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "matrix.h"
 #include "testutil.h"
@@ -352,6 +354,123 @@ Test(matrix, run_dry_run_shows_the_plan_and_errors_name_the_key)
                             "must be >= 0"),
               "%s", r.err);
     tu_result_free(&r);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* ---- issue 17: names, paths and limits checked when a file is loaded ---- */
+
+static char *write_in(const char *dir, const char *name, const char *text)
+{
+    char *path;
+    cr_assert_geq(asprintf(&path, "%s/%s", dir, name), 0);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+Test(matrix, run_names_are_one_safe_folder_name)
+{
+    cr_assert(kb_name_is_safe("nightly-2026.12_01"));
+    const char *bad[] = {"", "..", "../x", "a/b", ".hidden", "-x", "my config", NULL};
+    for (int i = 0; bad[i]; i++)
+        cr_assert_not(kb_name_is_safe(bad[i]), "'%s' accepted", bad[i]);
+    char *demo = tu_source("configs/demo.json");
+    for (int i = 0; i < 3; i++) {
+        tu_result r = tu_kvbench("run", demo, "--dry-run", "--name", bad[i], NULL);
+        cr_assert_eq(r.status, 2, "--name '%s': %s", bad[i], r.out);
+        cr_assert(strstr(r.err, "a run name is one folder name"), "%s", r.err);
+        tu_result_free(&r);
+    }
+    free(demo);
+    /* a file name with a space still names the run */
+    char *dir = tu_mkdtemp();
+    char *path =
+        write_in(dir, "my config.json", "{\"model\": \"Org/Name\", \"tasks\": [\"trec\"]}");
+    cr_assert_eq(kb_matrix_load(path, NULL, &m, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(m.run_name, "my_config");
+    kb_matrix_free(&m);
+    free(path);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+Test(matrix, relative_paths_are_found_beside_the_config)
+{
+    char *dir = tu_mkdtemp(), *elsewhere = tu_mkdtemp();
+    char *demo = tu_source("configs/demo.json"), *model = tu_source("models/kvbench-retrieval");
+    char *data = tu_source("datasets/synthetic");
+    char here[4096];
+    cr_assert(getcwd(here, sizeof here));
+    cr_assert_eq(chdir(elsewhere), 0);
+    tu_result r = tu_kvbench("run", demo, "--dry-run", NULL);
+    cr_assert_eq(chdir(here), 0);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    char want[8192];
+    snprintf(want, sizeof want, "model %s\n", model);
+    cr_assert(strstr(r.out, want), "the shipped demo.json from another folder: %s", r.out);
+    snprintf(want, sizeof want, "data %s,", data);
+    cr_assert(strstr(r.out, want), "%s", r.out);
+    tu_result_free(&r);
+
+    /* an explicit output that exists nowhere goes beside the config */
+    char *path = write_in(dir, "c.json",
+                          "{\"model\": \"Org/Name\", \"output\": \"out\", "
+                          "\"tasks\": [\"trec\"]}");
+    cr_assert_eq(kb_matrix_load(path, NULL, &m, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(m.model, "Org/Name", "ORG/NAME with no folder ORG is a hub name");
+    char *out;
+    cr_assert_geq(asprintf(&out, "%s/out", dir), 0);
+    cr_assert_str_eq(m.output, out);
+    kb_matrix_free(&m);
+    free(path);
+    free(out);
+
+    /* a local path that is missing is an error, not a download */
+    char *models;
+    cr_assert_geq(asprintf(&models, "%s/models", dir), 0);
+    cr_assert_eq(mkdir(models, 0777), 0);
+    path = write_in(dir, "d.json", "{\"model\": \"models/missing\", \"tasks\": [\"trec\"]}");
+    cr_assert_lt(kb_matrix_load(path, NULL, &m, &err), 0);
+    cr_assert(strstr(err.msg, "model: 'models/missing' is no folder"), "%s", err.msg);
+    free(path);
+    path = write_in(dir, "e.json", "{\"model\": \"m\", \"tasks\": [\"trec\"]}");
+    cr_assert_lt(kb_matrix_load(path, NULL, &m, &err), 0);
+    cr_assert(strstr(err.msg, "no hub name ORG/NAME"), "%s", err.msg);
+    free(path);
+    free(models);
+    free(demo), free(model), free(data);
+    tu_rmtree(dir);
+    tu_rmtree(elsewhere);
+    free(dir);
+    free(elsewhere);
+}
+
+Test(matrix, sizes_and_budgets_are_checked_before_any_run)
+{
+    expect_error("{" BASE ", \"max_new_tokens\": 1e9}", "max_new_tokens: must be <= 1048576");
+    expect_error("{\"model\": \"m\", \"tasks\": [{\"task\": \"trec\", \"max_length\": 1e12}]}",
+                 "tasks[0].max_length: must be <= 2147483647");
+    /* dry-run uses the eviction module's own checks, which add in 64 bits */
+    char *dir = tu_mkdtemp();
+    char *model = tu_source("models/kvbench-retrieval"), *text;
+    cr_assert_geq(asprintf(&text,
+                           "{\"model\": \"%s\", \"tasks\": [\"trec\"], \"configs\": "
+                           "[{\"algorithm\": \"h2o\", \"start_size\": 2147483647, "
+                           "\"recent_size\": 1, \"intermediate_size\": 0}]}",
+                           model),
+                  0);
+    char *path = write_in(dir, "big.json", text);
+    tu_result r = tu_kvbench("run", path, "--dry-run", NULL);
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.err, "start_size + intermediate_size + recent_size = 2147483648: must be "
+                            "<= 1073741824"),
+              "%s", r.err);
+    tu_result_free(&r);
+    free(path);
+    free(text);
+    free(model);
     tu_rmtree(dir);
     free(dir);
 }

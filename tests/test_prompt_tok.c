@@ -121,8 +121,10 @@ static char *cut(kv_tokenizer *t, const char *text, long max_length, size_t *n_r
         return strdup(text);
     }
     size_t half = (size_t)max_length / 2;
+    /* Python slices: ids[:half] + ids[-half:], where ids[-0:] is all of ids */
+    size_t tail = half ? *n_raw - half : 0;
     char *a = kv_tokenizer_decode(t, ids, half, true);
-    char *b = kv_tokenizer_decode(t, ids + *n_raw - half, half, true);
+    char *b = kv_tokenizer_decode(t, ids + tail, *n_raw - tail, true);
     char *out = NULL;
     cr_assert_neq(asprintf(&out, "%s%s", a, b), -1);
     free(a);
@@ -180,6 +182,9 @@ Test(prompt_tok, truncation_and_chat_rules_per_protocol)
     check(t, "trec", LB_PROTOCOL_NNCF, 24, true);
     check(t, "lcc", LB_PROTOCOL_NNCF, 0, true);
     check(t, "qasper", LB_PROTOCOL_NNCF, 25, true); /* odd budget: int(25/2) per side */
+    /* max_length 1: half = 0, and pred.py's ids[:0] + ids[-0:] is the whole prompt */
+    check(t, "qasper", LB_PROTOCOL_LONGBENCH, 1, true);
+    check(t, "trec", LB_PROTOCOL_LONGBENCH, 1, false);
     /* Under budget nothing is cut. */
     check(t, "qasper", LB_PROTOCOL_LONGBENCH, 1000000, true);
     kv_tokenizer_free(t);

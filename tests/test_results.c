@@ -32,10 +32,20 @@ static kb_run_info info_for(const kb_matrix *m, const char *model_hash, long i, 
         .kvbench_version = "test", .model_hash = model_hash, .matrix = m, .shard = {i, n}};
 }
 
+/* The hash of the configs these tests name: "full", and "h2o" as
+ * {"algorithm": "h2o"}. */
+static void hash_for(const char *config, char hash[17])
+{
+    cJSON *h2o = cJSON_Parse("{\"algorithm\": \"h2o\"}");
+    cr_assert_eq(kb_config_hash(strcmp(config, "full") == 0 ? NULL : h2o, hash), 0);
+    cJSON_Delete(h2o);
+}
+
 /* The prediction line of sample `index` for a config, as the runner would write it. */
 static cJSON *line_for(long index, const char *config)
 {
-    char id[32], pred[64];
+    char id[32], pred[64], hash[17];
+    hash_for(config, hash);
     snprintf(id, sizeof id, "id%03ld", index);
     snprintf(pred, sizeof pred, "answer %ld by %s", index, config);
     cJSON *answers = cJSON_CreateStringArray((const char *[]){"x"}, 1);
@@ -43,6 +53,7 @@ static cJSON *line_for(long index, const char *config)
                        .index = index,
                        .task = "trec",
                        .config = config,
+                       .config_hash = hash,
                        .pred = pred,
                        .answers = answers,
                        .length = 100 + index,
@@ -179,7 +190,7 @@ Test(results, truncated_last_line_is_dropped_and_redone)
     kb_run run;
     cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
     kb_pred_file pf;
-    cr_assert_eq(kb_pred_file_open(&run, "full", "trec", &pf, &err), 0, "%s", err.msg);
+    cr_assert_eq(kb_pred_file_open(&run, "full", "trec", NULL, &pf, &err), 0, "%s", err.msg);
     for (long i = 0; i < 3; i++)
         append(&pf, i, "full");
     kb_pred_file_close(&pf);
@@ -193,7 +204,7 @@ Test(results, truncated_last_line_is_dropped_and_redone)
     fwrite(text, 1, strlen(text) / 2, f);
     fclose(f);
 
-    cr_assert_eq(kb_pred_file_open(&run, "full", "trec", &pf, &err), 0, "%s", err.msg);
+    cr_assert_eq(kb_pred_file_open(&run, "full", "trec", NULL, &pf, &err), 0, "%s", err.msg);
     cr_assert_eq(pf.n_dropped, 1);
     cr_assert_eq(pf.n_lines, 3);
     cr_assert(kb_pred_file_done(&pf, "id002"));
@@ -211,7 +222,7 @@ Test(results, truncated_last_line_is_dropped_and_redone)
     after = tu_slurp(path, NULL);
     size_t n = strlen(after);
     cr_assert_eq(truncate(path, (off_t)(n - 1)), 0);
-    cr_assert_eq(kb_pred_file_open(&run, "full", "trec", &pf, &err), 0, "%s", err.msg);
+    cr_assert_eq(kb_pred_file_open(&run, "full", "trec", NULL, &pf, &err), 0, "%s", err.msg);
     cr_assert_eq(pf.n_lines, 3);
     cr_assert_eq(pf.n_dropped, 1);
     kb_pred_file_close(&pf);
@@ -245,7 +256,7 @@ Test(results, damage_before_the_last_line_is_an_error)
           f);
     fclose(f);
     kb_pred_file pf;
-    cr_assert_lt(kb_pred_file_open(&run, "full", "trec", &pf, &err), 0);
+    cr_assert_lt(kb_pred_file_open(&run, "full", "trec", NULL, &pf, &err), 0);
     char want[1024];
     snprintf(want, sizeof want,
              "%s:2: not a prediction line (JSON object with \"id\" and \"index\"); the file is "
@@ -273,7 +284,7 @@ static void produce(const char *dir, const kb_matrix *m, const char *const *conf
         _exit(3);
     kb_pred_file pf[4];
     for (int c = 0; c < n_cfg; c++)
-        if (kb_pred_file_open(&run, configs[c], "trec", &pf[c], &err) < 0)
+        if (kb_pred_file_open(&run, configs[c], "trec", NULL, &pf[c], &err) < 0)
             _exit(4);
     for (long i = 0; i < KILL_SAMPLES; i++)
         for (int c = 0; c < n_cfg; c++) {
@@ -360,7 +371,7 @@ static void write_shard(const char *out, const kb_matrix *m, const char *hash, l
     cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
     for (size_t c = 0; c < m->n_configs; c++) {
         kb_pred_file pf;
-        cr_assert_eq(kb_pred_file_open(&run, m->configs[c].name, "trec", &pf, &err), 0);
+        cr_assert_eq(kb_pred_file_open(&run, m->configs[c].name, "trec", NULL, &pf, &err), 0);
         for (long s = 0; s < n_samples; s++)
             if (kb_shard_selects(&info.shard, s))
                 append(&pf, s, m->configs[c].name);
@@ -397,8 +408,8 @@ Test(results, merged_shards_equal_an_unsharded_run)
     char **dirs = shard_list(out, 3);
     char *merged = kb_run_dir(out, "r", NULL);
     size_t n_files = 0;
-    cr_assert_eq(kb_run_merge((const char *const *)dirs, 3, merged, false, &n_files, &err), 0, "%s",
-                 err.msg);
+    cr_assert_eq(kb_run_merge((const char *const *)dirs, 3, merged, false, NULL, &n_files, &err), 0,
+                 "%s", err.msg);
     cr_assert_eq(n_files, 2);
     char *refdir = kb_run_dir(ref, "r", NULL);
     for (size_t c = 0; c < m.n_configs; c++) {
@@ -433,9 +444,9 @@ static void expect_merge_refused_if(char **dirs, long n, const char *out, bool a
                                     const char *needle)
 {
     size_t n_files;
-    cr_assert_lt(
-        kb_run_merge((const char *const *)dirs, (size_t)n, out, allow_unfinished, &n_files, &err),
-        0);
+    cr_assert_lt(kb_run_merge((const char *const *)dirs, (size_t)n, out, allow_unfinished, NULL,
+                              &n_files, &err),
+                 0);
     cr_assert(strstr(err.msg, needle), "wanted \"%s\" in: %s", needle, err.msg);
 }
 
@@ -475,8 +486,8 @@ Test(results, merge_refuses_inconsistent_shards)
     kb_run_close(&running);
     expect_merge_refused_if(dirs, 2, merged, false, "shard 1/2 has not finished");
     size_t n_files;
-    cr_assert_eq(kb_run_merge((const char *const *)dirs, 2, merged, true, &n_files, &err), 0, "%s",
-                 err.msg);
+    cr_assert_eq(kb_run_merge((const char *const *)dirs, 2, merged, true, NULL, &n_files, &err), 0,
+                 "%s", err.msg);
     /* a line in the wrong shard */
     char *bad = file_of(dirs[1], "h2o", "trec");
     FILE *f = fopen(bad, "a");
@@ -500,6 +511,204 @@ Test(results, merge_refuses_inconsistent_shards)
     free(merged);
     kb_matrix_free(&m);
     kb_matrix_free(&m2);
+    tu_rmtree(out);
+    free(out);
+}
+
+/* ---- issue 17: locked and verified run folders ------------------------- */
+
+Test(results, a_run_folder_is_locked_while_a_run_writes_it)
+{
+    char *dir = tu_mkdtemp();
+    kb_matrix m;
+    matrix_from(&m, "");
+    kb_run_info info = info_for(&m, "h", 0, 1);
+    kb_run first, second;
+    cr_assert_eq(kb_run_open(dir, &info, &first, &err), 0, "%s", err.msg);
+    /* a flock belongs to the open file, so a second open in this process
+     * conflicts as another process's would */
+    cr_assert_lt(kb_run_open(dir, &info, &second, &err), 0);
+    char host[256], want[600];
+    gethostname(host, sizeof host);
+    snprintf(want, sizeof want,
+             "another kvbench run (pid %ld on host %s) is writing this run folder", (long)getpid(),
+             host);
+    cr_assert(strstr(err.msg, want), "%s", err.msg);
+    cr_assert(strstr(err.msg, "--name"), "a way out: %s", err.msg);
+    kb_run_close(&first);
+    cr_assert_eq(kb_run_open(dir, &info, &second, &err), 0, "released on close: %s", err.msg);
+    kb_run_close(&second);
+    kb_matrix_free(&m);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* Writes text as predictions/<config>/<task>.jsonl of the run in dir. */
+static char *plant(const char *dir, const char *config, const char *task, const char *text)
+{
+    char *pdir, *path = file_of(dir, config, task);
+    cr_assert_geq(asprintf(&pdir, "%s/predictions/%s", dir, config), 0);
+    cr_assert_eq(kb_mkdirs(pdir, &err), 0);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    free(pdir);
+    return path;
+}
+
+/* A line of the "full" trec file as text, with one field changed. */
+static char *full_line(long index, const char *key, const char *value)
+{
+    cJSON *j = line_for(index, "full");
+    if (key)
+        cJSON_ReplaceItemInObject(j, key, cJSON_CreateString(value));
+    char *text = cJSON_PrintUnformatted(j), *line;
+    cr_assert_geq(asprintf(&line, "%s\n", text), 0);
+    free(text);
+    cJSON_Delete(j);
+    return line;
+}
+
+static void expect_resume_refused(kb_run *run, const kb_idset *ids, const char *planted,
+                                  const char *needle)
+{
+    char *good = full_line(0, NULL, NULL), *text;
+    cr_assert_geq(asprintf(&text, "%s%s", good, planted), 0);
+    char *path = plant(run->dir, "full", "trec", text);
+    kb_pred_file pf;
+    cr_assert_lt(kb_pred_file_open(run, "full", "trec", ids, &pf, &err), 0, "kept: %s", planted);
+    char *at;
+    cr_assert_geq(asprintf(&at, "%s:2: ", path), 0);
+    cr_assert(strstr(err.msg, at), "file:line wanted: %s", err.msg);
+    cr_assert(strstr(err.msg, needle), "wanted \"%s\" in: %s", needle, err.msg);
+    cr_assert(strstr(err.msg, "remove that line (or the file) and run again"), "%s", err.msg);
+    char *after = tu_slurp(path, NULL);
+    cr_assert_str_eq(after, text, "a refused file is left as it was");
+    free(after);
+    free(at);
+    free(path);
+    free(text);
+    free(good);
+}
+
+Test(results, resume_keeps_only_lines_of_this_task_config_and_data)
+{
+    char *dir = tu_mkdtemp();
+    kb_matrix m;
+    matrix_from(&m, "{\"name\": \"h2o\", \"algorithm\": \"h2o\"}");
+    kb_run_info info = info_for(&m, "h", 0, 1);
+    kb_run run;
+    cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
+    kb_idset ids = {0};
+    for (long i = 0; i < 5; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "id%03ld", i);
+        cr_assert_eq(kb_idset_add(&ids, id), 1);
+    }
+    char *line;
+    line = full_line(1, "dataset", "qasper");
+    expect_resume_refused(&run, &ids, line,
+                          "a line of task \"qasper\" in the file of task \"trec\"");
+    free(line);
+    line = full_line(1, "config", "h2o");
+    expect_resume_refused(&run, &ids, line,
+                          "a line of config \"h2o\" in the file of config \"full\"");
+    free(line);
+    line = full_line(1, "config_hash", "0123456789abcdef");
+    expect_resume_refused(&run, &ids, line, "config hash 0123456789abcdef, but run.json gives");
+    free(line);
+    cJSON *j = line_for(1, "full");
+    cJSON_DeleteItemFromObject(j, "config_hash");
+    char *text1 = cJSON_PrintUnformatted(j);
+    cr_assert_geq(asprintf(&line, "%s\n", text1), 0);
+    expect_resume_refused(&run, &ids, line,
+                          "no config_hash (written by hand or by an older kvbench)");
+    free(line), free(text1);
+    cJSON_Delete(j);
+    line = full_line(1, "id", "not-in-the-data");
+    expect_resume_refused(&run, &ids, line, "sample \"not-in-the-data\" is not in the task's data");
+    free(line);
+
+    /* lines that belong are kept */
+    char *a = full_line(0, NULL, NULL), *b = full_line(1, NULL, NULL), *text;
+    cr_assert_geq(asprintf(&text, "%s%s", a, b), 0);
+    free(plant(dir, "full", "trec", text));
+    kb_pred_file pf;
+    cr_assert_eq(kb_pred_file_open(&run, "full", "trec", &ids, &pf, &err), 0, "%s", err.msg);
+    cr_assert_eq(pf.n_lines, 2);
+    kb_pred_file_close(&pf);
+    free(text), free(a), free(b);
+    kb_idset_free(&ids);
+    kb_run_close(&run);
+    kb_matrix_free(&m);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+Test(results, predictions_without_run_json_are_refused)
+{
+    char *dir = tu_mkdtemp();
+    kb_matrix m;
+    matrix_from(&m, "");
+    kb_run_info info = info_for(&m, "h", 0, 1);
+    char *line = full_line(0, NULL, NULL);
+    free(plant(dir, "full", "trec", line));
+    kb_run run;
+    cr_assert_lt(kb_run_open(dir, &info, &run, &err), 0);
+    cr_assert(strstr(err.msg, "predictions/ without run.json"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "move predictions/ away"), "a way out: %s", err.msg);
+    free(line);
+    kb_matrix_free(&m);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* trec has 10 samples; the other task's data is not here (unchecked) */
+static long ten_samples(void *ctx, const char *data, const char *task)
+{
+    (void)ctx, (void)data;
+    return strcmp(task, "trec") == 0 ? 10 : -1;
+}
+
+Test(results, merge_checks_line_counts_against_the_data)
+{
+    kb_matrix m;
+    matrix_from(&m, "{\"name\": \"h2o\", \"algorithm\": \"h2o\"}");
+    char *out = tu_mkdtemp();
+    char *merged = kb_run_dir(out, "r", NULL);
+    char **dirs = shard_list(out, 2);
+    kb_task_sizes sizes = {.count = ten_samples};
+    size_t n_files;
+    /* two finished shards of 10 samples: complete */
+    write_shard(out, &m, "h", 0, 2, 10);
+    write_shard(out, &m, "h", 1, 2, 10);
+    cr_assert_eq(kb_run_merge((const char *const *)dirs, 2, merged, false, &sizes, &n_files, &err),
+                 0, "%s", err.msg);
+    /* shard 1 marked finished but its h2o file misses sample 9 */
+    char *path = file_of(dirs[1], "h2o", "trec");
+    char *text = tu_slurp(path, NULL);
+    *strrchr(text, '\n') = '\0';
+    *(strrchr(text, '\n') + 1) = '\0';
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    free(text);
+    cr_assert_lt(kb_run_merge((const char *const *)dirs, 2, merged, false, &sizes, &n_files, &err),
+                 0);
+    cr_assert(strstr(err.msg, "the shards hold 9 lines, the data and limit give 10 samples"), "%s",
+              err.msg);
+    /* a (config, task) with no file in any shard */
+    unlink(path);
+    char *other = file_of(dirs[0], "h2o", "trec");
+    unlink(other);
+    cr_assert_lt(kb_run_merge((const char *const *)dirs, 2, merged, false, &sizes, &n_files, &err),
+                 0);
+    cr_assert(strstr(err.msg, "h2o/trec.jsonl: no shard has this file"), "%s", err.msg);
+    free(other);
+    free(path);
+    free(merged);
+    free_list(dirs, 2);
+    kb_matrix_free(&m);
     tu_rmtree(out);
     free(out);
 }

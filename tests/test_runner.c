@@ -354,8 +354,8 @@ Test(runner, shards_then_merge_equal_one_run)
     cr_assert_eq(prefills, 12, "every sample in exactly one shard");
     char *merged = kb_run_dir(out, "r", NULL);
     size_t n_files;
-    cr_assert_eq(kb_run_merge((const char *const *)dirs, 3, merged, false, &n_files, &err), 0, "%s",
-                 err.msg);
+    cr_assert_eq(kb_run_merge((const char *const *)dirs, 3, merged, false, NULL, &n_files, &err), 0,
+                 "%s", err.msg);
     cr_assert_eq(n_files, 6);
     char *rdir = kb_run_dir(ref, "r", NULL);
     expect_same_predictions(rdir, merged, &m);

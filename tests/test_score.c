@@ -1,10 +1,12 @@
 /* eval.py's aggregation (Python and numpy rounding, pairwise mean, buckets),
  * LongBench v2's answer extraction, and `kvbench score` end to end. */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "score.h"
 #include "testutil.h"
@@ -102,15 +104,29 @@ Test(score, cli_scores_a_longbench_pred_folder)
         "1}\n"
         "{\"pred\": \"no\", \"answers\": [\"cat\"], \"all_classes\": null, \"length\": 2}\n");
     write_file(dir, "notes.txt", "not a prediction file\n");
+    /* by default it only prints: LongBench's pred/ folder may be read-only */
     tu_result r = tu_kvbench("score", dir, NULL);
     cr_assert_eq(r.status, 0, "stderr: %s", r.err);
     cr_expect(strstr(r.out, "qasper"), "%s", r.out);
     cr_expect(strstr(r.out, "66.67"), "qasper: 2 of 3 right -> 66.67\n%s", r.out);
     cr_expect(strstr(r.out, "75.00"), "trec: 1 + 1/2 of 2 -> 75.00\n%s", r.out);
-    char csv[4096];
+    char csv[4096], out[4096];
     snprintf(csv, sizeof csv, "%s/scores.csv", dir);
+    snprintf(out, sizeof out, "%s/result.json", dir);
+    cr_expect(access(csv, F_OK) != 0, "score wrote %s unasked", csv);
+    tu_result_free(&r);
+    r = tu_kvbench("score", dir, "--csv", csv, "--out", out, NULL);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
     char *text = tu_slurp(csv, NULL);
     cr_expect(strstr(text, "qasper,qa_f1_score,3,66.67,2,50.00,1,100.00,0,NaN"), "%s", text);
+    free(text);
+    text = tu_slurp(out, NULL); /* eval.py's result.json */
+    cJSON *j = cJSON_Parse(text);
+    cr_expect_float_eq(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "qasper")), 66.67, 1e-9, "%s",
+                       text);
+    cr_expect_float_eq(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "trec")), 75.0, 1e-9, "%s",
+                       text);
+    cJSON_Delete(j);
     free(text);
     tu_result_free(&r);
 
@@ -184,14 +200,14 @@ Test(score, cli_v2_accuracy_like_result_py)
     write_file(dir, "array.json",
                "[{\"difficulty\": \"easy\", \"length\": \"long\", \"answer\": \"B\", \"response\": "
                "\"no idea\"}]");
-    tu_result r = tu_kvbench("score", "--v2", dir, NULL);
+    char csv[4096];
+    snprintf(csv, sizeof csv, "%s/v2.csv", dir);
+    tu_result r = tu_kvbench("score", "--v2", dir, "--csv", csv, NULL);
     cr_assert_eq(r.status, 0, "stderr: %s", r.err);
     /* model: 2 of 3 right; easy 1/1, hard 1/2, short 1/1, medium 1/1, long 0/1 */
     cr_expect(strstr(r.out, "model.jsonl"), "%s", r.out);
     cr_expect(strstr(r.out, "66.7    100.0     50.0    100.0    100.0      0.0"), "%s", r.out);
     cr_expect(strstr(r.out, "array.json"), "%s", r.out);
-    char csv[4096];
-    snprintf(csv, sizeof csv, "%s/scores.csv", dir);
     char *text = tu_slurp(csv, NULL);
     cr_expect(strstr(text, "array.json,1,0.0,0.0,NaN,NaN,NaN,0.0"), "%s", text);
     free(text);
