@@ -548,7 +548,7 @@ static char *plant(const char *dir, const char *config, const char *task, const 
 {
     char *pdir, *path = file_of(dir, config, task);
     cr_assert_geq(asprintf(&pdir, "%s/predictions/%s", dir, config), 0);
-    cr_assert_eq(kb_mkdirs(pdir, &err), 0);
+    cr_assert_eq(kv_mkdirs(pdir, &err), 0);
     FILE *f = fopen(path, "w");
     fputs(text, f);
     fclose(f);
