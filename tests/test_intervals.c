@@ -81,17 +81,31 @@ static const cJSON *ref_row(const cJSON *ref, const char *config, const char *ta
     return NULL;
 }
 
-Test(intervals, demo_scores_csv_bounds_agree_with_an_independent_bootstrap)
+/* `kvbench report` of the demo run into a new folder (caller removes and frees). */
+static char *demo_report(void)
 {
     char *run = tu_source("tests/data/bootstrap/demo");
     char *out = tu_mkdtemp();
     tu_result res = tu_kvbench("report", run, "--output", out, NULL);
     cr_assert_eq(res.status, 0, "%s", res.err);
     tu_result_free(&res);
+    free(run);
+    return out;
+}
+
+static char *read_in(const char *dir, const char *name)
+{
     char *path;
-    cr_assert_geq(asprintf(&path, "%s/scores.csv", out), 0);
-    char *csv = tu_slurp(path, NULL);
+    cr_assert_geq(asprintf(&path, "%s/%s", dir, name), 0);
+    char *text = tu_slurp(path, NULL);
     free(path);
+    return text;
+}
+
+Test(intervals, demo_scores_csv_bounds_agree_with_an_independent_bootstrap)
+{
+    char *out = demo_report();
+    char *csv = read_in(out, "scores.csv");
     cJSON *ref = reference();
 
     char *save, *line = strtok_r(csv, "\n", &save);
@@ -135,7 +149,6 @@ Test(intervals, demo_scores_csv_bounds_agree_with_an_independent_bootstrap)
     free(csv);
     tu_rmtree(out);
     free(out);
-    free(run);
 }
 
 Test(intervals, demo_averages_agree_with_an_independent_bootstrap)
@@ -180,15 +193,8 @@ Test(intervals, demo_averages_agree_with_an_independent_bootstrap)
  * against the reference, and summary.md's marks following the intervals. */
 Test(intervals, demo_averages_csv_and_summary_marks)
 {
-    char *run = tu_source("tests/data/bootstrap/demo");
-    char *out = tu_mkdtemp();
-    tu_result res = tu_kvbench("report", run, "--output", out, NULL);
-    cr_assert_eq(res.status, 0, "%s", res.err);
-    tu_result_free(&res);
-    char *path;
-    cr_assert_geq(asprintf(&path, "%s/averages.csv", out), 0);
-    char *csv = tu_slurp(path, NULL);
-    free(path);
+    char *out = demo_report();
+    char *csv = read_in(out, "averages.csv");
     cJSON *ref = reference();
     char *save, *line = strtok_r(csv, "\n", &save);
     char *header[16];
@@ -224,9 +230,7 @@ Test(intervals, demo_averages_csv_and_summary_marks)
     cJSON_Delete(ref);
     free(csv);
 
-    cr_assert_geq(asprintf(&path, "%s/summary.md", out), 0);
-    char *md = tu_slurp(path, NULL);
-    free(path);
+    char *md = read_in(out, "summary.md");
     /* StreamingLLM at 128 is far below the full cache: marked; SnapKV W=32 at 128 is
      * +0.74 with an interval around 0: not marked */
     char *row = strstr(md, "| streaming_128 | 128 |");
@@ -241,5 +245,4 @@ Test(intervals, demo_averages_csv_and_summary_marks)
     free(md);
     tu_rmtree(out);
     free(out);
-    free(run);
 }
