@@ -1,4 +1,4 @@
-/* kvbench report: scores.csv, summary.md and report.html from run folders. */
+/* kvbench report: scores.csv, averages.csv, summary.md and report.html from run folders. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -94,7 +94,8 @@ static int run(const kb_args *a)
         rc = KB_EXIT_FAIL;
     }
     if (rc == KB_EXIT_OK) {
-        printf("wrote %s/scores.csv, %s/summary.md, %s/report.html\n", output, output, output);
+        printf("wrote %s/scores.csv, %s/averages.csv, %s/summary.md, %s/report.html\n", output,
+               output, output, output);
         size_t regressions = 0;
         for (size_t i = 0; have_base && i < n; i++) {
             kb_change *ch = NULL;
@@ -138,7 +139,8 @@ const kb_command kb_cmd_report = {
     .description =
         "Reads run.json and scores.json of each run folder (the runner writes scores.json\n"
         "after scoring; when it is missing, it is rebuilt from the predictions) and writes\n"
-        "scores.csv (one row per model x config x task), summary.md\n"
+        "scores.csv (one row per model x config x task), averages.csv\n"
+        "(category and overall averages with intervals), summary.md\n"
         "(configs x tasks with category and EN16 averages and the delta to the full cache)\n"
         "and report.html (self-contained: inline SVG charts of score vs cache budget and vs\n"
         "context length and a per-task heatmap; opens with no network). Scores carry 95%\n"

@@ -107,7 +107,7 @@ static void print_summary(const kb_matrix *m, const kb_runner_options *o)
                 fputs(line, stdout);
         }
         fclose(f);
-        printf("\nfull report: %s (summary.md, scores.csv, report.html)\n", dir);
+        printf("\nfull report: %s (summary.md, scores.csv, averages.csv, report.html)\n", dir);
     }
     free(path);
     free(dir);

@@ -994,6 +994,65 @@ static const char *length_axis(const length_view *v)
                         : "context length (nearest multiple of 512)";
 }
 
+/* averages.csv: the rows of summary.md's average columns, with intervals:
+ * one line per run x config x average (each category, the headline, and
+ * "Avg" over all tasks when that is not the headline). */
+static void csv_average(FILE *f, const pivot *p, size_t c, const char *name, task_set set,
+                        size_t n_tasks)
+{
+    cell_est e = avg_est(p, c, set);
+    const kb_report_run *run = p->run;
+    const char *fields[] = {run->name, run->model, run->model_hash, p->configs[c], name};
+    for (size_t j = 0; j < sizeof fields / sizeof *fields; j++) {
+        csv_field(f, fields[j]);
+        fputc(',', f);
+    }
+    long budget = config_budget(run, p->configs[c]);
+    if (budget >= 0)
+        fprintf(f, "%ld", budget);
+    fprintf(f, ",%zu", n_tasks);
+    const double v[] = {e.score.value, e.score.ci.lo, e.score.ci.hi,
+                        e.delta.value, e.delta.ci.lo, e.delta.ci.hi};
+    for (size_t j = 0; j < sizeof v / sizeof *v; j++) {
+        fputc(',', f);
+        csv_num(f, (int)c == p->full && j >= 3 ? NAN : v[j], "%.2f");
+    }
+    fputc('\n', f);
+}
+
+static size_t tasks_in(const pivot *p, task_set set)
+{
+    size_t k = 0;
+    for (size_t t = 0; t < p->nt; t++)
+        k += in_set(p, t, set);
+    return k;
+}
+
+int kb_report_write_averages_csv(FILE *f, const kb_report_run *runs, size_t n)
+{
+    fputs("run,model,model_hash,config,average,budget,tasks,score,ci_low,ci_high,delta_full,"
+          "delta_ci_low,delta_ci_high\n",
+          f);
+    for (size_t k = 0; k < n; k++) {
+        pivot p;
+        if (pivot_build(&p, &runs[k]) < 0)
+            return -1;
+        for (size_t c = 0; c < p.nc; c++) {
+            for (int i = 0; kb_task_categories[i]; i++) {
+                task_set set = {kb_task_categories[i], false};
+                if (category_present(&p, kb_task_categories[i]))
+                    csv_average(f, &p, c, kb_task_categories[i], set, tasks_in(&p, set));
+            }
+            if (has_en16(&p))
+                csv_average(f, &p, c, "EN16", headline_set(&p), 16);
+            if (!has_en16(&p) || extra_avg(&p))
+                csv_average(f, &p, c, "Avg", (task_set){NULL, false}, p.nt);
+        }
+        pivot_free(&p);
+    }
+    return ferror(f) ? -1 : 0;
+}
+
 /* ---- Markdown ---------------------------------------------------------- */
 
 /* A table cell's text: '|' would end the cell and a newline the row. */
@@ -1262,17 +1321,18 @@ int kb_report_write_markdown(FILE *f, const kb_report_run *runs, size_t n,
 int kb_report_write(const char *dir, const kb_report_run *runs, size_t n,
                     const kb_report_options *opt, kv_error *err)
 {
-    static const char *const names[] = {"scores.csv", "summary.md", "report.html"};
+    static const char *const names[] = {"scores.csv", "averages.csv", "summary.md", "report.html"};
     if (kv_mkdirs(dir, err) < 0)
         return -1;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         char *buf = NULL;
         size_t len = 0;
         FILE *f = open_memstream(&buf, &len);
         if (!f)
             return kv_fail(err, "out of memory");
         int rc = i == 0   ? kb_report_write_csv(f, runs, n)
-                 : i == 1 ? kb_report_write_markdown(f, runs, n, opt)
+                 : i == 1 ? kb_report_write_averages_csv(f, runs, n)
+                 : i == 2 ? kb_report_write_markdown(f, runs, n, opt)
                           : kb_report_write_html(f, runs, n, opt);
         fclose(f);
         char *path = kv_path_join(dir, names[i]);

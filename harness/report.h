@@ -121,12 +121,16 @@ typedef struct kb_report_options {
 } kb_report_options;
 
 int kb_report_write_csv(FILE *f, const kb_report_run *runs, size_t n);
+/* The category and overall averages of every config, with their intervals
+ * and paired differences to the full cache (harness/rowstats.h). */
+int kb_report_write_averages_csv(FILE *f, const kb_report_run *runs, size_t n);
 int kb_report_write_markdown(FILE *f, const kb_report_run *runs, size_t n,
                              const kb_report_options *opt);
 int kb_report_write_html(FILE *f, const kb_report_run *runs, size_t n,
                          const kb_report_options *opt);
 
-/* Writes scores.csv, summary.md and report.html into dir (each atomically). */
+/* Writes scores.csv, averages.csv, summary.md and report.html into dir (each
+ * atomically). */
 int kb_report_write(const char *dir, const kb_report_run *runs, size_t n,
                     const kb_report_options *opt, kv_error *err);
 

@@ -98,7 +98,7 @@ static kb_score_row make_row(const char *config, const double *x, size_t n, bool
     double sum = 0;
     for (size_t i = 0; i < n; i++) {
         size_t j = reversed ? n - 1 - i : i;
-        char id[16];
+        char id[32];
         snprintf(id, sizeof id, "s%zu", j);
         r.samples[i] = (kb_sample_score){strdup(id), x[j], -1};
         sum += x[j];

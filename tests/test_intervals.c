@@ -81,17 +81,31 @@ static const cJSON *ref_row(const cJSON *ref, const char *config, const char *ta
     return NULL;
 }
 
-Test(intervals, demo_scores_csv_bounds_agree_with_an_independent_bootstrap)
+/* `kvbench report` of the demo run into a new folder (caller removes and frees). */
+static char *demo_report(void)
 {
     char *run = tu_source("tests/data/bootstrap/demo");
     char *out = tu_mkdtemp();
     tu_result res = tu_kvbench("report", run, "--output", out, NULL);
     cr_assert_eq(res.status, 0, "%s", res.err);
     tu_result_free(&res);
+    free(run);
+    return out;
+}
+
+static char *read_in(const char *dir, const char *name)
+{
     char *path;
-    cr_assert_geq(asprintf(&path, "%s/scores.csv", out), 0);
-    char *csv = tu_slurp(path, NULL);
+    cr_assert_geq(asprintf(&path, "%s/%s", dir, name), 0);
+    char *text = tu_slurp(path, NULL);
     free(path);
+    return text;
+}
+
+Test(intervals, demo_scores_csv_bounds_agree_with_an_independent_bootstrap)
+{
+    char *out = demo_report();
+    char *csv = read_in(out, "scores.csv");
     cJSON *ref = reference();
 
     char *save, *line = strtok_r(csv, "\n", &save);
@@ -135,7 +149,6 @@ Test(intervals, demo_scores_csv_bounds_agree_with_an_independent_bootstrap)
     free(csv);
     tu_rmtree(out);
     free(out);
-    free(run);
 }
 
 Test(intervals, demo_averages_agree_with_an_independent_bootstrap)
@@ -174,4 +187,62 @@ Test(intervals, demo_averages_agree_with_an_independent_bootstrap)
     cJSON_Delete(ref);
     kb_report_run_free(&run);
     free(dir);
+}
+
+/* The demo's report through the command line: "Avg" lines of averages.csv
+ * against the reference, and summary.md's marks following the intervals. */
+Test(intervals, demo_averages_csv_and_summary_marks)
+{
+    char *out = demo_report();
+    char *csv = read_in(out, "averages.csv");
+    cJSON *ref = reference();
+    char *save, *line = strtok_r(csv, "\n", &save);
+    char *header[16];
+    size_t nh = csv_split(line, header, 16);
+    size_t c_config = column(header, nh, "config"), c_avg = column(header, nh, "average");
+    size_t c_lo = column(header, nh, "ci_low"), c_hi = column(header, nh, "ci_high");
+    size_t c_dlo = column(header, nh, "delta_ci_low"), c_dhi = column(header, nh, "delta_ci_high");
+    int n = 0;
+    while ((line = strtok_r(NULL, "\n", &save)) != NULL) {
+        char *f[16];
+        cr_assert_eq(csv_split(line, f, 16), nh);
+        if (strcmp(f[c_avg], "Avg") != 0)
+            continue;
+        const cJSON *a;
+        cJSON_ArrayForEach(a, cJSON_GetObjectItem(ref, "averages"))
+        {
+            if (strcmp(cJSON_GetObjectItem(a, "config")->valuestring, f[c_config]) != 0)
+                continue;
+            cr_assert(fabs(strtod(f[c_lo], NULL) - cJSON_GetObjectItem(a, "ci_low")->valuedouble) <=
+                      TOLERANCE);
+            cr_assert(fabs(strtod(f[c_hi], NULL) -
+                           cJSON_GetObjectItem(a, "ci_high")->valuedouble) <= TOLERANCE);
+            if (strcmp(f[c_config], "full") != 0) {
+                cr_assert(fabs(strtod(f[c_dlo], NULL) -
+                               cJSON_GetObjectItem(a, "delta_ci_low")->valuedouble) <= TOLERANCE);
+                cr_assert(fabs(strtod(f[c_dhi], NULL) -
+                               cJSON_GetObjectItem(a, "delta_ci_high")->valuedouble) <= TOLERANCE);
+            }
+            n++;
+        }
+    }
+    cr_assert_eq(n, 10);
+    cJSON_Delete(ref);
+    free(csv);
+
+    char *md = read_in(out, "summary.md");
+    /* StreamingLLM at 128 is far below the full cache: marked; SnapKV W=32 at 128 is
+     * +0.74 with an interval around 0: not marked */
+    char *row = strstr(md, "| streaming_128 | 128 |");
+    cr_assert_not_null(row);
+    cr_assert(strstr(row, "] ▼ |") && strstr(row, "] ▼ |") < strchr(row, '\n'), "%.200s", row);
+    row = strstr(md, "| snapkv_s4_r32_i92_w32_norot | 128 |");
+    cr_assert_not_null(row);
+    *strchr(row, '\n') = '\0';
+    cr_assert(strstr(row, "| +0.74 [-"), "%s", row);
+    cr_assert_null(strstr(row, "▼"), "%s", row);
+    cr_assert_null(strstr(row, "▲"), "%s", row);
+    free(md);
+    tu_rmtree(out);
+    free(out);
 }
