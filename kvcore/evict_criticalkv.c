@@ -6,6 +6,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "evict_impl.h"
@@ -16,8 +17,9 @@ enum { CHUNK = 128 }; /* slots per matrix product: bounds the scratch */
 
 typedef struct vnorm_job {
     const kv_evict_model *m;
-    const float *w, *v;
-    int n;
+    const float *w; /* the columns of heads [h0, h1), rows ld floats apart */
+    const float *v;
+    int n, ld;
     int h0, h1; /* query heads [h0, h1) */
     double *out;
     float *prod; /* [workers][CHUNK][hidden] */
@@ -37,8 +39,8 @@ static void vnorm_chunk(void *ctx, int task, int worker)
     for (int h = j->h0; h < j->h1; h++) {
         /* prod[rows][hid] = V_kv(h)[rows][D] . (Wo[:, h*D:(h+1)*D])^T */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, hid, D, 1.0f,
-                    j->v + (size_t)t0 * row + (size_t)(h / per_kv) * D, row, j->w + (size_t)h * D,
-                    H * D, 0.0f, prod, hid);
+                    j->v + (size_t)t0 * row + (size_t)(h / per_kv) * D, row,
+                    j->w + (size_t)(h - j->h0) * D, j->ld, 0.0f, prod, hid);
         for (int r = 0; r < rows; r++) {
             double l1 = 0.0;
             for (int i = 0; i < hid; i++)
@@ -48,21 +50,40 @@ static void vnorm_chunk(void *ctx, int task, int worker)
     }
 }
 
-/* Layer `layer`'s o_proj as F32 [hidden][n_heads * head_dim]: the model's
- * own data when it is F32, else widened into *scratch (malloc'd, the caller
- * frees it): one layer at a time, never the whole model's. Widening is exact,
- * so the products are those of an F32 copy. */
-static const float *o_proj_f32(const kv_evict_model *m, int layer, float **scratch, kv_error *err)
+/* The columns of query heads [h0, h1) of layer `layer`'s o_proj as F32,
+ * *ld floats per row: the model's own data when it is F32, else those columns
+ * widened into *scratch (malloc'd, the caller frees it), so a call never holds
+ * more than one layer and a per-KV-head call widens only its heads. Widening
+ * is exact: the products are those of an F32 copy. */
+static const float *o_proj_f32(const kv_evict_model *m, int layer, int h0, int h1, int *ld,
+                               float **scratch, kv_error *err)
 {
     const kv_weight *w = &m->o_proj[layer];
+    size_t first = (size_t)h0 * (size_t)m->head_dim, cols = (size_t)(h1 - h0) * m->head_dim;
     *scratch = NULL;
-    if (w->dtype == KV_DTYPE_F32)
-        return w->data;
-    if (!(*scratch = malloc((size_t)w->rows * (size_t)w->cols * sizeof **scratch))) {
+    if (w->dtype == KV_DTYPE_F32) {
+        *ld = w->cols;
+        return (const float *)w->data + first;
+    }
+    if (!(*scratch = malloc((size_t)w->rows * cols * sizeof **scratch))) {
         kv_fail(err, "CriticalKV: out of memory");
         return NULL;
     }
-    kv_widen_rows(m->pool, w, 0, w->rows, *scratch);
+    *ld = (int)cols;
+    if (cols == (size_t)w->cols) { /* whole rows: the engine's vectorised widening */
+        kv_widen_rows(m->pool, w, 0, w->rows, *scratch);
+        return *scratch;
+    }
+    for (size_t r = 0; r < (size_t)w->rows; r++) {
+        const uint16_t *src = (const uint16_t *)w->data + r * (size_t)w->cols + first;
+        float *dst = *scratch + r * cols;
+        if (w->dtype == KV_DTYPE_BF16)
+            for (size_t c = 0; c < cols; c++)
+                dst[c] = kv_bf16_to_f32(src[c]);
+        else
+            for (size_t c = 0; c < cols; c++)
+                dst[c] = kv_f16_to_f32(src[c]);
+    }
     return *scratch;
 }
 
@@ -72,14 +93,14 @@ int kv_criticalkv_vnorm(const kv_evict_model *m, int layer, int kv_head, const f
     int tasks = (n + CHUNK - 1) / CHUNK;
     int workers = m->pool ? kv_pool_threads(m->pool) : 1;
     int per_kv = m->n_heads / m->n_kv_heads;
-    float *wide;
-    vnorm_job j = {m, o_proj_f32(m, layer, &wide, err), v, n, 0, m->n_heads, out, NULL};
-    if (!j.w)
-        return -1;
+    vnorm_job j = {.m = m, .v = v, .n = n, .h0 = 0, .h1 = m->n_heads, .out = out};
     if (kv_head >= 0) {
         j.h0 = kv_head * per_kv;
         j.h1 = j.h0 + per_kv;
     }
+    float *wide;
+    if (!(j.w = o_proj_f32(m, layer, j.h0, j.h1, &j.ld, &wide, err)))
+        return -1;
     j.prod = malloc((size_t)workers * CHUNK * (size_t)m->hidden * sizeof *j.prod);
     if (!j.prod) {
         free(wide);
@@ -144,7 +165,8 @@ int kv_evict_model_vnorm_gains(kv_evict_model *em, kv_error *err)
     int rc = 0;
     for (int l = 0; l < em->n_layers; l++) {
         float *wide;
-        const float *wo = o_proj_f32(em, l, &wide, err);
+        int ld;
+        const float *wo = o_proj_f32(em, l, 0, H, &ld, &wide, err);
         if (!wo) {
             rc = -1;
             break;
@@ -152,7 +174,7 @@ int kv_evict_model_vnorm_gains(kv_evict_model *em, kv_error *err)
         for (int h = 0; h < H; h++) {
             /* Gram matrix of the head's block of o_proj: Wo_h^T Wo_h, [D][D] */
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, D, D, hid, 1.0f,
-                        wo + (size_t)h * D, H * D, wo + (size_t)h * D, H * D, 0.0f, gf, D);
+                        wo + (size_t)h * D, ld, wo + (size_t)h * D, ld, 0.0f, gf, D);
             for (size_t i = 0; i < (size_t)D * D; i++)
                 g[i] = gf[i];
             /* 1e-3 covers the rounding of the float Gram matrix and of the

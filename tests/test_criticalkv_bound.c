@@ -242,10 +242,10 @@ Test(criticalkv_bound, per_head_same_picks)
                "\"refined_algorithm\": \"criticalkv\"}");
 }
 
-/* CriticalKV reads the model's o_proj in its file dtype: BF16 weights give
- * the very weights and gains that an F32 copy of them gives (widening is
- * exact), and the pool's widening agrees with the calling thread's. */
-Test(criticalkv_bound, bf16_o_proj_equals_its_f32_copy)
+/* CriticalKV reads the model's o_proj in its file dtype: BF16 and F16
+ * weights give the very weights and gains that an F32 copy of them gives
+ * (widening is exact; per-KV-head calls widen only their heads' columns). */
+static void expect_same_as_f32_copy(kv_dtype dtype)
 {
     enum { N = 200, ROW = KV * DIM, COLS = HEADS * DIM };
     rng_state = 7;
@@ -259,10 +259,15 @@ Test(criticalkv_bound, bf16_o_proj_equals_its_f32_copy)
             float f = (float)(gaussian() * 0.1);
             uint32_t u;
             memcpy(&u, &f, sizeof u);
-            half[l][i] = (uint16_t)(u >> 16); /* truncated to BF16 */
-            wide[l][i] = kv_bf16_to_f32(half[l][i]);
+            if (dtype == KV_DTYPE_BF16) { /* truncated to BF16 */
+                half[l][i] = (uint16_t)(u >> 16);
+                wide[l][i] = kv_bf16_to_f32(half[l][i]);
+            } else { /* a finite F16: random sign and mantissa, exponent 8..22 */
+                half[l][i] = (uint16_t)((u & 0x8000u) | (8u + u % 15u) << 10 | (u >> 7 & 0x3FFu));
+                wide[l][i] = kv_f16_to_f32(half[l][i]);
+            }
         }
-        w16[l] = (kv_weight){KV_DTYPE_BF16, half[l], HIDDEN, COLS};
+        w16[l] = (kv_weight){dtype, half[l], HIDDEN, COLS};
         w32[l] = (kv_weight){KV_DTYPE_F32, wide[l], HIDDEN, COLS};
     }
     kv_error err;
@@ -299,4 +304,14 @@ Test(criticalkv_bound, bf16_o_proj_equals_its_f32_copy)
     free((void *)m32.vnorm_gain);
     for (int l = 0; l < LAYERS; l++)
         free(half[l]), free(wide[l]);
+}
+
+Test(criticalkv_bound, bf16_o_proj_equals_its_f32_copy)
+{
+    expect_same_as_f32_copy(KV_DTYPE_BF16);
+}
+
+Test(criticalkv_bound, f16_o_proj_equals_its_f32_copy)
+{
+    expect_same_as_f32_copy(KV_DTYPE_F16);
 }
