@@ -16,6 +16,7 @@ PACKAGES=(
   libcjson-dev libcurl4-openssl-dev libpcre2-dev libopenblas-dev
   libcriterion-dev libutf8proc-dev libzip-dev
   libssl-dev           # libcrypto's SHA-256 for downloads (libcurl already loads libcrypto)
+  libjansson-dev       # JSON strings with NUL bytes for the data path (cJSON cuts them)
   python3-jieba        # jieba's dictionary and HMM tables, read by the Chinese scorers
 )
 

@@ -53,12 +53,12 @@ size_t lb_stop_tokens(const kv_tokenizer *t, const lb_task *task, lb_protocol p,
 
 
 /* The value of field `name` (of length n) in a v1 record, or NULL. */
-static const char *field(const lb_sample *s, const char *name, size_t n)
+static const kv_str *field(const lb_sample *s, const char *name, size_t n)
 {
     if (n == 7 && memcmp(name, "context", 7) == 0)
-        return s->context;
+        return &s->context;
     if (n == 5 && memcmp(name, "input", 5) == 0)
-        return s->input;
+        return &s->input;
     return NULL;
 }
 
@@ -79,13 +79,13 @@ static int format_braces(const lb_task *task, const lb_sample *s, kv_strbuf *out
             continue;
         }
         const char *close = t[0] == '{' ? strchr(t, '}') : NULL;
-        const char *value = close ? field(s, t + 1, (size_t)(close - t - 1)) : NULL;
+        const kv_str *value = close ? field(s, t + 1, (size_t)(close - t - 1)) : NULL;
         if (!value)
             return kv_fail(err,
                            "task %s: its template has a placeholder other than "
                            "{context} and {input} near \"%.20s\"",
                            task->name, t);
-        if (kv_strbuf_add(out, value, strlen(value)) < 0)
+        if (kv_strbuf_add(out, value->p, value->n) < 0)
             return kv_fail(err, "out of memory building a %s prompt", task->name);
         t = close + 1;
     }
@@ -117,22 +117,22 @@ static int replace_all(kv_strbuf *text, const char *key, const char *value, size
  * .replace('$C_A$', choice_A.strip()) ... ; the CoT answer step also replaces $COT$. */
 static int format_dollars(const lb_task *task, const lb_sample *s, kv_strbuf *out, kv_error *err)
 {
-    if (!s->choices[0] || !s->choices[1] || !s->choices[2] || !s->choices[3])
+    if (!s->choices[0].p || !s->choices[1].p || !s->choices[2].p || !s->choices[3].p)
         return kv_fail(err, "task %s needs LongBench v2 records (choice_A..choice_D)", task->name);
     bool wants_cot = strstr(task->prompt, "$COT$") != NULL;
-    if (wants_cot && !s->cot)
+    if (wants_cot && !s->cot.p)
         return kv_fail(err, "task %s needs the output of the v2_cot step ($COT$)", task->name);
     const char *keys[] = {"$DOC$", "$Q$", "$C_A$", "$C_B$", "$C_C$", "$C_D$", "$COT$"};
-    const char *values[] = {s->context,    s->input,      s->choices[0], s->choices[1],
-                            s->choices[2], s->choices[3], s->cot};
+    const kv_str values[] = {s->context,    s->input,      s->choices[0], s->choices[1],
+                             s->choices[2], s->choices[3], s->cot};
     if (kv_strbuf_add(out, task->prompt, strlen(task->prompt)) < 0)
         return kv_fail(err, "out of memory building a %s prompt", task->name);
     for (int i = 0; i < 7; i++) {
         if (i == 6 && !wants_cot)
             break;
         size_t a, b; /* v2's pred.py strips every field */
-        kv_utf8_py_strip(values[i], strlen(values[i]), &a, &b);
-        if (replace_all(out, keys[i], values[i] + a, b - a) < 0)
+        kv_utf8_py_strip(values[i].p, values[i].n, &a, &b);
+        if (replace_all(out, keys[i], values[i].p + a, b - a) < 0)
             return kv_fail(err, "out of memory building a %s prompt", task->name);
     }
     return 0;
@@ -175,18 +175,22 @@ static int cut_middle(const kv_tokenizer *t, const int32_t *ids, size_t n, long 
     size_t half = (size_t)max_length / 2, tail_n = v2 ? (size_t)(max_length + 1) / 2 : half;
     if (tail_n == 0) /* max_length 1: Python's ids[-0:] is the whole list, not none of it */
         tail_n = n;
-    char *head = kv_tokenizer_decode(t, ids, half, true);
-    char *tail = kv_tokenizer_decode(t, ids + n - tail_n, tail_n, true);
-    char *joined = NULL;
-    int rc = head && tail && asprintf(&joined, "%s%s", head, tail) >= 0
+    size_t head_n = 0, tail_len = 0;
+    char *head = kv_tokenizer_decode_len(t, ids, half, true, &head_n);
+    char *tail = kv_tokenizer_decode_len(t, ids + n - tail_n, tail_n, true, &tail_len);
+    kv_strbuf joined = {0};
+    kv_strbuf_add(&joined, head ? head : "", head_n);
+    int rc = head && tail && kv_strbuf_add(&joined, tail, tail_len) == 0
                  ? 0
                  : kv_fail(err, "out of memory truncating a prompt");
     free(head);
     free(tail);
     if (rc == 0) {
         free(*text);
-        *text = joined;
-        *len = strlen(joined);
+        *text = joined.s;
+        *len = joined.len;
+    } else {
+        kv_strbuf_free(&joined);
     }
     return rc;
 }
@@ -194,13 +198,14 @@ static int cut_middle(const kv_tokenizer *t, const int32_t *ids, size_t n, long 
 static int apply_chat(const kv_tokenizer *t, bool enable_thinking, char **text, size_t *len,
                       kv_error *err)
 {
-    kv_chat_message user = {.role = "user", .content = *text};
-    char *chat = kv_chat_render(t, &user, 1, true, enable_thinking, err);
+    kv_chat_message user = {.role = "user", .content = *text, .content_len = *len};
+    size_t chat_len;
+    char *chat = kv_chat_render_len(t, &user, 1, true, enable_thinking, &chat_len, err);
     if (!chat)
         return -1;
     free(*text);
     *text = chat;
-    *len = strlen(chat);
+    *len = chat_len;
     return 0;
 }
 

@@ -1,12 +1,12 @@
 #include "sample.h"
 
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "file.h"
+#include "jsonstr.h"
 #include "jsonl.h"
 
 void lb_sample_free(lb_sample *s)
@@ -14,22 +14,22 @@ void lb_sample_free(lb_sample *s)
     if (!s)
         return;
     free(s->id);
-    free(s->input);
-    free(s->context);
+    kv_str_free(&s->input);
+    kv_str_free(&s->context);
     free(s->dataset);
     free(s->language);
     for (size_t i = 0; i < s->n_answers; i++)
-        free(s->answers[i]);
+        kv_str_free(&s->answers[i]);
     free(s->answers);
     for (size_t i = 0; i < s->n_classes; i++)
-        free(s->all_classes[i]);
+        kv_str_free(&s->all_classes[i]);
     free(s->all_classes);
     for (int i = 0; i < 4; i++)
-        free(s->choices[i]);
+        kv_str_free(&s->choices[i]);
     free(s->domain);
     free(s->difficulty);
     free(s->length_class);
-    free(s->cot);
+    kv_str_free(&s->cot);
     memset(s, 0, sizeof *s);
 }
 
@@ -55,115 +55,128 @@ char *lb_sample_path(const char *dir, const lb_task *task)
 
 /* ---- one record ---------------------------------------------------------- */
 
-static const char *json_type_name(const cJSON *v)
+static const char *json_type_name(const json_t *v)
 {
-    if (cJSON_IsString(v))
+    switch (json_typeof(v)) {
+    case JSON_STRING:
         return "a string";
-    if (cJSON_IsNumber(v))
+    case JSON_INTEGER:
+    case JSON_REAL:
         return "a number";
-    if (cJSON_IsArray(v))
+    case JSON_ARRAY:
         return "an array";
-    if (cJSON_IsObject(v))
+    case JSON_OBJECT:
         return "an object";
-    if (cJSON_IsBool(v))
+    case JSON_TRUE:
+    case JSON_FALSE:
         return "a boolean";
-    if (cJSON_IsNull(v))
+    default:
         return "null";
-    return "an invalid value";
+    }
 }
 
-/* Takes the parsed string out of the cJSON tree instead of copying it: a
- * context is megabytes, and copying it again would halve the loading speed.
- * cJSON_Delete skips a NULL valuestring. */
-static char *steal_string(cJSON *v)
+static const json_t *string_member(const json_t *obj, const char *key, kv_error *err)
 {
-    char *s = v->valuestring;
-    v->valuestring = NULL;
-    return s;
-}
-
-static int take_string(cJSON *obj, const char *key, char **out, kv_error *err)
-{
-    cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    const json_t *v = json_object_get(obj, key);
     if (!v)
-        return kv_fail(err, "missing key \"%s\"", key);
-    if (!cJSON_IsString(v))
-        return kv_fail(err, "\"%s\" must be a string, found %s", key, json_type_name(v));
-    *out = steal_string(v);
+        kv_fail(err, "missing key \"%s\"", key);
+    else if (!json_is_string(v))
+        kv_fail(err, "\"%s\" must be a string, found %s", key, json_type_name(v));
+    return json_is_string(v) ? v : NULL;
+}
+
+/* A text field: every byte kept, NULs included. */
+static int take_text(const json_t *obj, const char *key, kv_str *out, kv_error *err)
+{
+    const json_t *v = string_member(obj, key, err);
+    if (!v)
+        return -1;
+    return kv_json_take(v, out) < 0 ? kv_fail(err, "out of memory reading \"%s\"", key) : 0;
+}
+
+/* A key or metadata field: a C string, so a NUL inside is refused rather than cut. */
+static int take_name(const json_t *obj, const char *key, char **out, kv_error *err)
+{
+    const json_t *v = string_member(obj, key, err);
+    if (!v)
+        return -1;
+    if (memchr(json_string_value(v), '\0', json_string_length(v)))
+        return kv_fail(err, "\"%s\" holds a NUL character (\\u0000), which kvbench refuses in ids "
+                            "and names",
+                       key);
+    if (!(*out = strdup(json_string_value(v))))
+        return kv_fail(err, "out of memory reading \"%s\"", key);
     return 0;
 }
 
 /* Fills *out and *n with the strings of a JSON array; min is the least number of
  * elements allowed. */
-static int take_string_array(cJSON *v, const char *key, size_t min, char ***out, size_t *n,
-                             kv_error *err)
+static int take_text_array(const json_t *v, const char *key, size_t min, kv_str **out, size_t *n,
+                           kv_error *err)
 {
-    if (!cJSON_IsArray(v))
+    if (!json_is_array(v))
         return kv_fail(err, "\"%s\" must be an array of strings, found %s", key, json_type_name(v));
-    size_t count = (size_t)cJSON_GetArraySize(v);
+    size_t count = json_array_size(v);
     if (count < min)
         return kv_fail(err, "\"%s\" is empty: a sample needs at least one answer", key);
-    char **arr = calloc(count ? count : 1, sizeof *arr);
+    kv_str *arr = calloc(count ? count : 1, sizeof *arr);
     if (!arr)
         return kv_fail(err, "out of memory reading \"%s\"", key);
-    size_t i = 0;
-    for (cJSON *e = v->child; e; e = e->next, i++) {
-        if (!cJSON_IsString(e)) {
-            for (size_t j = 0; j < i; j++)
-                free(arr[j]);
-            free(arr);
+    *out = arr; /* owned by the sample from here: lb_sample_free frees what was taken */
+    for (size_t i = 0; i < count; i++) {
+        const json_t *e = json_array_get(v, i);
+        if (!json_is_string(e))
             return kv_fail(err, "\"%s\"[%zu] must be a string, found %s", key, i,
                            json_type_name(e));
-        }
-        arr[i] = steal_string(e);
+        if (kv_json_take(e, &arr[i]) < 0)
+            return kv_fail(err, "out of memory reading \"%s\"", key);
+        *n = i + 1;
     }
-    *out = arr;
-    *n = count;
     return 0;
 }
 
-static int take_length(cJSON *obj, long *out, kv_error *err)
+static int take_length(const json_t *obj, long *out, kv_error *err)
 {
-    cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, "length");
+    const json_t *v = json_object_get(obj, "length");
     if (!v)
         return kv_fail(err, "missing key \"length\"");
-    if (!cJSON_IsNumber(v))
+    if (!json_is_number(v))
         return kv_fail(err, "\"length\" must be a number, found %s", json_type_name(v));
-    double d = v->valuedouble;
+    double d = json_number_value(v);
     if (!(d >= 0 && d <= 1e15) || d != floor(d))
         return kv_fail(err, "\"length\" must be a whole number >= 0, found %.17g", d);
     *out = (long)d;
     return 0;
 }
 
-static int take_fields(cJSON *obj, lb_sample *s, kv_error *err)
+static int take_fields(const json_t *obj, lb_sample *s, kv_error *err)
 {
-    if (take_string(obj, "_id", &s->id, err) < 0 || take_string(obj, "input", &s->input, err) < 0 ||
-        take_string(obj, "context", &s->context, err) < 0 ||
-        take_string(obj, "dataset", &s->dataset, err) < 0 ||
-        take_string(obj, "language", &s->language, err) < 0 ||
+    if (take_name(obj, "_id", &s->id, err) < 0 || take_text(obj, "input", &s->input, err) < 0 ||
+        take_text(obj, "context", &s->context, err) < 0 ||
+        take_name(obj, "dataset", &s->dataset, err) < 0 ||
+        take_name(obj, "language", &s->language, err) < 0 ||
         take_length(obj, &s->length, err) < 0)
         return -1;
-    cJSON *answers = cJSON_GetObjectItemCaseSensitive(obj, "answers");
+    const json_t *answers = json_object_get(obj, "answers");
     if (!answers)
         return kv_fail(err, "missing key \"answers\"");
-    if (take_string_array(answers, "answers", 1, &s->answers, &s->n_answers, err) < 0)
+    if (take_text_array(answers, "answers", 1, &s->answers, &s->n_answers, err) < 0)
         return -1;
-    cJSON *classes = cJSON_GetObjectItemCaseSensitive(obj, "all_classes");
+    const json_t *classes = json_object_get(obj, "all_classes");
     if (!classes)
         return kv_fail(err, "missing key \"all_classes\"");
-    if (cJSON_IsNull(classes))
+    if (json_is_null(classes))
         return 0;
-    return take_string_array(classes, "all_classes", 0, &s->all_classes, &s->n_classes, err);
+    return take_text_array(classes, "all_classes", 0, &s->all_classes, &s->n_classes, err);
 }
 
-/* An optional string field: absent or null leaves *out NULL. */
-static int take_optional_string(cJSON *obj, const char *key, char **out, kv_error *err)
+/* An optional name field: absent or null leaves *out NULL. */
+static int take_optional_name(const json_t *obj, const char *key, char **out, kv_error *err)
 {
-    cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!v || cJSON_IsNull(v))
+    const json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v))
         return 0;
-    return take_string(obj, key, out, err);
+    return take_name(obj, key, out, err);
 }
 
 static char *dup_or_null(const char *s)
@@ -172,28 +185,28 @@ static char *dup_or_null(const char *s)
 }
 
 /* LongBench v2 (data.json): question, choice_A..D, answer "A".."D", context. */
-static int take_fields_v2(cJSON *obj, lb_sample *s, kv_error *err)
+static int take_fields_v2(const json_t *obj, lb_sample *s, kv_error *err)
 {
     static const char *const choice_keys[4] = {"choice_A", "choice_B", "choice_C", "choice_D"};
-    if (take_string(obj, "_id", &s->id, err) < 0 ||
-        take_string(obj, "question", &s->input, err) < 0 ||
-        take_string(obj, "context", &s->context, err) < 0)
+    if (take_name(obj, "_id", &s->id, err) < 0 ||
+        take_text(obj, "question", &s->input, err) < 0 ||
+        take_text(obj, "context", &s->context, err) < 0)
         return -1;
     for (int i = 0; i < 4; i++)
-        if (take_string(obj, choice_keys[i], &s->choices[i], err) < 0)
+        if (take_text(obj, choice_keys[i], &s->choices[i], err) < 0)
             return -1;
     s->answers = calloc(1, sizeof *s->answers);
     if (!s->answers)
         return kv_fail(err, "out of memory");
-    if (take_string(obj, "answer", &s->answers[0], err) < 0)
+    if (take_text(obj, "answer", &s->answers[0], err) < 0)
         return -1;
     s->n_answers = 1;
-    const char *a = s->answers[0];
-    if (strlen(a) != 1 || a[0] < 'A' || a[0] > 'D')
-        return kv_fail(err, "\"answer\" must be one of A, B, C, D, found \"%.20s\"", a);
-    if (take_optional_string(obj, "domain", &s->domain, err) < 0 ||
-        take_optional_string(obj, "difficulty", &s->difficulty, err) < 0 ||
-        take_optional_string(obj, "length", &s->length_class, err) < 0)
+    kv_str a = s->answers[0];
+    if (a.n != 1 || a.p[0] < 'A' || a.p[0] > 'D')
+        return kv_fail(err, "\"answer\" must be one of A, B, C, D, found \"%.20s\"", a.p);
+    if (take_optional_name(obj, "domain", &s->domain, err) < 0 ||
+        take_optional_name(obj, "difficulty", &s->difficulty, err) < 0 ||
+        take_optional_name(obj, "length", &s->length_class, err) < 0)
         return -1;
     s->dataset = dup_or_null("v2");
     s->language = dup_or_null("en");
@@ -202,28 +215,18 @@ static int take_fields_v2(cJSON *obj, lb_sample *s, kv_error *err)
     return 0;
 }
 
-typedef int (*take_fn)(cJSON *obj, lb_sample *s, kv_error *err);
+typedef int (*take_fn)(const json_t *obj, lb_sample *s, kv_error *err);
 
 static int parse_with(take_fn take, const char *line, size_t len, lb_sample *s, kv_error *err)
 {
     memset(s, 0, sizeof *s);
-    const char *end = NULL;
-    cJSON *obj = cJSON_ParseWithLengthOpts(line, len, &end, false);
-    if (!obj) {
-        size_t at = end && end >= line && end <= line + len ? (size_t)(end - line) : 0;
-        return kv_fail(err, "not valid JSON (error near byte %zu of %zu)", at + 1, len);
-    }
-    int rc = 0;
-    /* Anything but blanks after the object means two records on one line or garbage. */
-    for (const char *p = end; p < line + len && rc == 0; p++)
-        if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n')
-            rc = kv_fail(err, "unexpected text after the JSON object at byte %zu",
-                         (size_t)(p - line) + 1);
-    if (rc == 0 && !cJSON_IsObject(obj))
-        rc = kv_fail(err, "a record must be a JSON object, found %s", json_type_name(obj));
-    if (rc == 0)
-        rc = take(obj, s, err);
-    cJSON_Delete(obj);
+    json_t *obj = kv_json_load(line, len, err);
+    if (!obj)
+        return -1;
+    int rc = json_is_object(obj)
+                 ? take(obj, s, err)
+                 : kv_fail(err, "a record must be a JSON object, found %s", json_type_name(obj));
+    json_decref(obj);
     if (rc < 0)
         lb_sample_free(s);
     return rc;

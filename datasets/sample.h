@@ -1,9 +1,10 @@
 /* LongBench samples: a validating, streaming loader over JSONL files.
  *
- * One record is parsed at a time (cJSON per line), so memory stays at the
+ * One record is parsed at a time (jansson per line, NULs kept), so memory stays at the
  * size of the longest line whatever the file size. Every record is checked
  * against the LongBench schema (docs/longbench.md); a malformed
- * line is reported as "file:line: what is wrong". Unknown keys are ignored,
+ * line (invalid UTF-8 included, with its byte) is reported as
+ * "file:line: what is wrong". Unknown keys are ignored,
  * because third-party copies of LongBench add their own.
  */
 #ifndef LB_SAMPLE_H
@@ -13,27 +14,31 @@
 #include <stddef.h>
 
 #include "error.h"
+#include "str.h"
 #include "tasks.h"
 
-/* One LongBench record. All strings are NUL-terminated UTF-8 owned by the sample. */
+/* One LongBench record, owned by the sample. Text fields are kv_str: JSON's
+ * "\u0000" is data, and every byte of a context reaches the prompt. Ids and
+ * metadata are C strings: a NUL in them is refused, because they are keys
+ * (file names, resume, selection) where a cut would silently merge samples. */
 typedef struct lb_sample {
-    char *id;    /* "_id" */
-    char *input; /* may be "" */
-    char *context;
-    char **answers; /* n_answers >= 1 */
+    char *id; /* "_id" */
+    kv_str input; /* may be "" */
+    kv_str context;
+    kv_str *answers; /* n_answers >= 1 */
     size_t n_answers;
-    char **all_classes; /* NULL when the record has null (every task but trec/lsht) */
+    kv_str *all_classes; /* NULL when the record has null (every task but trec/lsht) */
     size_t n_classes;
     long length; /* words (en/code) or characters (zh); LongBench-E buckets */
     char *dataset;
     char *language;
     long lineno; /* where the record is in its file */
-    /* LongBench v2 only (NULL for v1 records); question -> input, answer -> answers[0]: */
-    char *choices[4]; /* choice_A .. choice_D */
+    /* LongBench v2 only ({NULL, 0} for v1 records); question -> input, answer -> answers[0]: */
+    kv_str choices[4]; /* choice_A .. choice_D */
     char *domain;
     char *difficulty;   /* "easy" | "hard" */
     char *length_class; /* "short" | "medium" | "long" */
-    char *cot;          /* v2_cot_ans: the first step's output, set by the caller */
+    kv_str cot;         /* v2_cot_ans: the first step's output, set by the caller */
 } lb_sample;
 
 /* The record layout of a file: LongBench (v1 and -E) JSONL lines, or LongBench

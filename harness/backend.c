@@ -8,6 +8,7 @@
 #include "evict.h"
 #include "generate.h"
 #include "jieba.h"
+#include "jsonstr.h"
 #include "kernels.h"
 #include "model.h"
 #include "prompt.h"
@@ -159,11 +160,17 @@ static int task_open(void *ctx, const kb_task_spec *spec, void **out, long *n_sa
     return open_samples(e->m->data, spec, out, n_samples, err);
 }
 
-static cJSON *string_array(char *const *v, size_t n)
+static cJSON *string_array(const kv_str *v, size_t n)
 {
     cJSON *a = cJSON_CreateArray();
-    for (size_t i = 0; a && i < n; i++)
-        cJSON_AddItemToArray(a, cJSON_CreateString(v[i]));
+    for (size_t i = 0; a && i < n; i++) {
+        cJSON *e = kv_json_text(v[i].p, v[i].n);
+        if (!e || !cJSON_AddItemToArray(a, e)) {
+            cJSON_Delete(e);
+            cJSON_Delete(a);
+            return NULL;
+        }
+    }
     return a;
 }
 
@@ -336,7 +343,7 @@ static int decode(void *ctx, void *state, const kb_task_spec *spec, const kb_sam
     int rc = kv_generate_from(e->model, c, st->logits, &o, &g, err);
     if (rc == 0) {
         out->generated_tokens = g.n;
-        out->text = kv_tokenizer_decode(e->tok, g.ids, (size_t)g.n, true);
+        out->text = kv_tokenizer_decode_len(e->tok, g.ids, (size_t)g.n, true, &out->text_len);
         if (!out->text)
             rc = kv_fail(err, "out of memory decoding the answer");
     }
@@ -349,7 +356,7 @@ static int decode(void *ctx, void *state, const kb_task_spec *spec, const kb_sam
 
 /* eval.py: the metric of each line (max over its answers), then
  * round(100 * total / n, 2) with the total summed in file order. */
-static int score_task(const char *task, const cJSON *const *lines, size_t n, double *score,
+static int score_task(const char *task, const char *const *lines, size_t n, double *score,
                       double *sample_scores, const char **metric_name, char *msg, size_t msg_n,
                       void *ctx)
 {
@@ -375,26 +382,19 @@ static int score_task(const char *task, const cJSON *const *lines, size_t n, dou
     }
     double total = 0;
     for (size_t i = 0; i < n; i++) {
-        const cJSON *pred = cJSON_GetObjectItemCaseSensitive(lines[i], "pred");
-        const cJSON *answers = cJSON_GetObjectItemCaseSensitive(lines[i], "answers");
-        const cJSON *classes = cJSON_GetObjectItemCaseSensitive(lines[i], "all_classes");
-        int na = cJSON_GetArraySize(answers),
-            nc = cJSON_IsArray(classes) ? cJSON_GetArraySize(classes) : 0;
-        const char **av = calloc((size_t)na + 1, sizeof *av);
-        const char **cv = calloc((size_t)nc + 1, sizeof *cv);
-        for (int j = 0; av && j < na; j++)
-            av[j] = cJSON_GetStringValue(cJSON_GetArrayItem(answers, j));
-        for (int j = 0; cv && j < nc; j++)
-            cv[j] = cJSON_GetStringValue(cJSON_GetArrayItem(classes, j));
-        kb_classes cl = {cv, (size_t)nc};
-        double sc = 0;
+        /* the same line reader and scorer as `kvbench score`, so that the run's
+         * scores.json and a later `kvbench score` agree */
+        kb_scored_line line = {0};
         kv_error err = {{0}};
-        int rc = !av || !cv || !cJSON_IsString(pred)
-                     ? kv_fail(&err, "line %zu: no \"pred\" string", i + 1)
-                     : kb_score_prediction(e->metrics, task, pred->valuestring, av, (size_t)na,
-                                           nc ? &cl : NULL, &sc, &err);
-        free(av);
-        free(cv);
+        double sc = 0;
+        int rc = asprintf(&line.where, "line %zu", i + 1) < 0
+                     ? kv_fail(&err, "out of memory")
+                     : kb_scored_line_parse(lines[i], strlen(lines[i]), task, &line, &err);
+        kb_classes cl = {line.classes, line.n_classes};
+        if (rc == 0)
+            rc = kb_score_prediction(e->metrics, task, line.pred, line.answers, line.n_answers,
+                                     line.classes ? &cl : NULL, &sc, &err);
+        kb_scored_line_free(&line);
         if (rc < 0) {
             snprintf(msg, msg_n, "%s: %s", task, err.msg);
             return -1;

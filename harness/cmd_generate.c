@@ -17,6 +17,7 @@
 #include "eviction.h"
 #include "file.h"
 #include "generate.h"
+#include "jsonstr.h"
 #include "kernels.h"
 #include "model.h"
 #include "npy.h"
@@ -118,10 +119,10 @@ static int on_token(void *user, int32_t id)
         fflush(stdout);
         return 0;
     }
-    char *text = kv_tokenizer_decode(g->tok, g->ids, (size_t)g->n, true);
+    size_t len;
+    char *text = kv_tokenizer_decode_len(g->tok, g->ids, (size_t)g->n, true, &len);
     if (!text)
         return 1;
-    size_t len = strlen(text);
     bool partial = len >= 3 && memcmp(text + len - 3, "\xEF\xBF\xBD", 3) == 0;
     if (!partial && len > g->printed) {
         fwrite(text + g->printed, 1, len - g->printed, stdout);
@@ -213,9 +214,11 @@ static void print_json(const gen_ctx *g, const int32_t *prompt, int n_prompt,
     cJSON *o = cJSON_CreateObject();
     cJSON_AddItemToObject(o, "prompt_ids", ids_json(prompt, n_prompt));
     cJSON_AddItemToObject(o, "generated_ids", ids_json(out->ids, out->n));
-    char *text = g->tok ? kv_tokenizer_decode(g->tok, out->ids, (size_t)out->n, true) : NULL;
+    size_t len = 0;
+    char *text =
+        g->tok ? kv_tokenizer_decode_len(g->tok, out->ids, (size_t)out->n, true, &len) : NULL;
     if (text)
-        cJSON_AddStringToObject(o, "text", text);
+        cJSON_AddItemToObject(o, "text", kv_json_text(text, len));
     else
         cJSON_AddNullToObject(o, "text");
     free(text);

@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "file.h"
+#include "jsonstr.h"
 #include "prompt.h"
 #include "sample.h"
 #include "tasks.h"
@@ -76,8 +77,8 @@ static char **split_ids(const char *list, size_t *n, char **copy)
     return ids;
 }
 
-static int print_line(const lb_task *task, const lb_sample *s, const char *text, long n_tokens,
-                      bool truncated, bool chat)
+static int print_line(const lb_task *task, const lb_sample *s, const char *text, size_t len,
+                      long n_tokens, bool truncated, bool chat)
 {
     cJSON *o = cJSON_CreateObject();
     if (!o)
@@ -90,7 +91,7 @@ static int print_line(const lb_task *task, const lb_sample *s, const char *text,
         cJSON_AddNullToObject(o, "n_tokens");
     cJSON_AddBoolToObject(o, "truncated", truncated);
     cJSON_AddBoolToObject(o, "chat", chat);
-    cJSON_AddStringToObject(o, "prompt", text);
+    cJSON_AddItemToObject(o, "prompt", kv_json_text(text, len));
     char *line = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!line)
@@ -115,7 +116,7 @@ static int one_sample(const lb_task *task, const lb_sample *s, const kv_tokenize
             kb_error("%s", err.msg);
             return -1;
         }
-        int rc = print_line(task, s, text, -1, false, false);
+        int rc = print_line(task, s, text, len, -1, false, false);
         free(text);
         c->samples++;
         return rc;
@@ -125,7 +126,7 @@ static int one_sample(const lb_task *task, const lb_sample *s, const kv_tokenize
         kb_error("%s", err.msg);
         return -1;
     }
-    int rc = print_line(task, s, p.text, (long)p.n_ids, p.truncated, p.chat);
+    int rc = print_line(task, s, p.text, p.len, (long)p.n_ids, p.truncated, p.chat);
     c->samples++;
     c->truncated += p.truncated;
     lb_prompt_free(&p);

@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "file.h"
 #include "jieba.h"
+#include "jsonstr.h"
 #include "metrics.h"
 #include "score.h"
 
@@ -42,7 +43,7 @@ static void print_per_line(const kb_predictions *p)
 {
     for (size_t i = 0; i < p->n; i++) {
         const kb_scored_line *pr = &p->v[i];
-        cJSON *id = pr->id ? cJSON_CreateString(pr->id) : cJSON_CreateNull();
+        cJSON *id = pr->id.p ? kv_json_text(pr->id.p, pr->id.n) : cJSON_CreateNull();
         cJSON *ds = cJSON_CreateString(pr->dataset);
         char *ids = id ? cJSON_PrintUnformatted(id) : NULL;
         char *dss = ds ? cJSON_PrintUnformatted(ds) : NULL;

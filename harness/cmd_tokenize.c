@@ -1,7 +1,6 @@
 /* kvbench tokenize: a model's tokenizer (and chat template) on the command
  * line, one JSON line out per input, so that ids can be compared with any
  * other implementation line by line. */
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +10,7 @@
 #include "cli.h"
 #include "file.h"
 #include "jsonl.h"
+#include "jsonstr.h"
 #include "tokenizer.h"
 
 static const kb_option options[] = {
@@ -49,35 +49,21 @@ static void print_ids(const int32_t *ids, size_t n)
     fputc(']', stdout);
 }
 
-/* "key": "s" with JSON escapes; s is valid UTF-8 of n bytes, NULs included
- * (decoded text can hold them, which cJSON strings cannot). */
+/* "key": "s", for text of n bytes that may hold NULs (as \u0000). */
 static void print_json_string(const char *key, const char *s, size_t n)
 {
-    printf("\"%s\": \"", key);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        const char *esc = c == '"'    ? "\\\""
-                          : c == '\\' ? "\\\\"
-                          : c == '\n' ? "\\n"
-                          : c == '\r' ? "\\r"
-                          : c == '\t' ? "\\t"
-                                      : NULL;
-        if (esc)
-            fputs(esc, stdout);
-        else if (c < 0x20)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
-    }
-    putchar('"');
+    kv_strbuf b = {0};
+    if (kv_json_quote(&b, s, n) == 0)
+        printf("\"%s\": %s", key, b.s);
+    kv_strbuf_free(&b);
 }
 
 /* Opens the output object, with the input's id when it has one. */
-static void begin_line(const cJSON *id)
+static void begin_line(const json_t *id)
 {
     fputc('{', stdout);
     if (id) {
-        char *p = cJSON_PrintUnformatted(id);
+        char *p = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
         printf("\"id\": %s, ", p ? p : "null");
         free(p);
     }
@@ -116,26 +102,25 @@ static int parse_id_list(const char *s, int32_t **ids, size_t *n, const char *wh
     return 0;
 }
 
-static int json_id_array(const cJSON *arr, int32_t **ids, size_t *n, const char *where)
+static int json_id_array(const json_t *arr, int32_t **ids, size_t *n, const char *where)
 {
-    *n = (size_t)cJSON_GetArraySize(arr);
+    *n = json_array_size(arr);
     *ids = malloc((*n + 1) * sizeof **ids);
     if (!*ids)
         return -1;
-    size_t i = 0;
-    const cJSON *e;
-    cJSON_ArrayForEach(e, arr)
-    {
-        if (!cJSON_IsNumber(e)) {
+    for (size_t i = 0; i < *n; i++) {
+        const json_t *e = json_array_get(arr, i);
+        json_int_t v = json_is_integer(e) ? json_integer_value(e) : -1;
+        if (!json_is_integer(e) || v < INT32_MIN || v > INT32_MAX) {
             kb_error("%s: ids must be integers", where);
             return -1;
         }
-        (*ids)[i++] = (int32_t)e->valueint;
+        (*ids)[i] = (int32_t)v;
     }
     return 0;
 }
 
-static int decode_ids(const job *j, const cJSON *id, const int32_t *ids, size_t n)
+static int decode_ids(const job *j, const json_t *id, const int32_t *ids, size_t n)
 {
     size_t len;
     char *text = kv_tokenizer_decode_len(j->t, ids, n, kb_flag(j->a, "skip-special"), &len);
@@ -151,17 +136,20 @@ static int decode_ids(const job *j, const cJSON *id, const int32_t *ids, size_t 
 }
 
 /* Renders messages (or one user message) with the chat template. */
-static char *chat_text(const job *j, const kv_chat_message *msgs, size_t n, bool gen, bool think)
+static char *chat_text(const job *j, const kv_chat_message *msgs, size_t n, bool gen, bool think,
+                       size_t *len)
 {
     kv_error err;
-    char *text = kv_chat_render(j->t, msgs, n, gen, think, &err);
+    char *text = kv_chat_render_len(j->t, msgs, n, gen, think, len, &err);
     if (!text)
         kb_error("%s: %s", j->where, err.msg);
     return text;
 }
 
-static int encode_text(const job *j, const cJSON *id, const char *text, size_t len,
-                       const char *rendered)
+/* Encodes text[0..len); with `rendered` (the chat text, the same bytes) the
+ * output carries the text too. */
+static int encode_text(const job *j, const json_t *id, const char *text, size_t len,
+                       bool rendered)
 {
     int32_t *ids;
     size_t n;
@@ -175,7 +163,7 @@ static int encode_text(const job *j, const cJSON *id, const char *text, size_t l
     }
     begin_line(id);
     if (rendered) {
-        print_json_string("text", rendered, strlen(rendered));
+        print_json_string("text", text, len);
         fputs(", ", stdout);
     }
     print_ids(ids, n);
@@ -185,52 +173,53 @@ static int encode_text(const job *j, const cJSON *id, const char *text, size_t l
 }
 
 /* One user message (after the --system one, if given) through the template. */
-static int encode_chat(const job *j, const cJSON *id, const char *content)
+static int encode_chat(const job *j, const json_t *id, const char *content, size_t content_len)
 {
     kv_chat_message m[2];
-    size_t n = 0;
+    size_t n = 0, len;
     const char *system = kb_arg(j->a, "system");
     if (system)
-        m[n++] = (kv_chat_message){"system", system};
-    m[n++] = (kv_chat_message){"user", content};
-    char *text =
-        chat_text(j, m, n, !kb_flag(j->a, "no-generation-prompt"), !kb_flag(j->a, "no-think"));
+        m[n++] = (kv_chat_message){.role = "system", .content = system};
+    m[n++] = (kv_chat_message){.role = "user", .content = content, .content_len = content_len};
+    char *text = chat_text(j, m, n, !kb_flag(j->a, "no-generation-prompt"),
+                           !kb_flag(j->a, "no-think"), &len);
     if (!text)
         return -1;
-    int rc = encode_text(j, id, text, strlen(text), text);
+    int rc = encode_text(j, id, text, len, true);
     free(text);
     return rc;
 }
 
 /* A JSON line's "messages": [{"role", "content"}...], with its own
  * add_generation_prompt / enable_thinking when present. */
-static int encode_messages(const job *j, const cJSON *line, const cJSON *msgs)
+static int encode_messages(const job *j, const json_t *line, const json_t *msgs)
 {
-    size_t n = (size_t)cJSON_GetArraySize(msgs), i = 0;
+    size_t n = json_array_size(msgs), len;
     kv_chat_message *m = calloc(n ? n : 1, sizeof *m);
     if (!m)
         return -1;
-    const cJSON *e;
-    cJSON_ArrayForEach(e, msgs)
-    {
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(e, "role");
-        const cJSON *content = cJSON_GetObjectItemCaseSensitive(e, "content");
-        if (!cJSON_IsString(role) || !cJSON_IsString(content)) {
+    for (size_t i = 0; i < n; i++) {
+        const json_t *e = json_array_get(msgs, i);
+        const json_t *role = json_object_get(e, "role");
+        const json_t *content = json_object_get(e, "content");
+        if (!json_is_string(role) || !json_is_string(content)) {
             kb_error("%s: messages[%zu] needs string \"role\" and \"content\"", j->where, i);
             free(m);
             return -1;
         }
-        m[i++] = (kv_chat_message){role->valuestring, content->valuestring};
+        m[i] = (kv_chat_message){.role = json_string_value(role),
+                                 .content = json_string_value(content),
+                                 .content_len = json_string_length(content)};
     }
-    const cJSON *gen = cJSON_GetObjectItemCaseSensitive(line, "add_generation_prompt");
-    const cJSON *think = cJSON_GetObjectItemCaseSensitive(line, "enable_thinking");
-    bool g = gen ? cJSON_IsTrue(gen) : !kb_flag(j->a, "no-generation-prompt");
-    bool th = think ? cJSON_IsTrue(think) : !kb_flag(j->a, "no-think");
-    char *text = chat_text(j, m, n, g, th);
+    const json_t *gen = json_object_get(line, "add_generation_prompt");
+    const json_t *think = json_object_get(line, "enable_thinking");
+    bool g = gen ? json_is_true(gen) : !kb_flag(j->a, "no-generation-prompt");
+    bool th = think ? json_is_true(think) : !kb_flag(j->a, "no-think");
+    char *text = chat_text(j, m, n, g, th, &len);
     free(m);
     if (!text)
         return -1;
-    int rc = encode_text(j, cJSON_GetObjectItemCaseSensitive(line, "id"), text, strlen(text), text);
+    int rc = encode_text(j, json_object_get(line, "id"), text, len, true);
     free(text);
     return rc;
 }
@@ -248,29 +237,29 @@ static int run_plain(const job *j, const char *s, size_t len)
         return rc;
     }
     if (kb_flag(j->a, "chat"))
-        return encode_chat(j, NULL, s);
-    return encode_text(j, NULL, s, len, NULL);
+        return encode_chat(j, NULL, s, len);
+    return encode_text(j, NULL, s, len, false);
 }
 
-static int run_line(const job *j, const cJSON *line)
+static int run_line(const job *j, const json_t *line)
 {
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(line, "id");
+    const json_t *id = json_object_get(line, "id");
     bool decode = kb_flag(j->a, "decode");
     const char *name = kb_arg(j->a, "field") ? kb_arg(j->a, "field") : decode ? "ids" : "text";
     if (kb_flag(j->a, "chat") && !decode) {
-        const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(line, "messages");
-        if (cJSON_IsArray(msgs))
+        const json_t *msgs = json_object_get(line, "messages");
+        if (json_is_array(msgs))
             return encode_messages(j, line, msgs);
     }
-    const cJSON *field = cJSON_GetObjectItemCaseSensitive(line, name);
+    const json_t *field = json_object_get(line, name);
     if (decode) {
         int32_t *ids = NULL;
         size_t n;
         int rc = -1;
-        if (cJSON_IsArray(field))
+        if (json_is_array(field))
             rc = json_id_array(field, &ids, &n, j->where);
-        else if (cJSON_IsString(field))
-            rc = parse_id_list(field->valuestring, &ids, &n, j->where);
+        else if (json_is_string(field))
+            rc = parse_id_list(json_string_value(field), &ids, &n, j->where);
         else
             kb_error("%s: no \"%s\" array of ids", j->where, name);
         if (rc == 0)
@@ -278,13 +267,15 @@ static int run_line(const job *j, const cJSON *line)
         free(ids);
         return rc;
     }
-    if (!cJSON_IsString(field)) {
+    if (!json_is_string(field)) {
         kb_error("%s: no string field \"%s\" (choose one with --field)", j->where, name);
         return -1;
     }
+    const char *text = json_string_value(field);
+    size_t len = json_string_length(field);
     if (kb_flag(j->a, "chat"))
-        return encode_chat(j, id, field->valuestring);
-    return encode_text(j, id, field->valuestring, strlen(field->valuestring), NULL);
+        return encode_chat(j, id, text, len);
+    return encode_text(j, id, text, len, false);
 }
 
 static int run_jsonl(job *j, const char *path)
@@ -299,14 +290,18 @@ static int run_jsonl(job *j, const char *path)
     while (rc == 0 && (more = lb_jsonl_next(r)) == 1) {
         snprintf(where, sizeof where, "%s:%ld", path, r->lineno);
         j->where = where;
-        cJSON *line = cJSON_ParseWithLength(r->line, r->len);
-        if (!cJSON_IsObject(line)) {
+        kv_error err;
+        json_t *line = kv_json_load(r->line, r->len, &err);
+        if (!line) {
+            kb_error("%s: %s", where, err.msg);
+            rc = -1;
+        } else if (!json_is_object(line)) {
             kb_error("%s: not a JSON object", where);
             rc = -1;
         } else {
             rc = run_line(j, line);
         }
-        cJSON_Delete(line);
+        json_decref(line);
     }
     if (rc == 0 && more < 0) {
         kb_error("%s: read error: %s", path, strerror(errno));

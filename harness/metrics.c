@@ -548,23 +548,29 @@ static int rouge_zh(kb_metrics *m, double *score)
 
 /* ---- classification_score -------------------------------------------------- */
 
-static int classification(const kb_text *pred, const char *gt, const kb_classes *c, double *score)
+static bool contains(kv_str hay, kv_str needle)
 {
-    const char **list = malloc((c->n ? c->n : 1) * sizeof *list);
+    return memmem(hay.p, hay.n, needle.p, needle.n) != NULL;
+}
+
+static int classification(const kb_text *pred, kv_str gt, const kb_classes *c, double *score)
+{
+    kv_str *list = malloc((c->n ? c->n : 1) * sizeof *list);
     if (!list)
         return -1;
     size_t n = 0;
+    kv_str p = {pred->data, pred->len};
     for (size_t k = 0; k < c->n; k++)
-        if (strstr(pred->data, c->names[k]))
+        if (contains(p, c->names[k]))
             list[n++] = c->names[k];
     /* `for t in L: if ...: L.remove(t)` iterates by index over the live list:
      * removing the first equal element shifts the next one under the cursor,
      * and the cursor still moves on, so that element is never examined. */
     for (size_t i = 0; i < n; i++) {
-        const char *t = list[i];
-        if (strstr(gt, t) && strcmp(t, gt) != 0) {
+        kv_str t = list[i];
+        if (contains(gt, t) && !kv_str_eq(t, gt)) {
             size_t first = 0;
-            while (strcmp(list[first], t) != 0)
+            while (!kv_str_eq(list[first], t))
                 first++;
             memmove(list + first, list + first + 1, (n - first - 1) * sizeof *list);
             n--;
@@ -572,7 +578,7 @@ static int classification(const kb_text *pred, const char *gt, const kb_classes 
     }
     *score = 0.0;
     for (size_t k = 0; k < n; k++)
-        if (strcmp(list[k], gt) == 0) {
+        if (kv_str_eq(list[k], gt)) {
             *score = 1.0 / (double)n;
             break;
         }
@@ -855,7 +861,7 @@ static int code_sim(kb_metrics *m, double *score)
 
 /* ---- dispatch --------------------------------------------------------------- */
 
-int kb_metric_score(kb_metrics *m, kb_metric metric, const char *pred, const char *gt,
+int kb_metric_score(kb_metrics *m, kb_metric metric, kv_str pred, kv_str gt,
                     const kb_classes *classes, double *score, kv_error *err)
 {
     *score = 0.0;
@@ -868,8 +874,7 @@ int kb_metric_score(kb_metrics *m, kb_metric metric, const char *pred, const cha
                        kb_metric_name(metric));
     if (metric == KB_CLASSIFICATION && !classes)
         return kv_fail(err, "classification_score needs the task's all_classes list");
-    if (kb_utf8_sanitize(pred, strlen(pred), &m->pred) < 0 ||
-        kb_utf8_sanitize(gt, strlen(gt), &m->gt) < 0)
+    if (kb_utf8_sanitize(pred.p, pred.n, &m->pred) < 0 || kb_utf8_sanitize(gt.p, gt.n, &m->gt) < 0)
         return kv_fail(err, "out of memory");
     int rc = 0;
     switch (metric) {
@@ -886,7 +891,7 @@ int kb_metric_score(kb_metrics *m, kb_metric metric, const char *pred, const cha
         rc = rouge_zh(m, score);
         break;
     case KB_CLASSIFICATION:
-        rc = classification(&m->pred, m->gt.data, classes, score);
+        rc = classification(&m->pred, (kv_str){m->gt.data, m->gt.len}, classes, score);
         break;
     case KB_RETRIEVAL:
         return retrieval(m, m->re_paragraph, "Paragraph N", score, err);

@@ -5,7 +5,8 @@
  * tie rule, +1e-8 and recursion-limit zero; difflib's ratio with autojunk and
  * banker's rounding for code; the classification list-removal skip; Python's
  * str.lower / isspace / \w over Unicode. Inputs are UTF-8 (invalid bytes are
- * read as U+FFFD); scores are in [0, 1].
+ * read as U+FFFD) with their length: a NUL byte is a character like any other,
+ * as in Python; scores are in [0, 1].
  */
 #ifndef KB_METRICS_H
 #define KB_METRICS_H
@@ -15,6 +16,7 @@
 
 #include "error.h"
 #include "jieba.h"
+#include "str.h"
 
 typedef enum kb_metric {
     KB_QA_F1,          /* qa_f1_score */
@@ -37,7 +39,7 @@ bool kb_metric_needs_jieba(kb_metric m);
 
 /* The class list of trec / lsht (`all_classes`). */
 typedef struct kb_classes {
-    const char *const *names;
+    const kv_str *names;
     size_t n;
 } kb_classes;
 
@@ -54,7 +56,7 @@ bool kb_metrics_has_jieba(const kb_metrics *m);
  * *score. Fails (-1, err filled) where metrics.py raises: a Chinese metric
  * without jieba data, classification without classes, a retrieval answer
  * without "Paragraph N" / "段落N"; and when out of memory. */
-int kb_metric_score(kb_metrics *m, kb_metric metric, const char *pred, const char *gt,
+int kb_metric_score(kb_metrics *m, kb_metric metric, kv_str pred, kv_str gt,
                     const kb_classes *classes, double *score, kv_error *err);
 
 /* Building blocks, exposed for tests. */

@@ -407,7 +407,7 @@ static int score_file(const char *path, const char *config, const char *task, kb
     const char *metric = "?";
     char msg[512] = "";
     double *per = calloc(l.n + 1, sizeof *per);
-    int rc = per ? scorer(task, (const cJSON *const *)l.json, l.n, &score, per, &metric, msg,
+    int rc = per ? scorer(task, (const char *const *)l.text, l.n, &score, per, &metric, msg,
                           sizeof msg, ctx)
                  : -2;
     if (rc == -2)

@@ -68,11 +68,12 @@ typedef struct kb_report_run {
 /* Saves rows as <dir>/scores.json (atomically). */
 int kb_scores_save(const char *dir, const kb_score_row *rows, size_t n, kv_error *err);
 
-/* Scores one task's prediction lines (parsed JSON, file order): *score in
- * percent, sample_scores[i] the metric of line i (0..1, what the intervals
- * resample), *metric the metric's name (static). Returns 0 or negative with a
- * message in err. This is where the scorer module plugs in. */
-typedef int (*kb_task_scorer)(const char *task, const cJSON *const *lines, size_t n, double *score,
+/* Scores one task's prediction lines (each line's JSON text, file order; the
+ * scorer parses them, so that strings keep their NULs): *score in percent,
+ * sample_scores[i] the metric of line i (0..1, what the intervals resample),
+ * *metric the metric's name (static). Returns 0 or negative with a message in
+ * err. This is where the scorer module plugs in. */
+typedef int (*kb_task_scorer)(const char *task, const char *const *lines, size_t n, double *score,
                               double *sample_scores, const char **metric, char *err, size_t err_n,
                               void *ctx);
 

@@ -12,6 +12,7 @@
 #include <pcre2.h>
 
 #include "file.h"
+#include "jsonstr.h"
 #include "jsonl.h"
 
 /* eval.py's dataset2metric and its first-line rule come from the task
@@ -36,27 +37,21 @@ int kb_task_metric(const char *dataset, kb_metric *metric, bool *first_line)
     return 0;
 }
 
-int kb_score_prediction(kb_metrics *m, const char *dataset, const char *pred,
-                        const char *const *answers, size_t n_answers, const kb_classes *classes,
-                        double *score, kv_error *err)
+int kb_score_prediction(kb_metrics *m, const char *dataset, kv_str pred, const kv_str *answers,
+                        size_t n_answers, const kb_classes *classes, double *score, kv_error *err)
 {
     kb_metric metric;
     bool first_line;
     *score = 0.0;
     if (kb_task_metric(dataset, &metric, &first_line) < 0)
         return kv_fail(err, "'%s' is not a LongBench task (no metric for it)", dataset);
-    char *line = NULL;
     if (first_line) {
         /* pred.lstrip('\n').split('\n')[0]: only U+000A; '\r' and spaces stay */
-        while (*pred == '\n')
-            pred++;
-        size_t len = strcspn(pred, "\n");
-        line = malloc(len + 1);
-        if (!line)
-            return kv_fail(err, "out of memory");
-        memcpy(line, pred, len);
-        line[len] = '\0';
-        pred = line;
+        while (pred.n > 0 && pred.p[0] == '\n')
+            pred.p++, pred.n--;
+        const char *nl = memchr(pred.p, '\n', pred.n);
+        if (nl)
+            pred.n = (size_t)(nl - pred.p);
     }
     int rc = 0;
     for (size_t k = 0; k < n_answers && rc == 0; k++) {
@@ -65,7 +60,6 @@ int kb_score_prediction(kb_metrics *m, const char *dataset, const char *pred,
         if (rc == 0 && s > *score)
             *score = s;
     }
-    free(line);
     return rc;
 }
 
@@ -128,46 +122,49 @@ int kb_bucket_of(long length)
 
 /* ---- reading prediction files ------------------------------------------------ */
 
-static void prediction_free(kb_scored_line *p)
+static void free_texts(kv_str *v, size_t n)
 {
-    free(p->id);
+    for (size_t k = 0; k < n; k++)
+        kv_str_free(&v[k]);
+    free(v);
+}
+
+void kb_scored_line_free(kb_scored_line *p)
+{
+    kv_str_free(&p->id);
     free(p->dataset);
-    free(p->pred);
-    for (size_t k = 0; k < p->n_answers; k++)
-        free(p->answers[k]);
-    free(p->answers);
-    for (size_t k = 0; k < p->n_classes; k++)
-        free(p->classes[k]);
-    free(p->classes);
+    kv_str_free(&p->pred);
+    free_texts(p->answers, p->n_answers);
+    free_texts(p->classes, p->n_classes);
     free(p->where);
 }
 
 void kb_predictions_free(kb_predictions *p)
 {
     for (size_t i = 0; i < p->n; i++)
-        prediction_free(&p->v[i]);
+        kb_scored_line_free(&p->v[i]);
     free(p->v);
     *p = (kb_predictions){0};
 }
 
-/* A JSON array of strings into a malloc'd char* array. */
-static int string_list(const cJSON *arr, char ***out, size_t *n, const char *where, const char *key,
-                       kv_error *err)
+/* A JSON array of strings into a malloc'd kv_str array. */
+static int string_list(const json_t *arr, kv_str **out, size_t *n, const char *where,
+                       const char *key, kv_error *err)
 {
-    if (!cJSON_IsArray(arr))
+    if (!json_is_array(arr))
         return kv_fail(err, "%s: \"%s\" must be a list of strings", where, key);
-    size_t count = (size_t)cJSON_GetArraySize(arr);
+    size_t count = json_array_size(arr);
     *out = calloc(count ? count : 1, sizeof **out);
     if (!*out)
         return kv_fail(err, "out of memory");
     *n = 0;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, arr)
-    {
-        if (!cJSON_IsString(it))
+    for (size_t i = 0; i < count; i++) {
+        const json_t *it = json_array_get(arr, i);
+        if (!json_is_string(it))
             return kv_fail(err, "%s: \"%s\" must be a list of strings", where, key);
-        if (!((*out)[(*n)++] = strdup(it->valuestring)))
+        if (kv_json_take(it, &(*out)[i]) < 0)
             return kv_fail(err, "out of memory");
+        *n = i + 1;
     }
     return 0;
 }
@@ -179,41 +176,54 @@ static char *dataset_from_path(const char *path)
     return strndup(base, strcspn(base, ".")); /* eval.py: filename.split('.')[0] */
 }
 
-static int parse_line(const cJSON *o, kb_scored_line *p, const char *path, kv_error *err)
+static int parse_line(const json_t *o, kb_scored_line *p, const char *path, kv_error *err)
 {
     const char *where = p->where;
-    if (!cJSON_IsObject(o))
+    if (!json_is_object(o))
         return kv_fail(err, "%s: not a JSON object", where);
-    const cJSON *pred = cJSON_GetObjectItemCaseSensitive(o, "pred");
+    const json_t *pred = json_object_get(o, "pred");
     if (!pred)
-        pred = cJSON_GetObjectItemCaseSensitive(o, "prediction");
-    if (!cJSON_IsString(pred))
+        pred = json_object_get(o, "prediction");
+    if (!json_is_string(pred))
         return kv_fail(err, "%s: no \"pred\" (or \"prediction\") string", where);
-    if (!(p->pred = strdup(pred->valuestring)))
+    if (kv_json_take(pred, &p->pred) < 0)
         return kv_fail(err, "out of memory");
-    const cJSON *answers = cJSON_GetObjectItemCaseSensitive(o, "answers");
+    const json_t *answers = json_object_get(o, "answers");
     if (!answers)
         return kv_fail(err, "%s: no \"answers\" list", where);
     if (string_list(answers, &p->answers, &p->n_answers, where, "answers", err) < 0)
         return -1;
-    const cJSON *classes = cJSON_GetObjectItemCaseSensitive(o, "all_classes");
-    if (classes && !cJSON_IsNull(classes) &&
+    const json_t *classes = json_object_get(o, "all_classes");
+    if (classes && !json_is_null(classes) &&
         string_list(classes, &p->classes, &p->n_classes, where, "all_classes", err) < 0)
         return -1;
-    const cJSON *length = cJSON_GetObjectItemCaseSensitive(o, "length");
-    p->length = cJSON_IsNumber(length) ? (long)length->valuedouble : -1;
-    const cJSON *dataset = cJSON_GetObjectItemCaseSensitive(o, "dataset");
-    p->dataset = cJSON_IsString(dataset) ? strdup(dataset->valuestring) : dataset_from_path(path);
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
+    const json_t *length = json_object_get(o, "length");
+    p->length = json_is_number(length) ? (long)json_number_value(length) : -1;
+    const json_t *dataset = json_object_get(o, "dataset");
+    p->dataset = json_is_string(dataset) ? strdup(json_string_value(dataset))
+                                         : dataset_from_path(path);
+    const json_t *id = json_object_get(o, "id");
     if (!id)
-        id = cJSON_GetObjectItemCaseSensitive(o, "_id");
-    if (cJSON_IsString(id))
-        p->id = strdup(id->valuestring);
-    else if (cJSON_IsNumber(id) && asprintf(&p->id, "%.17g", id->valuedouble) < 0)
-        p->id = NULL;
+        id = json_object_get(o, "_id");
+    char *num = NULL;
+    if (json_is_string(id) && kv_json_take(id, &p->id) < 0)
+        return kv_fail(err, "out of memory");
+    if (json_is_number(id) && asprintf(&num, "%.17g", json_number_value(id)) >= 0)
+        p->id = kv_str_c(num);
     if (!p->dataset)
         return kv_fail(err, "out of memory");
     return 0;
+}
+
+int kb_scored_line_parse(const char *text, size_t len, const char *path, kb_scored_line *p,
+                         kv_error *err)
+{
+    json_t *o = kv_json_load(text, len, err);
+    if (!o)
+        return kv_fail_prefix(err, p->where);
+    int rc = parse_line(o, p, path, err);
+    json_decref(o);
+    return rc;
 }
 
 static int push(kb_predictions *p, kb_scored_line **out)
@@ -248,12 +258,7 @@ int kb_predictions_read(kb_predictions *p, const char *path, kv_error *err)
             rc = kv_fail(err, "out of memory");
             break;
         }
-        cJSON *o = cJSON_ParseWithLength(r->line, r->len);
-        if (!o)
-            rc = kv_fail(err, "%s: not valid JSON", pr->where);
-        else
-            rc = parse_line(o, pr, path, err);
-        cJSON_Delete(o);
+        rc = kb_scored_line_parse(r->line, r->len, path, pr, err);
     }
     if (rc == 0 && got < 0)
         rc = kv_fail(err, "%s: read error: %s", path, strerror(errno));
@@ -328,7 +333,7 @@ static int score_task(kb_metrics *m, kb_predictions *p, kb_task_score *t, kv_err
     kb_classes classes = {NULL, 0}, *cls = NULL;
     for (size_t i = 0; i < p->n; i++)
         if (strcmp(p->v[i].dataset, t->dataset) == 0) {
-            classes = (kb_classes){(const char *const *)p->v[i].classes, p->v[i].n_classes};
+            classes = (kb_classes){p->v[i].classes, p->v[i].n_classes};
             cls = p->v[i].classes ? &classes : NULL;
         }
     double total = 0.0;
@@ -346,8 +351,8 @@ static int score_task(kb_metrics *m, kb_predictions *p, kb_task_score *t, kv_err
             t->n++;
             continue;
         }
-        rc = kb_score_prediction(m, pr->dataset, pr->pred, (const char *const *)pr->answers,
-                                 pr->n_answers, cls, &pr->score, err);
+        rc = kb_score_prediction(m, pr->dataset, pr->pred, pr->answers, pr->n_answers, cls,
+                                 &pr->score, err);
         if (rc < 0)
             rc = kv_fail_prefix(err, pr->where);
         total += pr->score;

@@ -12,6 +12,7 @@
 
 #include "error.h"
 #include "metrics.h"
+#include "str.h"
 
 /* eval.py's dataset2metric, and whether only the first line of the
  * prediction is scored. A trailing "_e" (LongBench-E) is ignored. -1 when
@@ -20,9 +21,8 @@ int kb_task_metric(const char *dataset, kb_metric *metric, bool *first_line);
 
 /* One prediction of `dataset`: first-line rule, then the best score over
  * the answers (0 when there are none). */
-int kb_score_prediction(kb_metrics *m, const char *dataset, const char *pred,
-                        const char *const *answers, size_t n_answers, const kb_classes *classes,
-                        double *score, kv_error *err);
+int kb_score_prediction(kb_metrics *m, const char *dataset, kv_str pred, const kv_str *answers,
+                        size_t n_answers, const kb_classes *classes, double *score, kv_error *err);
 
 /* Python's round(x, ndigits): the nearest decimal, ties to even on the exact
  * binary value. */
@@ -37,14 +37,15 @@ extern const char *const kb_bucket_names[KB_N_BUCKETS]; /* "0-4k", "4-8k", "8k+"
 /* LongBench-E's bucket of a sample of `length` words/characters. */
 int kb_bucket_of(long length);
 
-/* One prediction line, as read from a prediction file. */
+/* One prediction line, as read from a prediction file. Text keeps every
+ * byte (JSON's "\u0000" included), as Python's json does. */
 typedef struct kb_scored_line {
-    char *id;      /* "id" or "_id", NULL when absent */
+    kv_str id;     /* "id" or "_id", {NULL, 0} when absent */
     char *dataset; /* "dataset", else the file name up to its first '.' */
-    char *pred;    /* "pred" (LongBench) or "prediction" */
-    char **answers;
+    kv_str pred;   /* "pred" (LongBench) or "prediction" */
+    kv_str *answers;
     size_t n_answers;
-    char **classes; /* "all_classes"; NULL when null or absent */
+    kv_str *classes; /* "all_classes"; NULL when null or absent */
     size_t n_classes;
     long length;  /* "length", -1 when absent */
     char *where;  /* "file:line" for messages */
@@ -55,6 +56,13 @@ typedef struct kb_predictions {
     kb_scored_line *v;
     size_t n, cap;
 } kb_predictions;
+
+/* Parses one prediction line (text[0..len), from `path`, for the dataset
+ * fallback) into *p, whose `where` the caller has set. On failure *p keeps
+ * what it took; kb_scored_line_free frees it. */
+int kb_scored_line_parse(const char *text, size_t len, const char *path, kb_scored_line *p,
+                         kv_error *err);
+void kb_scored_line_free(kb_scored_line *p);
 
 /* Appends the lines of a prediction file (JSON Lines). */
 int kb_predictions_read(kb_predictions *p, const char *path, kv_error *err);

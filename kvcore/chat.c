@@ -181,17 +181,6 @@ static bool is(const char *role, const char *want)
     return strcmp(role, want) == 0;
 }
 
-static bool starts_with(const char *s, const char *p)
-{
-    return strncmp(s, p, strlen(p)) == 0;
-}
-
-static bool ends_with(const char *s, const char *p)
-{
-    size_t n = strlen(s), k = strlen(p);
-    return n >= k && memcmp(s + n - k, p, k) == 0;
-}
-
 /* A view of part of a string. */
 typedef struct span {
     const char *s;
@@ -201,6 +190,24 @@ typedef struct span {
 static span whole(const char *s)
 {
     return (span){s, strlen(s)};
+}
+
+/* A message's content with its length: it may hold NUL bytes. */
+static span content_of(const kv_chat_message *m)
+{
+    return m->content_len ? (span){m->content, m->content_len} : whole(m->content);
+}
+
+static bool starts_with(span v, const char *p)
+{
+    size_t k = strlen(p);
+    return v.n >= k && memcmp(v.s, p, k) == 0;
+}
+
+static bool ends_with(span v, const char *p)
+{
+    size_t k = strlen(p);
+    return v.n >= k && memcmp(v.s + v.n - k, p, k) == 0;
 }
 
 static span lstrip_nl(span v)
@@ -267,7 +274,7 @@ static void tool_turn(out *o, const kv_chat_message *m, size_t n, size_t i)
     if (i == 0 || !is(m[i - 1].role, "tool"))
         puts_(o, "<|im_start|>user");
     puts_(o, "\n<tool_response>\n");
-    puts_(o, m[i].content);
+    put_span(o, content_of(&m[i]));
     puts_(o, "\n</tool_response>");
     if (i + 1 == n || !is(m[i + 1].role, "tool"))
         puts_(o, "<|im_end|>\n");
@@ -285,16 +292,16 @@ static void generation_prompt(out *o, bool think_block, bool enable_thinking)
 static size_t last_query(const kv_chat_message *m, size_t n)
 {
     for (size_t i = n; i-- > 0;)
-        if (is(m[i].role, "user") && !(starts_with(m[i].content, "<tool_response>") &&
-                                       ends_with(m[i].content, "</tool_response>")))
+        if (is(m[i].role, "user") && !(starts_with(content_of(&m[i]), "<tool_response>") &&
+                                       ends_with(content_of(&m[i]), "</tool_response>")))
             return i;
     return n - 1;
 }
 
 static void qwen3_assistant(out *o, const kv_chat_message *m, size_t n, size_t i, size_t lastq)
 {
-    span content = whole(m[i].content), reasoning = {"", 0};
-    if (strstr(m[i].content, "</think>")) {
+    span content = content_of(&m[i]), reasoning = {"", 0};
+    if (memmem(content.s, content.n, "</think>", 8)) {
         span all = content;
         content = lstrip_nl(after_last(all, "</think>"));
         reasoning = lstrip_nl(after_last(rstrip_nl(before_first(all, "</think>")), "<think>"));
@@ -314,11 +321,11 @@ static void qwen3_assistant(out *o, const kv_chat_message *m, size_t n, size_t i
 static void render_qwen3(out *o, const kv_chat_message *m, size_t n, bool gen, bool thinking)
 {
     if (is(m[0].role, "system"))
-        chatml_turn(o, "system", whole(m[0].content));
+        chatml_turn(o, "system", content_of(&m[0]));
     size_t lastq = last_query(m, n);
     for (size_t i = 0; i < n; i++) {
         if (is(m[i].role, "user") || (is(m[i].role, "system") && i > 0))
-            chatml_turn(o, m[i].role, whole(m[i].content));
+            chatml_turn(o, m[i].role, content_of(&m[i]));
         else if (is(m[i].role, "assistant"))
             qwen3_assistant(o, m, n, i, lastq);
         else if (is(m[i].role, "tool"))
@@ -337,7 +344,7 @@ static void render_chatml(out *o, const style *s, const kv_chat_message *m, size
         if (s->grouped_tools && is(m[i].role, "tool"))
             tool_turn(o, m, n, i);
         else
-            chatml_turn(o, m[i].role, whole(m[i].content));
+            chatml_turn(o, m[i].role, content_of(&m[i]));
     }
     if (gen)
         generation_prompt(o, s->think_block, thinking);
@@ -360,7 +367,7 @@ static void render_llama3(out *o, const style *s, const char *bos, const kv_chat
     if (s->knowledge_date) { /* Llama-3.1: the system turn always comes first */
         span system = {"", 0};
         if (is(m[0].role, "system"))
-            system = trim(whole(m[0].content)), first = 1;
+            system = trim(content_of(&m[0])), first = 1;
         puts_(o, "<|start_header_id|>system<|end_header_id|>\n\n");
         puts_(o, "Cutting Knowledge Date: December 2023\nToday Date: ");
         puts_(o, s->date);
@@ -369,13 +376,21 @@ static void render_llama3(out *o, const style *s, const char *bos, const kv_chat
         puts_(o, "<|eot_id|>");
     }
     for (size_t i = first; i < n; i++)
-        llama3_turn(o, m[i].role, whole(m[i].content));
+        llama3_turn(o, m[i].role, content_of(&m[i]));
     if (gen)
         puts_(o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 char *kv_chat_render(const kv_tokenizer *t, const kv_chat_message *msgs, size_t n,
                      bool add_generation_prompt, bool enable_thinking, kv_error *err)
+{
+    size_t len;
+    return kv_chat_render_len(t, msgs, n, add_generation_prompt, enable_thinking, &len, err);
+}
+
+char *kv_chat_render_len(const kv_tokenizer *t, const kv_chat_message *msgs, size_t n,
+                         bool add_generation_prompt, bool enable_thinking, size_t *len,
+                         kv_error *err)
 {
     if (n == 0) {
         kv_fail(err, "chat template: no messages to render");
@@ -411,5 +426,6 @@ char *kv_chat_render(const kv_tokenizer *t, const kv_chat_message *msgs, size_t 
         kv_fail(err, "chat template: out of memory");
         return NULL;
     }
+    *len = o.n;
     return o.s;
 }

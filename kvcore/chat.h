@@ -27,6 +27,7 @@
 typedef struct kv_chat_message {
     const char *role; /* "system", "user", "assistant", "tool" */
     const char *content;
+    size_t content_len; /* bytes of content (it may hold NULs); 0: strlen(content) */
 } kv_chat_message;
 
 /* Renders msgs (n >= 1) into malloc'd text ready for kv_tokenizer_encode
@@ -35,6 +36,12 @@ typedef struct kv_chat_message {
  * enable_thinking=False (true is the default, same as not passing it). */
 char *kv_chat_render(const kv_tokenizer *t, const kv_chat_message *msgs, size_t n,
                      bool add_generation_prompt, bool enable_thinking, kv_error *err);
+
+/* The same, with the length of the text: content with NUL bytes renders
+ * into text with NUL bytes. */
+char *kv_chat_render_len(const kv_tokenizer *t, const kv_chat_message *msgs, size_t n,
+                         bool add_generation_prompt, bool enable_thinking, size_t *len,
+                         kv_error *err);
 
 /* The family name the tokenizer's template is recognised as ("qwen3",
  * "chatml", "llama3"), or NULL (with err set) when it has none or an unknown

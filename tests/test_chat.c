@@ -143,17 +143,17 @@ Test(chat, qwen3_keeps_reasoning_of_the_turn_after_the_last_query)
      * earlier ones lose it (transformers' rendering of the Qwen3 template). */
     char *dir = tu_data("tokenizer/qwen3");
     kv_tokenizer *t = load_or_die(dir);
-    kv_chat_message m[] = {{"user", "Q1"},
-                           {"assistant", "<think>\nr1\n</think>\n\nA1"},
-                           {"user", "Q2"},
-                           {"assistant", "<think>\n\nr2\n\n</think>\n\n\nA2"}};
+    kv_chat_message m[] = {{"user", "Q1", 0},
+                           {"assistant", "<think>\nr1\n</think>\n\nA1", 0},
+                           {"user", "Q2", 0},
+                           {"assistant", "<think>\n\nr2\n\n</think>\n\n\nA2", 0}};
     char *s = render(t, m, 4, false, true);
     cr_expect_str_eq(s, "<|im_start|>user\nQ1<|im_end|>\n"
                         "<|im_start|>assistant\nA1<|im_end|>\n"
                         "<|im_start|>user\nQ2<|im_end|>\n"
                         "<|im_start|>assistant\n<think>\nr2\n</think>\n\nA2<|im_end|>\n");
     free(s);
-    kv_chat_message plain[] = {{"user", "Q"}, {"assistant", "A"}};
+    kv_chat_message plain[] = {{"user", "Q", 0}, {"assistant", "A", 0}};
     s = render(t, plain, 2, false, true);
     cr_expect_str_eq(s, "<|im_start|>user\nQ<|im_end|>\n"
                         "<|im_start|>assistant\n<think>\n\n</think>\n\nA<|im_end|>\n");
@@ -192,7 +192,7 @@ Test(chat, toy_template_of_the_tiny_models)
 {
     char *dir = tu_source("tests/data/tokenizer/toy");
     kv_tokenizer *t = load_or_die(dir);
-    kv_chat_message m[] = {{"system", "Be brief."}, {"user", "Hi"}};
+    kv_chat_message m[] = {{"system", "Be brief.", 0}, {"user", "Hi", 0}};
     char *s = render(t, m, 2, true, false);
     cr_expect_str_eq(s, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
                         "<|im_start|>assistant\n<think>\n\n</think>\n\n");
@@ -213,12 +213,12 @@ Test(chat, qwen2_default_system_prompt)
         "%}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
     char *dir = folder_with_template(tpl, NULL);
     kv_tokenizer *t = load_or_die(dir);
-    kv_chat_message m[] = {{"user", "Hi"}};
+    kv_chat_message m[] = {{"user", "Hi", 0}};
     char *s = render(t, m, 1, true, false);
     cr_expect_str_eq(s, "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
                         "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
     free(s);
-    kv_chat_message sys[] = {{"system", "S"}, {"user", "Hi"}};
+    kv_chat_message sys[] = {{"system", "S", 0}, {"user", "Hi", 0}};
     s = render(t, sys, 2, false, true);
     cr_expect_str_eq(s, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
     free(s);
@@ -239,7 +239,7 @@ Test(chat, llama3_headers_and_trimmed_content)
     kv_tokenizer *t = load_or_die(dir);
     kv_error err = {{0}};
     cr_expect_str_eq(kv_chat_family(t, &err), "llama3");
-    kv_chat_message m[] = {{"system", " S \n"}, {"user", "\t Hi \xE3\x80\x80"}};
+    kv_chat_message m[] = {{"system", " S \n", 0}, {"user", "\t Hi \xE3\x80\x80", 0}};
     char *s = render(t, m, 2, true, true);
     cr_expect_str_eq(s, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|>"
                         "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
@@ -295,7 +295,7 @@ Test(chat, llama3_tool_messages_are_refused)
 {
     char *dir = folder_with_config("llama31");
     kv_tokenizer *t = load_or_die(dir);
-    kv_chat_message m[] = {{"user", "Hi"}, {"tool", "{}"}};
+    kv_chat_message m[] = {{"user", "Hi", 0}, {"tool", "{}", 0}};
     kv_error err = {{0}};
     cr_expect_null(kv_chat_render(t, m, 2, true, true, &err));
     cr_expect(strstr(err.msg, "tool messages"), "%s", err.msg);
@@ -313,7 +313,7 @@ Test(chat, unknown_template_or_no_template_is_an_error)
                                        "{{- '<|im_start|>assistant\\n<think>\\n' }}",
                                        NULL);
     kv_tokenizer *tt = load_or_die(think);
-    kv_chat_message hi[] = {{"user", "Hi"}};
+    kv_chat_message hi[] = {{"user", "Hi", 0}};
     kv_error e = {{0}};
     cr_expect_null(kv_chat_render(tt, hi, 1, true, true, &e));
     cr_expect(strstr(e.msg, "reasoning_content"), "%s", e.msg);
@@ -323,7 +323,7 @@ Test(chat, unknown_template_or_no_template_is_an_error)
 
     char *dir = folder_with_template("{{ messages[0].content }}", NULL);
     kv_tokenizer *t = load_or_die(dir);
-    kv_chat_message m[] = {{"user", "Hi"}};
+    kv_chat_message m[] = {{"user", "Hi", 0}};
     kv_error err = {{0}};
     cr_expect_null(kv_chat_render(t, m, 1, true, true, &err));
     cr_expect(strstr(err.msg, "not a family kvbench knows"), "%s", err.msg);

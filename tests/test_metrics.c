@@ -45,7 +45,8 @@ static double score(kb_metric metric, const char *pred, const char *gt)
 {
     double s;
     kv_error err;
-    cr_assert_eq(kb_metric_score(metrics, metric, pred, gt, NULL, &s, &err), 0, "%s", err.msg);
+    cr_assert_eq(kb_metric_score(metrics, metric, kv_str_c(pred), kv_str_c(gt), NULL, &s, &err), 0,
+                 "%s", err.msg);
     return s;
 }
 
@@ -53,22 +54,22 @@ static double task(const char *dataset, const char *pred, const char *gt)
 {
     double s;
     kv_error err;
-    const char *answers[] = {gt};
-    cr_assert_eq(kb_score_prediction(metrics, dataset, pred, answers, 1, NULL, &s, &err), 0, "%s",
-                 err.msg);
+    kv_str answers[] = {kv_str_c(gt)};
+    cr_assert_eq(kb_score_prediction(metrics, dataset, kv_str_c(pred), answers, 1, NULL, &s, &err),
+                 0, "%s", err.msg);
     return s;
 }
 
 /* ---- the conformance cases -------------------------------------------------- */
 
-static char **strings(const cJSON *arr, size_t *n)
+static kv_str *strings(const cJSON *arr, size_t *n)
 {
     *n = 0;
     if (!cJSON_IsArray(arr))
         return NULL;
-    char **v = calloc((size_t)cJSON_GetArraySize(arr) + 1, sizeof *v);
+    kv_str *v = calloc((size_t)cJSON_GetArraySize(arr) + 1, sizeof *v);
     const cJSON *it;
-    cJSON_ArrayForEach(it, arr) v[(*n)++] = it->valuestring;
+    cJSON_ArrayForEach(it, arr) v[(*n)++] = kv_str_c(it->valuestring);
     return v;
 }
 
@@ -94,14 +95,14 @@ Test(metrics, conformance_cases_score_exactly_as_eval_py)
             skipped_zh++;
         } else {
             size_t na, nc;
-            char **answers = strings(cJSON_GetObjectItem(cj, "answers"), &na);
-            char **classes = strings(cJSON_GetObjectItem(cj, "all_classes"), &nc);
-            kb_classes cls = {(const char *const *)classes, nc};
+            kv_str *answers = strings(cJSON_GetObjectItem(cj, "answers"), &na);
+            kv_str *classes = strings(cJSON_GetObjectItem(cj, "all_classes"), &nc);
+            kb_classes cls = {classes, nc};
             double s;
             kv_error err;
             int rc = kb_score_prediction(
-                metrics, dataset, cJSON_GetObjectItem(cj, "prediction")->valuestring,
-                (const char *const *)answers, na, classes ? &cls : NULL, &s, &err);
+                metrics, dataset, kv_str_c(cJSON_GetObjectItem(cj, "prediction")->valuestring),
+                answers, na, classes ? &cls : NULL, &s, &err);
             cr_expect_eq(rc, 0, "%s: %s", id, err.msg);
             char got[64], want[64];
             snprintf(got, sizeof got, "%.17g", s);
@@ -222,17 +223,23 @@ Test(metrics, rouge_recursion_limit_zeroes_long_sentences)
 
 Test(metrics, classification_keeps_pythons_list_removal_skip)
 {
-    const char *names[] = {"a", "b", "ab"};
+    kv_str names[] = {kv_str_c("a"), kv_str_c("b"), kv_str_c("ab")};
     kb_classes cls = {names, 3};
     double s;
     kv_error err;
     /* L = [a, b, ab]; removing "a" shifts "b" under the cursor, which moves on:
      * "b" survives, L = [b, ab], score 1/2 (1 without the skip). */
-    cr_assert_eq(kb_metric_score(metrics, KB_CLASSIFICATION, "ab", "ab", &cls, &s, &err), 0);
+    cr_assert_eq(kb_metric_score(metrics, KB_CLASSIFICATION, kv_str_c("ab"), kv_str_c("ab"), &cls,
+                                 &s, &err),
+                 0);
     cr_expect_eq(s, 0.5);
-    cr_assert_eq(kb_metric_score(metrics, KB_CLASSIFICATION, "b", "ab", &cls, &s, &err), 0);
+    cr_assert_eq(kb_metric_score(metrics, KB_CLASSIFICATION, kv_str_c("b"), kv_str_c("ab"), &cls,
+                                 &s, &err),
+                 0);
     cr_expect_eq(s, 0.0); /* the answer is not mentioned */
-    cr_expect_lt(kb_metric_score(metrics, KB_CLASSIFICATION, "b", "b", NULL, &s, &err), 0);
+    cr_expect_lt(kb_metric_score(metrics, KB_CLASSIFICATION, kv_str_c("b"), kv_str_c("b"), NULL, &s,
+                                 &err),
+                 0);
 }
 
 /* ---- retrieval_score, count_score ---------------------------------------------- */
@@ -250,7 +257,9 @@ Test(metrics, retrieval_and_count_compare_digit_strings)
     cr_expect_eq(score(KB_COUNT, "\xd9\xa1\xd9\xa2 and 12", "12"), 0.5); /* ١٢ is one number */
     double s;
     kv_error err;
-    cr_expect_lt(kb_metric_score(metrics, KB_RETRIEVAL, "1", "no paragraph", NULL, &s, &err), 0);
+    cr_expect_lt(kb_metric_score(metrics, KB_RETRIEVAL, kv_str_c("1"), kv_str_c("no paragraph"),
+                                 NULL, &s, &err),
+                 0);
     cr_expect(strstr(err.msg, "Paragraph N"));
 }
 
@@ -354,7 +363,8 @@ Test(metrics, chinese_metrics_refuse_without_jieba)
     kv_error err;
     double s;
     cr_assert_eq(kb_metrics_new(NULL, &bare, &err), 0);
-    cr_expect_lt(kb_metric_score(bare, KB_QA_F1_ZH, "北京", "北京", NULL, &s, &err), 0);
+    cr_expect_lt(
+        kb_metric_score(bare, KB_QA_F1_ZH, kv_str_c("北京"), kv_str_c("北京"), NULL, &s, &err), 0);
     cr_expect(strstr(err.msg, "apt-get install python3-jieba"), "%s", err.msg);
     kb_metrics_free(bare);
     kb_jieba *j;
@@ -385,12 +395,15 @@ Test(metrics, first_line_rule_strips_only_newlines)
 
 Test(metrics, best_answer_wins)
 {
-    const char *answers[] = {"dog", "cat", "cat dog"};
+    kv_str answers[] = {kv_str_c("dog"), kv_str_c("cat"), kv_str_c("cat dog")};
     double s;
     kv_error err;
-    cr_assert_eq(kb_score_prediction(metrics, "hotpotqa", "cat", answers, 3, NULL, &s, &err), 0);
+    cr_assert_eq(
+        kb_score_prediction(metrics, "hotpotqa", kv_str_c("cat"), answers, 3, NULL, &s, &err), 0);
     cr_expect_eq(s, 1.0);
-    cr_assert_eq(kb_score_prediction(metrics, "qasper_e", "x", answers, 0, NULL, &s, &err), 0);
+    cr_assert_eq(
+        kb_score_prediction(metrics, "qasper_e", kv_str_c("x"), answers, 0, NULL, &s, &err), 0);
     cr_expect_eq(s, 0.0);
-    cr_expect_lt(kb_score_prediction(metrics, "nosuchtask", "x", answers, 1, NULL, &s, &err), 0);
+    cr_expect_lt(
+        kb_score_prediction(metrics, "nosuchtask", kv_str_c("x"), answers, 1, NULL, &s, &err), 0);
 }

@@ -48,11 +48,11 @@ static char *expected_prompt(const char *tmpl, const lb_sample *s)
     const char *ci = strstr(out, "{context}"), *ii = strstr(out, "{input}");
     /* Replace the later placeholder first so that the earlier one's value is never scanned. */
     if (ii && ci && ii > ci) {
-        out = replace_once(out, "{input}", s->input);
-        out = replace_once(out, "{context}", s->context);
+        out = replace_once(out, "{input}", s->input.p);
+        out = replace_once(out, "{context}", s->context.p);
     } else {
-        out = replace_once(out, "{context}", s->context);
-        out = replace_once(out, "{input}", s->input);
+        out = replace_once(out, "{context}", s->context.p);
+        out = replace_once(out, "{input}", s->input.p);
     }
     return out;
 }
@@ -120,7 +120,7 @@ Test(prompt, shipped_samples_equal_the_upstream_substitution)
 static void check_literal(const char *task_name, const char *input, const char *context,
                           const char *want)
 {
-    lb_sample s = {.input = (char *)input, .context = (char *)context};
+    lb_sample s = {.input = kv_str_c(input), .context = kv_str_c(context)};
     char *got;
     size_t len;
     kv_error err;
@@ -223,20 +223,22 @@ Test(prompt, v2_substitution_equals_python)
 
 Test(prompt, v2_cot_answer_step_needs_the_cot)
 {
-    lb_sample s = {.context = "c", .input = "q", .choices = {"a", "b", "c", "d"}};
+    lb_sample s = {.context = kv_str_c("c"),
+                   .input = kv_str_c("q"),
+                   .choices = {kv_str_c("a"), kv_str_c("b"), kv_str_c("c"), kv_str_c("d")}};
     char *got;
     size_t len;
     kv_error err;
     const lb_task *t = lb_task_find("v2_cot_ans");
     cr_assert_eq(lb_prompt_format(t, &s, &got, &len, &err), -1);
     cr_assert(strstr(err.msg, "$COT$"), "%s", err.msg);
-    s.cot = " step 1; so (B) \n";
+    s.cot = kv_str_c(" step 1; so (B) \n");
     cr_assert_eq(lb_prompt_format(t, &s, &got, &len, &err), 0, "%s", err.msg);
     cr_assert(strstr(got, "Let’s think step by step: step 1; so (B)\n\nBased on the above"), "%s",
               got);
     free(got);
     /* A v1 record has no choices. */
-    lb_sample v1 = {.context = "c", .input = "q"};
+    lb_sample v1 = {.context = kv_str_c("c"), .input = kv_str_c("q")};
     cr_assert_eq(lb_prompt_format(lb_task_find("v2"), &v1, &got, &len, &err), -1);
     cr_assert(strstr(err.msg, "choice_A"), "%s", err.msg);
 }

@@ -14,7 +14,7 @@
 static kv_error err;
 
 /* Exact match, in percent: enough to check the plumbing around a scorer. */
-static int exact_scorer(const char *task, const cJSON *const *lines, size_t n, double *score,
+static int exact_scorer(const char *task, const char *const *lines, size_t n, double *score,
                         double *sample_scores, const char **metric, char *msg, size_t msg_n,
                         void *ctx)
 {
@@ -25,10 +25,12 @@ static int exact_scorer(const char *task, const cJSON *const *lines, size_t n, d
         return snprintf(msg, msg_n, "no lines"), -1;
     double hits = 0;
     for (size_t i = 0; i < n; i++) {
-        const char *pred = cJSON_GetObjectItem(lines[i], "pred")->valuestring;
-        const cJSON *ans = cJSON_GetArrayItem(cJSON_GetObjectItem(lines[i], "answers"), 0);
+        cJSON *line = cJSON_Parse(lines[i]);
+        const char *pred = cJSON_GetObjectItem(line, "pred")->valuestring;
+        const cJSON *ans = cJSON_GetArrayItem(cJSON_GetObjectItem(line, "answers"), 0);
         sample_scores[i] = strcmp(pred, ans->valuestring) == 0;
         hits += sample_scores[i];
+        cJSON_Delete(line);
     }
     *score = 100.0 * hits / (double)n;
     *metric = "exact";

@@ -123,18 +123,19 @@ static void f_free(void *ctx, void *state)
     free(state);
 }
 
-static int exact_scorer(const char *task, const cJSON *const *lines, size_t n, double *score,
+static int exact_scorer(const char *task, const char *const *lines, size_t n, double *score,
                         double *sample_scores, const char **metric, char *msg, size_t msg_n,
                         void *ctx)
 {
     (void)task, (void)msg, (void)msg_n, (void)ctx;
     double hits = 0;
     for (size_t i = 0; i < n; i++) {
+        cJSON *line = cJSON_Parse(lines[i]);
         sample_scores[i] =
-            strcmp(cJSON_GetObjectItem(lines[i], "pred")->valuestring,
-                   cJSON_GetArrayItem(cJSON_GetObjectItem(lines[i], "answers"), 0)->valuestring) ==
-            0;
+            strcmp(cJSON_GetObjectItem(line, "pred")->valuestring,
+                   cJSON_GetArrayItem(cJSON_GetObjectItem(line, "answers"), 0)->valuestring) == 0;
         hits += sample_scores[i];
+        cJSON_Delete(line);
     }
     *score = n ? 100.0 * hits / (double)n : 0;
     *metric = "exact";
@@ -243,7 +244,7 @@ Test(runner, one_prefill_per_sample_for_all_configs_and_a_report_at_the_end)
         double s, per[64];
         const char *metric;
         cr_assert_leq(l.n, 64);
-        exact_scorer(r.rows[i].task, (const cJSON *const *)l.json, l.n, &s, per, &metric, NULL, 0,
+        exact_scorer(r.rows[i].task, (const char *const *)l.text, l.n, &s, per, &metric, NULL, 0,
                      NULL);
         cr_assert_eq(r.rows[i].score, s);
         cr_assert_eq(r.rows[i].n, (long)l.n);

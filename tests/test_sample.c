@@ -63,10 +63,10 @@ Test(sample, fields_and_json_escapes)
     lb_loader *l = lb_loader_open(path, NULL, &err);
     lb_sample s;
     cr_assert_eq(lb_loader_next(l, &s, &err), 1, "%s", err.msg);
-    cr_assert_str_eq(s.input, "q");
-    cr_assert_str_eq(s.context, "c\n\xc3\xa9\xf0\x9f\x98\x80", "escapes and surrogate pairs");
+    cr_assert_str_eq(s.input.p, "q");
+    cr_assert_str_eq(s.context.p, "c\n\xc3\xa9\xf0\x9f\x98\x80", "escapes and surrogate pairs");
     cr_assert_eq(s.n_answers, 2);
-    cr_assert_str_eq(s.answers[1], "b");
+    cr_assert_str_eq(s.answers[1].p, "b");
     cr_assert_null(s.all_classes);
     cr_assert_eq(s.length, 3);
     cr_assert_str_eq(s.id, "id1");
@@ -97,9 +97,9 @@ static void expect_error(const char *line, const char *what)
 
 Test(sample, malformed_lines_are_named)
 {
-    expect_error("{\"input\": \"q\"", "not valid JSON (error near byte 13 of 13)");
+    expect_error("{\"input\": \"q\"", "not valid JSON at byte 13: '}' expected near end of file");
     expect_error("[1, 2]", "a record must be a JSON object, found an array");
-    expect_error("{\"a\": 1} {\"b\": 2}", "unexpected text after the JSON object at byte 10");
+    expect_error("{\"a\": 1} {\"b\": 2}", "not valid JSON at byte 10: end of file expected near '{'");
     expect_error("{\"_id\": \"x\", \"input\": \"\", \"dataset\": \"d\", \"language\": \"en\", "
                  "\"answers\": [\"a\"], \"length\": 1, \"all_classes\": null}",
                  "missing key \"context\"");
@@ -241,11 +241,11 @@ Test(sample, v2_json_array)
     lb_sample s;
     cr_assert_eq(lb_loader_next(l, &s, &err), 1, "%s", err.msg);
     cr_assert_str_eq(s.id, "a");
-    cr_assert_str_eq(s.input, "q?");
-    cr_assert_str_eq(s.context, "x } ] \" {", "brackets and quotes inside strings");
-    cr_assert_str_eq(s.choices[3], "d");
+    cr_assert_str_eq(s.input.p, "q?");
+    cr_assert_str_eq(s.context.p, "x } ] \" {", "brackets and quotes inside strings");
+    cr_assert_str_eq(s.choices[3].p, "d");
     cr_assert_eq(s.n_answers, 1);
-    cr_assert_str_eq(s.answers[0], "B");
+    cr_assert_str_eq(s.answers[0].p, "B");
     cr_assert_str_eq(s.difficulty, "hard");
     cr_assert_str_eq(s.length_class, "short");
     cr_assert_eq(s.lineno, 2);

@@ -65,7 +65,7 @@ static double one_pass(const char *path, long *records, long *bytes, double *wal
     *bytes = 0;
     while ((rc = lb_loader_next(l, &s, &err)) == 1) {
         (*records)++;
-        *bytes += (long)(strlen(s.context) + strlen(s.input));
+        *bytes += (long)(s.context.n + s.input.n);
         lb_sample_free(&s);
     }
     lb_loader_close(l);

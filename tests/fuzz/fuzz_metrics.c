@@ -1,5 +1,6 @@
 /* Fuzz target: every LongBench metric over arbitrary bytes. The input is cut
- * into a prediction and an answer at the first NUL (or in the middle); each
+ * into a prediction and an answer at the first 0xFF byte (or in the middle;
+ * NULs stay in both, as "\\u0000" puts them there); each
  * metric must return a score in [0, 1] or a clean error, never crash. */
 #include <math.h>
 #include <stdint.h>
@@ -26,17 +27,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!metrics)
         setup();
-    /* prediction = the bytes before the first NUL (or the first half), answer = the rest */
-    const uint8_t *nul = memchr(data, 0, size);
-    size_t cut = nul ? (size_t)(nul - data) : size / 2, rest = nul ? cut + 1 : cut;
-    char *pred = strndup((const char *)data, cut);
-    char *gt = strndup((const char *)data + rest, size - rest);
-    if (!pred || !gt) {
-        free(pred);
-        free(gt);
-        return 0;
-    }
-    const char *names[] = {pred, gt, "Food", "a"};
+    /* prediction = the bytes before the first 0xFF (or the first half), answer = the
+     * rest: NUL bytes stay inside both, as JSON's "\u0000" puts them there */
+    const uint8_t *sep = memchr(data, 0xFF, size);
+    size_t cut = sep ? (size_t)(sep - data) : size / 2, rest = sep ? cut + 1 : cut;
+    kv_str pred = {(const char *)data, cut}, gt = {(const char *)data + rest, size - rest};
+    kv_str names[] = {pred, gt, kv_str_c("Food"), kv_str_c("a")};
     kb_classes classes = {names, 4};
     for (int k = 0; k < KB_N_METRICS; k++) {
         double s = -1;
@@ -47,11 +43,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     double s;
     kv_error err;
-    const char *answers[] = {gt, pred};
+    kv_str answers[] = {gt, pred};
     if (kb_score_prediction(metrics, "trec", pred, answers, 2, &classes, &s, &err) == 0 &&
         !(s >= 0.0 && s <= 1.0))
         abort();
-    free(pred);
-    free(gt);
     return 0;
 }

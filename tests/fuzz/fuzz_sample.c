@@ -13,11 +13,14 @@
 
 static void check_sample(const lb_sample *s)
 {
-    if (!s->id || !s->input || !s->context || !s->dataset || !s->language || s->n_answers < 1)
+    if (!s->id || !s->input.p || !s->context.p || !s->dataset || !s->language || s->n_answers < 1)
         abort();
     for (size_t i = 0; i < s->n_answers; i++)
-        if (!s->answers[i])
+        if (!s->answers[i].p || s->answers[i].p[s->answers[i].n] != '\0')
             abort();
+    /* text keeps its length; ids and names never hold a NUL */
+    if (s->context.p[s->context.n] != '\0' || s->input.p[s->input.n] != '\0')
+        abort();
     if (!s->all_classes && s->n_classes != 0)
         abort();
 }
@@ -56,7 +59,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         long good = 0;
         while (l && lb_loader_next(l, &s, &err) == 1) {
             check_sample(&s);
-            if (schema == LB_SCHEMA_V2 && (!s.choices[0] || !s.choices[3]))
+            if (schema == LB_SCHEMA_V2 && (!s.choices[0].p || !s.choices[3].p))
                 abort();
             lb_sample_free(&s);
             good++;

@@ -92,7 +92,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *content = fuzz_text(data, size);
     if (!content)
         return 0;
-    kv_chat_message m[] = {{"system", "s"}, {"user", content}};
+    kv_chat_message m[] = {{"system", "s", 0}, {"user", content, 0}};
     char *chat = kv_chat_render(t, m, 2, size % 2 == 0, size % 3 == 0, &err);
     if (!chat)
         abort();

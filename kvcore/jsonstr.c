@@ -1,0 +1,81 @@
+#include "jsonstr.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "utf8.h"
+
+json_t *kv_json_load(const char *text, size_t n, kv_error *err)
+{
+    size_t ok = kv_utf8_valid_prefix(text, n);
+    if (ok < n) {
+        kv_fail(err, "invalid UTF-8 at byte %zu (0x%02X)", ok + 1, (unsigned char)text[ok]);
+        return NULL;
+    }
+    json_error_t e;
+    json_t *v = json_loadb(text, n, JSON_ALLOW_NUL | JSON_DECODE_ANY, &e);
+    if (!v)
+        kv_fail(err, "not valid JSON at byte %d: %s", e.position > 0 ? e.position : 1, e.text);
+    return v;
+}
+
+int kv_json_take(const json_t *v, kv_str *out)
+{
+    size_t n = json_string_length(v);
+    char *p = malloc(n + 1);
+    if (!p)
+        return -1;
+    memcpy(p, json_string_value(v), n);
+    p[n] = '\0';
+    *out = (kv_str){p, n};
+    return 0;
+}
+
+int kv_json_quote(kv_strbuf *b, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    kv_strbuf_add(b, "\"", 1);
+    size_t i = 0;
+    while (i < n) {
+        /* copy the longest run that needs no escape at once */
+        size_t run = 0, bad = 0;
+        while (i + run < n) {
+            unsigned char c = (unsigned char)s[i + run];
+            if (c < 0x20 || c == '"' || c == '\\')
+                break;
+            size_t k = c < 0x80 ? 1 : kv_utf8_seq((const unsigned char *)s + i + run, n - i - run, &bad);
+            if (k == 0)
+                break;
+            run += k;
+        }
+        kv_strbuf_add(b, s + i, run);
+        i += run;
+        if (i >= n)
+            break;
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            char esc[2] = {'\\', (char)c};
+            kv_strbuf_add(b, esc, 2);
+            i++;
+        } else if (c < 0x20) { /* Python's json.dumps: short forms where JSON has them */
+            static const char shorts[] = "\b\f\n\r\t", letters[] = "bfnrt";
+            const char *p = memchr(shorts, c, 5);
+            char esc[6] = {'\\', p ? letters[p - shorts] : 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+            kv_strbuf_add(b, esc, p ? 2 : 6);
+            i++;
+        } else { /* ill-formed UTF-8: one U+FFFD per maximal subpart, as decode does */
+            kv_utf8_seq((const unsigned char *)s + i, n - i, &bad);
+            kv_strbuf_add(b, "\xEF\xBF\xBD", 3);
+            i += bad;
+        }
+    }
+    return kv_strbuf_add(b, "\"", 1);
+}
+
+cJSON *kv_json_text(const char *s, size_t n)
+{
+    kv_strbuf b = {0};
+    cJSON *v = kv_json_quote(&b, s, n) == 0 ? cJSON_CreateRaw(b.s) : NULL;
+    kv_strbuf_free(&b);
+    return v;
+}

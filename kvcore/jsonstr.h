@@ -1,0 +1,39 @@
+/* JSON strings of any bytes, both ways.
+ *
+ * cJSON keeps strings as C strings, so a "\u0000" inside one cuts it. The
+ * data path (LongBench records, prediction files, tokenizer input) therefore
+ * parses with jansson, whose JSON_ALLOW_NUL strings carry their length, and
+ * writes strings with kv_json_quote, which escapes every control byte
+ * (NUL as \u0000) and repairs ill-formed UTF-8, so that what kvbench writes
+ * is always valid UTF-8 JSON.
+ */
+#ifndef KV_JSONSTR_H
+#define KV_JSONSTR_H
+
+#include <cjson/cJSON.h>
+#include <jansson.h>
+#include <stddef.h>
+
+#include "error.h"
+#include "str.h"
+#include "strbuf.h"
+
+/* Parses one JSON text of n bytes (any value at the top) with NULs kept in
+ * strings. Text that is not valid UTF-8 is refused naming the byte (1-based)
+ * where the ill-formed sequence starts; a syntax error names its byte too.
+ * err gets "what is wrong" (the caller adds file:line). */
+json_t *kv_json_load(const char *text, size_t n, kv_error *err);
+
+/* The bytes of a jansson string, copied (NUL-terminated as well) into *out. */
+int kv_json_take(const json_t *v, kv_str *out);
+
+/* Appends s[0..n) as a JSON string literal: quotes, escapes for '"', '\\'
+ * and every byte below 0x20 (\n \t ... as Python's json.dumps writes them,
+ * others as \u00XX: NUL is \u0000), ill-formed UTF-8 replaced by U+FFFD. Returns 0, or -1 when out of memory. */
+int kv_json_quote(kv_strbuf *b, const char *s, size_t n);
+
+/* The same as a cJSON item, to put into a tree that cJSON prints: a raw
+ * node holding the quoted literal. NULL when out of memory. */
+cJSON *kv_json_text(const char *s, size_t n);
+
+#endif
