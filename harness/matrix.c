@@ -13,6 +13,7 @@
 
 #include "file.h"
 #include "hash.h"
+#include "jsonstr.h"
 #include "taskset.h"
 
 /* A sweep that expands past this is a typo (a list where a scalar was meant),
@@ -1006,6 +1007,10 @@ int kb_matrix_load(const char *path, const kb_matrix_hooks *hooks, kb_matrix *m,
     size_t len = 0;
     if (kv_file_read(path, &text, &len, err) < 0)
         return -1;
+    if (kv_json_check_names(path, text, len, err) < 0) {
+        free(text);
+        return -1;
+    }
     char *base = base_name(path);
     if (!base) {
         free(text);

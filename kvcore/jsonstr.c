@@ -19,6 +19,40 @@ json_t *kv_json_load(const char *text, size_t n, kv_error *err)
     return v;
 }
 
+static size_t line_of(const char *text, size_t at)
+{
+    size_t line = 1;
+    for (size_t i = 0; i < at; i++)
+        line += text[i] == '\n';
+    return line;
+}
+
+int kv_json_check_names(const char *path, const char *text, size_t n, kv_error *err)
+{
+    size_t ok = kv_utf8_valid_prefix(text, n);
+    const char *nul = memchr(text, '\0', ok);
+    if (nul)
+        return kv_fail(err, "%s:%zu: a NUL byte, which is not JSON text", path,
+                       line_of(text, (size_t)(nul - text)));
+    if (ok < n)
+        return kv_fail(err, "%s:%zu: invalid UTF-8 at byte %zu (0x%02X)", path,
+                       line_of(text, ok), ok + 1, (unsigned char)text[ok]);
+    bool in_string = false;
+    for (size_t i = 0; i < n; i++) {
+        if (text[i] == '"') {
+            in_string = !in_string;
+        } else if (in_string && text[i] == '\\') {
+            if (n - i >= 6 && memcmp(text + i + 1, "u0000", 5) == 0)
+                return kv_fail(err,
+                               "%s:%zu: a string holds \\u0000 (NUL), which names and paths "
+                               "cannot hold",
+                               path, line_of(text, i));
+            i++; /* the escaped character cannot end the string */
+        }
+    }
+    return 0;
+}
+
 int kv_json_take(const json_t *v, kv_str *out)
 {
     size_t n = json_string_length(v);

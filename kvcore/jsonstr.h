@@ -27,6 +27,11 @@ json_t *kv_json_load(const char *text, size_t n, kv_error *err);
 /* The bytes of a jansson string, copied (NUL-terminated as well) into *out. */
 int kv_json_take(const json_t *v, kv_str *out);
 
+/* For JSON that is read with cJSON because every string in it is a name
+ * (config files): refuses, with "path:line: ...", what cJSON would silently
+ * cut or pass on: a NUL byte, ill-formed UTF-8, a "\u0000" in a string. */
+int kv_json_check_names(const char *path, const char *text, size_t n, kv_error *err);
+
 /* Appends s[0..n) as a JSON string literal: quotes, escapes for '"', '\\'
  * and every byte below 0x20 (\n \t ... as Python's json.dumps writes them,
  * others as \u00XX: NUL is \u0000), ill-formed UTF-8 replaced by U+FFFD. Returns 0, or -1 when out of memory. */

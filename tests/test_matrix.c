@@ -471,6 +471,37 @@ Test(matrix, sizes_and_budgets_are_checked_before_any_run)
     free(path);
     free(text);
     free(model);
+
+/* cJSON would cut a config name at "\u0000" (two configs could then share a
+ * folder) or pass ill-formed UTF-8 into run.json: both are refused with the
+ * line, and an escaped backslash before "u0000" is no NUL. */
+Test(matrix, load_refuses_nul_characters_and_invalid_utf8)
+{
+    char *dir = tu_mkdtemp();
+    char path[512];
+    snprintf(path, sizeof path, "%s/nul.json", dir);
+    static const struct {
+        const char *text, *what;
+    } cases[] = {
+        {"{\"model\": \"m\", \"tasks\": [\"trec\"],\n\"configs\": [{\"name\": \"a\\u0000b\"}]}",
+         ":2: a string holds \\u0000 (NUL), which names and paths cannot hold"},
+        {"{\"model\": \"m\xc3\"}", ":1: invalid UTF-8 at byte 13 (0xC3)"},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        FILE *f = fopen(path, "w");
+        fputs(cases[i].text, f);
+        fclose(f);
+        cr_assert_lt(kb_matrix_load(path, NULL, &m, &err), 0);
+        char want[600];
+        snprintf(want, sizeof want, "%s%s", path, cases[i].what);
+        cr_expect_str_eq(err.msg, want);
+    }
+    FILE *f = fopen(path, "w");
+    fputs("{\"model\": \"m\\\\u0000\", \"tasks\": [\"trec\"], \"configs\": []}", f);
+    fclose(f);
+    cr_expect_eq(kb_matrix_load(path, NULL, &m, &err), 0, "%s", err.msg);
+    cr_expect_str_eq(m.model, "m\\u0000");
+    kb_matrix_free(&m);
     tu_rmtree(dir);
     free(dir);
 }

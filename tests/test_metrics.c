@@ -393,6 +393,83 @@ Test(metrics, first_line_rule_strips_only_newlines)
     cr_expect_eq(task("samsum", "\n", "x"), 0.0);
 }
 
+/* ---- NUL characters ----------------------------------------------------------------- */
+
+/* eval.py reads predictions with json.loads, which keeps "\u0000": "paris\x00"
+ * is one token of normalize_answer("Paris\x00 is wrong").split(), so
+ * precision = recall = 2/3 and f1 = 2/3 (a cut string gave 0.5). */
+Test(metrics, qa_f1_counts_a_token_with_a_nul)
+{
+    double s;
+    kv_error err;
+    kv_str pred = {"Paris\0 is wrong", 15}, gt = kv_str_c("Paris is wrong");
+    cr_assert_eq(kb_metric_score(metrics, KB_QA_F1, pred, gt, NULL, &s, &err), 0, "%s", err.msg);
+    double p = 1.0 * 2 / 3, r = 1.0 * 2 / 3;
+    cr_expect_eq(s, (2 * p * r) / (p + r));
+    kv_str answers[] = {gt};
+    cr_assert_eq(kb_score_prediction(metrics, "hotpotqa", pred, answers, 1, NULL, &s, &err), 0);
+    cr_expect_eq(s, (2 * p * r) / (p + r));
+}
+
+/* To Python, U+0000 is an ordinary character exactly like U+0001: not
+ * whitespace (str.split, isspace), not punctuation (string.punctuation and
+ * the Chinese list), not \w or \d, its own lower case, a single-character
+ * token to jieba. So on every metric a text with NULs must score as the same
+ * text with U+0001 in their place, which the conformance cases pin down. */
+Test(metrics, nul_scores_as_any_other_control_character)
+{
+    bool zh = with_jieba();
+#define S(lit) lit, sizeof(lit) - 1 /* a literal and its length, NULs included */
+    static const struct {
+        kb_metric metric;
+        const char *pred;
+        size_t pred_n;
+        const char *gt;
+        size_t gt_n;
+    } cases[] = {
+        {KB_QA_F1, S("the Eiffel\0 tower\0"), S("Eiffel tower")},
+        {KB_ROUGE, S("a cat\0 sat. on\0 the mat"), S("a cat sat on the\0 mat")},
+        {KB_RETRIEVAL, S("Paragraph 3\0 and Paragraph\0 5 3"), S("Paragraph 3")},
+        {KB_COUNT, S("12\0 12 3\0"), S("12")},
+        {KB_CODE_SIM, S("def f():\n\0return 1"), S("def f():\n    return\0 1")},
+        {KB_CLASSIFICATION, S("Food\0 or City"), S("Food\0")},
+        {KB_QA_F1_ZH, S("北京\0是首都"), S("北京是\0首都")},
+        {KB_ROUGE_ZH, S("北京\0是 首都。"), S("北京是首都\0")},
+        {KB_RETRIEVAL_ZH, S("段落\0" "1 段落1"), S("段落1")},
+    };
+#undef S
+    kv_str names[] = {{"Food\0", 5}, kv_str_c("City"), kv_str_c("Food")};
+    kb_classes cls = {names, 3};
+    int nonzero = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (kb_metric_needs_jieba(cases[i].metric) && !zh)
+            continue;
+        char *p1 = malloc(cases[i].pred_n + 1), *g1 = malloc(cases[i].gt_n + 1);
+        memcpy(p1, cases[i].pred, cases[i].pred_n + 1);
+        memcpy(g1, cases[i].gt, cases[i].gt_n + 1);
+        for (size_t k = 0; k < cases[i].pred_n; k++)
+            p1[k] = p1[k] ? p1[k] : '\x01';
+        for (size_t k = 0; k < cases[i].gt_n; k++)
+            g1[k] = g1[k] ? g1[k] : '\x01';
+        kv_str names1[] = {{"Food\x01", 5}, kv_str_c("City"), kv_str_c("Food")};
+        kb_classes cls1 = {names1, 3};
+        double with_nul, with_soh;
+        kv_error err;
+        cr_assert_eq(kb_metric_score(metrics, cases[i].metric, (kv_str){cases[i].pred, cases[i].pred_n},
+                                     (kv_str){cases[i].gt, cases[i].gt_n}, &cls, &with_nul, &err),
+                     0, "%s", err.msg);
+        cr_assert_eq(kb_metric_score(metrics, cases[i].metric, (kv_str){p1, cases[i].pred_n},
+                                     (kv_str){g1, cases[i].gt_n}, &cls1, &with_soh, &err),
+                     0, "%s", err.msg);
+        cr_expect_eq(with_nul, with_soh, "%s: %.17g with NULs, %.17g with U+0001",
+                     kb_metric_name(cases[i].metric), with_nul, with_soh);
+        nonzero += with_nul > 0;
+        free(p1);
+        free(g1);
+    }
+    cr_expect_geq(nonzero, 5, "the cases score above 0, so that text after a NUL counts");
+}
+
 Test(metrics, best_answer_wins)
 {
     kv_str answers[] = {kv_str_c("dog"), kv_str_c("cat"), kv_str_c("cat dog")};

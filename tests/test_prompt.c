@@ -221,6 +221,41 @@ Test(prompt, v2_substitution_equals_python)
     free(data);
 }
 
+/* Context and input with NUL characters ("\u0000", as in 4 of the official
+ * passage_retrieval_zh samples) are substituted whole: the prompt is the
+ * template around every byte of them. */
+Test(prompt, nul_characters_are_substituted_whole)
+{
+    char *path = tu_source("tests/data/datasets/nul/passage_retrieval_zh.jsonl");
+    const lb_task *t = lb_task_find("passage_retrieval_zh");
+    const char *tmpl = t->prompt, *ci = strstr(tmpl, "{context}"), *ii = strstr(tmpl, "{input}");
+    cr_assert(ci && ii && ci < ii);
+    kv_error err;
+    lb_loader *l = lb_loader_open(path, NULL, &err);
+    cr_assert(l, "%s", err.msg);
+    lb_sample s;
+    int n = 0;
+    while (lb_loader_next(l, &s, &err) == 1) {
+        cr_assert(memchr(s.context.p, '\0', s.context.n), "the test line has NULs");
+        char *got;
+        size_t len;
+        cr_assert_eq(lb_prompt_format(t, &s, &got, &len, &err), 0, "%s", err.msg);
+        size_t pre = (size_t)(ci - tmpl), mid = (size_t)(ii - ci) - 9, post = strlen(ii + 7);
+        cr_assert_eq(len, pre + s.context.n + mid + s.input.n + post);
+        cr_expect(memcmp(got, tmpl, pre) == 0);
+        cr_expect(memcmp(got + pre, s.context.p, s.context.n) == 0);
+        cr_expect(memcmp(got + pre + s.context.n, ci + 9, mid) == 0);
+        cr_expect(memcmp(got + pre + s.context.n + mid, s.input.p, s.input.n) == 0);
+        cr_expect(memcmp(got + len - post, ii + 7, post) == 0);
+        free(got);
+        lb_sample_free(&s);
+        n++;
+    }
+    cr_expect_eq(n, 2);
+    lb_loader_close(l);
+    free(path);
+}
+
 Test(prompt, v2_cot_answer_step_needs_the_cot)
 {
     lb_sample s = {.context = kv_str_c("c"),

@@ -4,7 +4,8 @@
  * - On the real Qwen3 tokenizer (tests/data/tokenizer/qwen3): byte-for-byte
  *   equality with tests/data/datasets/prompts_expected.jsonl, made by
  *   make_expected.py beside it from upstream's dataset2prompt.json and the
- *   Python reference tokenizer.
+ *   Python reference tokenizer (NUL characters included:
+ *   tests/data/datasets/nul/).
  * - On the committed toy tokenizer (always): the rules as invariants. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -14,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "jsonl.h"
+#include "jsonstr.h"
 #include "prompt.h"
 #include "testutil.h"
 
@@ -47,7 +49,7 @@ Test(prompt_tok, qwen3_matches_the_reference_byte_for_byte)
     char *exp_path = tu_source("tests/data/datasets/prompts_expected.jsonl");
     lb_jsonl *r = lb_jsonl_open(exp_path);
     cr_assert(r);
-    int n = 0, truncated = 0, chat = 0;
+    int n = 0, truncated = 0, chat = 0, nuls = 0;
     while (lb_jsonl_next(r) == 1) {
         cJSON *e = cJSON_Parse(r->line);
         cr_assert(e);
@@ -60,10 +62,18 @@ Test(prompt_tok, qwen3_matches_the_reference_byte_for_byte)
         lb_prompt p;
         cr_assert_eq(lb_prompt_build(lb_task_find(str(e, "task")), &s, t, &o, &p, &err), 0, "%s",
                      err.msg);
-        const char *want = str(e, "prompt");
-        cr_assert_eq(p.len, strlen(want), "%s %s %s: %zu bytes, want %zu", file, s.id,
-                     str(e, "protocol"), p.len, strlen(want));
-        cr_assert(memcmp(p.text, want, p.len) == 0, "%s %s: prompt differs", file, s.id);
+        /* the expected prompt with its length: it may hold NULs, which cJSON cuts */
+        kv_error jerr;
+        json_t *exact = kv_json_load(r->line, r->len, &jerr);
+        cr_assert(exact, "%s", jerr.msg);
+        const json_t *want = json_object_get(exact, "prompt");
+        size_t want_n = json_string_length(want);
+        cr_assert_eq(p.len, want_n, "%s %s %s: %zu bytes, want %zu", file, s.id,
+                     str(e, "protocol"), p.len, want_n);
+        cr_assert(memcmp(p.text, json_string_value(want), p.len) == 0, "%s %s: prompt differs",
+                  file, s.id);
+        nuls += memchr(p.text, '\0', p.len) != NULL;
+        json_decref(exact);
         cr_assert_eq(p.n_ids, (size_t)cJSON_GetObjectItem(e, "n_tokens")->valuedouble);
         cr_assert_eq(p.truncated, cJSON_IsTrue(cJSON_GetObjectItem(e, "truncated")));
         cr_assert_eq(p.chat, cJSON_IsTrue(cJSON_GetObjectItem(e, "chat")));
@@ -76,6 +86,7 @@ Test(prompt_tok, qwen3_matches_the_reference_byte_for_byte)
         cJSON_Delete(e);
     }
     cr_assert_geq(n, 30);
+    cr_assert_geq(nuls, 8, "prompts with NUL characters are covered");
     cr_assert(truncated > 0 && truncated < n, "both truncated and whole prompts are covered");
     cr_assert(chat > 0 && chat < n, "both chat and plain prompts are covered");
     lb_jsonl_close(r);

@@ -125,6 +125,49 @@ Test(sample, malformed_lines_are_named)
                  "missing key \"all_classes\"");
 }
 
+/* JSON's "\u0000" is data (4 of the official passage_retrieval_zh samples have
+ * it in their context): every text field keeps its bytes after it. */
+Test(sample, nul_characters_in_text_keep_the_whole_string)
+{
+    char *path = write_file(
+        "nul.jsonl", "{\"_id\": \"n1\", \"input\": \"q\\u0000r\", \"context\": \"a\\u0000b\\u0000\", "
+                     "\"answers\": [\"Paris\\u0000 is wrong\"], \"all_classes\": [\"x\\u0000y\"], "
+                     "\"length\": 2, \"dataset\": \"trec\", \"language\": \"en\"}\n");
+    kv_error err;
+    lb_loader *l = lb_loader_open(path, NULL, &err);
+    lb_sample s;
+    cr_assert_eq(lb_loader_next(l, &s, &err), 1, "%s", err.msg);
+    cr_assert_eq(s.input.n, 3);
+    cr_assert(memcmp(s.input.p, "q\0r", 3) == 0);
+    cr_assert_eq(s.context.n, 4);
+    cr_assert(memcmp(s.context.p, "a\0b\0", 4) == 0);
+    cr_assert_eq(s.answers[0].n, 15);
+    cr_assert(memcmp(s.answers[0].p, "Paris\0 is wrong", 15) == 0);
+    cr_assert_eq(s.all_classes[0].n, 3);
+    lb_sample_free(&s);
+    lb_loader_close(l);
+    free(path);
+}
+
+/* Ids and names are keys (resume, selection, file names): a NUL in them is
+ * refused rather than cut, which would silently merge two samples. */
+Test(sample, a_nul_in_an_id_or_a_name_is_refused)
+{
+    expect_error("{\"_id\": \"a\\u0000b\", \"input\": \"\", \"context\": \"c\"}",
+                 "\"_id\" holds a NUL character (\\u0000), which kvbench refuses in ids and names");
+    expect_error("{\"_id\": \"x\", \"input\": \"\", \"context\": \"c\", \"dataset\": \"d\\u0000\"}",
+                 "\"dataset\" holds a NUL character (\\u0000), which kvbench refuses in ids and names");
+}
+
+/* Python refuses such a file with a position; so does the loader, instead of
+ * passing the bytes on into prediction files that are no longer UTF-8. */
+Test(sample, invalid_utf8_is_an_error_with_its_byte)
+{
+    expect_error("{\"_id\": \"x\", \"input\": \"\xff\"}", "invalid UTF-8 at byte 24 (0xFF)");
+    expect_error("{\"_id\": \"\xe6\x97\"}", "invalid UTF-8 at byte 10 (0xE6)"); /* cut short */
+    expect_error("{\"_id\": \"\xed\xa0\x80\"}", "invalid UTF-8 at byte 10 (0xED)"); /* surrogate */
+}
+
 Test(sample, a_line_cut_short_says_so)
 {
     char *data = NULL;

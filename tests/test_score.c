@@ -146,6 +146,43 @@ Test(score, cli_scores_a_longbench_pred_folder)
     free(dir);
 }
 
+/* `kvbench score --per-line` on a folder holding one file `name` with `text`. */
+static tu_result score_file_text(const char *name, const char *text)
+{
+    char *dir = tu_mkdtemp();
+    write_file(dir, name, text);
+    tu_result r = tu_kvbench("score", dir, "--per-line", NULL);
+    tu_rmtree(dir);
+    free(dir);
+    return r;
+}
+
+/* eval.py keeps "\u0000" in pred (json.loads): "paris\x00" is a token of its
+ * own, so qa_f1 = 2/3 on the first line; on the second, "rome\x00" matches
+ * in the second answer only, and the text after the NULs counts (f1 1/2;
+ * cut strings gave 1). */
+Test(score, cli_keeps_nul_characters_in_predictions_and_answers)
+{
+    tu_result r = score_file_text(
+        "hotpotqa.jsonl",
+        "{\"pred\": \"Paris\\u0000 is wrong\", \"answers\": [\"Paris is wrong\"]}\n"
+        "{\"pred\": \"Rome\\u0000 x\", \"answers\": [\"y\\u0000Rome\", \"Rome\\u0000 z\"]}\n");
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_expect(strstr(r.out, "\"score\": 0.66666666666666663}"), "%s", r.out);
+    cr_expect(strstr(r.out, "\"score\": 0.5}"), "%s", r.out);
+    tu_result_free(&r);
+}
+
+/* Python refuses a prediction file that is not UTF-8, with the position. */
+Test(score, cli_names_invalid_utf8_with_its_byte)
+{
+    tu_result r = score_file_text(
+        "qasper.jsonl", "{\"pred\": \"x\", \"answers\": [\"x\"]}\n{\"pred\": \"\xc3\"}\n");
+    cr_expect_eq(r.status, 1);
+    cr_expect(strstr(r.err, "qasper.jsonl:2: invalid UTF-8 at byte 11 (0xC3)"), "%s", r.err);
+    tu_result_free(&r);
+}
+
 Test(score, cli_reports_bad_lines_with_their_place)
 {
     char *dir = tu_mkdtemp();

@@ -68,6 +68,37 @@ Test(tokenize, nul_bytes_and_escapes_survive_the_round_trip)
     free(dir);
 }
 
+/* A "\u0000" in a --jsonl field is part of the text: the ids are those of
+ * the same bytes given as a file, and decoding writes the NUL back. */
+Test(tokenize, jsonl_text_keeps_nul_characters)
+{
+    char *dir = toy_dir(), *tmp = tu_mkdtemp();
+    char raw[4096], jsonl[4096];
+    snprintf(raw, sizeof raw, "%s/raw.txt", tmp);
+    snprintf(jsonl, sizeof jsonl, "%s/in.jsonl", tmp);
+    FILE *f = fopen(raw, "wb");
+    fwrite("The\0The", 1, 7, f);
+    fclose(f);
+    f = fopen(jsonl, "w");
+    fputs("{\"id\": \"a\\u0000b\", \"text\": \"The\\u0000The\"}\n", f);
+    fclose(f);
+    tu_result a = tu_kvbench("tokenize", "--model", dir, "--file", raw, NULL);
+    tu_result b = tu_kvbench("tokenize", "--model", dir, "--jsonl", jsonl, NULL);
+    cr_assert_eq(a.status, 0, "%s", a.err);
+    cr_assert_eq(b.status, 0, "%s", b.err);
+    char want[4096];
+    snprintf(want, sizeof want, "{\"id\": \"a\\u0000b\", %s", a.out + 1);
+    cr_expect_str_eq(b.out, want);
+    cJSON *j = cJSON_Parse(a.out);
+    cr_assert_gt(cJSON_GetArraySize(cJSON_GetObjectItem(j, "ids")), 2, "%s", a.out);
+    cJSON_Delete(j);
+    tu_result_free(&a);
+    tu_result_free(&b);
+    tu_rmtree(tmp);
+    free(tmp);
+    free(dir);
+}
+
 Test(tokenize, jsonl_copies_ids_and_reads_the_field)
 {
     char *dir = toy_dir(), *tmp = tu_mkdtemp();

@@ -54,6 +54,9 @@ if sys.argv[1:] == ["--v2"]:
 cases = [("tests/data/longbench/%s.head3.jsonl" % t, t, 1000) for t in
          ("multi_news", "multifieldqa_zh", "passage_retrieval_zh")]
 cases += [("datasets/samples/%s.jsonl" % t, t, 40) for t in ("trec", "samsum", "qasper", "lcc")]
+# NUL characters ("\u0000") in context and input, as in 4 of the official passage_retrieval_zh
+# samples: whole and truncated, they must come through byte for byte.
+cases += [("tests/data/datasets/nul/passage_retrieval_zh.jsonl", "passage_retrieval_zh", n) for n in (1000, 8000)]
 for path, task, max_length in cases:
     for line in open(ROOT + "/" + path, encoding="utf-8"):
         obj = json.loads(line)
