@@ -6,8 +6,9 @@
 #include <string.h>
 
 #include "file.h"
-#include "jsonstr.h"
+#include "jscan.h"
 #include "jsonl.h"
+#include "jsonstr.h"
 
 void lb_sample_free(lb_sample *s)
 {
@@ -101,8 +102,9 @@ static int take_name(const json_t *obj, const char *key, char **out, kv_error *e
     if (!v)
         return -1;
     if (memchr(json_string_value(v), '\0', json_string_length(v)))
-        return kv_fail(err, "\"%s\" holds a NUL character (\\u0000), which kvbench refuses in ids "
-                            "and names",
+        return kv_fail(err,
+                       "\"%s\" holds a NUL character (\\u0000), which kvbench refuses in ids "
+                       "and names",
                        key);
     if (!(*out = strdup(json_string_value(v))))
         return kv_fail(err, "out of memory reading \"%s\"", key);
@@ -154,8 +156,7 @@ static int take_fields(const json_t *obj, lb_sample *s, kv_error *err)
     if (take_name(obj, "_id", &s->id, err) < 0 || take_text(obj, "input", &s->input, err) < 0 ||
         take_text(obj, "context", &s->context, err) < 0 ||
         take_name(obj, "dataset", &s->dataset, err) < 0 ||
-        take_name(obj, "language", &s->language, err) < 0 ||
-        take_length(obj, &s->length, err) < 0)
+        take_name(obj, "language", &s->language, err) < 0 || take_length(obj, &s->length, err) < 0)
         return -1;
     const json_t *answers = json_object_get(obj, "answers");
     if (!answers)
@@ -188,8 +189,7 @@ static char *dup_or_null(const char *s)
 static int take_fields_v2(const json_t *obj, lb_sample *s, kv_error *err)
 {
     static const char *const choice_keys[4] = {"choice_A", "choice_B", "choice_C", "choice_D"};
-    if (take_name(obj, "_id", &s->id, err) < 0 ||
-        take_text(obj, "question", &s->input, err) < 0 ||
+    if (take_name(obj, "_id", &s->id, err) < 0 || take_text(obj, "question", &s->input, err) < 0 ||
         take_text(obj, "context", &s->context, err) < 0)
         return -1;
     for (int i = 0; i < 4; i++)
@@ -309,20 +309,13 @@ static int array_next(array_reader *a, kv_error *err)
         return kv_fail(err, "element %ld is not a JSON object", a->index);
     a->len = 0;
     int depth = 0;
-    bool in_string = false, escaped = false;
+    kv_jbytes st = {0};
     for (; c != EOF; c = next_byte(a)) {
         if (buf_push(a, (char)c) < 0)
             return kv_fail(err, "out of memory reading element %ld", a->index);
-        if (in_string) {
-            if (escaped)
-                escaped = false;
-            else if (c == '\\')
-                escaped = true;
-            else if (c == '"')
-                in_string = false;
-        } else if (c == '"') {
-            in_string = true;
-        } else if (c == '{' || c == '[') {
+        if (!kv_jbytes_outside(&st, c))
+            continue;
+        if (c == '{' || c == '[') {
             depth++;
         } else if ((c == '}' || c == ']') && --depth == 0) {
             a->buf[a->len] = '\0';

@@ -22,7 +22,7 @@
  * metadata are C strings: a NUL in them is refused, because they are keys
  * (file names, resume, selection) where a cut would silently merge samples. */
 typedef struct lb_sample {
-    char *id; /* "_id" */
+    char *id;     /* "_id" */
     kv_str input; /* may be "" */
     kv_str context;
     kv_str *answers; /* n_answers >= 1 */

@@ -148,8 +148,7 @@ static char *chat_text(const job *j, const kv_chat_message *msgs, size_t n, bool
 
 /* Encodes text[0..len); with `rendered` (the chat text, the same bytes) the
  * output carries the text too. */
-static int encode_text(const job *j, const json_t *id, const char *text, size_t len,
-                       bool rendered)
+static int encode_text(const job *j, const json_t *id, const char *text, size_t len, bool rendered)
 {
     int32_t *ids;
     size_t n;

@@ -1,5 +1,4 @@
 #include "matrix.h"
-#include "strbuf.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -14,6 +13,7 @@
 #include "file.h"
 #include "hash.h"
 #include "jsonstr.h"
+#include "strbuf.h"
 #include "taskset.h"
 
 /* A sweep that expands past this is a typo (a list where a scalar was meant),

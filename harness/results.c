@@ -806,8 +806,8 @@ cJSON *kb_prediction_json(const kb_prediction *p)
               cJSON_AddStringToObject(o, "dataset", p->task) &&
               cJSON_AddStringToObject(o, "config", p->config) &&
               (!p->config_hash || cJSON_AddStringToObject(o, "config_hash", p->config_hash)) &&
-              cJSON_AddItemToObject(o, "pred", kv_json_text(p->pred, p->pred_len ? p->pred_len
-                                                                                  : strlen(p->pred)));
+              cJSON_AddItemToObject(
+                  o, "pred", kv_json_text(p->pred, p->pred_len ? p->pred_len : strlen(p->pred)));
     if (ok) {
         cJSON_AddItemToObject(o, "answers", answers);
         cJSON_AddItemToObject(o, "all_classes", classes);

@@ -134,7 +134,7 @@ typedef struct kb_prediction {
     const char *config;
     const char *config_hash; /* the config's kb_config_hash; NULL: not written */
     const char *pred;
-    size_t pred_len; /* pred may hold NUL bytes (written as \u0000); 0: strlen(pred) */
+    size_t pred_len;          /* pred may hold NUL bytes (written as \u0000); 0: strlen(pred) */
     const cJSON *answers;     /* array of strings */
     const cJSON *all_classes; /* array or NULL (written as null) */
     long length;              /* the sample's "length" field */

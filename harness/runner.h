@@ -73,7 +73,7 @@ typedef struct kb_sample {
  * freed by the runner. */
 typedef struct kb_decode_result {
     char *text;
-    size_t text_len; /* text may hold NUL bytes (a token for byte 0x00); 0: strlen(text) */
+    size_t text_len;  /* text may hold NUL bytes (a token for byte 0x00); 0: strlen(text) */
     long kept_tokens; /* KV entries per layer after the prefill eviction */
     long generated_tokens;
 } kb_decode_result;

@@ -12,8 +12,8 @@
 #include <pcre2.h>
 
 #include "file.h"
-#include "jsonstr.h"
 #include "jsonl.h"
+#include "jsonstr.h"
 
 /* eval.py's dataset2metric and its first-line rule come from the task
  * registry (datasets/tasks.c), the one table of LongBench's tasks; kvbench's
@@ -200,8 +200,8 @@ static int parse_line(const json_t *o, kb_scored_line *p, const char *path, kv_e
     const json_t *length = json_object_get(o, "length");
     p->length = json_is_number(length) ? (long)json_number_value(length) : -1;
     const json_t *dataset = json_object_get(o, "dataset");
-    p->dataset = json_is_string(dataset) ? strdup(json_string_value(dataset))
-                                         : dataset_from_path(path);
+    p->dataset =
+        json_is_string(dataset) ? strdup(json_string_value(dataset)) : dataset_from_path(path);
     const json_t *id = json_object_get(o, "id");
     if (!id)
         id = json_object_get(o, "_id");

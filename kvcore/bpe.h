@@ -79,6 +79,7 @@ int kv_bpe_word(const kv_bpe *m, const unsigned char *w, size_t n, kv_bpe_scratc
  * absent). */
 typedef struct kv_bpe_json {
     size_t vocab_at, vocab_end, merges_at, merges_end;
+    size_t vocab_count; /* members of model.vocab */
 } kv_bpe_json;
 
 /* Finds them in the top-level object of s[0..n). */
@@ -89,8 +90,10 @@ int kv_bpe_json_find(const char *s, size_t n, kv_bpe_json *where, kv_error *err)
 char *kv_bpe_json_strip(const char *s, size_t n, const kv_bpe_json *where, size_t *len);
 
 /* The model: vocab tokens written in the byte-level alphabet, merges as
- * "a b" or ["a", "b"]. */
+ * "a b" or ["a", "b"]. Every id must be below id_limit, the vocabulary's
+ * size: the id tables are as large as the largest id, so a stray id of 10^9
+ * would otherwise cost gigabytes. */
 kv_bpe *kv_bpe_json_load(const char *s, const kv_bpe_json *where, bool ignore_merges,
-                         kv_error *err);
+                         int64_t id_limit, kv_error *err);
 
 #endif

@@ -9,6 +9,27 @@
 #include "bytelevel.h"
 #include "jscan.h"
 
+/* The members of the object at s[at..end): the ':' outside strings at its
+ * own depth (the text was checked by the scan that found it). */
+static size_t count_members(const char *s, size_t at, size_t end)
+{
+    size_t n = 0;
+    int depth = 0;
+    kv_jbytes st = {0};
+    for (size_t i = at; i < end; i++) {
+        char c = s[i];
+        if (!kv_jbytes_outside(&st, c))
+            continue;
+        if (c == '{' || c == '[')
+            depth++;
+        else if (c == '}' || c == ']')
+            depth--;
+        else if (c == ':' && depth == 1)
+            n++;
+    }
+    return n;
+}
+
 static int find_in_model(kv_jscan *j, kv_bpe_json *where, char **key, size_t *cap)
 {
     size_t len;
@@ -24,9 +45,10 @@ static int find_in_model(kv_jscan *j, kv_bpe_json *where, char **key, size_t *ca
         size_t at = j->pos;
         if (kv_jscan_skip(j) != 0)
             return -1;
-        if (strcmp(*key, "vocab") == 0)
+        if (strcmp(*key, "vocab") == 0) {
             where->vocab_at = at, where->vocab_end = j->pos;
-        else if (strcmp(*key, "merges") == 0)
+            where->vocab_count = count_members(j->s, at, j->pos);
+        } else if (strcmp(*key, "merges") == 0)
             where->merges_at = at, where->merges_end = j->pos;
         if (kv_jscan_next(j, '}', &more) != 0)
             return -1;
@@ -139,10 +161,16 @@ static int grow_bytes(char **bytes, size_t *cap, size_t need, kv_error *err)
 }
 
 /* Appends token s[0..n) (byte-level alphabet) with its id. */
-static int vocab_add(vocab_batch *b, const char *s, size_t n, double id, kv_error *err)
+static int vocab_add(vocab_batch *b, const char *s, size_t n, double id, int64_t id_limit,
+                     kv_error *err)
 {
     if (id < 0 || id > INT32_MAX - 1 || id != (double)(int32_t)id)
         return kv_fail(err, "model.vocab: token \"%s\" needs a non-negative integer id", s);
+    if (id >= (double)id_limit)
+        return kv_fail(err,
+                       "model.vocab: token \"%s\" has id %.0f, but the vocabulary has %lld "
+                       "tokens (vocab and added_tokens), so ids must be below %lld",
+                       s, id, (long long)id_limit, (long long)id_limit);
     if (grow_bytes(&b->bytes, &b->cap, b->n + n, err) != 0)
         return -1;
     long len = kv_bytelevel_to_bytes(s, n, b->bytes + b->n);
@@ -173,7 +201,7 @@ static int vocab_flush(kv_bpe *m, vocab_batch *b, kv_error *err)
     return 0;
 }
 
-static int scan_vocab(kv_bpe *m, kv_jscan *j, scan_bufs *sb, kv_error *err)
+static int scan_vocab(kv_bpe *m, kv_jscan *j, scan_bufs *sb, int64_t id_limit, kv_error *err)
 {
     if (kv_jscan_peek(j) != '{')
         return kv_fail(err, "model.vocab must be an object of token: id");
@@ -190,7 +218,7 @@ static int scan_vocab(kv_bpe *m, kv_jscan *j, scan_bufs *sb, kv_error *err)
             kv_jscan_number(j, &id) != 0 || kv_jscan_next(j, '}', &more) != 0)
             rc = scan_fail(j, "model.vocab", err);
         if (rc == 0)
-            rc = vocab_add(&batch, sb->a, n, id, err);
+            rc = vocab_add(&batch, sb->a, n, id, id_limit, err);
         if (rc == 0 && (batch.count == BATCH || !more))
             rc = vocab_flush(m, &batch, err);
     }
@@ -318,7 +346,7 @@ static int scan_merges(kv_bpe *m, kv_jscan *j, scan_bufs *sb, kv_error *err)
 }
 
 kv_bpe *kv_bpe_json_load(const char *text, const kv_bpe_json *where, bool ignore_merges,
-                         kv_error *err)
+                         int64_t id_limit, kv_error *err)
 {
     if (where->vocab_end == 0) {
         kv_fail(err, "model.vocab is missing");
@@ -335,7 +363,7 @@ kv_bpe *kv_bpe_json_load(const char *text, const kv_bpe_json *where, bool ignore
     kv_jscan j;
     kv_jscan_init(&j, text, where->vocab_end);
     j.pos = where->vocab_at;
-    int rc = scan_vocab(m, &j, &sb, err);
+    int rc = scan_vocab(m, &j, &sb, id_limit, err);
     if (rc == 0 && where->merges_end) {
         kv_jscan_init(&j, text, where->merges_end);
         j.pos = where->merges_at;

@@ -46,4 +46,26 @@ int kv_jscan_next(kv_jscan *j, char close, bool *more);
 /* 1-based line number of the cursor. */
 size_t kv_jscan_line(const kv_jscan *j);
 
+/* For byte scanners that cut JSON text without parsing it (a value's extent,
+ * its members): feeds byte c and returns true when c is outside strings,
+ * i.e. structural. */
+typedef struct kv_jbytes {
+    bool in_string, escaped;
+} kv_jbytes;
+
+static inline bool kv_jbytes_outside(kv_jbytes *s, int c)
+{
+    if (s->in_string) {
+        if (s->escaped)
+            s->escaped = false;
+        else if (c == '\\')
+            s->escaped = true;
+        else if (c == '"')
+            s->in_string = false;
+        return false;
+    }
+    s->in_string = c == '"';
+    return !s->in_string;
+}
+
 #endif

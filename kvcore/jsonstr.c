@@ -35,8 +35,8 @@ int kv_json_check_names(const char *path, const char *text, size_t n, kv_error *
         return kv_fail(err, "%s:%zu: a NUL byte, which is not JSON text", path,
                        line_of(text, (size_t)(nul - text)));
     if (ok < n)
-        return kv_fail(err, "%s:%zu: invalid UTF-8 at byte %zu (0x%02X)", path,
-                       line_of(text, ok), ok + 1, (unsigned char)text[ok]);
+        return kv_fail(err, "%s:%zu: invalid UTF-8 at byte %zu (0x%02X)", path, line_of(text, ok),
+                       ok + 1, (unsigned char)text[ok]);
     bool in_string = false;
     for (size_t i = 0; i < n; i++) {
         if (text[i] == '"') {
@@ -77,7 +77,8 @@ int kv_json_quote(kv_strbuf *b, const char *s, size_t n)
             unsigned char c = (unsigned char)s[i + run];
             if (c < 0x20 || c == '"' || c == '\\')
                 break;
-            size_t k = c < 0x80 ? 1 : kv_utf8_seq((const unsigned char *)s + i + run, n - i - run, &bad);
+            size_t k =
+                c < 0x80 ? 1 : kv_utf8_seq((const unsigned char *)s + i + run, n - i - run, &bad);
             if (k == 0)
                 break;
             run += k;

@@ -34,7 +34,8 @@ int kv_json_check_names(const char *path, const char *text, size_t n, kv_error *
 
 /* Appends s[0..n) as a JSON string literal: quotes, escapes for '"', '\\'
  * and every byte below 0x20 (\n \t ... as Python's json.dumps writes them,
- * others as \u00XX: NUL is \u0000), ill-formed UTF-8 replaced by U+FFFD. Returns 0, or -1 when out of memory. */
+ * others as \u00XX: NUL is \u0000), ill-formed UTF-8 replaced by U+FFFD. Returns 0, or -1 when out
+ * of memory. */
 int kv_json_quote(kv_strbuf *b, const char *s, size_t n);
 
 /* The same as a cJSON item, to put into a tree that cJSON prints: a raw

@@ -32,6 +32,7 @@ struct kv_tokenizer {
     size_t first[257];    /* added[first[b] .. first[b+1]) start with byte b */
     int32_t *added_of_id; /* id -> index in added, or -1; id_end entries */
     int32_t id_end;
+    int64_t id_limit; /* vocab entries + added tokens: every id is below it */
     int32_t bos, eos;
     int32_t *prefix, *suffix; /* post_processor's tokens around one sequence */
     size_t n_prefix, n_suffix;
@@ -262,7 +263,7 @@ static int load_model(kv_tokenizer *t, const cJSON *m, const char *text, const k
         return kv_fail(err, "\"model\" is missing");
     if (check_model_options(m, err) != 0)
         return -1;
-    t->bpe = kv_bpe_json_load(text, where, flag(m, "ignore_merges"), err);
+    t->bpe = kv_bpe_json_load(text, where, flag(m, "ignore_merges"), t->id_limit, err);
     return t->bpe ? 0 : -1;
 }
 
@@ -310,6 +311,11 @@ static int load_added_token(kv_tokenizer *t, const cJSON *a, size_t i, kv_error 
                        "added token \"%s\": matching on normalized text (normalized: true) "
                        "is not supported",
                        c);
+    if (id->valuedouble >= (double)t->id_limit)
+        return kv_fail(err,
+                       "added token \"%s\" has id %.0f, but the vocabulary has %lld tokens "
+                       "(vocab and added_tokens), so ids must be below %lld",
+                       c, id->valuedouble, (long long)t->id_limit, (long long)t->id_limit);
     size_t n = strlen(c);
     if (kv_utf8_valid_prefix(c, n) != n)
         return kv_fail(err, "added token %zu is not valid UTF-8", i);
@@ -409,6 +415,10 @@ static int load_tokenizer_json(kv_tokenizer *t, const cJSON *root, const char *t
     if (!byte_level)
         return kv_fail(err, "pre_tokenizer has no ByteLevel step (only byte-level BPE is "
                             "supported)");
+    /* The vocabulary's size bounds every id (memory follows the largest id). */
+    const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+    t->id_limit =
+        (int64_t)where->vocab_count + (cJSON_IsArray(added) ? cJSON_GetArraySize(added) : 0);
     if (load_model(t, cJSON_GetObjectItemCaseSensitive(root, "model"), text, where, err) != 0)
         return -1;
     if (load_added(t, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), err) != 0)

@@ -66,8 +66,12 @@ Test(jsonstr, prediction_lines_keep_a_nul_in_pred_and_answers)
 {
     cJSON *answers = cJSON_CreateArray();
     cJSON_AddItemToArray(answers, kv_json_text("Paris\0 is wrong", 15));
-    kb_prediction p = {.id = "s1", .task = "hotpotqa", .config = "full",
-                       .pred = "Paris\0 is wrong", .pred_len = 15, .answers = answers};
+    kb_prediction p = {.id = "s1",
+                       .task = "hotpotqa",
+                       .config = "full",
+                       .pred = "Paris\0 is wrong",
+                       .pred_len = 15,
+                       .answers = answers};
     cJSON *o = kb_prediction_json(&p);
     cr_assert(o);
     char *line = cJSON_PrintUnformatted(o);

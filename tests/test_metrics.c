@@ -229,17 +229,17 @@ Test(metrics, classification_keeps_pythons_list_removal_skip)
     kv_error err;
     /* L = [a, b, ab]; removing "a" shifts "b" under the cursor, which moves on:
      * "b" survives, L = [b, ab], score 1/2 (1 without the skip). */
-    cr_assert_eq(kb_metric_score(metrics, KB_CLASSIFICATION, kv_str_c("ab"), kv_str_c("ab"), &cls,
-                                 &s, &err),
-                 0);
+    cr_assert_eq(
+        kb_metric_score(metrics, KB_CLASSIFICATION, kv_str_c("ab"), kv_str_c("ab"), &cls, &s, &err),
+        0);
     cr_expect_eq(s, 0.5);
-    cr_assert_eq(kb_metric_score(metrics, KB_CLASSIFICATION, kv_str_c("b"), kv_str_c("ab"), &cls,
-                                 &s, &err),
-                 0);
+    cr_assert_eq(
+        kb_metric_score(metrics, KB_CLASSIFICATION, kv_str_c("b"), kv_str_c("ab"), &cls, &s, &err),
+        0);
     cr_expect_eq(s, 0.0); /* the answer is not mentioned */
-    cr_expect_lt(kb_metric_score(metrics, KB_CLASSIFICATION, kv_str_c("b"), kv_str_c("b"), NULL, &s,
-                                 &err),
-                 0);
+    cr_expect_lt(
+        kb_metric_score(metrics, KB_CLASSIFICATION, kv_str_c("b"), kv_str_c("b"), NULL, &s, &err),
+        0);
 }
 
 /* ---- retrieval_score, count_score ---------------------------------------------- */
@@ -435,7 +435,10 @@ Test(metrics, nul_scores_as_any_other_control_character)
         {KB_CLASSIFICATION, S("Food\0 or City"), S("Food\0")},
         {KB_QA_F1_ZH, S("北京\0是首都"), S("北京是\0首都")},
         {KB_ROUGE_ZH, S("北京\0是 首都。"), S("北京是首都\0")},
-        {KB_RETRIEVAL_ZH, S("段落\0" "1 段落1"), S("段落1")},
+        {KB_RETRIEVAL_ZH,
+         S("段落\0"
+           "1 段落1"),
+         S("段落1")},
     };
 #undef S
     kv_str names[] = {{"Food\0", 5}, kv_str_c("City"), kv_str_c("Food")};
@@ -455,7 +458,8 @@ Test(metrics, nul_scores_as_any_other_control_character)
         kb_classes cls1 = {names1, 3};
         double with_nul, with_soh;
         kv_error err;
-        cr_assert_eq(kb_metric_score(metrics, cases[i].metric, (kv_str){cases[i].pred, cases[i].pred_n},
+        cr_assert_eq(kb_metric_score(metrics, cases[i].metric,
+                                     (kv_str){cases[i].pred, cases[i].pred_n},
                                      (kv_str){cases[i].gt, cases[i].gt_n}, &cls, &with_nul, &err),
                      0, "%s", err.msg);
         cr_assert_eq(kb_metric_score(metrics, cases[i].metric, (kv_str){p1, cases[i].pred_n},

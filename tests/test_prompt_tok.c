@@ -68,8 +68,8 @@ Test(prompt_tok, qwen3_matches_the_reference_byte_for_byte)
         cr_assert(exact, "%s", jerr.msg);
         const json_t *want = json_object_get(exact, "prompt");
         size_t want_n = json_string_length(want);
-        cr_assert_eq(p.len, want_n, "%s %s %s: %zu bytes, want %zu", file, s.id,
-                     str(e, "protocol"), p.len, want_n);
+        cr_assert_eq(p.len, want_n, "%s %s %s: %zu bytes, want %zu", file, s.id, str(e, "protocol"),
+                     p.len, want_n);
         cr_assert(memcmp(p.text, json_string_value(want), p.len) == 0, "%s %s: prompt differs",
                   file, s.id);
         nuls += memchr(p.text, '\0', p.len) != NULL;

@@ -99,7 +99,8 @@ Test(sample, malformed_lines_are_named)
 {
     expect_error("{\"input\": \"q\"", "not valid JSON at byte 13: '}' expected near end of file");
     expect_error("[1, 2]", "a record must be a JSON object, found an array");
-    expect_error("{\"a\": 1} {\"b\": 2}", "not valid JSON at byte 10: end of file expected near '{'");
+    expect_error("{\"a\": 1} {\"b\": 2}",
+                 "not valid JSON at byte 10: end of file expected near '{'");
     expect_error("{\"_id\": \"x\", \"input\": \"\", \"dataset\": \"d\", \"language\": \"en\", "
                  "\"answers\": [\"a\"], \"length\": 1, \"all_classes\": null}",
                  "missing key \"context\"");
@@ -129,10 +130,11 @@ Test(sample, malformed_lines_are_named)
  * it in their context): every text field keeps its bytes after it. */
 Test(sample, nul_characters_in_text_keep_the_whole_string)
 {
-    char *path = write_file(
-        "nul.jsonl", "{\"_id\": \"n1\", \"input\": \"q\\u0000r\", \"context\": \"a\\u0000b\\u0000\", "
-                     "\"answers\": [\"Paris\\u0000 is wrong\"], \"all_classes\": [\"x\\u0000y\"], "
-                     "\"length\": 2, \"dataset\": \"trec\", \"language\": \"en\"}\n");
+    char *path =
+        write_file("nul.jsonl",
+                   "{\"_id\": \"n1\", \"input\": \"q\\u0000r\", \"context\": \"a\\u0000b\\u0000\", "
+                   "\"answers\": [\"Paris\\u0000 is wrong\"], \"all_classes\": [\"x\\u0000y\"], "
+                   "\"length\": 2, \"dataset\": \"trec\", \"language\": \"en\"}\n");
     kv_error err;
     lb_loader *l = lb_loader_open(path, NULL, &err);
     lb_sample s;
@@ -155,8 +157,9 @@ Test(sample, a_nul_in_an_id_or_a_name_is_refused)
 {
     expect_error("{\"_id\": \"a\\u0000b\", \"input\": \"\", \"context\": \"c\"}",
                  "\"_id\" holds a NUL character (\\u0000), which kvbench refuses in ids and names");
-    expect_error("{\"_id\": \"x\", \"input\": \"\", \"context\": \"c\", \"dataset\": \"d\\u0000\"}",
-                 "\"dataset\" holds a NUL character (\\u0000), which kvbench refuses in ids and names");
+    expect_error(
+        "{\"_id\": \"x\", \"input\": \"\", \"context\": \"c\", \"dataset\": \"d\\u0000\"}",
+        "\"dataset\" holds a NUL character (\\u0000), which kvbench refuses in ids and names");
 }
 
 /* Python refuses such a file with a position; so does the loader, instead of
@@ -164,7 +167,7 @@ Test(sample, a_nul_in_an_id_or_a_name_is_refused)
 Test(sample, invalid_utf8_is_an_error_with_its_byte)
 {
     expect_error("{\"_id\": \"x\", \"input\": \"\xff\"}", "invalid UTF-8 at byte 24 (0xFF)");
-    expect_error("{\"_id\": \"\xe6\x97\"}", "invalid UTF-8 at byte 10 (0xE6)"); /* cut short */
+    expect_error("{\"_id\": \"\xe6\x97\"}", "invalid UTF-8 at byte 10 (0xE6)");     /* cut short */
     expect_error("{\"_id\": \"\xed\xa0\x80\"}", "invalid UTF-8 at byte 10 (0xED)"); /* surrogate */
 }
 

@@ -589,6 +589,42 @@ Test(tokenizer, unsupported_features_are_load_errors_that_name_them)
                    "lstrip");
 }
 
+/* Memory follows the largest id, so ids are checked against the size of the
+ * vocabulary before anything is allocated for them: a tokenizer.json with one
+ * id of 10^9 (the toy has 496 vocab entries and 7 added tokens) is an error
+ * naming the token, at once, not gigabytes of tables. */
+Test(tokenizer, ids_beyond_the_vocabulary_size_are_refused)
+{
+    char *src = tu_source("tests/data/tokenizer/toy/tokenizer.json");
+    char *text = tu_slurp(src, NULL);
+    cJSON *root = cJSON_Parse(text);
+    cJSON *first = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "model"), "vocab")->child;
+    cJSON_SetNumberValue(first, 1e9);
+    char *dir = tu_mkdtemp(), *out = kv_path_join(dir, "tokenizer.json");
+    char *printed = cJSON_PrintUnformatted(root);
+    FILE *f = fopen(out, "w");
+    fputs(printed, f);
+    fclose(f);
+    kv_error err = {{0}};
+    cr_expect_null(kv_tokenizer_load(dir, &err));
+    char want[256];
+    snprintf(want, sizeof want,
+             "token \"%s\" has id 1000000000, but the vocabulary has 503 tokens (vocab and "
+             "added_tokens), so ids must be below 503",
+             first->string);
+    cr_expect(strstr(err.msg, want), "%s", err.msg);
+    EXPECT_REFUSED("added_tokens",
+                   "[{\"id\": 1000000000, \"content\": \"<x>\", \"special\": true}]",
+                   "added token \"<x>\" has id 1000000000, but the vocabulary has 497 tokens");
+    tu_rmtree(dir);
+    free(printed);
+    free(out);
+    free(dir);
+    cJSON_Delete(root);
+    free(text);
+    free(src);
+}
+
 Test(tokenizer, byte_level_vocabulary_needs_every_byte)
 {
     char *dir = tu_mkdtemp(), *path = kv_path_join(dir, "tokenizer.json");

@@ -30,8 +30,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort(); /* what kvbench writes, it must read */
     size_t want_n;
     char *want = kv_utf8_lossy(s, size, &want_n);
-    if (want && (json_string_length(back) != want_n ||
-                 memcmp(json_string_value(back), want, want_n) != 0))
+    if (want &&
+        (json_string_length(back) != want_n || memcmp(json_string_value(back), want, want_n) != 0))
         abort(); /* a byte lost or changed */
     free(want);
     json_decref(back);
