@@ -8,7 +8,7 @@
 #include "file.h"
 #include "jscan.h"
 #include "jsonl.h"
-#include "jsonstr.h"
+#include "utf8.h"
 
 void lb_sample_free(lb_sample *s)
 {
@@ -56,177 +56,286 @@ char *lb_sample_path(const char *dir, const lb_task *task)
 
 /* ---- one record ---------------------------------------------------------- */
 
-static const char *json_type_name(const json_t *v)
+/* A record is read straight off its text with kv_jscan: each member's value
+ * is decoded into its field (strings with their NULs), unknown members are
+ * checked and skipped. No DOM is built: a context is megabytes, and a DOM
+ * library with length-carrying strings (jansson) loads ten times slower. A
+ * repeated key keeps its last value, as Python's json does. */
+
+typedef struct reader {
+    kv_jscan j;
+    const char *key; /* the member being read, for messages */
+    kv_error *err;
+} reader;
+
+static int syntax(reader *r)
 {
-    switch (json_typeof(v)) {
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-    case JSON_REAL:
-        return "a number";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    default:
-        return "null";
-    }
+    if (r->j.pos >= r->j.n)
+        return kv_fail(r->err, "not valid JSON: the text ends early (%s)", r->j.err);
+    return kv_fail(r->err, "not valid JSON at byte %zu: %s", r->j.pos + 1, r->j.err);
 }
 
-static const json_t *string_member(const json_t *obj, const char *key, kv_error *err)
+static int trailing(reader *r)
 {
-    const json_t *v = json_object_get(obj, key);
-    if (!v)
-        kv_fail(err, "missing key \"%s\"", key);
-    else if (!json_is_string(v))
-        kv_fail(err, "\"%s\" must be a string, found %s", key, json_type_name(v));
-    return json_is_string(v) ? v : NULL;
+    return kv_fail(r->err, "not valid JSON at byte %zu: text after the record", r->j.pos + 1);
+}
+
+static int expect_kind(reader *r, char c, const char *what)
+{
+    if (kv_jscan_peek(&r->j) == c)
+        return 0;
+    return kv_fail(r->err, "\"%s\" must be %s, found %s", r->key, what, kv_jscan_kind(&r->j));
+}
+
+/* A string value into *out (replacing a repeated key's value). */
+static int read_string(reader *r, kv_str *out)
+{
+    char *buf = NULL;
+    size_t cap = 0, len;
+    if (kv_jscan_string(&r->j, &buf, &cap, &len) != 0) {
+        free(buf);
+        return syntax(r);
+    }
+    kv_str_free(out);
+    *out = (kv_str){buf ? buf : strdup(""), len};
+    return out->p ? 0 : kv_fail(r->err, "out of memory reading \"%s\"", r->key);
 }
 
 /* A text field: every byte kept, NULs included. */
-static int take_text(const json_t *obj, const char *key, kv_str *out, kv_error *err)
+static int read_text(reader *r, kv_str *out)
 {
-    const json_t *v = string_member(obj, key, err);
-    if (!v)
-        return -1;
-    return kv_json_take(v, out) < 0 ? kv_fail(err, "out of memory reading \"%s\"", key) : 0;
+    return expect_kind(r, '"', "a string") < 0 ? -1 : read_string(r, out);
 }
 
 /* A key or metadata field: a C string, so a NUL inside is refused rather than cut. */
-static int take_name(const json_t *obj, const char *key, char **out, kv_error *err)
+static int read_name(reader *r, char **out)
 {
-    const json_t *v = string_member(obj, key, err);
-    if (!v)
+    kv_str v = {0};
+    if (read_text(r, &v) < 0)
         return -1;
-    if (memchr(json_string_value(v), '\0', json_string_length(v)))
-        return kv_fail(err,
+    if (memchr(v.p, '\0', v.n)) {
+        kv_str_free(&v);
+        return kv_fail(r->err,
                        "\"%s\" holds a NUL character (\\u0000), which kvbench refuses in ids "
                        "and names",
-                       key);
-    if (!(*out = strdup(json_string_value(v))))
-        return kv_fail(err, "out of memory reading \"%s\"", key);
+                       r->key);
+    }
+    free(*out);
+    *out = (char *)v.p;
     return 0;
 }
 
-/* Fills *out and *n with the strings of a JSON array; min is the least number of
- * elements allowed. */
-static int take_text_array(const json_t *v, const char *key, size_t min, kv_str **out, size_t *n,
-                           kv_error *err)
+/* An array of strings into *out, *n. */
+static int read_texts(reader *r, kv_str **out, size_t *n)
 {
-    if (!json_is_array(v))
-        return kv_fail(err, "\"%s\" must be an array of strings, found %s", key, json_type_name(v));
-    size_t count = json_array_size(v);
-    if (count < min)
-        return kv_fail(err, "\"%s\" is empty: a sample needs at least one answer", key);
-    kv_str *arr = calloc(count ? count : 1, sizeof *arr);
-    if (!arr)
-        return kv_fail(err, "out of memory reading \"%s\"", key);
-    *out = arr; /* owned by the sample from here: lb_sample_free frees what was taken */
-    for (size_t i = 0; i < count; i++) {
-        const json_t *e = json_array_get(v, i);
-        if (!json_is_string(e))
-            return kv_fail(err, "\"%s\"[%zu] must be a string, found %s", key, i,
-                           json_type_name(e));
-        if (kv_json_take(e, &arr[i]) < 0)
-            return kv_fail(err, "out of memory reading \"%s\"", key);
-        *n = i + 1;
+    if (expect_kind(r, '[', "an array of strings") < 0)
+        return -1;
+    for (size_t i = 0; i < *n; i++) /* a repeated key */
+        kv_str_free(&(*out)[i]);
+    *n = 0;
+    size_t cap = 4;
+    kv_str *v = realloc(*out, cap * sizeof *v);
+    if (!v)
+        return kv_fail(r->err, "out of memory reading \"%s\"", r->key);
+    *out = v;
+    kv_jscan_eat(&r->j, '[');
+    bool more = kv_jscan_peek(&r->j) != ']';
+    if (!more)
+        r->j.pos++;
+    while (more) {
+        if (kv_jscan_peek(&r->j) != '"')
+            return kv_fail(r->err, "\"%s\"[%zu] must be a string, found %s", r->key, *n,
+                           kv_jscan_kind(&r->j));
+        if (*n == cap && !(v = realloc(*out, (cap *= 2) * sizeof *v)))
+            return kv_fail(r->err, "out of memory reading \"%s\"", r->key);
+        *out = v;
+        v[*n] = (kv_str){0};
+        if (read_string(r, &v[*n]) < 0)
+            return -1;
+        ++*n;
+        if (kv_jscan_next(&r->j, ']', &more) != 0)
+            return syntax(r);
     }
     return 0;
 }
 
-static int take_length(const json_t *obj, long *out, kv_error *err)
+static int read_length(reader *r, long *out)
 {
-    const json_t *v = json_object_get(obj, "length");
-    if (!v)
-        return kv_fail(err, "missing key \"length\"");
-    if (!json_is_number(v))
-        return kv_fail(err, "\"length\" must be a number, found %s", json_type_name(v));
-    double d = json_number_value(v);
+    double d;
+    const char *kind = kv_jscan_kind(&r->j);
+    if (strcmp(kind, "a number") != 0)
+        return kv_fail(r->err, "\"length\" must be a number, found %s", kind);
+    if (kv_jscan_number(&r->j, &d) != 0)
+        return syntax(r);
     if (!(d >= 0 && d <= 1e15) || d != floor(d))
-        return kv_fail(err, "\"length\" must be a whole number >= 0, found %.17g", d);
+        return kv_fail(r->err, "\"length\" must be a whole number >= 0, found %.17g", d);
     *out = (long)d;
     return 0;
 }
 
-static int take_fields(const json_t *obj, lb_sample *s, kv_error *err)
+/* null (the field stays as it is) or what `read` reads. */
+static bool take_null(reader *r)
 {
-    if (take_name(obj, "_id", &s->id, err) < 0 || take_text(obj, "input", &s->input, err) < 0 ||
-        take_text(obj, "context", &s->context, err) < 0 ||
-        take_name(obj, "dataset", &s->dataset, err) < 0 ||
-        take_name(obj, "language", &s->language, err) < 0 || take_length(obj, &s->length, err) < 0)
-        return -1;
-    const json_t *answers = json_object_get(obj, "answers");
-    if (!answers)
-        return kv_fail(err, "missing key \"answers\"");
-    if (take_text_array(answers, "answers", 1, &s->answers, &s->n_answers, err) < 0)
-        return -1;
-    const json_t *classes = json_object_get(obj, "all_classes");
-    if (!classes)
-        return kv_fail(err, "missing key \"all_classes\"");
-    if (json_is_null(classes))
-        return 0;
-    return take_text_array(classes, "all_classes", 0, &s->all_classes, &s->n_classes, err);
+    if (kv_jscan_peek(&r->j) != 'n')
+        return false;
+    return kv_jscan_value(&r->j) == 0;
 }
 
-/* An optional name field: absent or null leaves *out NULL. */
-static int take_optional_name(const json_t *obj, const char *key, char **out, kv_error *err)
+/* Which members a schema reads; the reader of the member named r->key. */
+static const char *const choice_keys[4] = {"choice_A", "choice_B", "choice_C", "choice_D"};
+
+typedef struct seen {
+    bool length, classes;
+} seen;
+
+static int member_v1(reader *r, lb_sample *s, seen *got)
 {
-    const json_t *v = json_object_get(obj, key);
-    if (!v || json_is_null(v))
-        return 0;
-    return take_name(obj, key, out, err);
+    const char *k = r->key;
+    if (strcmp(k, "_id") == 0)
+        return read_name(r, &s->id);
+    if (strcmp(k, "input") == 0)
+        return read_text(r, &s->input);
+    if (strcmp(k, "context") == 0)
+        return read_text(r, &s->context);
+    if (strcmp(k, "dataset") == 0)
+        return read_name(r, &s->dataset);
+    if (strcmp(k, "language") == 0)
+        return read_name(r, &s->language);
+    if (strcmp(k, "length") == 0)
+        return got->length = true, read_length(r, &s->length);
+    if (strcmp(k, "answers") == 0)
+        return read_texts(r, &s->answers, &s->n_answers);
+    if (strcmp(k, "all_classes") == 0) {
+        got->classes = true;
+        if (take_null(r)) {
+            for (size_t i = 0; i < s->n_classes; i++)
+                kv_str_free(&s->all_classes[i]);
+            free(s->all_classes);
+            s->all_classes = NULL;
+            s->n_classes = 0;
+            return 0;
+        }
+        return read_texts(r, &s->all_classes, &s->n_classes);
+    }
+    return kv_jscan_value(&r->j) == 0 ? 0 : syntax(r);
 }
 
-static char *dup_or_null(const char *s)
+static int member_v2(reader *r, lb_sample *s, seen *got)
 {
-    return s ? strdup(s) : NULL;
-}
-
-/* LongBench v2 (data.json): question, choice_A..D, answer "A".."D", context. */
-static int take_fields_v2(const json_t *obj, lb_sample *s, kv_error *err)
-{
-    static const char *const choice_keys[4] = {"choice_A", "choice_B", "choice_C", "choice_D"};
-    if (take_name(obj, "_id", &s->id, err) < 0 || take_text(obj, "question", &s->input, err) < 0 ||
-        take_text(obj, "context", &s->context, err) < 0)
-        return -1;
+    (void)got;
+    const char *k = r->key;
     for (int i = 0; i < 4; i++)
-        if (take_text(obj, choice_keys[i], &s->choices[i], err) < 0)
-            return -1;
-    s->answers = calloc(1, sizeof *s->answers);
-    if (!s->answers)
-        return kv_fail(err, "out of memory");
-    if (take_text(obj, "answer", &s->answers[0], err) < 0)
-        return -1;
-    s->n_answers = 1;
+        if (strcmp(k, choice_keys[i]) == 0)
+            return read_text(r, &s->choices[i]);
+    if (strcmp(k, "_id") == 0)
+        return read_name(r, &s->id);
+    if (strcmp(k, "question") == 0)
+        return read_text(r, &s->input);
+    if (strcmp(k, "context") == 0)
+        return read_text(r, &s->context);
+    if (strcmp(k, "answer") == 0) {
+        if (!s->answers && !(s->answers = calloc(1, sizeof *s->answers)))
+            return kv_fail(r->err, "out of memory");
+        s->n_answers = 1;
+        return read_text(r, &s->answers[0]);
+    }
+    char **optional = strcmp(k, "domain") == 0       ? &s->domain
+                      : strcmp(k, "difficulty") == 0 ? &s->difficulty
+                      : strcmp(k, "length") == 0     ? &s->length_class
+                                                     : NULL;
+    if (optional && !take_null(r))
+        return read_name(r, optional);
+    return optional ? 0 : kv_jscan_value(&r->j) == 0 ? 0 : syntax(r);
+}
+
+/* The first required key that the record lacks, or NULL. */
+static const char *missing_v1(const lb_sample *s, const seen *got)
+{
+    return !s->id          ? "_id"
+           : !s->input.p   ? "input"
+           : !s->context.p ? "context"
+           : !s->dataset   ? "dataset"
+           : !s->language  ? "language"
+           : !got->length  ? "length"
+           : !s->answers   ? "answers"
+           : !got->classes ? "all_classes"
+                           : NULL;
+}
+
+static const char *missing_v2(const lb_sample *s, const seen *got)
+{
+    (void)got;
+    if (!s->id || !s->input.p || !s->context.p)
+        return !s->id ? "_id" : !s->input.p ? "question" : "context";
+    for (int i = 0; i < 4; i++)
+        if (!s->choices[i].p)
+            return choice_keys[i];
+    return !s->answers ? "answer" : NULL;
+}
+
+/* v2 records: the answer is a letter; dataset and language are implied. */
+static int finish_v2(lb_sample *s, kv_error *err)
+{
     kv_str a = s->answers[0];
     if (a.n != 1 || a.p[0] < 'A' || a.p[0] > 'D')
         return kv_fail(err, "\"answer\" must be one of A, B, C, D, found \"%.20s\"", a.p);
-    if (take_optional_name(obj, "domain", &s->domain, err) < 0 ||
-        take_optional_name(obj, "difficulty", &s->difficulty, err) < 0 ||
-        take_optional_name(obj, "length", &s->length_class, err) < 0)
-        return -1;
-    s->dataset = dup_or_null("v2");
-    s->language = dup_or_null("en");
-    if (!s->dataset || !s->language)
-        return kv_fail(err, "out of memory");
-    return 0;
+    s->dataset = strdup("v2");
+    s->language = strdup("en");
+    return s->dataset && s->language ? 0 : kv_fail(err, "out of memory");
 }
 
-typedef int (*take_fn)(const json_t *obj, lb_sample *s, kv_error *err);
+typedef int (*member_fn)(reader *r, lb_sample *s, seen *got);
+typedef const char *(*missing_fn)(const lb_sample *s, const seen *got);
 
-static int parse_with(take_fn take, const char *line, size_t len, lb_sample *s, kv_error *err)
+static int read_record(reader *r, member_fn member, lb_sample *s, seen *got)
+{
+    if (kv_jscan_peek(&r->j) != '{') {
+        const char *kind = kv_jscan_kind(&r->j);
+        if (kv_jscan_value(&r->j) != 0)
+            return syntax(r);
+        return kv_jscan_peek(&r->j) != 0
+                   ? trailing(r)
+                   : kv_fail(r->err, "a record must be a JSON object, found %s", kind);
+    }
+    r->j.pos++;
+    bool more = kv_jscan_peek(&r->j) != '}';
+    if (!more)
+        r->j.pos++;
+    char *key = NULL;
+    size_t cap = 0, len;
+    int rc = 0;
+    while (rc == 0 && more) {
+        if (kv_jscan_string(&r->j, &key, &cap, &len) != 0 || kv_jscan_eat(&r->j, ':') != 0) {
+            rc = syntax(r);
+            break;
+        }
+        r->key = key;
+        rc = member(r, s, got);
+        if (rc == 0 && kv_jscan_next(&r->j, '}', &more) != 0)
+            rc = syntax(r);
+    }
+    free(key);
+    return rc == 0 && kv_jscan_peek(&r->j) != 0 ? trailing(r) : rc;
+}
+
+static int parse_with(member_fn member, missing_fn missing, const char *line, size_t len,
+                      lb_sample *s, kv_error *err)
 {
     memset(s, 0, sizeof *s);
-    json_t *obj = kv_json_load(line, len, err);
-    if (!obj)
-        return -1;
-    int rc = json_is_object(obj)
-                 ? take(obj, s, err)
-                 : kv_fail(err, "a record must be a JSON object, found %s", json_type_name(obj));
-    json_decref(obj);
+    size_t ok = kv_utf8_valid_prefix(line, len);
+    if (ok < len)
+        return kv_fail(err, "invalid UTF-8 at byte %zu (0x%02X)", ok + 1, (unsigned char)line[ok]);
+    reader r = {.err = err};
+    kv_jscan_init(&r.j, line, len);
+    seen got = {0};
+    int rc = read_record(&r, member, s, &got);
+    const char *lacks = rc == 0 ? missing(s, &got) : NULL;
+    if (lacks)
+        rc = kv_fail(err, "missing key \"%s\"", lacks);
+    if (rc == 0 && s->n_answers == 0 && member == member_v1)
+        rc = kv_fail(err, "\"answers\" is empty: a sample needs at least one answer");
+    if (rc == 0 && member == member_v2)
+        rc = finish_v2(s, err);
     if (rc < 0)
         lb_sample_free(s);
     return rc;
@@ -234,12 +343,12 @@ static int parse_with(take_fn take, const char *line, size_t len, lb_sample *s, 
 
 int lb_sample_parse(const char *line, size_t len, lb_sample *s, kv_error *err)
 {
-    return parse_with(take_fields, line, len, s, err);
+    return parse_with(member_v1, missing_v1, line, len, s, err);
 }
 
 int lb_sample_parse_v2(const char *text, size_t len, lb_sample *s, kv_error *err)
 {
-    return parse_with(take_fields_v2, text, len, s, err);
+    return parse_with(member_v2, missing_v2, text, len, s, err);
 }
 
 /* ---- JSON arrays, one element at a time ----------------------------------------- */

@@ -11,6 +11,8 @@ void kv_jscan_init(kv_jscan *j, const char *s, size_t n)
     *j = (kv_jscan){s, n, 0, NULL};
 }
 
+static int value(kv_jscan *j, int depth, char **buf, size_t *cap);
+
 static int fail(kv_jscan *j, const char *what)
 {
     j->err = what;
@@ -111,10 +113,13 @@ int kv_jscan_string(kv_jscan *j, char **buf, size_t *cap, size_t *len)
     for (;;) {
         /* copy the plain run up to the next quote or backslash at once */
         size_t start = j->pos;
-        while (j->pos < j->n && j->s[j->pos] != '"' && j->s[j->pos] != '\\')
+        while (j->pos < j->n && j->s[j->pos] != '"' && j->s[j->pos] != '\\' &&
+               (unsigned char)j->s[j->pos] >= 0x20)
             j->pos++;
         if (j->pos >= j->n)
             return fail(j, "unterminated string");
+        if ((unsigned char)j->s[j->pos] < 0x20) /* JSON (and Python's json) wants \uXXXX */
+            return fail(j, "a control character in a string must be escaped");
         size_t run = j->pos - start;
         if (grow(buf, cap, o + run + 5) != 0)
             return fail(j, "out of memory");
@@ -192,6 +197,86 @@ int kv_jscan_skip(kv_jscan *j)
     } while (depth > 0);
     free(buf);
     return 0;
+}
+
+static int literal(kv_jscan *j, const char *word)
+{
+    size_t k = strlen(word);
+    if (j->n - j->pos < k || memcmp(j->s + j->pos, word, k) != 0)
+        return fail(j, "expected a JSON value");
+    j->pos += k;
+    return 0;
+}
+
+/* Members or elements up to `close`, each checked by kv_jscan_value. */
+static int container(kv_jscan *j, char close, int depth, char **buf, size_t *cap)
+{
+    j->pos++;
+    if (kv_jscan_peek(j) == close) {
+        j->pos++;
+        return 0;
+    }
+    bool more = true;
+    while (more) {
+        size_t len;
+        if (close == '}' && (kv_jscan_string(j, buf, cap, &len) != 0 || kv_jscan_eat(j, ':') != 0))
+            return -1;
+        if (value(j, depth + 1, buf, cap) != 0 || kv_jscan_next(j, close, &more) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int value(kv_jscan *j, int depth, char **buf, size_t *cap)
+{
+    if (depth > 512)
+        return fail(j, "values nested more than 512 deep");
+    size_t len;
+    double v;
+    switch (kv_jscan_peek(j)) {
+    case '"':
+        return kv_jscan_string(j, buf, cap, &len);
+    case '{':
+        return container(j, '}', depth, buf, cap);
+    case '[':
+        return container(j, ']', depth, buf, cap);
+    case 't':
+        return literal(j, "true");
+    case 'f':
+        return literal(j, "false");
+    case 'n':
+        return literal(j, "null");
+    default:
+        return kv_jscan_number(j, &v);
+    }
+}
+
+int kv_jscan_value(kv_jscan *j)
+{
+    char *buf = NULL;
+    size_t cap = 0;
+    int rc = value(j, 0, &buf, &cap);
+    free(buf);
+    return rc;
+}
+
+const char *kv_jscan_kind(kv_jscan *j)
+{
+    switch (kv_jscan_peek(j)) {
+    case '"':
+        return "a string";
+    case '{':
+        return "an object";
+    case '[':
+        return "an array";
+    case 't':
+    case 'f':
+        return "a boolean";
+    case 'n':
+        return "null";
+    default:
+        return "a number";
+    }
 }
 
 int kv_jscan_next(kv_jscan *j, char close, bool *more)

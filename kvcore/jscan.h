@@ -38,6 +38,13 @@ int kv_jscan_number(kv_jscan *j, double *v);
  * hand skipped text to a full parser). */
 int kv_jscan_skip(kv_jscan *j);
 
+/* Skips one value, checking that it is valid JSON. */
+int kv_jscan_value(kv_jscan *j);
+
+/* What the value at the cursor is, for messages: "a string", "a number",
+ * "an array", "an object", "a boolean", "null". */
+const char *kv_jscan_kind(kv_jscan *j);
+
 /* After the first element or member: consumes ',' and returns true, or the
  * closing character and returns false (then *done is set); -1 otherwise via
  * j->err. */

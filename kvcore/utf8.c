@@ -74,6 +74,12 @@ size_t kv_utf8_valid_prefix(const char *str, size_t n)
             i++;
             continue;
         }
+        /* CJK text: three-byte sequences whose second byte has the full range */
+        if (s[i] >= 0xE1 && s[i] != 0xED && s[i] <= 0xEF && n - i >= 3 &&
+            (s[i + 1] & 0xC0) == 0x80 && (s[i + 2] & 0xC0) == 0x80) {
+            i += 3;
+            continue;
+        }
         size_t bad, k = kv_utf8_seq(s + i, n - i, &bad);
         if (k == 0)
             return i;

@@ -97,10 +97,12 @@ static void expect_error(const char *line, const char *what)
 
 Test(sample, malformed_lines_are_named)
 {
-    expect_error("{\"input\": \"q\"", "not valid JSON at byte 13: '}' expected near end of file");
+    expect_error("{\"input\": \"q\"", "not valid JSON: the text ends early (expected ',' or '}')");
     expect_error("[1, 2]", "a record must be a JSON object, found an array");
-    expect_error("{\"a\": 1} {\"b\": 2}",
-                 "not valid JSON at byte 10: end of file expected near '{'");
+    expect_error("{\"a\": 1} {\"b\": 2}", "not valid JSON at byte 10: text after the record");
+    expect_error("{\"_id\": \"a\tb\"}",
+                 "not valid JSON at byte 11: a control character in a string must be escaped");
+    expect_error("{\"x\": [1, tru]}", "not valid JSON at byte 11: expected a JSON value");
     expect_error("{\"_id\": \"x\", \"input\": \"\", \"dataset\": \"d\", \"language\": \"en\", "
                  "\"answers\": [\"a\"], \"length\": 1, \"all_classes\": null}",
                  "missing key \"context\"");
