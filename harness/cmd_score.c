@@ -44,7 +44,7 @@ static void print_per_line(const kb_predictions *p)
     for (size_t i = 0; i < p->n; i++) {
         const kb_scored_line *pr = &p->v[i];
         cJSON *id = pr->id.p ? kv_json_text(pr->id.p, pr->id.n) : cJSON_CreateNull();
-        cJSON *ds = cJSON_CreateString(pr->dataset);
+        cJSON *ds = kv_json_text(pr->dataset, strlen(pr->dataset));
         char *ids = id ? cJSON_PrintUnformatted(id) : NULL;
         char *dss = ds ? cJSON_PrintUnformatted(ds) : NULL;
         if (isnan(pr->score))
