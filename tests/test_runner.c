@@ -106,10 +106,11 @@ static int f_decode(void *ctx, void *state, const kb_task_spec *t, const kb_samp
     if (f->stop && f->stop_after_decodes && f->decodes == f->stop_after_decodes)
         *f->stop = 1; /* as if SIGINT arrived in the middle of a sample */
     bool right = cfg->budget < 0 || (s->index + cfg->budget / 16) % 3 != 0;
-    char text[64];
-    snprintf(text, sizeof text, "%s",
-             right ? cJSON_GetArrayItem(s->answers, 0)->valuestring : "wrong");
-    out->text = strdup(text);
+    /* a wrong answer holds a NUL byte, as a token for byte 0x00 decodes to */
+    static const char wrong[] = "wrong\0 after a NUL";
+    out->text = right ? strdup(cJSON_GetArrayItem(s->answers, 0)->valuestring)
+                      : memcpy(malloc(sizeof wrong), wrong, sizeof wrong);
+    out->text_len = right ? 0 : sizeof wrong - 1;
     out->kept_tokens = cfg->budget < 0 ? st->prompt_tokens : cfg->budget;
     out->generated_tokens = 2;
     if (f->report_fd > 0 && write(f->report_fd, "d", 1) != 1)
@@ -261,6 +262,13 @@ Test(runner, one_prefill_per_sample_for_all_configs_and_a_report_at_the_end)
         free(path);
     }
     cr_assert_eq(r.rows[0].score, 100.0, "the fake full cache is always right");
+    /* the NUL of a wrong answer is written as \u0000, with the text after it */
+    char *h2o;
+    cr_assert_geq(asprintf(&h2o, "%s/predictions/%s/trec.jsonl", dir, r.rows[2].config), 0);
+    char *lines = tu_slurp(h2o, NULL);
+    cr_expect(strstr(lines, "\"pred\":\"wrong\\u0000 after a NUL\""), "%s", lines);
+    free(lines);
+    free(h2o);
     kb_report_run_free(&r);
     char *html;
     cr_assert_geq(asprintf(&html, "%s/report.html", dir), 0);
