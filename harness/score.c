@@ -1,13 +1,13 @@
 #include "score.h"
-#include "tasks.h"
 
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include "tasks.h"
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -395,33 +395,33 @@ void kb_task_scores_free(kb_task_scores *t)
 
 /* ---- LongBench v2 ---------------------------------------------------------------- */
 
-static char search_letter(const char *pattern, const char *s)
+static char search_letter(const char *pattern, const char *s, size_t n)
 {
     int code;
     PCRE2_SIZE at;
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, 0, &code, &at, NULL);
     pcre2_match_data *md = re ? pcre2_match_data_create_from_pattern(re, NULL) : NULL;
     char letter = 0;
-    if (md && pcre2_match(re, (PCRE2_SPTR)s, strlen(s), 0, 0, md, NULL) >= 2)
+    if (md && pcre2_match(re, (PCRE2_SPTR)s, n, 0, 0, md, NULL) >= 2)
         letter = s[pcre2_get_ovector_pointer(md)[2]];
     pcre2_match_data_free(md);
     pcre2_code_free(re);
     return letter;
 }
 
-char kb_v2_extract_answer(const char *response)
+char kb_v2_extract_answer(kv_str response)
 {
-    char *s = malloc(strlen(response) + 1);
+    char *s = malloc(response.n + 1);
     if (!s)
         return 0;
     size_t n = 0;
-    for (const char *p = response; *p; p++) /* response.replace('*', '') */
-        if (*p != '*')
-            s[n++] = *p;
+    for (size_t i = 0; i < response.n; i++) /* response.replace('*', '') */
+        if (response.p[i] != '*')
+            s[n++] = response.p[i];
     s[n] = '\0';
-    char letter = search_letter("The correct answer is \\(([A-D])\\)", s);
+    char letter = search_letter("The correct answer is \\(([A-D])\\)", s, n);
     if (!letter)
-        letter = search_letter("The correct answer is ([A-D])", s);
+        letter = search_letter("The correct answer is ([A-D])", s, n);
     free(s);
     return letter;
 }
@@ -448,32 +448,38 @@ kb_v2_accuracy kb_v2_score(const kb_v2_item *items, size_t n)
 }
 
 /* One v2 item from its JSON object. */
-static int v2_item(const cJSON *o, kb_v2_item *it, const char *where, kv_error *err)
+/* A jansson string as a view (NULs included). */
+static kv_str text_of(const json_t *v)
 {
-    const cJSON *answer = cJSON_GetObjectItemCaseSensitive(o, "answer");
-    const cJSON *difficulty = cJSON_GetObjectItemCaseSensitive(o, "difficulty");
-    const cJSON *length = cJSON_GetObjectItemCaseSensitive(o, "length");
-    const cJSON *response = cJSON_GetObjectItemCaseSensitive(o, "response");
-    const cJSON *pred = cJSON_GetObjectItemCaseSensitive(o, "pred");
-    if (!cJSON_IsString(answer) || strlen(answer->valuestring) != 1 ||
-        !cJSON_IsString(difficulty) || !cJSON_IsString(length))
+    return (kv_str){json_string_value(v), json_string_length(v)};
+}
+
+static int v2_item(const json_t *o, kb_v2_item *it, const char *where, kv_error *err)
+{
+    const json_t *answer = json_object_get(o, "answer");
+    const json_t *difficulty = json_object_get(o, "difficulty");
+    const json_t *length = json_object_get(o, "length");
+    const json_t *response = json_object_get(o, "response");
+    const json_t *pred = json_object_get(o, "pred");
+    if (!json_is_string(answer) || json_string_length(answer) != 1 || !json_is_string(difficulty) ||
+        !json_is_string(length))
         return kv_fail(err,
                        "%s: a LongBench v2 line needs \"answer\" (A-D), \"difficulty\" and "
                        "\"length\"",
                        where);
-    it->answer = answer->valuestring[0];
-    it->hard = strcmp(difficulty->valuestring, "easy") != 0;
-    it->length = strcmp(length->valuestring, "short") == 0    ? 0
-                 : strcmp(length->valuestring, "medium") == 0 ? 1
-                                                              : 2;
+    it->answer = json_string_value(answer)[0];
+    it->hard = !kv_str_eq(text_of(difficulty), kv_str_c("easy"));
+    it->length = kv_str_eq(text_of(length), kv_str_c("short"))    ? 0
+                 : kv_str_eq(text_of(length), kv_str_c("medium")) ? 1
+                                                                  : 2;
     it->pred = 0;
-    if (cJSON_IsString(response))
-        it->pred = kb_v2_extract_answer(response->valuestring);
-    else if (cJSON_IsString(pred) && strlen(pred->valuestring) == 1 &&
-             strchr("ABCD", pred->valuestring[0]))
-        it->pred = pred->valuestring[0];
-    else if (cJSON_IsString(pred))
-        it->pred = kb_v2_extract_answer(pred->valuestring);
+    if (json_is_string(response))
+        it->pred = kb_v2_extract_answer(text_of(response));
+    else if (json_is_string(pred) && json_string_length(pred) == 1 &&
+             strchr("ABCD", json_string_value(pred)[0]))
+        it->pred = json_string_value(pred)[0];
+    else if (json_is_string(pred))
+        it->pred = kb_v2_extract_answer(text_of(pred));
     return 0;
 }
 
@@ -501,13 +507,12 @@ int kb_v2_read(const char *path, kb_v2_item **items, size_t *n, kv_error *err)
     int rc = 0;
     char where[4200];
     /* result.py: json.load() the whole file, else one object per line */
-    cJSON *all = cJSON_ParseWithLength(text, len);
-    if (cJSON_IsArray(all)) {
-        const cJSON *o;
-        size_t k = 0;
-        cJSON_ArrayForEach(o, all)
-        {
-            snprintf(where, sizeof where, "%s: item %zu", path, ++k);
+    kv_error ignored;
+    json_t *all = kv_json_load(text, len, &ignored);
+    if (json_is_array(all)) {
+        for (size_t k = 0; k < json_array_size(all); k++) {
+            const json_t *o = json_array_get(all, k);
+            snprintf(where, sizeof where, "%s: item %zu", path, k + 1);
             if ((rc = v2_push(items, n, &cap)) < 0) {
                 rc = kv_fail(err, "out of memory");
                 break;
@@ -524,19 +529,19 @@ int kb_v2_read(const char *path, kb_v2_item **items, size_t *n, kv_error *err)
             lineno++;
             if (l > 0 && strspn(line, " \t\r") < l) {
                 snprintf(where, sizeof where, "%s:%ld", path, lineno);
-                cJSON *o = cJSON_ParseWithLength(line, l);
+                json_t *o = kv_json_load(line, l, err);
                 if (!o)
-                    rc = kv_fail(err, "%s: not valid JSON", where);
+                    rc = kv_fail_prefix(err, where);
                 else if (v2_push(items, n, &cap) < 0)
                     rc = kv_fail(err, "out of memory");
                 else if ((rc = v2_item(o, &(*items)[*n], where, err)) == 0)
                     (*n)++;
-                cJSON_Delete(o);
+                json_decref(o);
             }
             line += l + 1;
         }
     }
-    cJSON_Delete(all);
+    json_decref(all);
     free(text);
     if (rc < 0) {
         free(*items);

@@ -95,7 +95,7 @@ void kb_task_scores_free(kb_task_scores *t);
 
 /* LongBench v2: the letter in "The correct answer is (X)" / "... is X" after
  * removing '*', or 0 when there is none. */
-char kb_v2_extract_answer(const char *response);
+char kb_v2_extract_answer(kv_str response);
 
 /* result.py's accuracies, in percent rounded to 1 decimal (NaN for an empty
  * group): overall, easy, hard, short, medium, long. */

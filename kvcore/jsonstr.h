@@ -1,9 +1,10 @@
 /* JSON strings of any bytes, both ways.
  *
- * cJSON keeps strings as C strings, so a "\u0000" inside one cuts it. The
- * data path (LongBench records, prediction files, tokenizer input) therefore
- * parses with jansson, whose JSON_ALLOW_NUL strings carry their length, and
- * writes strings with kv_json_quote, which escapes every control byte
+ * cJSON keeps strings as C strings, so a "\u0000" inside one cuts it. Small
+ * data-path lines (prediction files, tokenize --jsonl) are therefore parsed
+ * with jansson, whose JSON_ALLOW_NUL strings carry their length (LongBench
+ * records, megabytes each, are read with kv_jscan in datasets/sample.c), and
+ * strings are written with kv_json_quote, which escapes every control byte
  * (NUL as \u0000) and repairs ill-formed UTF-8, so that what kvbench writes
  * is always valid UTF-8 JSON.
  */

@@ -51,11 +51,16 @@ Test(score, buckets_follow_longbench_e)
 
 Test(score, v2_answer_extraction)
 {
-    cr_expect_eq(kb_v2_extract_answer("The correct answer is (B)"), 'B');
-    cr_expect_eq(kb_v2_extract_answer("**The correct answer is C**"), 'C');
-    cr_expect_eq(kb_v2_extract_answer("The correct answer is (E). The correct answer is A"), 'A');
-    cr_expect_eq(kb_v2_extract_answer("the correct answer is (B)"), 0); /* case-sensitive */
-    cr_expect_eq(kb_v2_extract_answer("Answer: D"), 0);
+    cr_expect_eq(kb_v2_extract_answer(kv_str_c("The correct answer is (B)")), 'B');
+    cr_expect_eq(kb_v2_extract_answer(kv_str_c("**The correct answer is C**")), 'C');
+    cr_expect_eq(
+        kb_v2_extract_answer(kv_str_c("The correct answer is (E). The correct answer is A")), 'A');
+    cr_expect_eq(kb_v2_extract_answer(kv_str_c("the correct answer is (B)")),
+                 0); /* case-sensitive */
+    cr_expect_eq(kb_v2_extract_answer(kv_str_c("Answer: D")), 0);
+    /* result.py reads the response with json, NULs included */
+    static const char nul[] = "x\0 The correct answer is (C)";
+    cr_expect_eq(kb_v2_extract_answer((kv_str){nul, sizeof nul - 1}), 'C');
 }
 
 Test(score, v2_accuracy_by_group)
