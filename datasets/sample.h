@@ -1,6 +1,6 @@
 /* LongBench samples: a validating, streaming loader over JSONL files.
  *
- * One record is parsed at a time (jansson per line, NULs kept), so memory stays at the
+ * One record is parsed at a time (kv_jscan over the line, NULs kept), so memory stays at the
  * size of the longest line whatever the file size. Every record is checked
  * against the LongBench schema (docs/longbench.md); a malformed
  * line (invalid UTF-8 included, with its byte) is reported as
