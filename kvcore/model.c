@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "kernels.h"
 #include "safetensors.h"
 
@@ -32,6 +33,8 @@ struct kv_model {
     int n_blobs;
     size_t weight_bytes;
     int chunk;
+    kv_compute compute;
+    bool rounded; /* F32/F16 weights were rounded to BF16 for BF16 mode */
     kv_pool *pool;
 };
 
@@ -185,7 +188,11 @@ int kv_model_load(const char *dir, kv_model **out, kv_error *err)
         return kv_fail(err, "out of memory");
     m->chunk = DEFAULT_CHUNK;
     loader ld = {.m = m, .dir = dir, .err = err};
-    int rc = kv_model_config_load(dir, &m->cfg, err);
+    /* The kernels' level, from KVBENCH_ISA: a bad value fails here, before
+     * any work, rather than in the middle of a run. */
+    int rc = kv_isa_init(err);
+    if (rc == 0)
+        rc = kv_model_config_load(dir, &m->cfg, err);
     if (rc == 0)
         rc = kv_rope_init(&m->rope, &m->cfg.rope, m->cfg.head_dim, err);
     if (rc == 0)
@@ -253,6 +260,65 @@ int kv_model_set_threads(kv_model *m, int threads, kv_error *err)
 int kv_model_threads(const kv_model *m)
 {
     return kv_pool_threads(m->pool);
+}
+
+/* w rounded to BF16 in a new blob that replaces its old one. */
+static int round_matrix(kv_model *m, kv_weight *w, kv_error *err)
+{
+    if (w->dtype == KV_DTYPE_BF16)
+        return 0;
+    size_t n = (size_t)w->rows * (size_t)w->cols, old_bytes = n * (w->dtype == KV_DTYPE_F32 ? 4 : 2);
+    uint16_t *dst = aligned_alloc(64, (n * sizeof *dst + 63) / 64 * 64);
+    float *row = malloc((size_t)w->cols * sizeof *row);
+    if (!dst || !row) {
+        free(dst);
+        free(row);
+        return kv_fail(err, "out of memory rounding the weights to BF16");
+    }
+    for (int r = 0; r < w->rows; r++) {
+        kv_widen_rows(NULL, w, r, 1, row);
+        kv_pack_bf16(row, (size_t)w->cols, dst + (size_t)r * (size_t)w->cols);
+    }
+    free(row);
+    for (int i = 0; i < m->n_blobs; i++)
+        if (m->blobs[i] == w->data) {
+            free(m->blobs[i]);
+            m->blobs[i] = dst;
+        }
+    m->weight_bytes = m->weight_bytes - old_bytes + n * sizeof *dst;
+    *w = (kv_weight){.dtype = KV_DTYPE_BF16, .data = dst, .rows = w->rows, .cols = w->cols};
+    return 0;
+}
+
+int kv_model_set_compute(kv_model *m, kv_compute mode, kv_error *err)
+{
+    if (mode == KV_COMPUTE_F32 && m->rounded)
+        return kv_fail(err, "this model's F32/F16 weights were rounded to BF16 for bf16 compute: "
+                            "load it again for f32");
+    if (mode == KV_COMPUTE_BF16 && !m->rounded) {
+        /* BF16 mode multiplies BF16 weights only (kernels.h). */
+        m->rounded = true;
+        if (round_matrix(m, &m->embed, err) != 0)
+            return -1;
+        if (m->cfg.tied_embeddings)
+            m->lm_head = m->embed;
+        else if (round_matrix(m, &m->lm_head, err) != 0)
+            return -1;
+        for (int l = 0; l < m->cfg.n_layers; l++) {
+            layer *L = &m->layers[l];
+            kv_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+                if (round_matrix(m, ws[i], err) != 0)
+                    return -1;
+        }
+    }
+    m->compute = mode;
+    return 0;
+}
+
+kv_compute kv_model_compute(const kv_model *m)
+{
+    return m->compute;
 }
 
 void kv_model_set_chunk(kv_model *m, int chunk)
@@ -380,6 +446,7 @@ typedef struct fwd {
     kv_attn_stats *stats;
     int n; /* tokens in the call */
     int chunk;
+    kv_compute mode;
     kv_pool *pool;
 } fwd;
 
@@ -452,7 +519,7 @@ static int fwd_alloc(const kv_model *m, const kv_cache *c, int n, int chunk, fwd
             const kv_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
             size_t floats = 0;
             for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-                if (ws[i]->dtype != KV_DTYPE_F32)
+                if (kv_matmul_widens(ws[i], f->mode))
                     floats += (size_t)ws[i]->rows * (size_t)ws[i]->cols;
             f->layer_floats = max_size(f->layer_floats, floats);
         }
@@ -469,10 +536,18 @@ static int fwd_alloc(const kv_model *m, const kv_cache *c, int n, int chunk, fwd
     return 0;
 }
 
-static void matmul(const fwd *f, const kv_weight *w, const float *x, int n, float *y,
-                   const float *bias)
+/* In BF16 mode a matmul's input is rounded to BF16 first (in place: each
+ * input buffer of the forward is read by its matmuls only). */
+static void round_input(const fwd *f, float *x, size_t n)
 {
-    kv_matmul(f->pool, w, x, n, y, f->wide);
+    if (f->mode == KV_COMPUTE_BF16)
+        kv_round_bf16(x, n);
+}
+
+static void matmul(const fwd *f, const kv_weight *w, float *x, int n, float *y, const float *bias)
+{
+    round_input(f, x, (size_t)n * (size_t)w->cols);
+    kv_matmul(f->pool, w, x, n, f->mode, y, f->wide);
     if (bias)
         for (int i = 0; i < n; i++)
             for (int r = 0; r < w->rows; r++)
@@ -481,14 +556,15 @@ static void matmul(const fwd *f, const kv_weight *w, const float *x, int n, floa
 
 /* matmul of several weights over the same input; one parallel loop for all
  * of them in decode. */
-static void matmul_many(const fwd *f, int n, const kv_weight *const *ws, const float *x, int rows,
+static void matmul_many(const fwd *f, int n, const kv_weight *const *ws, float *x, int rows,
                         float *const *ys, const float *const *bias)
 {
+    round_input(f, x, (size_t)rows * (size_t)ws[0]->cols);
     if (rows == 1)
-        kv_gemv_many(f->pool, n, ws, x, ys);
+        kv_gemv_many(f->pool, n, ws, x, f->mode, ys);
     else
         for (int i = 0; i < n; i++)
-            kv_matmul(f->pool, ws[i], x, rows, ys[i], f->wide);
+            kv_matmul(f->pool, ws[i], x, rows, f->mode, ys[i], f->wide);
     for (int i = 0; i < n; i++)
         if (bias[i])
             for (int t = 0; t < rows; t++)
@@ -684,6 +760,9 @@ static void qkv(const kv_model *m, const layer *L, kv_cache *c, kv_cache_layer *
     float *ys[] = {f->q, k, v};
     const float *bs[] = {L->bq, L->bk, L->bv};
     matmul_many(f, 3, ws, f->h, cn, ys, bs);
+    /* BF16 mode: attention's matmuls read BF16 values too (as PyTorch's
+     * do in a bfloat16 model); keys are rounded once rotated, below. */
+    round_input(f, v, (size_t)cn * kvd);
     kv_cache_measure_values(c, cl, base, cn);
     for (int i = 0; i < cn; i++) {
         float *qi = f->q + (size_t)i * qd, *ki = k + (size_t)i * kvd;
@@ -694,6 +773,8 @@ static void qkv(const kv_model *m, const layer *L, kv_cache *c, kv_cache_layer *
         int32_t pos = c->next_pos + row0 + i;
         kv_rope_apply(&m->rope, qi, cfg->n_heads, pos);
         kv_rope_apply(&m->rope, ki, cfg->n_kv_heads, pos);
+        round_input(f, qi, qd);
+        round_input(f, ki, kvd);
         for (int h = 0; h < cfg->n_kv_heads; h++) /* every head holds the new token */
             cl->pos[(size_t)(base + i) * (size_t)cfg->n_kv_heads + (size_t)h] =
                 pos + c->token_offset;
@@ -744,7 +825,7 @@ static layer widened_layer(const layer *L, fwd *f)
     kv_weight *ws[] = {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down};
     float *dst = f->layer_f32;
     for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
-        if (ws[i]->dtype == KV_DTYPE_F32)
+        if (!kv_matmul_widens(ws[i], f->mode))
             continue;
         kv_widen_rows(f->pool, ws[i], 0, ws[i]->rows, dst);
         ws[i]->dtype = KV_DTYPE_F32;
@@ -782,7 +863,7 @@ int kv_model_forward(kv_model *m, kv_cache *c, const int32_t *tokens, int n,
         kv_cache_reserve(c, n, err) != 0)
         return -1;
     int chunk = n < m->chunk ? n : m->chunk;
-    fwd f = {.n = n, .chunk = chunk, .pool = m->pool};
+    fwd f = {.n = n, .chunk = chunk, .mode = m->compute, .pool = m->pool};
     if (fwd_alloc(m, c, n, chunk, &f, err) != 0)
         return -1;
     if (req && (req->col_sums || req->n_windows > 0)) {
@@ -808,7 +889,8 @@ int kv_model_forward(kv_model *m, kv_cache *c, const int32_t *tokens, int n,
         }
     else if (logits) {
         rmsnorm_rows(f.h, f.x + (size_t)(n - 1) * H, m->norm, 1, cfg->hidden, cfg->rms_eps);
-        kv_gemv(f.pool, &m->lm_head, f.h, logits);
+        round_input(&f, f.h, H);
+        kv_gemv(f.pool, &m->lm_head, f.h, f.mode, logits);
     }
     c->next_pos += n;
     fwd_free(&f);
