@@ -374,28 +374,38 @@ static inline __m256 exp8(__m256 x)
 }
 #endif
 
-void kv_softmax(float *x, int n)
+float kv_max(const float *x, int n)
 {
     float mx = x[0];
     for (int i = 1; i < n; i++)
         mx = x[i] > mx ? x[i] : mx;
+    return mx;
+}
+
+float kv_exp_shift(float *x, int n, float m)
+{
     int i = 0;
     float sum = 0;
 #ifdef KV_AVX2
-    __m256 acc = _mm256_setzero_ps(), m = _mm256_set1_ps(mx);
+    __m256 acc = _mm256_setzero_ps(), mv = _mm256_set1_ps(m);
     for (; i + 8 <= n; i += 8) {
-        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
         _mm256_storeu_ps(x + i, e);
         acc = _mm256_add_ps(acc, e);
     }
     sum = hsum8(acc);
 #endif
     for (; i < n; i++) {
-        x[i] = expf(x[i] - mx);
+        x[i] = expf(x[i] - m);
         sum += x[i];
     }
-    float inv = 1.0f / sum;
-    for (i = 0; i < n; i++)
+    return sum;
+}
+
+void kv_softmax(float *x, int n)
+{
+    float inv = 1.0f / kv_exp_shift(x, n, kv_max(x, n));
+    for (int i = 0; i < n; i++)
         x[i] *= inv;
 }
 

@@ -116,6 +116,13 @@ void kv_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 /* In place: x = softmax(x) over n floats. */
 void kv_softmax(float *x, int n);
 
+/* The largest of n >= 1 floats. */
+float kv_max(const float *x, int n);
+
+/* In place over n floats: x = e^(x - m); returns their sum. The step of an
+ * online softmax, which rescales when a later block raises the maximum. */
+float kv_exp_shift(float *x, int n, float m);
+
 /* In place over n floats: g = silu(g) * u, the gated FFN activation. */
 void kv_silu_mul(float *g, const float *u, size_t n);
 

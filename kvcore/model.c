@@ -17,6 +17,12 @@
  * triangle (a 512-row chunk computed 37 % more QK^T and PV than needed). */
 #define ATTN_BLOCK_ROWS 128
 
+/* Keys per tile of the blocked (flash) prefill attention: a block's scores
+ * for one tile (128 x 256 floats, 128 KB) stay in L2 between QK^T, the
+ * softmax step and PV, where a block's whole score rows (4 MB at 8k keys)
+ * went out to L3 and back three times. */
+#define ATTN_TILE_KEYS 256
+
 typedef struct layer {
     kv_weight wq, wk, wv, wo, gate, up, down;
     float *attn_norm, *ffn_norm, *q_norm, *k_norm;     /* q/k norms: Qwen3 only */
@@ -716,6 +722,79 @@ static void attention_gemm_task(void *ctx, int h, int worker)
     }
 }
 
+/* One tile of keys [t0, t1) for a block of query rows (row i sees keys
+ * below lim + i): scores with sgemm, the online softmax step (running max
+ * mx and sum l per row; out rows rescaled when the max rises), then out +=
+ * P V_tile with sgemm. Keys a row cannot see get probability 0. */
+static void flash_tile(const attn_job *j, const float *q, const float *k, const float *v, int rows,
+                       int t0, int t1, int lim, float *sc, float *mx, float *l, float *out)
+{
+    const kv_model_config *c = j->cfg;
+    int hd = c->head_dim, qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, tw = t1 - t0;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, tw, hd, j->scale, q, qd,
+                k + (size_t)t0 * (size_t)kvd, kvd, 0.0f, sc, tw);
+    for (int i = 0; i < rows; i++) {
+        float *s = sc + (size_t)i * (size_t)tw;
+        int vis = lim + i - t0 < tw ? lim + i - t0 : tw;
+        if (vis <= 0) { /* the whole tile is in this row's future */
+            memset(s, 0, (size_t)tw * sizeof *s);
+            continue;
+        }
+        float m_new = kv_max(s, vis);
+        m_new = m_new > mx[i] ? m_new : mx[i];
+        float sum = kv_exp_shift(s, vis, m_new);
+        memset(s + vis, 0, (size_t)(tw - vis) * sizeof *s);
+        if (m_new > mx[i]) { /* e^(old max - new max) <= 1 rescales what came before */
+            float r = expf(mx[i] - m_new);
+            l[i] *= r;
+            for (int d = 0; d < hd; d++)
+                out[(size_t)i * (size_t)qd + (size_t)d] *= r;
+        }
+        mx[i] = m_new;
+        l[i] += sum;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, tw, 1.0f, sc, tw,
+                v + (size_t)t0 * (size_t)kvd, kvd, 1.0f, out, qd);
+}
+
+/* Prefill attention without statistics, one head per task, blocked as
+ * flash attention: each block of query rows walks the keys in tiles with
+ * an online softmax, so its scores never leave L2; tiles wholly above the
+ * causal diagonal are never computed. (Statistics need every row's
+ * normalised probabilities: attention_gemm_task.) */
+static void attention_flash_task(void *ctx, int h, int worker)
+{
+    const attn_job *j = ctx;
+    const kv_model_config *c = j->cfg;
+    fwd *f = j->f;
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
+    int qd = c->n_heads * hd, kvo = (h / group) * hd;
+    /* fwd_alloc gave each worker min(chunk, ATTN_BLOCK_ROWS) x max_keys floats. */
+    size_t block = f->chunk < ATTN_BLOCK_ROWS ? (size_t)f->chunk : ATTN_BLOCK_ROWS;
+    float *sc = f->scores + (size_t)worker * block * (size_t)f->max_keys;
+    float mx[ATTN_BLOCK_ROWS], l[ATTN_BLOCK_ROWS];
+    for (int r0 = 0; r0 < j->cn; r0 += ATTN_BLOCK_ROWS) {
+        int rows = j->cn - r0 < ATTN_BLOCK_ROWS ? j->cn - r0 : ATTN_BLOCK_ROWS;
+        int lim = j->base + r0 + 1, keys = j->base + r0 + rows;
+        const float *q = f->q + (size_t)r0 * (size_t)qd + (size_t)h * (size_t)hd;
+        float *out = f->att + (size_t)r0 * (size_t)qd + (size_t)h * (size_t)hd;
+        for (int i = 0; i < rows; i++) {
+            mx[i] = -INFINITY;
+            l[i] = 0;
+            memset(out + (size_t)i * (size_t)qd, 0, (size_t)hd * sizeof *out);
+        }
+        for (int t0 = 0; t0 < keys; t0 += ATTN_TILE_KEYS)
+            flash_tile(j, q, j->cl->k + kvo, j->cl->v + kvo, rows, t0,
+                       keys - t0 < ATTN_TILE_KEYS ? keys : t0 + ATTN_TILE_KEYS, lim, sc, mx, l,
+                       out);
+        for (int i = 0; i < rows; i++) {
+            float inv = 1.0f / l[i];
+            for (int d = 0; d < hd; d++)
+                out[(size_t)i * (size_t)qd + (size_t)d] *= inv;
+        }
+    }
+}
+
 static void attention(const kv_model *m, const kv_cache_layer *cl, fwd *f, kv_attn_stats *st,
                       int cn, int base, int row0)
 {
@@ -744,7 +823,7 @@ static void attention(const kv_model *m, const kv_cache_layer *cl, fwd *f, kv_at
             decode_attention(&d, p, f->att + (size_t)i * qd);
         }
     } else
-        kv_pool_run(p, c->n_heads, attention_gemm_task, &j);
+        kv_pool_run(p, c->n_heads, st ? attention_gemm_task : attention_flash_task, &j);
 }
 
 /* Projects the chunk's queries, keys and values; keys and values go

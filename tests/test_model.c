@@ -206,6 +206,38 @@ Test(model, reference_at_level_avx512bf16)
     check_level(KV_ISA_AVX512BF16);
 }
 
+/* Prefill without statistics runs the blocked (flash) attention, with them
+ * the full-softmax one: over 700 positions (3 tiles of keys, 6 blocks of
+ * query rows, partly masked tiles, a chunk boundary) both give the same
+ * logits. (The attention code is the same in BF16 mode, where rounding the
+ * next matmul's inputs turns last-bit differences into BF16 steps.) */
+Test(model, flash_attention_matches_the_full_softmax_path_over_many_tiles)
+{
+    fixture f;
+    fixture_load(&f, "qwen3-f32");
+    kv_error err;
+    kv_model_set_chunk(f.m, 600);
+    enum { N = 700 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++)
+        ids[i] = (int32_t)((i * 7919u + 13u) % f.vocab);
+    float *a = malloc((size_t)N * f.vocab * sizeof *a), *b = malloc((size_t)N * f.vocab * sizeof *b);
+    kv_cache *c = kv_model_cache_new(f.m, N, &err);
+    cr_assert_eq(kv_model_forward(f.m, c, ids, N, NULL, NULL, a, true, &err), 0, "%s", err.msg);
+    kv_cache_free(c);
+    c = kv_model_cache_new(f.m, N, &err);
+    kv_attn_stats_request one = {.col_sums = true};
+    kv_attn_stats *st = kv_model_stats_new(f.m, c, N, &one, &err);
+    cr_assert_eq(kv_model_forward(f.m, c, ids, N, &one, st, b, true, &err), 0, "%s", err.msg);
+    double d = max_diff(a, b, (size_t)N * f.vocab);
+    cr_expect_leq(d, 1e-5, "flash vs full softmax: max diff %g", d);
+    kv_model_stats_free(st, kv_model_get_config(f.m)->n_layers);
+    kv_cache_free(c);
+    free(a);
+    free(b);
+    fixture_free(&f);
+}
+
 /* ------------------------------------------------------------- BF16 mode */
 
 #define BF16_MAX_DIFF 0.25
