@@ -774,9 +774,9 @@ static int parse_sweep(parser *p, const cJSON *v)
 }
 
 static const char *const top_keys[] = {
-    "$schema", "name",    "description", "model",      "model_revision", "protocol",
-    "compute", "threads", "output",      "data",       "limit",          "max_length",
-    "max_new_tokens",     "tasks",       "configs",    "sweep",          NULL,
+    "$schema", "name",   "description", "model", "model_revision", "protocol",       "compute",
+    "threads", "output", "data",        "limit", "max_length",     "max_new_tokens", "tasks",
+    "configs", "sweep",  NULL,
 };
 
 static int parse_settings(parser *p, const cJSON *root)
@@ -1109,8 +1109,7 @@ cJSON *kb_matrix_to_json(const kb_matrix *m)
         !add_opt_string(o, "model", m->model) ||
         !add_opt_string(o, "model_revision", m->model_revision) ||
         !add_opt_string(o, "protocol", m->protocol) || !add_opt_string(o, "compute", m->compute) ||
-        !add_opt_string(o, "output", m->output) ||
-        !add_opt_string(o, "data", m->data) ||
+        !add_opt_string(o, "output", m->output) || !add_opt_string(o, "data", m->data) ||
         !cJSON_AddNumberToObject(o, "threads", (double)m->threads)) {
         cJSON_Delete(o);
         cJSON_Delete(tasks);

@@ -826,14 +826,10 @@ int kb_report_write_csv(FILE *f, const kb_report_run *runs, size_t n)
             const cJSON *c = config_entry(run, r->config);
             const cJSON *params = cJSON_GetObjectItemCaseSensitive(c, "params");
             char *canon = params ? kb_json_canonical(params) : NULL;
-            const char *fields[] = {run->name,
-                                    run->kvbench_version,
-                                    run->model,
-                                    run->model_hash,
-                                    run->protocol,
-                                    run->compute,
-                                    r->config,
-                                    str(c, "hash") ? str(c, "hash") : ""};
+            const char *fields[] = {run->name,     run->kvbench_version,
+                                    run->model,    run->model_hash,
+                                    run->protocol, run->compute,
+                                    r->config,     str(c, "hash") ? str(c, "hash") : ""};
             for (size_t j = 0; j < sizeof fields / sizeof *fields; j++) {
                 csv_field(f, fields[j]);
                 fputc(',', f);

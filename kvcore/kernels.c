@@ -1,14 +1,14 @@
 #include "kernels.h"
 
-#include "cpu.h"
-#include "kernels_isa.h"
-
 #include <assert.h>
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "cpu.h"
+#include "kernels_isa.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -106,7 +106,8 @@ void kv_round_bf16(float *x, size_t n)
         __m256i r = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(bias, lsb)), hi);
         __m256 nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
         __m256i qn = _mm256_and_si256(_mm256_or_si256(u, quiet), hi);
-        _mm256_storeu_ps(x + i, _mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(qn), nan));
+        _mm256_storeu_ps(x + i,
+                         _mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(qn), nan));
     }
 #endif
     for (; i < n; i++)
@@ -230,7 +231,8 @@ static void widen_range(const kv_weight *w, int row0, int n, float *dst)
             }
         else
             for (; i + 8 <= cols; i += 8)
-                _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+                _mm256_storeu_ps(d + i,
+                                 _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
 #endif
         for (; i < cols; i++)
             d[i] = kv_weight_at(w, off + i);

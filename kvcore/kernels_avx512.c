@@ -1,10 +1,11 @@
 /* The AVX-512F level: the AVX2 level's GEMV rows at twice the width. This
  * file is compiled with -mavx512f -mavx512bw -mavx512vl (kvcore/meson.build)
  * and only called on a CPU that has them (cpu.c). */
-#include "kernels_isa.h"
 #include "kernels_avx512.h"
 
 #include <immintrin.h>
+
+#include "kernels_isa.h"
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -29,7 +30,8 @@ INLINE float dot_row_t(kv_dtype dt, const kv_weight *w, int r, const float *x)
                                    _mm512_loadu_ps(x + c + 16 * k), a[k]);
     for (; c + 16 <= cols; c += 16)
         a[0] = _mm512_fmadd_ps(load16(dt, w->data, base + c), _mm512_loadu_ps(x + c), a[0]);
-    float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
+    float s =
+        _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
     for (; c < cols; c++)
         s += kv_weight_at(w, base + c) * x[c];
     return s;
@@ -59,8 +61,8 @@ static float dot_row_bf16(const kv_weight *w, int r, const float *x, const float
     for (; c + 32 <= cols; c += 32)
         BF16_STEP(0, c);
 #undef BF16_STEP
-    float s = _mm512_reduce_add_ps(
-        _mm512_add_ps(_mm512_add_ps(a[0], b[0]), _mm512_add_ps(a[1], b[1])));
+    float s =
+        _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], b[0]), _mm512_add_ps(a[1], b[1])));
     for (; c < cols; c++)
         s += kv_bf16_to_f32(p[c]) * x[c];
     return s;

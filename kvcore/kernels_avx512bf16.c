@@ -8,9 +8,9 @@
  * vdpbf16ps flushes denormal inputs and outputs to zero and rounds each
  * pair's sum once: on BF16 inputs its results differ from an FP32 FMA chain
  * only in accumulation rounding, the freedom BF16 mode already allows. */
-#include "kernels_avx512.h"
-
 #include <immintrin.h>
+
+#include "kernels_avx512.h"
 
 #define INLINE static inline __attribute__((always_inline))
 

@@ -273,7 +273,8 @@ static int round_matrix(kv_model *m, kv_weight *w, kv_error *err)
 {
     if (w->dtype == KV_DTYPE_BF16)
         return 0;
-    size_t n = (size_t)w->rows * (size_t)w->cols, old_bytes = n * (w->dtype == KV_DTYPE_F32 ? 4 : 2);
+    size_t n = (size_t)w->rows * (size_t)w->cols,
+           old_bytes = n * (w->dtype == KV_DTYPE_F32 ? 4 : 2);
     uint16_t *dst = aligned_alloc(64, (n * sizeof *dst + 63) / 64 * 64);
     float *row = malloc((size_t)w->cols * sizeof *row);
     if (!dst || !row) {

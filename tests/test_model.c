@@ -221,7 +221,8 @@ Test(model, flash_attention_matches_the_full_softmax_path_over_many_tiles)
     int32_t ids[N];
     for (int i = 0; i < N; i++)
         ids[i] = (int32_t)((i * 7919u + 13u) % f.vocab);
-    float *a = malloc((size_t)N * f.vocab * sizeof *a), *b = malloc((size_t)N * f.vocab * sizeof *b);
+    float *a = malloc((size_t)N * f.vocab * sizeof *a),
+          *b = malloc((size_t)N * f.vocab * sizeof *b);
     kv_cache *c = kv_model_cache_new(f.m, N, &err);
     cr_assert_eq(kv_model_forward(f.m, c, ids, N, NULL, NULL, a, true, &err), 0, "%s", err.msg);
     kv_cache_free(c);
