@@ -56,7 +56,8 @@ int kv_model_threads(const kv_model *m);
 /* The compute mode of the forward (kernels.h; default KV_COMPUTE_F32).
  * Switching to BF16 rounds the model's F32/F16 matrices to BF16 for good
  * (switching such a model back fails: load it again); BF16 weights are
- * used as they are either way. */
+ * used as they are either way. Rounding replaces those matrices, so switch
+ * before anything keeps a weight descriptor (kv_model_o_proj). */
 int kv_model_set_compute(kv_model *m, kv_compute mode, kv_error *err);
 kv_compute kv_model_compute(const kv_model *m);
 
