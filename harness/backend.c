@@ -437,6 +437,13 @@ int kb_engine_backend_open(const kb_matrix *m, const char *model_dir, kb_runner_
     kv_set_threads((int)m->threads);
     if (kv_model_load(model_dir, &e->model, err) < 0)
         goto fail;
+    kv_compute mode;
+    if (kv_compute_parse(m->compute, &mode) < 0) {
+        kv_fail(err, "compute: unknown mode \"%s\" (want f32 or bf16)", m->compute);
+        goto fail;
+    }
+    if (kv_model_set_compute(e->model, mode, err) < 0)
+        goto fail;
     if (!(e->tok = kv_tokenizer_load(model_dir, err)))
         goto fail;
     for (size_t i = 1; i < m->n_configs; i++) {

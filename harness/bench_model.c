@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "cpu.h"
 #include "generate.h"
 #include "kernels.h"
 #include "model.h"
@@ -17,6 +18,7 @@ const kb_option kb_bench_model_options[] = {
     {"gen-tokens", "N", "decode steps after each prompt (default 128)"},
     {"repeats", "N", "runs per prompt length; the median is reported (default 3)"},
     {"threads", "N", "threads (default: all cores)"},
+    {"compute", "f32|bf16", "compute mode (default f32)"},
     {"evict-keep", "N", "also decode after evicting to N slots per layer (first 4 + recent)"},
     {"json", NULL, "print one JSON object per measurement"},
     {NULL, NULL, NULL},
@@ -180,13 +182,19 @@ int kb_bench_model(const kb_bench_model_opts *o)
         kb_error("%s", err.msg);
         return KB_EXIT_FAIL;
     }
+    if (kv_model_set_compute(m, o->compute, &err) != 0) {
+        kb_error("%s", err.msg);
+        kv_model_free(m);
+        return KB_EXIT_FAIL;
+    }
     const kv_model_config *c = kv_model_get_config(m);
     fprintf(stderr,
             "# %s: %s, %d layers, hidden %d, %d/%d heads x %d, ffn %d, vocab %d; %.2f GiB of "
-            "weights loaded in %.1f s; %d threads\n",
+            "weights loaded in %.1f s; %d threads; compute %s, kernels %s\n",
             o->model, kv_arch_name(c->arch), c->n_layers, c->hidden, c->n_heads, c->n_kv_heads,
-            c->head_dim, c->ffn, c->vocab, (double)kv_model_weight_bytes(m) / (1 << 30), kv_clock_s() - t0,
-            kv_model_threads(m));
+            c->head_dim, c->ffn, c->vocab, (double)kv_model_weight_bytes(m) / (1 << 30),
+            kv_clock_s() - t0, kv_model_threads(m), kv_compute_name(o->compute),
+            kv_isa_name(kv_isa_active()));
     int rc = 0;
     for (int i = 0; i < o->n_prompts && rc == 0; i++)
         rc = bench_prompt(o, m, o->prompt_tokens[i]);
@@ -221,6 +229,10 @@ int kb_bench_model_run(const kb_args *a)
     long gen = o.gen_tokens, rep = o.repeats, threads = 0, keep = 0;
     o.model = kb_arg(a, "model");
     o.json = kb_flag(a, "json");
+    if (kb_arg(a, "compute") && kv_compute_parse(kb_arg(a, "compute"), &o.compute) != 0) {
+        kb_error("--compute: want f32 or bf16, not '%s'", kb_arg(a, "compute"));
+        return KB_EXIT_USAGE;
+    }
     if (!o.model) {
         kb_error("bench model: --model DIR is required");
         return KB_EXIT_USAGE;

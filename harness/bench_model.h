@@ -9,6 +9,7 @@
 #include <stdbool.h>
 
 #include "cli.h"
+#include "kernels.h"
 
 typedef struct kb_bench_model_opts {
     const char *model;
@@ -18,11 +19,12 @@ typedef struct kb_bench_model_opts {
     int repeats;    /* runs per prompt length (median reported) */
     int threads;    /* 0: default */
     int evict_keep; /* > 0: also decode after keeping this many slots per layer */
+    kv_compute compute;
     bool json;
 } kb_bench_model_opts;
 
 /* Options: --model, --prompt-tokens, --gen-tokens, --repeats, --threads,
- * --evict-keep, --json (terminated by a NULL name). */
+ * --compute, --evict-keep, --json (terminated by a NULL name). */
 extern const kb_option kb_bench_model_options[];
 
 /* Parses those options from args and runs the benchmark; an exit code. */

@@ -31,6 +31,7 @@ static const kb_option options[] = {
     {"gen-tokens", "N", "model: decode steps after each prompt (default 128)"},
     {"repeats", "N", "model: runs per prompt length; the median is reported (default 3)"},
     {"threads", "N", "model: threads (default: all cores)"},
+    {"compute", "f32|bf16", "model: compute mode (default f32)"},
     {"evict-keep", "N", "model: also decode after evicting to N slots per layer"},
     {"json", NULL, "print the measurements as one JSON line"},
     {NULL, NULL, NULL},

@@ -33,6 +33,7 @@ static const kb_option options[] = {
     {"max-new-tokens", "N", "generate at most N tokens (default 128)"},
     {"ignore-eos", NULL, "do not stop at the model's end-of-sequence tokens"},
     {"threads", "N", "threads for the forward (default: all cores)"},
+    {"compute", "f32|bf16", "compute mode: f32 (default) or bf16 (BF16 matmul inputs, FP32 sums)"},
     {"dump-logits", "FILE.npy", "write the logits of every fed position (float32 [P+N-1, vocab])"},
     {"json", NULL, "print one JSON object: prompt ids, generated ids, text, timing"},
     KB_EVICTION_OPTIONS,
@@ -240,7 +241,12 @@ static int load(const kb_args *a, kv_model **m, kv_tokenizer **tok)
         kb_error("generate: --model DIR is required");
         return KB_EXIT_USAGE;
     }
-    if (kv_model_load(dir, m, &err) != 0) {
+    kv_compute mode = KV_COMPUTE_F32;
+    if (kb_arg(a, "compute") && kv_compute_parse(kb_arg(a, "compute"), &mode) != 0) {
+        kb_error("--compute: want f32 or bf16, not '%s'", kb_arg(a, "compute"));
+        return KB_EXIT_USAGE;
+    }
+    if (kv_model_load(dir, m, &err) != 0 || kv_model_set_compute(*m, mode, &err) != 0) {
         kb_error("%s", err.msg);
         return KB_EXIT_FAIL;
     }

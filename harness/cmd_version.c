@@ -11,6 +11,7 @@
 #include <pcre2.h>
 
 #include "cli.h"
+#include "cpu.h"
 #include "version.h"
 
 static const kb_option options[] = {
@@ -32,6 +33,14 @@ static int run(const kb_args *a)
     printf("utf8proc %s\n", utf8proc_version());
     printf("libzip %s\n", zip_libzip_version());
     printf("OpenBLAS %s\n", openblas_get_config());
+    /* The kernels' level: the CPU's best, or the lower one KVBENCH_ISA asks for. */
+    kv_error err;
+    if (kv_isa_init(&err) != 0) {
+        kb_error("%s", err.msg);
+        return KB_EXIT_FAIL;
+    }
+    printf("kernels %s (CPU: %s; %s=avx2|avx512|avx512bf16 forces a lower level)\n",
+           kv_isa_name(kv_isa_active()), kv_isa_name(kv_isa_detected()), KV_ISA_ENV);
     return KB_EXIT_OK;
 }
 

@@ -775,9 +775,9 @@ static int parse_sweep(parser *p, const cJSON *v)
 }
 
 static const char *const top_keys[] = {
-    "$schema", "name",    "description", "model", "model_revision", "protocol",
-    "threads", "output",  "data",        "limit", "max_length",     "max_new_tokens",
-    "tasks",   "configs", "sweep",       NULL,
+    "$schema", "name",   "description", "model", "model_revision", "protocol",       "compute",
+    "threads", "output", "data",        "limit", "max_length",     "max_new_tokens", "tasks",
+    "configs", "sweep",  NULL,
 };
 
 static int parse_settings(parser *p, const cJSON *root)
@@ -791,8 +791,8 @@ static int parse_settings(parser *p, const cJSON *root)
         if (!known)
             return failp(p->err, k,
                          "unknown key (known: name, description, model, model_revision, "
-                         "protocol, threads, output, data, limit, max_length, max_new_tokens, "
-                         "tasks, configs, sweep)");
+                         "protocol, compute, threads, output, data, limit, max_length, "
+                         "max_new_tokens, tasks, configs, sweep)");
         int rc = 0;
         if (strcmp(k, "name") == 0) {
             rc = get_string(c, k, &m->run_name, p->err);
@@ -808,6 +808,10 @@ static int parse_settings(parser *p, const cJSON *root)
             rc = get_string(c, k, &m->protocol, p->err);
             if (rc == 0 && strcmp(m->protocol, "longbench") && strcmp(m->protocol, "nncf"))
                 rc = failp(p->err, k, "must be \"longbench\" or \"nncf\"");
+        } else if (strcmp(k, "compute") == 0) {
+            rc = get_string(c, k, &m->compute, p->err);
+            if (rc == 0 && strcmp(m->compute, "f32") && strcmp(m->compute, "bf16"))
+                rc = failp(p->err, k, "must be \"f32\" or \"bf16\"");
         } else if (strcmp(k, "threads") == 0) {
             rc = get_long(c, k, 0, 4096, &m->threads, p->err);
         } else if (strcmp(k, "output") == 0) {
@@ -842,11 +846,13 @@ static int fill_defaults(parser *p, const char *default_run_name)
     }
     if (!m->protocol)
         m->protocol = strdup("longbench");
+    if (!m->compute)
+        m->compute = strdup("f32");
     if (!m->output)
         m->output = strdup("results");
     if (!m->data)
         m->data = strdup("datasets/longbench");
-    if (!m->run_name || !m->protocol || !m->output || !m->data)
+    if (!m->run_name || !m->protocol || !m->compute || !m->output || !m->data)
         return kv_fail(p->err, "out of memory");
     return 0;
 }
@@ -1033,6 +1039,7 @@ void kb_matrix_free(kb_matrix *m)
     free(m->model);
     free(m->model_revision);
     free(m->protocol);
+    free(m->compute);
     free(m->output);
     free(m->data);
     for (size_t i = 0; i < m->n_tasks; i++)
@@ -1106,8 +1113,8 @@ cJSON *kb_matrix_to_json(const kb_matrix *m)
         !add_opt_string(o, "description", m->description) ||
         !add_opt_string(o, "model", m->model) ||
         !add_opt_string(o, "model_revision", m->model_revision) ||
-        !add_opt_string(o, "protocol", m->protocol) || !add_opt_string(o, "output", m->output) ||
-        !add_opt_string(o, "data", m->data) ||
+        !add_opt_string(o, "protocol", m->protocol) || !add_opt_string(o, "compute", m->compute) ||
+        !add_opt_string(o, "output", m->output) || !add_opt_string(o, "data", m->data) ||
         !cJSON_AddNumberToObject(o, "threads", (double)m->threads)) {
         cJSON_Delete(o);
         cJSON_Delete(tasks);

@@ -64,6 +64,7 @@ typedef struct kb_matrix {
     char *model;          /* a folder or a hub name "ORG/NAME" */
     char *model_revision; /* hub revision, may be NULL */
     char *protocol;       /* "longbench" | "nncf" */
+    char *compute;        /* the engine's compute mode: "f32" (default) | "bf16" */
     char *output;         /* folder that holds run folders; default "results" */
     bool output_given;    /* the file sets "output" (not the default) */
     char *data;           /* folder with <task>.jsonl; default "datasets/longbench" */

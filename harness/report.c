@@ -271,12 +271,13 @@ int kb_report_run_load(const char *dir, kb_report_run *out, kv_error *err)
     out->model = dup_or(kb_run_string(&run, "model"), "?");
     out->model_hash = dup_or(kb_run_string(&run, "model_hash"), "?");
     out->protocol = dup_or(kb_run_string(&run, "protocol"), "?");
+    out->compute = dup_or(kb_run_string(&run, "compute"), "f32");
     const cJSON *configs = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(run.json, "matrix"), "configs");
     out->configs = configs ? cJSON_Duplicate(configs, true) : cJSON_CreateArray();
     kb_run_close(&run);
     if (!out->dir || !out->name || !out->kvbench_version || !out->model || !out->model_hash ||
-        !out->protocol || !out->configs) {
+        !out->protocol || !out->compute || !out->configs) {
         kb_report_run_free(out);
         return kv_fail(err, "out of memory");
     }
@@ -299,6 +300,7 @@ void kb_report_run_free(kb_report_run *run)
     free(run->model);
     free(run->model_hash);
     free(run->protocol);
+    free(run->compute);
     cJSON_Delete(run->configs);
     kb_score_rows_free(run->rows, run->n_rows);
     if (run->lengths) {
@@ -812,7 +814,8 @@ static void csv_num(FILE *f, double v, const char *fmt)
 
 int kb_report_write_csv(FILE *f, const kb_report_run *runs, size_t n)
 {
-    fputs("run,kvbench_version,model,model_hash,protocol,config,config_hash,budget,params,task,"
+    fputs("run,kvbench_version,model,model_hash,protocol,compute,config,config_hash,budget,params,"
+          "task,"
           "category,metric,score,n,mean_prompt_tokens,mean_kept_tokens,mean_prefill_s,"
           "mean_decode_s,ci_low,ci_high,delta_full,delta_ci_low,delta_ci_high\n",
           f);
@@ -823,13 +826,10 @@ int kb_report_write_csv(FILE *f, const kb_report_run *runs, size_t n)
             const cJSON *c = config_entry(run, r->config);
             const cJSON *params = cJSON_GetObjectItemCaseSensitive(c, "params");
             char *canon = params ? kb_json_canonical(params) : NULL;
-            const char *fields[] = {run->name,
-                                    run->kvbench_version,
-                                    run->model,
-                                    run->model_hash,
-                                    run->protocol,
-                                    r->config,
-                                    str(c, "hash") ? str(c, "hash") : ""};
+            const char *fields[] = {run->name,     run->kvbench_version,
+                                    run->model,    run->model_hash,
+                                    run->protocol, run->compute,
+                                    r->config,     str(c, "hash") ? str(c, "hash") : ""};
             for (size_t j = 0; j < sizeof fields / sizeof *fields; j++) {
                 csv_field(f, fields[j]);
                 fputc(',', f);
@@ -1281,16 +1281,16 @@ static void md_lengths(FILE *f, const pivot *p, const length_view *v)
 int kb_report_write_markdown(FILE *f, const kb_report_run *runs, size_t n,
                              const kb_report_options *opt)
 {
-    fputs("# kvbench report\n\n| run | model | model hash | protocol | kvbench |\n"
-          "|---|---|---|---|---|\n",
+    fputs("# kvbench report\n\n| run | model | model hash | protocol | compute | kvbench |\n"
+          "|---|---|---|---|---|---|\n",
           f);
     for (size_t k = 0; k < n; k++)
-        fprintf(f, "| %s | %s | `%s` | %s | %s |\n", runs[k].name, runs[k].model,
-                runs[k].model_hash, runs[k].protocol, runs[k].kvbench_version);
+        fprintf(f, "| %s | %s | `%s` | %s | %s | %s |\n", runs[k].name, runs[k].model,
+                runs[k].model_hash, runs[k].protocol, runs[k].compute, runs[k].kvbench_version);
     if (opt && opt->baseline)
-        fprintf(f, "| %s (baseline) | %s | `%s` | %s | %s |\n", opt->baseline->name,
+        fprintf(f, "| %s (baseline) | %s | `%s` | %s | %s | %s |\n", opt->baseline->name,
                 opt->baseline->model, opt->baseline->model_hash, opt->baseline->protocol,
-                opt->baseline->kvbench_version);
+                opt->baseline->compute, opt->baseline->kvbench_version);
     for (size_t k = 0; k < n; k++) {
         pivot p;
         if (pivot_build(&p, &runs[k]) < 0)
@@ -1994,15 +1994,16 @@ int kb_report_write_html(FILE *f, const kb_report_run *runs, size_t n, const kb_
             "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
             "<title>kvbench report</title><style>%s</style></head><body>\n"
             "<h1>kvbench report</h1>\n<table><tr><th>run</th><th>model</th><th>model hash"
-            "</th><th>protocol</th><th>kvbench</th></tr>\n",
+            "</th><th>protocol</th><th>compute</th><th>kvbench</th></tr>\n",
             css);
     for (size_t k = 0; k <= n; k++) {
         const kb_report_run *r = k < n ? &runs[k] : opt ? opt->baseline : NULL;
         if (!r)
             break;
-        const char *cells[] = {r->name, r->model, r->model_hash, r->protocol, r->kvbench_version};
+        const char *cells[] = {r->name,     r->model,   r->model_hash,
+                               r->protocol, r->compute, r->kvbench_version};
         fputs("<tr>", f);
-        for (int i = 0; i < 5; i++) {
+        for (size_t i = 0; i < sizeof cells / sizeof cells[0]; i++) {
             fputs("<td>", f);
             html_esc(f, cells[i]);
             if (i == 0 && k == n)

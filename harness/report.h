@@ -6,8 +6,9 @@
  * rebuilds every output from run.json + scores.json alone, so reports can be
  * redone, compared across nights, and tested on hand-made data.
  *
- * Every output records the kvbench version, model, model hash, protocol and
- * every config's parameters, so a number can be traced to how it was made.
+ * Every output records the kvbench version, model, model hash, protocol,
+ * compute mode and every config's parameters, so a number can be traced to
+ * how it was made.
  */
 #ifndef KB_REPORT_H
 #define KB_REPORT_H
@@ -58,6 +59,7 @@ typedef struct kb_report_run {
     char *model;
     char *model_hash;
     char *protocol;
+    char *compute; /* "f32" or "bf16" (runs from before the modes: "f32") */
     cJSON *configs; /* run.json matrix.configs: name, hash, budget, params */
     kb_score_row *rows;
     size_t n_rows;

@@ -176,6 +176,7 @@ static cJSON *new_run_json(const kb_run_info *info)
         !cJSON_AddStringToObject(o, "model", info->matrix->model) ||
         !cJSON_AddStringToObject(o, "model_hash", info->model_hash) ||
         !cJSON_AddStringToObject(o, "protocol", info->matrix->protocol) ||
+        !cJSON_AddStringToObject(o, "compute", info->matrix->compute) ||
         !cJSON_AddStringToObject(o, "created", when)) {
         cJSON_Delete(o);
         cJSON_Delete(m);
@@ -192,6 +193,13 @@ static bool same_string(const cJSON *a, const cJSON *b, const char *key)
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(a, key);
     const cJSON *y = cJSON_GetObjectItemCaseSensitive(b, key);
     return cJSON_IsString(x) && cJSON_IsString(y) && strcmp(x->valuestring, y->valuestring) == 0;
+}
+
+/* A run's compute mode; run folders from before BF16 mode ran in F32. */
+static const char *run_compute(const cJSON *run_json)
+{
+    const char *s = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(run_json, "compute"));
+    return s ? s : "f32";
 }
 
 static long shard_field(const cJSON *run_json, const char *key)
@@ -270,6 +278,11 @@ static int resume_run_json(cJSON *old, const cJSON *now, const char *path, kv_er
         return kv_fail(err, "%s: this run used protocol \"%s\", not \"%s\"; use a new run name",
                        path, cJSON_GetStringValue(cJSON_GetObjectItem(old, "protocol")),
                        cJSON_GetStringValue(cJSON_GetObjectItem(now, "protocol")));
+    if (strcmp(run_compute(old), run_compute(now)) != 0)
+        return kv_fail(err,
+                       "%s: this run computed in %s, not %s (\"compute\" in the config); use a "
+                       "new run name",
+                       path, run_compute(old), run_compute(now));
     if (shard_field(old, "count") != shard_field(now, "count") ||
         shard_field(old, "index") != shard_field(now, "index"))
         return kv_fail(err, "%s: this folder holds a different shard", path);
@@ -857,6 +870,8 @@ static int check_shards(shard_in *s, size_t n, bool allow_unfinished, kv_error *
             bad = "model hash";
         else if (!same_string(a, b, "protocol"))
             bad = "protocol";
+        else if (strcmp(run_compute(a), run_compute(b)) != 0)
+            bad = "compute mode";
         if (bad)
             rc = kv_fail(err, "%s and %s have a different %s: they are not shards of one run",
                          s[0].run.dir, s[i].run.dir, bad);

@@ -39,9 +39,9 @@ static void print_setting(FILE *f, const char *what, long v, const char *zero)
 void kb_runner_plan_print(FILE *f, const kb_matrix *m, const kb_runner_options *o)
 {
     char *dir = kb_run_dir(m->output, m->run_name, &o->shard);
-    fprintf(f, "run %s -> %s\nmodel %s%s%s\nprotocol %s, data %s, threads ", m->run_name,
-            dir ? dir : "?", m->model, m->model_revision ? " @ " : "",
-            m->model_revision ? m->model_revision : "", m->protocol, m->data);
+    fprintf(f, "run %s -> %s\nmodel %s%s%s\nprotocol %s, compute %s, data %s, threads ",
+            m->run_name, dir ? dir : "?", m->model, m->model_revision ? " @ " : "",
+            m->model_revision ? m->model_revision : "", m->protocol, m->compute, m->data);
     if (m->threads > 0)
         fprintf(f, "%ld\n", m->threads);
     else

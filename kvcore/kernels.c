@@ -7,6 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cpu.h"
+#include "kernels_isa.h"
+
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define KV_AVX2 1
@@ -49,7 +52,7 @@ float kv_f16_to_f32(uint16_t h)
     return v.f;
 }
 
-static float load1(const kv_weight *w, size_t i)
+float kv_weight_at(const kv_weight *w, size_t i)
 {
     switch (w->dtype) {
     case KV_DTYPE_BF16:
@@ -62,36 +65,73 @@ static float load1(const kv_weight *w, size_t i)
 }
 
 /* Row r of w against x, one element at a time: the portable kernel, and the
- * fallback when there is no memory for the permuted copy of x. */
-static float dot_row_scalar(const kv_weight *w, int r, const float *x)
+ * fallback when there is no memory for the prepared copy of x. */
+float kv_dot_row_scalar(const kv_weight *w, int r, const float *x)
 {
     size_t base = (size_t)r * (size_t)w->cols;
     float s = 0;
     for (int c = 0; c < w->cols; c++)
-        s += load1(w, base + (size_t)c) * x[c];
+        s += kv_weight_at(w, base + (size_t)c) * x[c];
     return s;
 }
 
-#ifdef KV_AVX2
-#define INLINE static inline __attribute__((always_inline))
-
-/* dtype is a compile-time constant at every call below (the callers are
- * instantiated per dtype), so the switch folds away. */
-INLINE __m256 load8(kv_dtype dtype, const void *data, size_t i)
+const char *kv_compute_name(kv_compute mode)
 {
-    const uint16_t *p = (const uint16_t *)data + i;
-    switch (dtype) {
-    case KV_DTYPE_BF16: {
-        __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-        return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-    }
-    case KV_DTYPE_F16:
-        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-    default:
-        return _mm256_loadu_ps((const float *)data + i);
-    }
+    return mode == KV_COMPUTE_BF16 ? "bf16" : "f32";
 }
 
+int kv_compute_parse(const char *s, kv_compute *out)
+{
+    if (strcmp(s, "f32") == 0)
+        *out = KV_COMPUTE_F32;
+    else if (strcmp(s, "bf16") == 0)
+        *out = KV_COMPUTE_BF16;
+    else
+        return -1;
+    return 0;
+}
+
+void kv_round_bf16(float *x, size_t n)
+{
+    size_t i = 0;
+#ifdef KV_AVX2
+    /* The scalar rounding vectorised: add 0x7fff plus the lowest kept bit,
+     * clear the low half; NaN lanes keep their value (quietened). */
+    const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1),
+                  hi = _mm256_set1_epi32((int)0xffff0000u), quiet = _mm256_set1_epi32(0x400000);
+    for (; i + 8 <= n; i += 8) {
+        __m256 f = _mm256_loadu_ps(x + i);
+        __m256i u = _mm256_castps_si256(f);
+        __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+        __m256i r = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(bias, lsb)), hi);
+        __m256 nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
+        __m256i qn = _mm256_and_si256(_mm256_or_si256(u, quiet), hi);
+        _mm256_storeu_ps(x + i,
+                         _mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(qn), nan));
+    }
+#endif
+    for (; i < n; i++)
+        x[i] = kv_bf16_to_f32(kv_f32_to_bf16(x[i]));
+}
+
+void kv_pack_bf16(const float *x, size_t n, uint16_t *dst)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = kv_f32_to_bf16(x[i]);
+}
+
+/* The kernels of the active level (cpu.h). */
+static const kv_isa_kernels *isa_kernels(void)
+{
+    static const kv_isa_kernels *const table[KV_ISA_COUNT] = {
+        [KV_ISA_AVX2] = &kv_kernels_avx2,
+        [KV_ISA_AVX512] = &kv_kernels_avx512,
+        [KV_ISA_AVX512BF16] = &kv_kernels_avx512bf16,
+    };
+    return table[kv_isa_active()];
+}
+
+#ifdef KV_AVX2
 static inline float hsum8(__m256 v)
 {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -99,106 +139,11 @@ static inline float hsum8(__m256 v)
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
-
-/* Every GEMV kernel below reads ONE weight row at a time, front to back.
- * Reading four rows in step (four interleaved streams, each x load serving
- * four rows) measured half the bandwidth of a plain read loop on this
- * machine (5 vs 10 GB/s on a busy box, either thread count): the hardware
- * prefetcher follows one sequential stream per core far better than four.
- * A single row keeps the read loop's bandwidth; four accumulator pairs hide
- * the FMA latency so the core still has 2x headroom when DRAM is idle. */
-
-/* Row r of a 16-bit or F32 matrix against x, widening in registers. */
-INLINE float dot_row_t(kv_dtype dt, const kv_weight *w, int r, const float *x)
-{
-    size_t cols = (size_t)w->cols, base = (size_t)r * cols, c = 0;
-    __m256 a[4];
-    for (int k = 0; k < 4; k++)
-        a[k] = _mm256_setzero_ps();
-    for (; c + 32 <= cols; c += 32)
-        for (int k = 0; k < 4; k++)
-            a[k] = _mm256_fmadd_ps(load8(dt, w->data, base + c + 8 * k),
-                                   _mm256_loadu_ps(x + c + 8 * k), a[k]);
-    for (; c + 8 <= cols; c += 8)
-        a[0] = _mm256_fmadd_ps(load8(dt, w->data, base + c), _mm256_loadu_ps(x + c), a[0]);
-    float s = hsum8(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
-    for (; c < cols; c++)
-        s += load1(w, base + c) * x[c];
-    return s;
-}
-
-/* BF16 row r against x permuted in blocks of 16 (xp: the 8 even elements,
- * then the 8 odd ones). A 32-byte load holds 16 BF16 values; shifting each
- * 32-bit lane left by 16 yields the even ones as floats and masking off the
- * low half the odd ones, so no widening shuffle is needed: two cheap integer
- * ops feed two FMAs. */
-static float dot_row_bf16(const kv_weight *w, int r, const float *x, const float *xp)
-{
-    size_t cols = (size_t)w->cols, c = 0;
-    const uint16_t *p = (const uint16_t *)w->data + (size_t)r * cols;
-    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
-    __m256 a[4], b[4];
-    for (int k = 0; k < 4; k++)
-        a[k] = b[k] = _mm256_setzero_ps();
-#define BF16_STEP(k, cc)                                                                           \
-    do {                                                                                           \
-        __m256i v = _mm256_loadu_si256((const __m256i *)(p + (cc)));                               \
-        a[k] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)),                      \
-                               _mm256_loadu_ps(xp + (cc)), a[k]);                                  \
-        b[k] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, hi)),                       \
-                               _mm256_loadu_ps(xp + (cc) + 8), b[k]);                              \
-    } while (0)
-    for (; c + 64 <= cols; c += 64)
-        for (int k = 0; k < 4; k++)
-            BF16_STEP(k, c + 16 * k);
-    for (; c + 16 <= cols; c += 16)
-        BF16_STEP(0, c);
-#undef BF16_STEP
-    __m256 s8 = _mm256_add_ps(_mm256_add_ps(a[0], b[0]), _mm256_add_ps(a[1], b[1]));
-    s8 = _mm256_add_ps(s8, _mm256_add_ps(_mm256_add_ps(a[2], b[2]), _mm256_add_ps(a[3], b[3])));
-    float s = hsum8(s8);
-    for (; c < cols; c++)
-        s += kv_bf16_to_f32(p[c]) * x[c];
-    return s;
-}
-
-/* The block-of-16 even/odd permutation of x that dot_row_bf16 reads. */
-static void permute16(const float *x, int n, float *xp)
-{
-    for (int c = 0; c + 16 <= n; c += 16)
-        for (int j = 0; j < 8; j++) {
-            xp[c + j] = x[c + 2 * j];
-            xp[c + 8 + j] = x[c + 2 * j + 1];
-        }
-}
-
-static float dot_row(const kv_weight *w, int r, const float *x, const float *xp)
-{
-    switch (w->dtype) {
-    case KV_DTYPE_BF16:
-        return dot_row_bf16(w, r, x, xp);
-    case KV_DTYPE_F16:
-        return dot_row_t(KV_DTYPE_F16, w, r, x);
-    default:
-        return dot_row_t(KV_DTYPE_F32, w, r, x);
-    }
-}
-#else
-static float dot_row(const kv_weight *w, int r, const float *x, const float *xp)
-{
-    (void)xp;
-    return dot_row_scalar(w, r, x);
-}
-
-static void permute16(const float *x, int n, float *xp)
-{
-    (void)x, (void)n, (void)xp;
-}
 #endif
 
-void kv_gemv(kv_pool *p, const kv_weight *w, const float *x, float *y)
+void kv_gemv(kv_pool *p, const kv_weight *w, const float *x, kv_compute mode, float *y)
 {
-    kv_gemv_many(p, 1, &w, x, &y);
+    kv_gemv_many(p, 1, &w, x, mode, &y);
 }
 
 /* Weight bytes per GEMV task: small enough that a late thread finds work,
@@ -218,7 +163,10 @@ typedef struct gemv_job {
     int n;
     const kv_weight *const *ws;
     float *const *ys;
-    const float *x, *xp;
+    const float *x;
+    const void *xp; /* x prepared for the level's row kernel */
+    kv_compute mode;
+    const kv_isa_kernels *k;
     int first[9];     /* first task of each matrix; first[n] = all tasks */
     int task_rows[8]; /* rows per task of each matrix */
 } gemv_job;
@@ -233,14 +181,14 @@ static void gemv_task(void *ctx, int task, int worker)
     const kv_weight *w = j->ws[i];
     int r0 = (task - j->first[i]) * j->task_rows[i];
     int r1 = w->rows - r0 > j->task_rows[i] ? r0 + j->task_rows[i] : w->rows;
-    for (int r = r0; r < r1; r++)
-        j->ys[i][r] = dot_row(w, r, j->x, j->xp);
+    j->k->rows(w, r0, r1, j->x, j->xp, j->mode, j->ys[i]);
 }
 
-void kv_gemv_many(kv_pool *p, int n, const kv_weight *const *ws, const float *x, float *const *ys)
+void kv_gemv_many(kv_pool *p, int n, const kv_weight *const *ws, const float *x, kv_compute mode,
+                  float *const *ys)
 {
     assert(n >= 1 && n <= 8);
-    gemv_job j = {.n = n, .ws = ws, .ys = ys, .x = x};
+    gemv_job j = {.n = n, .ws = ws, .ys = ys, .x = x, .mode = mode, .k = isa_kernels()};
     size_t work = 0;
     for (int i = 0; i < n; i++) {
         j.task_rows[i] = gemv_task_rows(ws[i]);
@@ -249,13 +197,14 @@ void kv_gemv_many(kv_pool *p, int n, const kv_weight *const *ws, const float *x,
     }
     int cols = ws[0]->cols;
     float stack[4096], *xp = cols <= 4096 ? stack : malloc((size_t)cols * sizeof *xp);
-    if (!xp) { /* no room for the permuted copy: the scalar kernel needs none */
+    if (!xp) { /* no room for the prepared copy: the scalar kernel needs none */
         for (int i = 0; i < n; i++)
             for (int r = 0; r < ws[i]->rows; r++)
-                ys[i][r] = dot_row_scalar(ws[i], r, x);
+                ys[i][r] = kv_dot_row_scalar(ws[i], r, x);
         return;
     }
-    permute16(x, cols, xp);
+    _Static_assert(KV_PREPARED_BYTES_PER_ELEMENT == sizeof *xp, "prepared x: one float each");
+    j.k->prepare(x, cols, mode, xp);
     j.xp = xp;
     /* Small matrices are not worth waking the other threads for. */
     kv_pool_run(work > KV_PARALLEL_MIN_WORK ? p : NULL, j.first[n], gemv_task, &j);
@@ -274,15 +223,19 @@ static void widen_range(const kv_weight *w, int row0, int n, float *dst)
         size_t i = 0, off = base + (size_t)r * cols;
         float *d = dst + (size_t)r * cols;
 #ifdef KV_AVX2
+        const uint16_t *src = (const uint16_t *)w->data + off;
         if (w->dtype == KV_DTYPE_BF16)
-            for (; i + 8 <= cols; i += 8)
-                _mm256_storeu_ps(d + i, load8(KV_DTYPE_BF16, w->data, off + i));
+            for (; i + 8 <= cols; i += 8) {
+                __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + i)));
+                _mm256_storeu_ps(d + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+            }
         else
             for (; i + 8 <= cols; i += 8)
-                _mm256_storeu_ps(d + i, load8(KV_DTYPE_F16, w->data, off + i));
+                _mm256_storeu_ps(d + i,
+                                 _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
 #endif
         for (; i < cols; i++)
-            d[i] = load1(w, off + i);
+            d[i] = kv_weight_at(w, off + i);
     }
 }
 
@@ -326,21 +279,35 @@ size_t kv_matmul_scratch(const kv_pool *p, const kv_weight *w)
     return w->dtype == KV_DTYPE_F32 ? 0 : (size_t)matmul_block(p, w) * (size_t)w->cols;
 }
 
+bool kv_matmul_widens(const kv_weight *w, kv_compute mode)
+{
+    if (w->dtype == KV_DTYPE_F32)
+        return false;
+    return !(mode == KV_COMPUTE_BF16 && w->dtype == KV_DTYPE_BF16 && isa_kernels()->gemm_bf16);
+}
+
 typedef struct matmul_job {
     const kv_weight *w;
     const float *x;
+    const uint16_t *x16; /* x packed to BF16 for the level's gemm_bf16, or NULL */
     int n, block;
     float *y, *scratch;
     size_t scratch_floats;
+    const kv_isa_kernels *k;
 } matmul_job;
 
-/* One block of output columns: sgemm on one thread (OpenBLAS stays
- * single-threaded; the pool spreads the blocks). */
+/* One block of output columns on one thread (OpenBLAS stays
+ * single-threaded; the pool spreads the blocks): the level's BF16 GEMM, or
+ * sgemm on F32 weights (16-bit ones widened first). */
 static void matmul_task(void *ctx, int task, int worker)
 {
     const matmul_job *j = ctx;
     const kv_weight *w = j->w;
     int r0 = task * j->block, nr = w->rows - r0 < j->block ? w->rows - r0 : j->block;
+    if (j->x16) {
+        j->k->gemm_bf16(w, r0, r0 + nr, j->x16, j->n, (size_t)w->cols, j->y, (size_t)w->rows);
+        return;
+    }
     const float *b = (const float *)w->data + (size_t)r0 * (size_t)w->cols;
     if (w->dtype != KV_DTYPE_F32) {
         float *s = j->scratch + (size_t)worker * j->scratch_floats;
@@ -351,11 +318,12 @@ static void matmul_task(void *ctx, int task, int worker)
                 w->cols, 0.0f, j->y + r0, w->rows);
 }
 
-void kv_matmul(kv_pool *p, const kv_weight *w, const float *x, int n, float *y, float *scratch)
+void kv_matmul(kv_pool *p, const kv_weight *w, const float *x, int n, kv_compute mode, float *y,
+               float *scratch)
 {
     if (n <= KV_GEMV_MAX_ROWS) {
         for (int i = 0; i < n; i++)
-            kv_gemv(p, w, x + (size_t)i * (size_t)w->cols, y + (size_t)i * (size_t)w->rows);
+            kv_gemv(p, w, x + (size_t)i * (size_t)w->cols, mode, y + (size_t)i * (size_t)w->rows);
         return;
     }
     matmul_job j = {.w = w,
@@ -364,8 +332,24 @@ void kv_matmul(kv_pool *p, const kv_weight *w, const float *x, int n, float *y, 
                     .y = y,
                     .scratch = scratch,
                     .block = matmul_block(p, w),
-                    .scratch_floats = kv_matmul_scratch(p, w)};
+                    .scratch_floats = kv_matmul_scratch(p, w),
+                    .k = isa_kernels()};
+    uint16_t *x16 = NULL;
+    if (w->dtype != KV_DTYPE_F32 && !kv_matmul_widens(w, mode)) {
+        /* The caller kept no scratch for widening w: without memory for
+         * the packed copy, one GEMV per row (slow, exact, no memory). */
+        x16 = malloc((size_t)n * (size_t)w->cols * sizeof *x16);
+        if (!x16) {
+            for (int i = 0; i < n; i++)
+                kv_gemv(p, w, x + (size_t)i * (size_t)w->cols, mode,
+                        y + (size_t)i * (size_t)w->rows);
+            return;
+        }
+        kv_pack_bf16(x, (size_t)n * (size_t)w->cols, x16);
+        j.x16 = x16;
+    }
     kv_pool_run(p, (w->rows + j.block - 1) / j.block, matmul_task, &j);
+    free(x16);
 }
 
 #ifdef KV_AVX2
@@ -392,28 +376,38 @@ static inline __m256 exp8(__m256 x)
 }
 #endif
 
-void kv_softmax(float *x, int n)
+float kv_max(const float *x, int n)
 {
     float mx = x[0];
     for (int i = 1; i < n; i++)
         mx = x[i] > mx ? x[i] : mx;
+    return mx;
+}
+
+float kv_exp_shift(float *x, int n, float m)
+{
     int i = 0;
     float sum = 0;
 #ifdef KV_AVX2
-    __m256 acc = _mm256_setzero_ps(), m = _mm256_set1_ps(mx);
+    __m256 acc = _mm256_setzero_ps(), mv = _mm256_set1_ps(m);
     for (; i + 8 <= n; i += 8) {
-        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
         _mm256_storeu_ps(x + i, e);
         acc = _mm256_add_ps(acc, e);
     }
     sum = hsum8(acc);
 #endif
     for (; i < n; i++) {
-        x[i] = expf(x[i] - mx);
+        x[i] = expf(x[i] - m);
         sum += x[i];
     }
-    float inv = 1.0f / sum;
-    for (i = 0; i < n; i++)
+    return sum;
+}
+
+void kv_softmax(float *x, int n)
+{
+    float inv = 1.0f / kv_exp_shift(x, n, kv_max(x, n));
+    for (int i = 0; i < n; i++)
         x[i] *= inv;
 }
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "kernels.h"
 #include "safetensors.h"
 
@@ -15,6 +16,12 @@
  * keys its last row can see, so a chunk skips most of the masked upper
  * triangle (a 512-row chunk computed 37 % more QK^T and PV than needed). */
 #define ATTN_BLOCK_ROWS 128
+
+/* Keys per tile of the blocked (flash) prefill attention: a block's scores
+ * for one tile (128 x 256 floats, 128 KB) stay in L2 between QK^T, the
+ * softmax step and PV, where a block's whole score rows (4 MB at 8k keys)
+ * went out to L3 and back three times. */
+#define ATTN_TILE_KEYS 256
 
 typedef struct layer {
     kv_weight wq, wk, wv, wo, gate, up, down;
@@ -32,6 +39,8 @@ struct kv_model {
     int n_blobs;
     size_t weight_bytes;
     int chunk;
+    kv_compute compute;
+    bool rounded; /* F32/F16 weights were rounded to BF16 for BF16 mode */
     kv_pool *pool;
 };
 
@@ -185,7 +194,11 @@ int kv_model_load(const char *dir, kv_model **out, kv_error *err)
         return kv_fail(err, "out of memory");
     m->chunk = DEFAULT_CHUNK;
     loader ld = {.m = m, .dir = dir, .err = err};
-    int rc = kv_model_config_load(dir, &m->cfg, err);
+    /* The kernels' level, from KVBENCH_ISA: a bad value fails here, before
+     * any work, rather than in the middle of a run. */
+    int rc = kv_isa_init(err);
+    if (rc == 0)
+        rc = kv_model_config_load(dir, &m->cfg, err);
     if (rc == 0)
         rc = kv_rope_init(&m->rope, &m->cfg.rope, m->cfg.head_dim, err);
     if (rc == 0)
@@ -253,6 +266,66 @@ int kv_model_set_threads(kv_model *m, int threads, kv_error *err)
 int kv_model_threads(const kv_model *m)
 {
     return kv_pool_threads(m->pool);
+}
+
+/* w rounded to BF16 in a new blob that replaces its old one. */
+static int round_matrix(kv_model *m, kv_weight *w, kv_error *err)
+{
+    if (w->dtype == KV_DTYPE_BF16)
+        return 0;
+    size_t n = (size_t)w->rows * (size_t)w->cols,
+           old_bytes = n * (w->dtype == KV_DTYPE_F32 ? 4 : 2);
+    uint16_t *dst = aligned_alloc(64, (n * sizeof *dst + 63) / 64 * 64);
+    float *row = malloc((size_t)w->cols * sizeof *row);
+    if (!dst || !row) {
+        free(dst);
+        free(row);
+        return kv_fail(err, "out of memory rounding the weights to BF16");
+    }
+    for (int r = 0; r < w->rows; r++) {
+        kv_widen_rows(NULL, w, r, 1, row);
+        kv_pack_bf16(row, (size_t)w->cols, dst + (size_t)r * (size_t)w->cols);
+    }
+    free(row);
+    for (int i = 0; i < m->n_blobs; i++)
+        if (m->blobs[i] == w->data) {
+            free(m->blobs[i]);
+            m->blobs[i] = dst;
+        }
+    m->weight_bytes = m->weight_bytes - old_bytes + n * sizeof *dst;
+    *w = (kv_weight){.dtype = KV_DTYPE_BF16, .data = dst, .rows = w->rows, .cols = w->cols};
+    return 0;
+}
+
+int kv_model_set_compute(kv_model *m, kv_compute mode, kv_error *err)
+{
+    if (mode == KV_COMPUTE_F32 && m->rounded)
+        return kv_fail(err, "this model's F32/F16 weights were rounded to BF16 for bf16 compute: "
+                            "load it again for f32");
+    if (mode == KV_COMPUTE_BF16 && !m->rounded) {
+        /* BF16 mode multiplies BF16 weights only (kernels.h). */
+        m->rounded = true;
+        if (round_matrix(m, &m->embed, err) != 0)
+            return -1;
+        if (m->cfg.tied_embeddings)
+            m->lm_head = m->embed;
+        else if (round_matrix(m, &m->lm_head, err) != 0)
+            return -1;
+        for (int l = 0; l < m->cfg.n_layers; l++) {
+            layer *L = &m->layers[l];
+            kv_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+                if (round_matrix(m, ws[i], err) != 0)
+                    return -1;
+        }
+    }
+    m->compute = mode;
+    return 0;
+}
+
+kv_compute kv_model_compute(const kv_model *m)
+{
+    return m->compute;
 }
 
 void kv_model_set_chunk(kv_model *m, int chunk)
@@ -380,6 +453,7 @@ typedef struct fwd {
     kv_attn_stats *stats;
     int n; /* tokens in the call */
     int chunk;
+    kv_compute mode;
     kv_pool *pool;
 } fwd;
 
@@ -452,7 +526,7 @@ static int fwd_alloc(const kv_model *m, const kv_cache *c, int n, int chunk, fwd
             const kv_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
             size_t floats = 0;
             for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-                if (ws[i]->dtype != KV_DTYPE_F32)
+                if (kv_matmul_widens(ws[i], f->mode))
                     floats += (size_t)ws[i]->rows * (size_t)ws[i]->cols;
             f->layer_floats = max_size(f->layer_floats, floats);
         }
@@ -469,10 +543,18 @@ static int fwd_alloc(const kv_model *m, const kv_cache *c, int n, int chunk, fwd
     return 0;
 }
 
-static void matmul(const fwd *f, const kv_weight *w, const float *x, int n, float *y,
-                   const float *bias)
+/* In BF16 mode a matmul's input is rounded to BF16 first (in place: each
+ * input buffer of the forward is read by its matmuls only). */
+static void round_input(const fwd *f, float *x, size_t n)
 {
-    kv_matmul(f->pool, w, x, n, y, f->wide);
+    if (f->mode == KV_COMPUTE_BF16)
+        kv_round_bf16(x, n);
+}
+
+static void matmul(const fwd *f, const kv_weight *w, float *x, int n, float *y, const float *bias)
+{
+    round_input(f, x, (size_t)n * (size_t)w->cols);
+    kv_matmul(f->pool, w, x, n, f->mode, y, f->wide);
     if (bias)
         for (int i = 0; i < n; i++)
             for (int r = 0; r < w->rows; r++)
@@ -481,14 +563,15 @@ static void matmul(const fwd *f, const kv_weight *w, const float *x, int n, floa
 
 /* matmul of several weights over the same input; one parallel loop for all
  * of them in decode. */
-static void matmul_many(const fwd *f, int n, const kv_weight *const *ws, const float *x, int rows,
+static void matmul_many(const fwd *f, int n, const kv_weight *const *ws, float *x, int rows,
                         float *const *ys, const float *const *bias)
 {
+    round_input(f, x, (size_t)rows * (size_t)ws[0]->cols);
     if (rows == 1)
-        kv_gemv_many(f->pool, n, ws, x, ys);
+        kv_gemv_many(f->pool, n, ws, x, f->mode, ys);
     else
         for (int i = 0; i < n; i++)
-            kv_matmul(f->pool, ws[i], x, rows, ys[i], f->wide);
+            kv_matmul(f->pool, ws[i], x, rows, f->mode, ys[i], f->wide);
     for (int i = 0; i < n; i++)
         if (bias[i])
             for (int t = 0; t < rows; t++)
@@ -640,6 +723,79 @@ static void attention_gemm_task(void *ctx, int h, int worker)
     }
 }
 
+/* One tile of keys [t0, t1) for a block of query rows (row i sees keys
+ * below lim + i): scores with sgemm, the online softmax step (running max
+ * mx and sum l per row; out rows rescaled when the max rises), then out +=
+ * P V_tile with sgemm. Keys a row cannot see get probability 0. */
+static void flash_tile(const attn_job *j, const float *q, const float *k, const float *v, int rows,
+                       int t0, int t1, int lim, float *sc, float *mx, float *l, float *out)
+{
+    const kv_model_config *c = j->cfg;
+    int hd = c->head_dim, qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, tw = t1 - t0;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, tw, hd, j->scale, q, qd,
+                k + (size_t)t0 * (size_t)kvd, kvd, 0.0f, sc, tw);
+    for (int i = 0; i < rows; i++) {
+        float *s = sc + (size_t)i * (size_t)tw;
+        int vis = lim + i - t0 < tw ? lim + i - t0 : tw;
+        if (vis <= 0) { /* the whole tile is in this row's future */
+            memset(s, 0, (size_t)tw * sizeof *s);
+            continue;
+        }
+        float m_new = kv_max(s, vis);
+        m_new = m_new > mx[i] ? m_new : mx[i];
+        float sum = kv_exp_shift(s, vis, m_new);
+        memset(s + vis, 0, (size_t)(tw - vis) * sizeof *s);
+        if (m_new > mx[i]) { /* e^(old max - new max) <= 1 rescales what came before */
+            float r = expf(mx[i] - m_new);
+            l[i] *= r;
+            for (int d = 0; d < hd; d++)
+                out[(size_t)i * (size_t)qd + (size_t)d] *= r;
+        }
+        mx[i] = m_new;
+        l[i] += sum;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, tw, 1.0f, sc, tw,
+                v + (size_t)t0 * (size_t)kvd, kvd, 1.0f, out, qd);
+}
+
+/* Prefill attention without statistics, one head per task, blocked as
+ * flash attention: each block of query rows walks the keys in tiles with
+ * an online softmax, so its scores never leave L2; tiles wholly above the
+ * causal diagonal are never computed. (Statistics need every row's
+ * normalised probabilities: attention_gemm_task.) */
+static void attention_flash_task(void *ctx, int h, int worker)
+{
+    const attn_job *j = ctx;
+    const kv_model_config *c = j->cfg;
+    fwd *f = j->f;
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
+    int qd = c->n_heads * hd, kvo = (h / group) * hd;
+    /* fwd_alloc gave each worker min(chunk, ATTN_BLOCK_ROWS) x max_keys floats. */
+    size_t block = f->chunk < ATTN_BLOCK_ROWS ? (size_t)f->chunk : ATTN_BLOCK_ROWS;
+    float *sc = f->scores + (size_t)worker * block * (size_t)f->max_keys;
+    float mx[ATTN_BLOCK_ROWS], l[ATTN_BLOCK_ROWS];
+    for (int r0 = 0; r0 < j->cn; r0 += ATTN_BLOCK_ROWS) {
+        int rows = j->cn - r0 < ATTN_BLOCK_ROWS ? j->cn - r0 : ATTN_BLOCK_ROWS;
+        int lim = j->base + r0 + 1, keys = j->base + r0 + rows;
+        const float *q = f->q + (size_t)r0 * (size_t)qd + (size_t)h * (size_t)hd;
+        float *out = f->att + (size_t)r0 * (size_t)qd + (size_t)h * (size_t)hd;
+        for (int i = 0; i < rows; i++) {
+            mx[i] = -INFINITY;
+            l[i] = 0;
+            memset(out + (size_t)i * (size_t)qd, 0, (size_t)hd * sizeof *out);
+        }
+        for (int t0 = 0; t0 < keys; t0 += ATTN_TILE_KEYS)
+            flash_tile(j, q, j->cl->k + kvo, j->cl->v + kvo, rows, t0,
+                       keys - t0 < ATTN_TILE_KEYS ? keys : t0 + ATTN_TILE_KEYS, lim, sc, mx, l,
+                       out);
+        for (int i = 0; i < rows; i++) {
+            float inv = 1.0f / l[i];
+            for (int d = 0; d < hd; d++)
+                out[(size_t)i * (size_t)qd + (size_t)d] *= inv;
+        }
+    }
+}
+
 static void attention(const kv_model *m, const kv_cache_layer *cl, fwd *f, kv_attn_stats *st,
                       int cn, int base, int row0)
 {
@@ -668,7 +824,7 @@ static void attention(const kv_model *m, const kv_cache_layer *cl, fwd *f, kv_at
             decode_attention(&d, p, f->att + (size_t)i * qd);
         }
     } else
-        kv_pool_run(p, c->n_heads, attention_gemm_task, &j);
+        kv_pool_run(p, c->n_heads, st ? attention_gemm_task : attention_flash_task, &j);
 }
 
 /* Projects the chunk's queries, keys and values; keys and values go
@@ -684,6 +840,9 @@ static void qkv(const kv_model *m, const layer *L, kv_cache *c, kv_cache_layer *
     float *ys[] = {f->q, k, v};
     const float *bs[] = {L->bq, L->bk, L->bv};
     matmul_many(f, 3, ws, f->h, cn, ys, bs);
+    /* BF16 mode: attention's matmuls read BF16 values too (as PyTorch's
+     * do in a bfloat16 model); keys are rounded once rotated, below. */
+    round_input(f, v, (size_t)cn * kvd);
     kv_cache_measure_values(c, cl, base, cn);
     for (int i = 0; i < cn; i++) {
         float *qi = f->q + (size_t)i * qd, *ki = k + (size_t)i * kvd;
@@ -694,6 +853,8 @@ static void qkv(const kv_model *m, const layer *L, kv_cache *c, kv_cache_layer *
         int32_t pos = c->next_pos + row0 + i;
         kv_rope_apply(&m->rope, qi, cfg->n_heads, pos);
         kv_rope_apply(&m->rope, ki, cfg->n_kv_heads, pos);
+        round_input(f, qi, qd);
+        round_input(f, ki, kvd);
         for (int h = 0; h < cfg->n_kv_heads; h++) /* every head holds the new token */
             cl->pos[(size_t)(base + i) * (size_t)cfg->n_kv_heads + (size_t)h] =
                 pos + c->token_offset;
@@ -744,7 +905,7 @@ static layer widened_layer(const layer *L, fwd *f)
     kv_weight *ws[] = {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down};
     float *dst = f->layer_f32;
     for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
-        if (ws[i]->dtype == KV_DTYPE_F32)
+        if (!kv_matmul_widens(ws[i], f->mode))
             continue;
         kv_widen_rows(f->pool, ws[i], 0, ws[i]->rows, dst);
         ws[i]->dtype = KV_DTYPE_F32;
@@ -782,7 +943,7 @@ int kv_model_forward(kv_model *m, kv_cache *c, const int32_t *tokens, int n,
         kv_cache_reserve(c, n, err) != 0)
         return -1;
     int chunk = n < m->chunk ? n : m->chunk;
-    fwd f = {.n = n, .chunk = chunk, .pool = m->pool};
+    fwd f = {.n = n, .chunk = chunk, .mode = m->compute, .pool = m->pool};
     if (fwd_alloc(m, c, n, chunk, &f, err) != 0)
         return -1;
     if (req && (req->col_sums || req->n_windows > 0)) {
@@ -808,7 +969,8 @@ int kv_model_forward(kv_model *m, kv_cache *c, const int32_t *tokens, int n,
         }
     else if (logits) {
         rmsnorm_rows(f.h, f.x + (size_t)(n - 1) * H, m->norm, 1, cfg->hidden, cfg->rms_eps);
-        kv_gemv(f.pool, &m->lm_head, f.h, logits);
+        round_input(&f, f.h, H);
+        kv_gemv(f.pool, &m->lm_head, f.h, f.mode, logits);
     }
     c->next_pos += n;
     fwd_free(&f);

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "attn_stats.h"
+#include "kernels.h"
 #include "error.h"
 #include "kvcache.h"
 #include "model_config.h"
@@ -51,6 +52,14 @@ size_t kv_model_weight_bytes(const kv_model *m);
 /* Threads of the model's pool (kv_set_threads sets the default). */
 int kv_model_set_threads(kv_model *m, int threads, kv_error *err);
 int kv_model_threads(const kv_model *m);
+
+/* The compute mode of the forward (kernels.h; default KV_COMPUTE_F32).
+ * Switching to BF16 rounds the model's F32/F16 matrices to BF16 for good
+ * (switching such a model back fails: load it again); BF16 weights are
+ * used as they are either way. Rounding replaces those matrices, so switch
+ * before anything keeps a weight descriptor (kv_model_o_proj). */
+int kv_model_set_compute(kv_model *m, kv_compute mode, kv_error *err);
+kv_compute kv_model_compute(const kv_model *m);
 
 /* Query rows per prefill chunk (default 1024; at least 1). */
 void kv_model_set_chunk(kv_model *m, int chunk);

@@ -205,8 +205,11 @@ Test(evict_e2e, cli_flags_equal_config_file)
     free(tmp);
 }
 
-/* M >= prompt + generated: the very same tokens and logits as no eviction,
- * and nothing in the trace. */
+/* M >= prompt + generated: the very same tokens as no eviction, the same
+ * logits, and nothing in the trace. (Logits to 1e-5, not bit for bit: a
+ * prefill that collects attention statistics normalises every row's
+ * probabilities in full, the one without runs the blocked online softmax,
+ * and the two round differently in the last bits.) */
 Test(evict_e2e, budget_above_length_changes_nothing)
 {
     char *tmp = tu_mkdtemp(), trace[512], npy[512], full_npy[512];
@@ -234,7 +237,10 @@ Test(evict_e2e, budget_above_length_changes_nothing)
         size_t rows, cols, rows2, cols2;
         float *x = read_npy(full_npy, &rows, &cols), *y = read_npy(npy, &rows2, &cols2);
         cr_assert_eq(rows, rows2);
-        cr_assert_eq(memcmp(x, y, rows * cols * sizeof *x), 0, "%s: logits differ", algos[a]);
+        double d = 0;
+        for (size_t i = 0; i < rows * cols; i++)
+            d = fmax(d, fabs((double)x[i] - y[i]));
+        cr_assert_leq(d, 1e-5, "%s: logits differ by up to %g", algos[a], d);
         size_t len;
         char *t = tu_slurp(trace, &len);
         cr_assert_eq(len, 0, "%s: evicted: %s", algos[a], t);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "generate.h"
 #include "model.h"
 #include "npy.h"
@@ -95,6 +96,7 @@ Test(generate_cli, bad_inputs_are_one_line_errors)
         {{"--model", dir, "--tokens", "1,x"}, 2, "--tokens"},
         {{"--model", dir}, 2, "exactly one of"},
         {{"--model", dir, "--tokens", "1", "--max-new-tokens", "-3"}, 2, "max-new-tokens"},
+        {{"--model", dir, "--tokens", "1", "--compute", "fp8"}, 2, "--compute: want f32 or bf16"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *argv[10] = {"generate"};
@@ -378,5 +380,44 @@ Test(generate_cli, bench_model_reports_each_measure)
     cr_assert(strstr(r.out, "{\"measure\":\"decode after prompt\",\"tokens\":16,"), "%s", r.out);
     cr_assert(strstr(r.out, "{\"measure\":\"decode evicted to 12\",\"tokens\":24,"), "%s", r.out);
     tu_result_free(&r);
+    free(dir);
+}
+
+/* The compute mode and the kernels' level are part of what bench model
+ * and version report; KVBENCH_ISA naming no level is a one-line error. */
+Test(generate_cli, compute_mode_and_kernel_level_are_reported)
+{
+    char *dir = model_dir("qwen3-f32");
+    tu_result r = tu_kvbench("bench", "model", "--model", dir, "--prompt-tokens", "16",
+                             "--gen-tokens", "2", "--repeats", "1", "--compute", "bf16", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    char want[64];
+    snprintf(want, sizeof want, "compute bf16, kernels %s", kv_isa_name(kv_isa_detected()));
+    cr_assert(strstr(r.err, want), "%s", r.err);
+    tu_result_free(&r);
+
+    r = tu_kvbench("generate", "--model", dir, "--tokens", "1,2,3", "--max-new-tokens", "3",
+                   "--compute", "bf16", "--json", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "\"generated_ids\":["), "%s", r.out);
+    tu_result_free(&r);
+
+    r = tu_kvbench("version", "--libraries", NULL);
+    snprintf(want, sizeof want, "kernels %s (CPU: %s;", kv_isa_name(kv_isa_detected()),
+             kv_isa_name(kv_isa_detected()));
+    cr_assert(strstr(r.out, want), "%s", r.out);
+    tu_result_free(&r);
+
+    setenv(KV_ISA_ENV, "avx2", 1);
+    r = tu_kvbench("version", "--libraries", NULL);
+    cr_assert(strstr(r.out, "kernels avx2 (CPU:"), "%s", r.out);
+    tu_result_free(&r);
+    setenv(KV_ISA_ENV, "sse9", 1);
+    r = tu_kvbench("generate", "--model", dir, "--tokens", "1", "--max-new-tokens", "1", NULL);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert_str_eq(r.err, "kvbench: KVBENCH_ISA: unknown instruction-set level 'sse9' (want "
+                            "avx2, avx512 or avx512bf16)\n");
+    tu_result_free(&r);
+    unsetenv(KV_ISA_ENV);
     free(dir);
 }

@@ -34,6 +34,7 @@ Test(matrix, minimal_file_has_baseline_and_defaults)
     cr_assert_eq(parse("{" BASE "}"), 0, "%s", err.msg);
     cr_assert_str_eq(m.run_name, "t");
     cr_assert_str_eq(m.protocol, "longbench");
+    cr_assert_str_eq(m.compute, "f32");
     cr_assert_str_eq(m.output, "results");
     cr_assert_eq(m.n_tasks, 1);
     cr_assert_eq(m.n_configs, 1);
@@ -52,9 +53,11 @@ Test(matrix, errors_name_the_key_path)
         "configs[3].window_size: must be > 0");
     expect_error("{" BASE ", \"thread\": 4}",
                  "thread: unknown key (known: name, description, model, model_revision, "
-                 "protocol, threads, output, data, limit, max_length, max_new_tokens, tasks, "
-                 "configs, sweep)");
+                 "protocol, compute, threads, output, data, limit, max_length, max_new_tokens, "
+                 "tasks, configs, sweep)");
     expect_error("{" BASE ", \"threads\": -1}", "threads: must be >= 0");
+    expect_error("{" BASE ", \"compute\": \"fp16\"}", "compute: must be \"f32\" or \"bf16\"");
+    expect_error("{" BASE ", \"compute\": 16}", "compute: must be a non-empty string");
     expect_error("{" BASE ", \"threads\": 1.5}", "threads: must be an integer");
     expect_error("{" BASE ", \"protocol\": \"hf\"}", "protocol: must be \"longbench\" or \"nncf\"");
     expect_error("{\"model\": \"m\", \"tasks\": [\"trec\", {\"task\": \"qasper\", \"limit\": 0}]}",

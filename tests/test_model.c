@@ -1,6 +1,8 @@
 /* kvcore/model against the PyTorch reference (tests/data/models, made by
  * tools/make_fixtures.sh): logits of every position within 1e-4, in one
- * prefill, in small chunks, and token by token; 64 greedy tokens identical. */
+ * prefill, in small chunks, and token by token; 64 greedy tokens identical;
+ * at every instruction-set level this CPU has. BF16 compute within the
+ * bounds of README "Compute modes". */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -8,6 +10,7 @@
 #include <string.h>
 
 #include "kvcache.h"
+#include "levels.h"
 #include "model.h"
 #include "npy.h"
 #include "testutil.h"
@@ -144,29 +147,157 @@ Test(model, prefill_ending_in_a_short_chunk_matches_reference)
 /* Prefill the prompt, then feed the reference's greedy tokens one by one:
  * each step's logits match the reference row and its argmax is the
  * reference's next token. */
+static void check_greedy(const char *name)
+{
+    fixture f;
+    fixture_load(&f, name);
+    kv_error err;
+    kv_cache *c = kv_model_cache_new(f.m, 1, &err);
+    float *logits = malloc(f.vocab * sizeof *logits);
+    cr_assert_eq(kv_model_forward(f.m, c, f.ids, f.n_prompt, NULL, NULL, logits, false, &err), 0,
+                 "%s", err.msg);
+    for (int k = 0; k < 64; k++) {
+        const float *ref = f.ref + (size_t)(f.n_prompt - 1 + k) * f.vocab;
+        double d = max_diff(logits, ref, f.vocab);
+        cr_expect_leq(d, TOL, "%s step %d: max diff %g", name, k, d);
+        int tok = argmax(logits, f.vocab);
+        cr_assert_eq(tok, f.gen[k], "%s: greedy token %d is %d, reference %d", name, k, tok,
+                     f.gen[k]);
+        if (k < 63)
+            cr_assert_eq(kv_model_forward(f.m, c, &tok, 1, NULL, NULL, logits, false, &err), 0,
+                         "%s", err.msg);
+    }
+    free(logits);
+    kv_cache_free(c);
+    fixture_free(&f);
+}
+
 Test(model, greedy_decode_matches_reference)
 {
-    for (size_t mi = 0; mi < N_MODELS; mi++) {
-        fixture f;
-        fixture_load(&f, models[mi]);
-        kv_error err;
-        kv_cache *c = kv_model_cache_new(f.m, 1, &err);
-        float *logits = malloc(f.vocab * sizeof *logits);
-        cr_assert_eq(kv_model_forward(f.m, c, f.ids, f.n_prompt, NULL, NULL, logits, false, &err),
+    for (size_t mi = 0; mi < N_MODELS; mi++)
+        check_greedy(models[mi]);
+}
+
+/* The reference checks above (which ran at the CPU's best level) at level
+ * isa (tests/levels.h). */
+static void check_level(kv_isa isa)
+{
+    tu_use_level(isa);
+    for (size_t i = 0; i < N_MODELS; i++) {
+        check_prefill(models[i], 512);
+        check_prefill(models[i], 7);
+        check_prefill(models[i], -2);
+        check_greedy(models[i]);
+    }
+}
+
+Test(model, reference_at_level_avx2)
+{
+    check_level(KV_ISA_AVX2);
+}
+
+Test(model, reference_at_level_avx512)
+{
+    check_level(KV_ISA_AVX512);
+}
+
+Test(model, reference_at_level_avx512bf16)
+{
+    check_level(KV_ISA_AVX512BF16);
+}
+
+/* Prefill without statistics runs the blocked (flash) attention, with them
+ * the full-softmax one: over 700 positions (3 tiles of keys, 6 blocks of
+ * query rows, partly masked tiles, a chunk boundary) both give the same
+ * logits. (The attention code is the same in BF16 mode, where rounding the
+ * next matmul's inputs turns last-bit differences into BF16 steps.) */
+Test(model, flash_attention_matches_the_full_softmax_path_over_many_tiles)
+{
+    fixture f;
+    fixture_load(&f, "qwen3-f32");
+    kv_error err;
+    kv_model_set_chunk(f.m, 600);
+    enum { N = 700 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++)
+        ids[i] = (int32_t)((i * 7919u + 13u) % f.vocab);
+    float *a = malloc((size_t)N * f.vocab * sizeof *a),
+          *b = malloc((size_t)N * f.vocab * sizeof *b);
+    kv_cache *c = kv_model_cache_new(f.m, N, &err);
+    cr_assert_eq(kv_model_forward(f.m, c, ids, N, NULL, NULL, a, true, &err), 0, "%s", err.msg);
+    kv_cache_free(c);
+    c = kv_model_cache_new(f.m, N, &err);
+    kv_attn_stats_request one = {.col_sums = true};
+    kv_attn_stats *st = kv_model_stats_new(f.m, c, N, &one, &err);
+    cr_assert_eq(kv_model_forward(f.m, c, ids, N, &one, st, b, true, &err), 0, "%s", err.msg);
+    double d = max_diff(a, b, (size_t)N * f.vocab);
+    cr_expect_leq(d, 1e-5, "flash vs full softmax: max diff %g", d);
+    kv_model_stats_free(st, kv_model_get_config(f.m)->n_layers);
+    kv_cache_free(c);
+    free(a);
+    free(b);
+    fixture_free(&f);
+}
+
+/* ------------------------------------------------------------- BF16 mode */
+
+#define BF16_MAX_DIFF 0.25
+#define BF16_MIN_TOP1 0.95
+
+/* BF16 mode against the F32 reference, teacher-forced (every position reads
+ * the reference's tokens, so one early flip does not count as many): the
+ * largest |logit difference| and the share of positions whose top token is
+ * the reference's. chunk: query rows per prefill call (1: token by token,
+ * the GEMV path). */
+static void bf16_agreement(fixture *f, int chunk, double *max_d, double *top1)
+{
+    kv_error err;
+    kv_cache *c = kv_model_cache_new(f->m, 4, &err);
+    float *logits = malloc((size_t)f->n_all * f->vocab * sizeof *logits);
+    kv_model_set_chunk(f->m, chunk);
+    for (int s = 0; s < f->n_all; s += chunk) {
+        int n = f->n_all - s < chunk ? f->n_all - s : chunk;
+        cr_assert_eq(kv_model_forward(f->m, c, f->ids + s, n, NULL, NULL,
+                                      logits + (size_t)s * f->vocab, true, &err),
                      0, "%s", err.msg);
-        for (int k = 0; k < 64; k++) {
-            const float *ref = f.ref + (size_t)(f.n_prompt - 1 + k) * f.vocab;
-            double d = max_diff(logits, ref, f.vocab);
-            cr_expect_leq(d, TOL, "%s step %d: max diff %g", models[mi], k, d);
-            int tok = argmax(logits, f.vocab);
-            cr_assert_eq(tok, f.gen[k], "%s: greedy token %d is %d, reference %d", models[mi], k,
-                         tok, f.gen[k]);
-            if (k < 63)
-                cr_assert_eq(kv_model_forward(f.m, c, &tok, 1, NULL, NULL, logits, false, &err), 0,
-                             "%s", err.msg);
+    }
+    int same = 0;
+    for (int i = 0; i < f->n_all; i++) {
+        const float *got = logits + (size_t)i * f->vocab, *ref = f->ref + (size_t)i * f->vocab;
+        same += argmax(got, f->vocab) == argmax(ref, f->vocab);
+    }
+    *max_d = max_diff(logits, f->ref, (size_t)f->n_all * f->vocab);
+    *top1 = (double)same / f->n_all;
+    free(logits);
+    kv_cache_free(c);
+}
+
+Test(model, bf16_mode_stays_close_to_the_f32_reference)
+{
+    for (size_t i = 0; i < N_MODELS; i++) {
+        fixture f;
+        fixture_load(&f, models[i]);
+        kv_error err;
+        cr_assert_eq(kv_model_set_compute(f.m, KV_COMPUTE_BF16, &err), 0, "%s", err.msg);
+        cr_assert_eq(kv_model_compute(f.m), KV_COMPUTE_BF16);
+        static const int chunks[] = {512, 7, 1};
+        for (int k = 0; k < 3; k++) {
+            double d, top1;
+            bf16_agreement(&f, chunks[k], &d, &top1);
+            if (getenv("KVB_PRINT_BF16"))
+                printf("%s chunk %d: max |dlogit| %.4f, top-1 %.1f %%\n", models[i], chunks[k], d,
+                       100 * top1);
+            cr_expect_leq(d, BF16_MAX_DIFF, "%s (chunk %d): max |logit - f32 reference| = %g",
+                          models[i], chunks[k], d);
+            cr_expect_geq(top1, BF16_MIN_TOP1, "%s (chunk %d): same top-1 at %.1f %% of positions",
+                          models[i], chunks[k], 100 * top1);
+            /* BF16 is not F32: a mode that changed nothing would pass above */
+            cr_expect_gt(d, 1e-4, "%s (chunk %d): bf16 logits equal f32's", models[i], chunks[k]);
         }
-        free(logits);
-        kv_cache_free(c);
+        /* rounded F32/F16 weights cannot go back */
+        bool rounded = strstr(models[i], "f32") || strstr(models[i], "f16");
+        cr_expect_eq(kv_model_set_compute(f.m, KV_COMPUTE_F32, &err), rounded ? -1 : 0, "%s",
+                     models[i]);
         fixture_free(&f);
     }
 }

@@ -181,14 +181,14 @@ Test(report, outputs_hold_the_numbers_and_the_provenance)
 
     char *csv = read_in(dir, "scores.csv");
     cr_assert_eq(count(csv, "\n"), 1 + 10, "%s", csv);
-    cr_assert(strstr(csv, "run,kvbench_version,model,model_hash,protocol,config,config_hash,"
-                          "budget,params,task,category,metric,score,n,"));
+    cr_assert(strstr(csv, "run,kvbench_version,model,model_hash,protocol,compute,config,"
+                          "config_hash,budget,params,task,category,metric,score,n,"));
     /* h2o at budget 32+16+16 = 64 got 1 of 3 on trec */
     cr_assert(strstr(csv, ",64,\"{\"\"algorithm\"\":\"\"h2o\"\",\"\"intermediate_size\"\":16,"
                           "\"\"recent_size\"\":16,\"\"start_size\"\":32}\",trec,Few-shot,exact,"
                           "33.33,3,110.0,64.0,1.0000,0.5000,0.00,100.00,-66.67,-100.00,0.00\n"),
               "%s", csv);
-    cr_assert(strstr(csv, "night1,0.1.0 (test),tiny,0123456789abcdef,longbench,full,"));
+    cr_assert(strstr(csv, "night1,0.1.0 (test),tiny,0123456789abcdef,longbench,f32,full,"));
 
     char *md = read_in(dir, "summary.md");
     /* full: qasper 66.67 trec 100 -> avg 83.33; h2o_i16: 33.33, 33.33 -> 33.33, delta -50.00.
@@ -204,7 +204,7 @@ Test(report, outputs_hold_the_numbers_and_the_provenance)
                          "| Δ full |"),
               "%s", md);
     cr_assert(strstr(md, "`0123456789abcdef`") && strstr(md, "0.1.0 (test)") &&
-              strstr(md, "longbench"));
+              strstr(md, "| longbench | f32 |"));
 
     char *html = read_in(dir, "report.html");
     cr_assert_eq(count(html, "<svg"), 2, "two charts per run");

@@ -119,6 +119,7 @@ Test(results, run_json_records_and_resume_checks)
     cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
     cr_assert_str_eq(kb_run_string(&run, "model_hash"), "aaaa");
     cr_assert_str_eq(kb_run_string(&run, "protocol"), "longbench");
+    cr_assert_str_eq(kb_run_string(&run, "compute"), "f32");
     cr_assert_str_eq(kb_run_string(&run, "kvbench_version"), "test");
     cr_assert(cJSON_IsNull(kb_run_config(&run, "full")));
     cr_assert_not_null(kb_run_config(&run, "h2o_s4"));
@@ -131,6 +132,16 @@ Test(results, run_json_records_and_resume_checks)
     kb_run_info other = info_for(&m, "bbbb", 0, 1);
     cr_assert_lt(kb_run_open(dir, &other, &run, &err), 0);
     cr_assert(strstr(err.msg, "different model (hash aaaa, now bbbb)"), "%s", err.msg);
+    /* the other compute mode: refused */
+    cr_assert_eq(kb_matrix_parse("{\"name\": \"r\", \"model\": \"m\", \"compute\": \"bf16\", "
+                                 "\"tasks\": [\"trec\", \"qasper\"], \"configs\": [{\"algorithm\": "
+                                 "\"h2o\", \"start_size\": 4}]}",
+                                 NULL, NULL, &m2, &err),
+                 0, "%s", err.msg);
+    kb_run_info bf16 = info_for(&m2, "aaaa", 0, 1);
+    cr_assert_lt(kb_run_open(dir, &bf16, &run, &err), 0);
+    cr_assert(strstr(err.msg, "this run computed in f32, not bf16"), "%s", err.msg);
+    kb_matrix_free(&m2);
     /* a config name that now means something else: refused */
     matrix_from(&m2, "{\"name\": \"h2o_s4\", \"algorithm\": \"h2o\", \"start_size\": 8}");
     kb_run_info changed = info_for(&m2, "aaaa", 0, 1);

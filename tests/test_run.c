@@ -124,7 +124,7 @@ static long prefills_of(const char *err)
 }
 
 /* The score of (config, task) in a scores.csv text, or -1 when it has no
- * such row. Columns: run,version,model,hash,protocol,config,config_hash,
+ * such row. Columns: run,version,model,hash,protocol,compute,config,config_hash,
  * budget,params,task,category,metric,score,... (params may hold commas, so
  * the row is found by ",config," and ",task," and read after the task). */
 static double csv_score(const char *csv, const char *config, const char *task)
