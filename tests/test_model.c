@@ -182,7 +182,7 @@ Test(model, greedy_decode_matches_reference)
  * isa (tests/levels.h). */
 static void check_level(kv_isa isa)
 {
-    tu_use_level(isa);
+    (void)isa; /* set by tu_each_level */
     for (size_t i = 0; i < N_MODELS; i++) {
         check_prefill(models[i], 512);
         check_prefill(models[i], 7);
@@ -191,19 +191,9 @@ static void check_level(kv_isa isa)
     }
 }
 
-Test(model, reference_at_level_avx2)
+Test(model, reference_at_every_level_the_cpu_has)
 {
-    check_level(KV_ISA_AVX2);
-}
-
-Test(model, reference_at_level_avx512)
-{
-    check_level(KV_ISA_AVX512);
-}
-
-Test(model, reference_at_level_avx512bf16)
-{
-    check_level(KV_ISA_AVX512BF16);
+    tu_each_level(check_level);
 }
 
 /* Prefill without statistics runs the blocked (flash) attention, with them
