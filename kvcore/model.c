@@ -942,7 +942,7 @@ static void layer_forward_batch(const kv_model *m, const layer *L, int li, kv_ca
         memcpy(cl->k + (size_t)slot * kvd, k, kvd * sizeof *k);
         memcpy(cl->v + (size_t)slot * kvd, f->v_new + (size_t)b * kvd, kvd * sizeof *k);
         kv_cache_measure_values(c, cl, slot, 1);
-        kv_cache_set_pos(c, li, slot, c->next_pos);
+        kv_cache_set_pos(c, li, slot, c->next_pos + c->token_offset);
         cl->len = slot + 1;
     }
     batch_attention(m, li, caches, reqs, stats, f);
