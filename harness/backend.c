@@ -233,6 +233,13 @@ static void prefill_free(void *ctx, void *state)
     free(st);
 }
 
+/* The policy of a config; NULL for the full cache. */
+static kv_evictor *evictor_of(const engine *e, const kb_config *cfg)
+{
+    int k = kb_matrix_find_config(e->m, cfg->name);
+    return k > 0 ? e->ev[k] : NULL;
+}
+
 /* The prompt budget when the task does not set one: the model's context,
  * less room for the answer (pred.py's model2maxlen plays this role). */
 static long default_max_length(const engine *e, int max_new)
@@ -267,17 +274,18 @@ static int prefill(void *ctx, const kb_task_spec *spec, const kb_sample *s,
     /* The union of what every pending config reads from the prefill. */
     kv_evict_params *ps = malloc((n_configs + 1) * sizeof *ps);
     int n_ps = 0;
-    for (size_t i = 0; ps && i < n_configs; i++) {
-        int k = kb_matrix_find_config(e->m, configs[i]->name);
-        if (k > 0 && e->ev[k])
-            ps[n_ps++] = e->params[k];
-    }
-    int rc = !ps    ? kv_fail(err, "out of memory")
+    for (size_t i = 0; ps && i < n_configs; i++)
+        if (evictor_of(e, configs[i]))
+            ps[n_ps++] = e->params[kb_matrix_find_config(e->m, configs[i]->name)];
+    int rc = !ps ? kv_fail(err, "out of memory")
              : n_ps ? kv_evict_stats_request(ps, n_ps, true, &st->req, err)
                     : 0;
     free(ps);
     const kv_model_config *mc = kv_model_get_config(e->model);
-    if (rc == 0 && !(st->base = kv_model_cache_new(e->model, st->n_prompt + 1, err)))
+    /* Room for the full cache's answer too (its row takes this cache over):
+     * a usual answer's; a longer one grows it. */
+    int room = st->max_new < 4096 ? st->max_new : 4096;
+    if (rc == 0 && !(st->base = kv_model_cache_new(e->model, st->n_prompt + room + 1, err)))
         rc = -1;
     bool want = st->req.col_sums || st->req.n_windows > 0;
     if (rc == 0 && want &&
@@ -310,45 +318,99 @@ static int on_step(void *user, kv_cache *c, const kv_attn_stats *stats, int step
     return kv_evictor_step(h->ev, c, &h->req, stats, step, NULL, NULL, err);
 }
 
-static int decode(void *ctx, void *state, const kb_task_spec *spec, const kb_sample *s,
-                  const kb_config *cfg, kb_decode_result *out, kv_error *err)
+/* One config's row of the batch: its own cache (the prefilled one,
+ * compressed under its policy) and the hook that keeps the policy active at
+ * every step. */
+typedef struct decode_row {
+    kv_cache *c;
+    decode_hook hook;
+    kv_generate_opts o;
+} decode_row;
+
+/* Row r of a config: an eviction config compresses the prefilled cache into
+ * its own; the full cache (after them) takes the prefilled cache over, so
+ * no second copy of the prompt's keys and values is ever held. */
+static int row_start(engine *e, prefill_state *st, const kb_config *cfg, decode_row *r,
+                     kv_error *err)
+{
+    kv_evictor *ev = evictor_of(e, cfg);
+    r->hook.ev = ev;
+    r->o = (kv_generate_opts){
+        .max_new_tokens = st->max_new,
+        .stop_ids = st->stop,
+        .n_stop_ids = st->n_stop,
+    };
+    if (!ev) {
+        if (!st->base)
+            return kv_fail(err, "%s: a second full-cache config", cfg->name);
+        r->c = st->base;
+        st->base = NULL;
+        return 0;
+    }
+    if (kv_evictor_fork(ev, st->base, &st->req, st->stats, &r->c, NULL, NULL, err) < 0)
+        return kv_fail_prefix(err, cfg->name);
+    kv_evictor_generation_request(ev, &r->hook.req);
+    r->o.on_step = on_step;
+    r->o.stats_req = r->hook.req;
+    r->o.user = &r->hook;
+    return 0;
+}
+
+/* Every pending config of the sample decodes in one batch: one forward per
+ * step for all configs still generating (kv_generate_batch). The eviction
+ * configs fork first; then the full cache takes the prefilled cache over,
+ * or it is freed, and the prefill's statistics with it: the batch holds
+ * only its own caches. */
+static int decode_batch(void *ctx, void *state, const kb_task_spec *spec, const kb_sample *s,
+                        const kb_config *const *cfgs, size_t n, kb_decode_result *outs,
+                        long *steps, kv_error *err)
 {
     (void)spec;
     (void)s;
     engine *e = ctx;
     prefill_state *st = state;
-    int k = kb_matrix_find_config(e->m, cfg->name);
-    kv_evictor *ev = k > 0 ? e->ev[k] : NULL;
-    kv_cache *c = NULL;
-    decode_hook hook = {.ev = ev};
-    kv_generate_opts o = {
-        .max_new_tokens = st->max_new,
-        .stop_ids = st->stop,
-        .n_stop_ids = st->n_stop,
-    };
-    if (ev) {
-        if (kv_evictor_fork(ev, st->base, &st->req, st->stats, &c, NULL, NULL, err) < 0)
-            return -1;
-        kv_evictor_generation_request(ev, &hook.req);
-        o.on_step = on_step;
-        o.stats_req = hook.req;
-        o.user = &hook;
-    } else if (!(c = kv_cache_fork(st->base,
-                                   st->n_prompt + (st->max_new < 4096 ? st->max_new : 4096) + 1,
-                                   err))) { /* room for a usual answer; a longer one grows it */
-        return -1;
-    }
-    out->kept_tokens = c->layers[0].len;
-    kv_generation g = {0};
-    int rc = kv_generate_from(e->model, c, st->logits, &o, &g, err);
-    if (rc == 0) {
-        out->generated_tokens = g.n;
-        out->text = kv_tokenizer_decode_len(e->tok, g.ids, (size_t)g.n, true, &out->text_len);
-        if (!out->text)
+    decode_row *rows = calloc(n, sizeof *rows);
+    kv_generation *gens = calloc(n, sizeof *gens);
+    kv_cache **caches = calloc(n, sizeof *caches);
+    const kv_generate_opts **opts = calloc(n, sizeof *opts);
+    const float **lasts = calloc(n, sizeof *lasts);
+    int rc = rows && gens && caches && opts && lasts ? 0 : kv_fail(err, "out of memory");
+    for (int full = 0; full < 2; full++)
+        for (size_t i = 0; i < n && rc == 0; i++) {
+            if ((evictor_of(e, cfgs[i]) == NULL) != full)
+                continue;
+            rc = row_start(e, st, cfgs[i], &rows[i], err);
+            caches[i] = rows[i].c;
+            opts[i] = &rows[i].o;
+            lasts[i] = st->logits;
+            if (rc == 0)
+                outs[i].kept_tokens = rows[i].c->layers[0].len;
+        }
+    kv_cache_free(st->base);
+    st->base = NULL;
+    kv_model_stats_free(st->stats, kv_model_get_config(e->model)->n_layers);
+    st->stats = NULL;
+    int forwards = 0;
+    if (rc == 0)
+        rc = kv_generate_batch(e->model, (int)n, caches, lasts, opts, gens, &forwards, err);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        outs[i].generated_tokens = gens[i].n;
+        outs[i].decode_s = gens[i].decode_seconds;
+        outs[i].text = kv_tokenizer_decode_len(e->tok, gens[i].ids, (size_t)gens[i].n, true,
+                                              &outs[i].text_len);
+        if (!outs[i].text)
             rc = kv_fail(err, "out of memory decoding the answer");
     }
-    kv_generation_free(&g);
-    kv_cache_free(c);
+    *steps = forwards;
+    for (size_t i = 0; rows && gens && i < n; i++) {
+        kv_generation_free(&gens[i]);
+        kv_cache_free(rows[i].c);
+    }
+    free(rows);
+    free(gens);
+    free(caches);
+    free(opts);
+    free(lasts);
     return rc;
 }
 
@@ -470,7 +532,7 @@ int kb_engine_backend_open(const kb_matrix *m, const char *model_dir, kb_runner_
     b->task_next = task_next;
     b->task_close = task_close;
     b->prefill = prefill;
-    b->decode = decode;
+    b->decode_batch = decode_batch;
     b->prefill_free = prefill_free;
     b->scorer = score_task;
     b->scorer_ctx = &e->scoring;

@@ -1,6 +1,7 @@
 /* The runner's real backend: LongBench samples from datasets/, prompts built
  * as pred.py builds them, one prefill per sample on the kvcore engine shared
- * by every eviction config, a compressed fork per config, greedy decoding,
+ * by every eviction config, a compressed fork per config, greedy decoding of
+ * all configs together (one batched forward per step),
  * and LongBench's scorers. kb_runner_run drives it (runner.h).
  */
 #ifndef KB_BACKEND_H

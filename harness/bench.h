@@ -9,4 +9,16 @@
 /* Tokenizer load time and encode/decode throughput (--model, --file). */
 int kb_bench_tokenizer(const kb_args *a);
 
+/* Wall time of the full cache alone vs 1 + K configs decoded batched and one
+ * after another, from one prefill (--model, --prompt-tokens, --gen-tokens,
+ * --configs K,K,.., --repeats, --threads). */
+int kb_bench_sweep(const kb_args *a);
+
+/* The median of n values (sorts v). */
+double kb_median(double *v, int n);
+
+/* Parses "N,N,.." (at most max values, each in [lo, hi]) into out; the
+ * number of values, or -1 after a one-line error naming --flag. */
+int kb_parse_int_list(const char *s, const char *flag, int *out, int max, long lo, long hi);
+
 #endif

@@ -8,6 +8,7 @@
 
 #include "clock.h"
 #include "cpu.h"
+#include "bench.h"
 #include "generate.h"
 #include "kernels.h"
 #include "model.h"
@@ -33,23 +34,11 @@ static double peak_rss_gib(void)
     return (double)ru.ru_maxrss / (1024.0 * 1024.0); /* ru_maxrss is in KiB */
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* Median, min and max of the wall-clock rates; median of the CPU rates. */
 static void report(const kb_bench_model_opts *o, const char *what, int tokens, double *v,
                    double *cpu, int n)
 {
-    double med = median(v, n), cmed = median(cpu, n);
+    double med = kb_median(v, n), cmed = kb_median(cpu, n);
     if (o->json)
         printf("{\"measure\":\"%s\",\"tokens\":%d,\"tokens_per_s_median\":%.2f,"
                "\"tokens_per_s_min\":%.2f,\"tokens_per_s_max\":%.2f,\"runs\":%d,"
@@ -202,26 +191,6 @@ int kb_bench_model(const kb_bench_model_opts *o)
     return rc;
 }
 
-static int parse_list(const char *s, kb_bench_model_opts *o)
-{
-    o->n_prompts = 0;
-    while (s && *s) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < 1 || v > (1 << 24) || o->n_prompts == 16) {
-            kb_error("--prompt-tokens: want up to 16 comma-separated positive lengths");
-            return -1;
-        }
-        o->prompt_tokens[o->n_prompts++] = (int)v;
-        s = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') {
-            kb_error("--prompt-tokens: want up to 16 comma-separated positive lengths");
-            return -1;
-        }
-    }
-    return 0;
-}
-
 int kb_bench_model_run(const kb_args *a)
 {
     kb_bench_model_opts o = {
@@ -237,7 +206,9 @@ int kb_bench_model_run(const kb_args *a)
         kb_error("bench model: --model DIR is required");
         return KB_EXIT_USAGE;
     }
-    if ((kb_arg(a, "prompt-tokens") && parse_list(kb_arg(a, "prompt-tokens"), &o) != 0) ||
+    if ((kb_arg(a, "prompt-tokens") &&
+         (o.n_prompts = kb_parse_int_list(kb_arg(a, "prompt-tokens"), "prompt-tokens",
+                                          o.prompt_tokens, 16, 1, 1 << 24)) <= 0) ||
         kb_arg_long(a, "gen-tokens", 0, 1 << 20, &gen) != 0 ||
         kb_arg_long(a, "repeats", 1, 64, &rep) != 0 ||
         kb_arg_long(a, "threads", 1, 1024, &threads) != 0 ||

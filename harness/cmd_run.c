@@ -145,8 +145,11 @@ static int run_matrix(kb_matrix *m, const kb_runner_options *o)
         kb_error("run: %s", err.msg);
         return KB_EXIT_FAIL;
     }
-    fprintf(stderr, "kvbench: run: %ld samples done, %ld already on disk, %ld prefills, %ld decodes\n",
-            stats.samples_done, stats.samples_skipped, stats.prefills, stats.decodes);
+    fprintf(stderr,
+            "kvbench: run: %ld samples done, %ld already on disk, %ld prefills, %ld decodes in "
+            "%ld batched steps\n",
+            stats.samples_done, stats.samples_skipped, stats.prefills, stats.decodes,
+            stats.decode_steps);
     if (stats.stopped) {
         kb_error("run: stopped; run the same command again to resume");
         return 130;

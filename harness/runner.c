@@ -97,6 +97,7 @@ typedef struct loop {
     kb_run run;
     kb_pred_file *pf;          /* one per config, for the current task */
     const kb_config **pending; /* configs still to do for the current sample */
+    kb_decode_result *results; /* [n_configs]: what decoding them gave */
     kv_error *err;
 } loop;
 
@@ -127,7 +128,33 @@ static int write_prediction(loop *L, const kb_task_spec *t, const kb_sample *s, 
     return rc;
 }
 
-/* One sample: one prefill shared by every config that still lacks it. */
+/* Decodes the pending configs one after the other into L->results. */
+static int decode_each(loop *L, const kb_task_spec *t, const kb_sample *s, void *state,
+                       size_t n_pending)
+{
+    for (size_t k = 0; k < n_pending; k++) {
+        double t1 = kv_clock_s();
+        if (L->b->decode(L->b->ctx, state, t, s, L->pending[k], &L->results[k], L->err) < 0)
+            return -1;
+        L->results[k].decode_s = kv_clock_s() - t1;
+    }
+    return 0;
+}
+
+/* Decodes the pending configs as one batch into L->results. */
+static int decode_together(loop *L, const kb_task_spec *t, const kb_sample *s, void *state,
+                           size_t n_pending)
+{
+    long steps = 0;
+    if (L->b->decode_batch(L->b->ctx, state, t, s, L->pending, n_pending, L->results, &steps,
+                           L->err) < 0)
+        return -1;
+    L->stats->decode_steps += steps;
+    return 0;
+}
+
+/* One sample: one prefill shared by every config that still lacks it; the
+ * predictions are written, in matrix order, once all of them are decoded. */
 static int run_sample(loop *L, const kb_task_spec *t, const kb_sample *s)
 {
     size_t n_pending = 0;
@@ -146,20 +173,18 @@ static int run_sample(loop *L, const kb_task_spec *t, const kb_sample *s)
         return -1;
     double prefill_s = kv_clock_s() - t0;
     L->stats->prefills++;
-    int rc = 0;
+    memset(L->results, 0, n_pending * sizeof *L->results);
+    int rc = L->b->decode_batch ? decode_together(L, t, s, state, n_pending)
+                                : decode_each(L, t, s, state, n_pending);
     for (size_t k = 0; k < n_pending && rc == 0; k++) {
         size_t c = (size_t)(L->pending[k] - L->m->configs);
-        kb_decode_result r = {0};
-        double t1 = kv_clock_s();
-        rc = L->b->decode(L->b->ctx, state, t, s, L->pending[k], &r, L->err);
-        double decode_s = kv_clock_s() - t1;
-        if (rc == 0) {
-            L->stats->decodes++;
-            tokens += r.generated_tokens;
-            rc = write_prediction(L, t, s, c, &r, prompt_tokens, prefill_s, decode_s);
-        }
-        free(r.text);
+        L->stats->decodes++;
+        tokens += L->results[k].generated_tokens;
+        rc = write_prediction(L, t, s, c, &L->results[k], prompt_tokens, prefill_s,
+                              L->results[k].decode_s);
     }
+    for (size_t k = 0; k < n_pending; k++)
+        free(L->results[k].text);
     if (L->b->prefill_free)
         L->b->prefill_free(L->b->ctx, state);
     if (rc == 0) {
@@ -300,9 +325,10 @@ int kb_runner_run(const kb_matrix *m, const kb_runner_options *o, const char *ve
         .m = m, .o = o, .b = b, .stop = stop, .progress = progress, .stats = stats, .err = err};
     L.pf = calloc(m->n_configs, sizeof *L.pf);
     L.pending = calloc(m->n_configs, sizeof *L.pending);
+    L.results = calloc(m->n_configs, sizeof *L.results);
     char *dir = kb_run_dir(m->output, m->run_name, &o->shard);
     int rc = 0;
-    if (!L.pf || !L.pending || !dir)
+    if (!L.pf || !L.pending || !L.results || !dir)
         rc = kv_fail(err, "out of memory");
     kb_run_info info = {
         .kvbench_version = version, .model_hash = model_hash, .matrix = m, .shard = o->shard};
@@ -323,5 +349,6 @@ int kb_runner_run(const kb_matrix *m, const kb_runner_options *o, const char *ve
     free(dir);
     free(L.pf);
     free(L.pending);
+    free(L.results);
     return rc;
 }

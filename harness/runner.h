@@ -76,6 +76,7 @@ typedef struct kb_decode_result {
     size_t text_len;  /* text may hold NUL bytes (a token for byte 0x00); 0: strlen(text) */
     long kept_tokens; /* KV entries per layer after the prefill eviction */
     long generated_tokens;
+    double decode_s; /* decode_batch: seconds until this config left the batch */
 } kb_decode_result;
 
 typedef struct kb_runner_backend {
@@ -96,6 +97,13 @@ typedef struct kb_runner_backend {
      * full cache) and decodes greedily. Must leave *state as it was. */
     int (*decode)(void *ctx, void *state, const kb_task_spec *task, const kb_sample *s,
                   const kb_config *cfg, kb_decode_result *out, kv_error *err);
+    /* Instead of decode, when set: decodes all n configs of the sample
+     * together (outs[i] for cfgs[i]), one batched forward per step;
+     * *steps: how many such forwards ran. Called once per prefill, it may
+     * release what *state holds (prefill_free still follows). */
+    int (*decode_batch)(void *ctx, void *state, const kb_task_spec *task, const kb_sample *s,
+                        const kb_config *const *cfgs, size_t n, kb_decode_result *outs,
+                        long *steps, kv_error *err);
     void (*prefill_free)(void *ctx, void *state);
     /* Scores a task's lines after the run (NULL: no scores.json, no report). */
     kb_task_scorer scorer;
@@ -107,6 +115,7 @@ typedef struct kb_runner_stats {
     long samples_skipped; /* already on disk for every config */
     long prefills;
     long decodes;
+    long decode_steps; /* decode_batch's batched forwards */
     bool stopped; /* *stop was set: stopped between samples, resumable */
 } kb_runner_stats;
 

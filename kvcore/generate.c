@@ -125,49 +125,151 @@ int kv_generate_from(kv_model *m, kv_cache *c, const float *last_logits, const k
                      kv_generation *out, kv_error *err)
 {
     double prefill = out->prefill_seconds;
-    memset(out, 0, sizeof *out);
+    int rc = kv_generate_batch(m, 1, &c, &last_logits, &o, out, NULL, err);
     out->prefill_seconds = prefill;
-    out->stop = KV_STOP_LENGTH;
-    int V = kv_model_get_config(m)->vocab, max = o->max_new_tokens;
-    if (max <= 0)
-        return 0;
-    out->ids = malloc((size_t)max * sizeof *out->ids);
-    float *logits = malloc((size_t)V * sizeof *logits);
-    kv_strbuf text = {0};
-    if (!out->ids || !logits) {
-        free(logits);
-        kv_generation_free(out);
-        return kv_fail(err, "generate: out of memory");
-    }
-    memcpy(logits, last_logits, (size_t)V * sizeof *logits);
-    int rc = 0;
-    double t0 = kv_clock_s();
-    for (int k = 0; k < max; k++) {
-        int32_t id = kv_argmax(logits, V);
-        out->ids[out->n++] = id;
-        int why = stop_reason(m, o, &text, id, err);
+    return rc;
+}
+
+/* The state of a batched decode: which rows still generate, and the logits
+ * each of them decides its next token from. */
+typedef struct batch {
+    kv_model *m;
+    int n, V;
+    kv_cache *const *caches;
+    const kv_generate_opts *const *opts;
+    kv_generation *outs;
+    kv_strbuf *texts; /* [n]: generated text, for stop strings */
+    int *live;        /* [n_live] row numbers, ascending */
+    int n_live;
+    float *logits;    /* [n_live][V]: row live[j]'s logits at j */
+    int32_t *tokens;  /* [n] tokens of the next forward */
+    kv_cache **fed;   /* [n] their caches */
+    const kv_attn_stats_request **reqs; /* [n] */
+    kv_attn_stats **stats;              /* [n] */
+    double t0;
+} batch;
+
+/* Picks each live row's next token; rows that stop leave the live list
+ * (their logits row with them). Returns how many rows go on, or -1. */
+static int choose(batch *bt, kv_error *err)
+{
+    int kept = 0;
+    for (int j = 0; j < bt->n_live; j++) {
+        int r = bt->live[j];
+        const kv_generate_opts *o = bt->opts[r];
+        kv_generation *g = &bt->outs[r];
+        int32_t id = kv_argmax(bt->logits + (size_t)j * (size_t)bt->V, bt->V);
+        g->ids[g->n++] = id;
+        int why = stop_reason(bt->m, o, &bt->texts[r], id, err);
         /* Every generated id is streamed, the one that stops included. */
         if (why != -2 && o->on_token && o->on_token(o->user, id) != 0 && why < 0)
             why = KV_STOP_CALLBACK;
-        if (why == -2) {
-            rc = -1;
-            break;
+        if (why == -2)
+            return -1;
+        if (why >= 0)
+            g->stop = (kv_stop_reason)why;
+        if (why >= 0 || g->n == o->max_new_tokens) {
+            g->decode_seconds = kv_clock_s() - bt->t0;
+            continue;
         }
-        if (why >= 0) {
-            out->stop = (kv_stop_reason)why;
-            break;
-        }
-        if (k + 1 == max)
-            break;
-        if ((rc = step(m, c, &id, 1, o, logits, false, k + 1, err)) != 0)
-            break;
-        out->n_decode_forwards++;
+        if (kept != j)
+            memmove(bt->logits + (size_t)kept * (size_t)bt->V,
+                    bt->logits + (size_t)j * (size_t)bt->V, (size_t)bt->V * sizeof *bt->logits);
+        bt->live[kept] = r;
+        bt->tokens[kept] = id;
+        bt->fed[kept++] = bt->caches[r];
     }
-    out->decode_seconds = kv_clock_s() - t0;
-    free(logits);
-    free(text.s);
-    if (rc != 0)
-        kv_generation_free(out);
+    bt->n_live = kept;
+    return kept;
+}
+
+/* One batched forward of the live rows, then each row's hooks. */
+static int forward_live(batch *bt, kv_error *err)
+{
+    int L = kv_model_get_config(bt->m)->n_layers, rc = 0;
+    for (int j = 0; j < bt->n_live; j++) {
+        const kv_generate_opts *o = bt->opts[bt->live[j]];
+        bt->reqs[j] = wants_stats(&o->stats_req) ? &o->stats_req : NULL;
+        bt->stats[j] = NULL;
+        if (bt->reqs[j] && !(bt->stats[j] = kv_model_stats_new(bt->m, bt->fed[j], 1, bt->reqs[j], err)))
+            rc = -1;
+    }
+    if (rc == 0)
+        rc = kv_model_forward_batch(bt->m, bt->fed, bt->tokens, bt->n_live, bt->reqs, bt->stats,
+                                    bt->logits, err);
+    for (int j = 0; j < bt->n_live && rc == 0; j++) {
+        const kv_generate_opts *o = bt->opts[bt->live[j]];
+        kv_generation *g = &bt->outs[bt->live[j]];
+        if (o->on_logits)
+            rc = o->on_logits(o->user, bt->logits + (size_t)j * (size_t)bt->V, 1, err);
+        if (rc == 0 && o->on_step)
+            rc = o->on_step(o->user, bt->fed[j], bt->stats[j], g->n, err) < 0 ? -1 : 0;
+        g->n_decode_forwards++;
+    }
+    for (int j = 0; j < bt->n_live; j++)
+        kv_model_stats_free(bt->stats[j], L);
+    return rc;
+}
+
+static void batch_free(batch *bt)
+{
+    for (int r = 0; bt->texts && r < bt->n; r++)
+        free(bt->texts[r].s);
+    free(bt->texts);
+    free(bt->live);
+    free(bt->logits);
+    free(bt->tokens);
+    free(bt->fed);
+    free(bt->reqs);
+    free(bt->stats);
+}
+
+int kv_generate_batch(kv_model *m, int n, kv_cache *const *caches, const float *const *last_logits,
+                      const kv_generate_opts *const *opts, kv_generation *outs, int *n_forwards,
+                      kv_error *err)
+{
+    if (n_forwards)
+        *n_forwards = 0;
+    batch bt = {.m = m, .n = n, .V = kv_model_get_config(m)->vocab, .caches = caches,
+                .opts = opts, .outs = outs};
+    size_t un = (size_t)(n > 0 ? n : 1);
+    bt.texts = calloc(un, sizeof *bt.texts);
+    bt.live = malloc(un * sizeof *bt.live);
+    bt.logits = malloc(un * (size_t)bt.V * sizeof *bt.logits);
+    bt.tokens = malloc(un * sizeof *bt.tokens);
+    bt.fed = malloc(un * sizeof *bt.fed);
+    bt.reqs = malloc(un * sizeof *bt.reqs);
+    bt.stats = malloc(un * sizeof *bt.stats);
+    bool ok = bt.texts && bt.live && bt.logits && bt.tokens && bt.fed && bt.reqs && bt.stats;
+    for (int r = 0; r < n; r++) {
+        memset(&outs[r], 0, sizeof outs[r]);
+        outs[r].stop = KV_STOP_LENGTH;
+        int max = opts[r]->max_new_tokens;
+        if (max <= 0)
+            continue;
+        if (!(outs[r].ids = malloc((size_t)max * sizeof *outs[r].ids)))
+            ok = false;
+        else if (ok) {
+            memcpy(bt.logits + (size_t)bt.n_live * (size_t)bt.V, last_logits[r],
+                   (size_t)bt.V * sizeof *bt.logits);
+            bt.live[bt.n_live++] = r;
+        }
+    }
+    int rc = ok ? 0 : kv_fail(err, "generate: out of memory");
+    bt.t0 = kv_clock_s();
+    while (rc == 0 && bt.n_live > 0) {
+        int go_on = choose(&bt, err);
+        if (go_on < 0)
+            rc = -1;
+        else if (go_on > 0) {
+            rc = forward_live(&bt, err);
+            if (n_forwards)
+                ++*n_forwards;
+        }
+    }
+    batch_free(&bt);
+    for (int r = 0; rc != 0 && r < n; r++)
+        kv_generation_free(&outs[r]);
     return rc;
 }
 

@@ -71,6 +71,16 @@ int kv_generate(kv_model *m, kv_cache *c, const int32_t *prompt, int n_prompt,
 int kv_generate_from(kv_model *m, kv_cache *c, const float *last_logits, const kv_generate_opts *o,
                      kv_generation *out, kv_error *err);
 
+/* Decodes n sequences together, one batched forward per step
+ * (kv_model_forward_batch): row r continues caches[r] from last_logits[r]
+ * under opts[r] (its own stops, hooks and statistics) into outs[r]. A row
+ * that stops leaves the batch; the others go on. Each row's tokens, hook
+ * calls and statistics are those kv_generate_from gives it alone.
+ * *n_forwards (may be NULL): the batched forwards run. */
+int kv_generate_batch(kv_model *m, int n, kv_cache *const *caches, const float *const *last_logits,
+                      const kv_generate_opts *const *opts, kv_generation *outs, int *n_forwards,
+                      kv_error *err);
+
 void kv_generation_free(kv_generation *g);
 
 /* The index of the largest of n floats (the first on ties). */

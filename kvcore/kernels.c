@@ -152,6 +152,10 @@ void kv_gemv(kv_pool *p, const kv_weight *w, const float *x, kv_compute mode, fl
  * slower than 256 KB ones). */
 #define GEMV_TASK_BYTES (256 * 1024)
 
+/* Weight rows a batched task keeps in L1 while the batch passes (16 rows
+ * of 1,024 BF16 columns: 32 KB). */
+#define GEMV_BATCH_ROWS 16
+
 static int gemv_task_rows(const kv_weight *w)
 {
     size_t row_bytes = (size_t)w->cols * (w->dtype == KV_DTYPE_F32 ? 4 : 2);
@@ -159,17 +163,29 @@ static int gemv_task_rows(const kv_weight *w)
     return rows < 4 ? 4 : rows > (size_t)w->rows ? w->rows : (int)rows;
 }
 
+/* ---- the decode GEMV, batched ----
+ *
+ * Decode multiplies every weight by B activation rows, one per sequence of
+ * the batch (B = 1 for a single generation). The weights are what costs: a
+ * task reads one weight row from memory, then dots it against all B rows
+ * while it sits in L1, so a step reads each weight byte once whatever B is.
+ * Every (weight row, activation row) pair runs the level's row kernel, so a
+ * row's result is bit-identical to a batch of one: batching never changes a
+ * token. The row kernel is the active level's (kernels_isa.h). */
+
 typedef struct gemv_job {
-    int n;
+    int n, batch;
     const kv_weight *const *ws;
     float *const *ys;
-    const float *x;
-    const void *xp; /* x prepared for the level's row kernel */
+    const float *xs; /* [batch][cols] */
+    const void *xps; /* each row prepared for the level's row kernel */
+    int cols;
     kv_compute mode;
     const kv_isa_kernels *k;
     int first[9];     /* first task of each matrix; first[n] = all tasks */
     int task_rows[8]; /* rows per task of each matrix */
 } gemv_job;
+
 
 static void gemv_task(void *ctx, int task, int worker)
 {
@@ -181,35 +197,66 @@ static void gemv_task(void *ctx, int task, int worker)
     const kv_weight *w = j->ws[i];
     int r0 = (task - j->first[i]) * j->task_rows[i];
     int r1 = w->rows - r0 > j->task_rows[i] ? r0 + j->task_rows[i] : w->rows;
-    j->k->rows(w, r0, r1, j->x, j->xp, j->mode, j->ys[i]);
+    size_t rows = (size_t)w->rows, cols = (size_t)j->cols;
+    const char *xps = j->xps;
+    size_t xp_bytes = cols * KV_PREPARED_BYTES_PER_ELEMENT;
+    if (j->batch == 1) { /* one long stream, as the prefetcher likes it */
+        j->k->rows(w, r0, r1, j->xs, xps, j->mode, j->ys[i]);
+        return;
+    }
+    /* A block of weight rows stays in L1 while every input row passes over
+     * it, so memory delivers each weight once per step whatever the batch. */
+    for (int r = r0; r < r1; r += GEMV_BATCH_ROWS) {
+        int re = r1 - r > GEMV_BATCH_ROWS ? r + GEMV_BATCH_ROWS : r1;
+        for (int b = 0; b < j->batch; b++)
+            j->k->rows(w, r, re, j->xs + (size_t)b * cols, xps + (size_t)b * xp_bytes, j->mode,
+                       j->ys[i] + (size_t)b * rows);
+    }
+}
+
+void kv_gemv_batch(kv_pool *p, int n, const kv_weight *const *ws, const float *xs, int batch,
+                   kv_compute mode, float *const *ys)
+{
+    assert(n >= 1 && n <= 8 && batch >= 1);
+    int cols = ws[0]->cols;
+    gemv_job j = {.n = n,
+                  .batch = batch,
+                  .ws = ws,
+                  .ys = ys,
+                  .xs = xs,
+                  .cols = cols,
+                  .mode = mode,
+                  .k = isa_kernels()};
+    size_t work = 0;
+    for (int i = 0; i < n; i++) {
+        j.task_rows[i] = gemv_task_rows(ws[i]);
+        j.first[i + 1] = j.first[i] + (ws[i]->rows + j.task_rows[i] - 1) / j.task_rows[i];
+        work += (size_t)ws[i]->rows * (size_t)ws[i]->cols * (size_t)batch;
+    }
+    size_t floats = (size_t)batch * (size_t)cols;
+    _Static_assert(KV_PREPARED_BYTES_PER_ELEMENT == sizeof(float), "prepared x: one float each");
+    float stack[4096], *xps = floats <= 4096 ? stack : malloc(floats * sizeof *xps);
+    if (!xps) { /* no room for the prepared copies: the scalar kernel needs none */
+        for (int i = 0; i < n; i++)
+            for (int r = 0; r < ws[i]->rows; r++)
+                for (int b = 0; b < batch; b++)
+                    ys[i][(size_t)b * (size_t)ws[i]->rows + (size_t)r] =
+                        kv_dot_row_scalar(ws[i], r, xs + (size_t)b * (size_t)cols);
+        return;
+    }
+    for (int b = 0; b < batch; b++)
+        j.k->prepare(xs + (size_t)b * (size_t)cols, cols, mode, xps + (size_t)b * (size_t)cols);
+    j.xps = xps;
+    /* Small matrices are not worth waking the other threads for. */
+    kv_pool_run(work > KV_PARALLEL_MIN_WORK ? p : NULL, j.first[n], gemv_task, &j);
+    if (xps != stack)
+        free(xps);
 }
 
 void kv_gemv_many(kv_pool *p, int n, const kv_weight *const *ws, const float *x, kv_compute mode,
                   float *const *ys)
 {
-    assert(n >= 1 && n <= 8);
-    gemv_job j = {.n = n, .ws = ws, .ys = ys, .x = x, .mode = mode, .k = isa_kernels()};
-    size_t work = 0;
-    for (int i = 0; i < n; i++) {
-        j.task_rows[i] = gemv_task_rows(ws[i]);
-        j.first[i + 1] = j.first[i] + (ws[i]->rows + j.task_rows[i] - 1) / j.task_rows[i];
-        work += (size_t)ws[i]->rows * (size_t)ws[i]->cols;
-    }
-    int cols = ws[0]->cols;
-    float stack[4096], *xp = cols <= 4096 ? stack : malloc((size_t)cols * sizeof *xp);
-    if (!xp) { /* no room for the prepared copy: the scalar kernel needs none */
-        for (int i = 0; i < n; i++)
-            for (int r = 0; r < ws[i]->rows; r++)
-                ys[i][r] = kv_dot_row_scalar(ws[i], r, x);
-        return;
-    }
-    _Static_assert(KV_PREPARED_BYTES_PER_ELEMENT == sizeof *xp, "prepared x: one float each");
-    j.k->prepare(x, cols, mode, xp);
-    j.xp = xp;
-    /* Small matrices are not worth waking the other threads for. */
-    kv_pool_run(work > KV_PARALLEL_MIN_WORK ? p : NULL, j.first[n], gemv_task, &j);
-    if (xp != stack)
-        free(xp);
+    kv_gemv_batch(p, n, ws, x, 1, mode, ys);
 }
 
 static void widen_range(const kv_weight *w, int row0, int n, float *dst)

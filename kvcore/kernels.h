@@ -93,6 +93,13 @@ void kv_gemv(kv_pool *p, const kv_weight *w, const float *x, kv_compute mode, fl
 void kv_gemv_many(kv_pool *p, int n, const kv_weight *const *ws, const float *x, kv_compute mode,
                   float *const *ys);
 
+/* The batched GEMV of decode: ys[i][b][r] = ws[i][r] . xs[b] for `batch`
+ * input rows xs[batch][cols] (1 <= n <= 8). Each weight row is read once for
+ * all input rows; row b's results are bit-identical to kv_gemv_many on
+ * xs[b] alone. */
+void kv_gemv_batch(kv_pool *p, int n, const kv_weight *const *ws, const float *xs, int batch,
+                   kv_compute mode, float *const *ys);
+
 /* Widens rows [row0, row0 + n) of w into dst ([n][cols] floats). */
 void kv_widen_rows(kv_pool *p, const kv_weight *w, int row0, int n, float *dst);
 

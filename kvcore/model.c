@@ -455,6 +455,10 @@ typedef struct fwd {
     int chunk;
     kv_compute mode;
     kv_pool *pool;
+    /* A batched decode step (kv_model_forward_batch): row b is the next
+     * token of its own cache; projections always take the batched GEMV. */
+    bool batched;
+    float *k_new, *v_new; /* [n][n_kv_heads * head_dim] before they enter their caches */
 } fwd;
 
 static void fwd_free(fwd *f)
@@ -470,6 +474,8 @@ static void fwd_free(fwd *f)
     free(f->partial);
     free(f->wide);
     free(f->layer_f32);
+    free(f->k_new);
+    free(f->v_new);
 }
 
 static size_t max_size(size_t a, size_t b)
@@ -487,17 +493,28 @@ static int decode_key_block(const kv_model_config *c)
     return b < 16 ? 16 : (int)b;
 }
 
-static int fwd_alloc(const kv_model *m, const kv_cache *c, int n, int chunk, fwd *f, kv_error *err)
+/* The most keys any layer of c will hold after n more tokens. */
+static int keys_after(const kv_cache *c, int n)
+{
+    int mk = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        if (c->layers[l].len + n > mk)
+            mk = c->layers[l].len + n;
+    return mk;
+}
+
+/* Buffers for a call of n rows processed chunk rows at a time, attending to
+ * at most max_keys keys; f->batched set by the caller. */
+static int fwd_alloc(const kv_model *m, int max_keys, int n, int chunk, fwd *f, kv_error *err)
 {
     const kv_model_config *cfg = &m->cfg;
     size_t C = (size_t)chunk, qd = (size_t)cfg->n_heads * (size_t)cfg->head_dim;
-    f->max_keys = 0;
-    for (int l = 0; l < cfg->n_layers; l++)
-        if (c->layers[l].len + n > f->max_keys)
-            f->max_keys = c->layers[l].len + n;
+    f->max_keys = max_keys;
     size_t threads = (size_t)kv_pool_threads(m->pool);
     size_t block = C < ATTN_BLOCK_ROWS ? C : ATTN_BLOCK_ROWS;
     size_t rows = max_size(block * threads, (size_t)cfg->n_heads);
+    if (f->batched) /* each worker may run a whole row's attention */
+        rows = threads * (size_t)cfg->n_heads;
     f->x = malloc((size_t)n * (size_t)cfg->hidden * sizeof(float));
     f->h = malloc(C * (size_t)cfg->hidden * sizeof(float));
     f->tmp = malloc(C * (size_t)cfg->hidden * sizeof(float));
@@ -513,9 +530,16 @@ static int fwd_alloc(const kv_model *m, const kv_cache *c, int n, int chunk, fwd
     if (ok) {
         f->key_block = decode_key_block(cfg);
         size_t blocks = ((size_t)f->max_keys + (size_t)f->key_block - 1) / (size_t)f->key_block;
+        if (f->batched)
+            blocks *= threads;
         ok = (f->partial = malloc(blocks * qd * sizeof(float))) != NULL;
     }
-    if (ok && chunk > KV_GEMV_MAX_ROWS) {
+    if (ok && f->batched) {
+        size_t kvd = (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim;
+        ok = (f->k_new = malloc(C * kvd * sizeof(float))) &&
+             (f->v_new = malloc(C * kvd * sizeof(float)));
+    }
+    if (ok && !f->batched && chunk > KV_GEMV_MAX_ROWS) {
         /* sgemm wants F32: a layer's 16-bit matrices are widened once per
          * call (not per chunk), the embedding in blocks of rows. */
         size_t wide = threads * kv_matmul_scratch(m->pool, &m->lm_head);
@@ -554,7 +578,10 @@ static void round_input(const fwd *f, float *x, size_t n)
 static void matmul(const fwd *f, const kv_weight *w, float *x, int n, float *y, const float *bias)
 {
     round_input(f, x, (size_t)n * (size_t)w->cols);
-    kv_matmul(f->pool, w, x, n, f->mode, y, f->wide);
+    if (f->batched)
+        kv_gemv_batch(f->pool, 1, &w, x, n, f->mode, &y);
+    else
+        kv_matmul(f->pool, w, x, n, f->mode, y, f->wide);
     if (bias)
         for (int i = 0; i < n; i++)
             for (int r = 0; r < w->rows; r++)
@@ -567,8 +594,8 @@ static void matmul_many(const fwd *f, int n, const kv_weight *const *ws, float *
                         float *const *ys, const float *const *bias)
 {
     round_input(f, x, (size_t)rows * (size_t)ws[0]->cols);
-    if (rows == 1)
-        kv_gemv_many(f->pool, n, ws, x, f->mode, ys);
+    if (rows == 1 || f->batched)
+        kv_gemv_batch(f->pool, n, ws, x, rows, f->mode, ys);
     else
         for (int i = 0; i < n; i++)
             kv_matmul(f->pool, ws[i], x, rows, f->mode, ys[i], f->wide);
@@ -608,9 +635,12 @@ typedef struct decode_job {
     const kv_cache_layer *cl;
     fwd *f;
     kv_attn_stats *st; /* NULL: no statistics */
+    const kv_attn_stats_request *req; /* what st collects */
     const float *q;    /* [n_heads][head_dim] of the row */
-    int keys, row;     /* keys visible to the row; its index in the call */
+    int keys, row, n;  /* keys visible to the row; its index in the call of n rows */
     float scale;
+    float *scores;     /* [n_heads][f->max_keys] */
+    float *partial;    /* [key blocks][n_heads * head_dim] */
 } decode_job;
 
 static void decode_scores_task(void *ctx, int t, int worker)
@@ -624,7 +654,7 @@ static void decode_scores_task(void *ctx, int t, int worker)
     for (int k = t * bs; k < k1; k++) {
         const float *kr = j->cl->k + (size_t)k * kvd;
         for (int h = 0; h < c->n_heads; h++)
-            j->f->scores[(size_t)h * mk + (size_t)k] =
+            j->scores[(size_t)h * mk + (size_t)k] =
                 kv_dot(j->q + (size_t)h * (size_t)hd, kr + (size_t)(h / group) * (size_t)hd, hd) *
                 j->scale;
     }
@@ -634,10 +664,10 @@ static void decode_softmax_task(void *ctx, int h, int worker)
 {
     (void)worker;
     const decode_job *j = ctx;
-    float *p = j->f->scores + (size_t)h * (size_t)j->f->max_keys;
+    float *p = j->scores + (size_t)h * (size_t)j->f->max_keys;
     kv_softmax(p, j->keys);
     if (j->st)
-        stats_add_row(j->f->req, j->st, h, p, j->keys, j->row, j->f->n);
+        stats_add_row(j->req, j->st, h, p, j->keys, j->row, j->n);
 }
 
 static void decode_values_task(void *ctx, int t, int worker)
@@ -648,13 +678,13 @@ static void decode_values_task(void *ctx, int t, int worker)
     int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, bs = j->f->key_block;
     size_t kvd = (size_t)c->n_kv_heads * (size_t)hd, qd = (size_t)c->n_heads * (size_t)hd;
     size_t mk = (size_t)j->f->max_keys;
-    float *o = j->f->partial + (size_t)t * qd;
+    float *o = j->partial + (size_t)t * qd;
     memset(o, 0, qd * sizeof *o);
     int k1 = (t + 1) * bs < j->keys ? (t + 1) * bs : j->keys;
     for (int k = t * bs; k < k1; k++) {
         const float *vr = j->cl->v + (size_t)k * kvd;
         for (int h = 0; h < c->n_heads; h++)
-            kv_axpy(o + (size_t)h * (size_t)hd, j->f->scores[(size_t)h * mk + (size_t)k],
+            kv_axpy(o + (size_t)h * (size_t)hd, j->scores[(size_t)h * mk + (size_t)k],
                     vr + (size_t)(h / group) * (size_t)hd, hd);
     }
 }
@@ -667,9 +697,9 @@ static void decode_attention(decode_job *j, kv_pool *p, float *out)
     kv_pool_run(p, blocks, decode_scores_task, j);
     kv_pool_run(p, c->n_heads, decode_softmax_task, j);
     kv_pool_run(p, blocks, decode_values_task, j);
-    memcpy(out, j->f->partial, qd * sizeof *out);
+    memcpy(out, j->partial, qd * sizeof *out);
     for (int t = 1; t < blocks; t++)
-        kv_axpy(out, 1.0f, j->f->partial + (size_t)t * qd, (int)qd);
+        kv_axpy(out, 1.0f, j->partial + (size_t)t * qd, (int)qd);
 }
 
 /* Adds head h's probability rows p[n][keys] (query rows r0.. of the chunk)
@@ -817,14 +847,34 @@ static void attention(const kv_model *m, const kv_cache_layer *cl, fwd *f, kv_at
                             .cl = cl,
                             .f = f,
                             .st = st,
+                            .req = f->req,
                             .q = f->q + (size_t)i * qd,
                             .keys = base + i + 1,
                             .row = row0 + i,
-                            .scale = j.scale};
+                            .n = f->n,
+                            .scale = j.scale,
+                            .scores = f->scores,
+                            .partial = f->partial};
             decode_attention(&d, p, f->att + (size_t)i * qd);
         }
     } else
         kv_pool_run(p, c->n_heads, st ? attention_gemm_task : attention_flash_task, &j);
+}
+
+/* Qwen3's per-head q/k norms, then RoPE at pos, of one row's query and key
+ * (rounded to BF16 in BF16 mode: attention's matmuls read BF16 values). */
+static void rotate_row(const fwd *f, const kv_model *m, const layer *L, float *q, float *k,
+                       int32_t pos)
+{
+    const kv_model_config *cfg = &m->cfg;
+    if (cfg->qk_norm) {
+        rmsnorm_rows(q, q, L->q_norm, cfg->n_heads, cfg->head_dim, cfg->rms_eps);
+        rmsnorm_rows(k, k, L->k_norm, cfg->n_kv_heads, cfg->head_dim, cfg->rms_eps);
+    }
+    kv_rope_apply(&m->rope, q, cfg->n_heads, pos);
+    kv_rope_apply(&m->rope, k, cfg->n_kv_heads, pos);
+    round_input(f, q, (size_t)cfg->n_heads * (size_t)cfg->head_dim);
+    round_input(f, k, (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim);
 }
 
 /* Projects the chunk's queries, keys and values; keys and values go
@@ -845,16 +895,8 @@ static void qkv(const kv_model *m, const layer *L, kv_cache *c, kv_cache_layer *
     round_input(f, v, (size_t)cn * kvd);
     kv_cache_measure_values(c, cl, base, cn);
     for (int i = 0; i < cn; i++) {
-        float *qi = f->q + (size_t)i * qd, *ki = k + (size_t)i * kvd;
-        if (cfg->qk_norm) {
-            rmsnorm_rows(qi, qi, L->q_norm, cfg->n_heads, hd, cfg->rms_eps);
-            rmsnorm_rows(ki, ki, L->k_norm, cfg->n_kv_heads, hd, cfg->rms_eps);
-        }
         int32_t pos = c->next_pos + row0 + i;
-        kv_rope_apply(&m->rope, qi, cfg->n_heads, pos);
-        kv_rope_apply(&m->rope, ki, cfg->n_kv_heads, pos);
-        round_input(f, qi, qd);
-        round_input(f, ki, kvd);
+        rotate_row(f, m, L, f->q + (size_t)i * qd, k + (size_t)i * kvd, pos);
         for (int h = 0; h < cfg->n_kv_heads; h++) /* every head holds the new token */
             cl->pos[(size_t)(base + i) * (size_t)cfg->n_kv_heads + (size_t)h] =
                 pos + c->token_offset;
@@ -944,7 +986,7 @@ int kv_model_forward(kv_model *m, kv_cache *c, const int32_t *tokens, int n,
         return -1;
     int chunk = n < m->chunk ? n : m->chunk;
     fwd f = {.n = n, .chunk = chunk, .mode = m->compute, .pool = m->pool};
-    if (fwd_alloc(m, c, n, chunk, &f, err) != 0)
+    if (fwd_alloc(m, keys_after(c, n), n, chunk, &f, err) != 0)
         return -1;
     if (req && (req->col_sums || req->n_windows > 0)) {
         f.req = req;
@@ -974,5 +1016,175 @@ int kv_model_forward(kv_model *m, kv_cache *c, const int32_t *tokens, int n,
     }
     c->next_pos += n;
     fwd_free(&f);
+    return 0;
+}
+
+/* --------------------------------------------------------- batched decode */
+
+typedef struct batch_attn {
+    const kv_model *m;
+    int li;
+    kv_cache *const *caches;
+    const kv_attn_stats_request *const *reqs;
+    kv_attn_stats *const *stats;
+    fwd *f;
+    kv_pool *pool; /* for one row's blocks; NULL when rows are the tasks */
+} batch_attn;
+
+/* Row b's decode attention, on worker's share of the scratch. */
+static void batch_attn_task(void *ctx, int b, int worker)
+{
+    const batch_attn *a = ctx;
+    const kv_model_config *cfg = &a->m->cfg;
+    fwd *f = a->f;
+    size_t qd = (size_t)cfg->n_heads * (size_t)cfg->head_dim;
+    size_t blocks = ((size_t)f->max_keys + (size_t)f->key_block - 1) / (size_t)f->key_block;
+    const kv_cache_layer *cl = &a->caches[b]->layers[a->li];
+    const kv_attn_stats_request *req = a->reqs[b];
+    decode_job d = {.cfg = cfg,
+                    .cl = cl,
+                    .f = f,
+                    .st = req ? &a->stats[b][a->li] : NULL,
+                    .req = req,
+                    .q = f->q + (size_t)b * qd,
+                    .keys = cl->len,
+                    .row = 0,
+                    .n = 1,
+                    .scale = 1.0f / sqrtf((float)cfg->head_dim),
+                    .scores = f->scores + (size_t)worker * (size_t)cfg->n_heads * (size_t)f->max_keys,
+                    .partial = f->partial + (size_t)worker * blocks * qd};
+    decode_attention(&d, a->pool, f->att + (size_t)b * qd);
+}
+
+/* Every row's attention over its own cache. A row's result does not depend
+ * on the threads (decode_attention sums its blocks in order), so the rows
+ * themselves are the parallel tasks when there are enough of them, and a
+ * lone row splits its keys over the threads as kv_model_forward does. */
+static void batch_attention(const kv_model *m, int li, kv_cache *const *caches,
+                            const kv_attn_stats_request *const *reqs,
+                            kv_attn_stats *const *stats, fwd *f)
+{
+    const kv_model_config *cfg = &m->cfg;
+    batch_attn a = {.m = m, .li = li, .caches = caches, .reqs = reqs, .stats = stats, .f = f};
+    size_t work = 0;
+    for (int b = 0; b < f->n; b++)
+        work += (size_t)cfg->n_heads * (size_t)caches[b]->layers[li].len * (size_t)cfg->head_dim;
+    kv_pool *p = work > KV_PARALLEL_MIN_WORK ? f->pool : NULL;
+    if (f->n >= kv_pool_threads(f->pool)) {
+        kv_pool_run(p, f->n, batch_attn_task, &a);
+        return;
+    }
+    a.pool = p;
+    for (int b = 0; b < f->n; b++)
+        batch_attn_task(&a, b, 0);
+}
+
+/* One layer of a batched decode step: row b is the next token of caches[b].
+ * The projections are one batched GEMV over all rows; norms, RoPE, the
+ * cache append and attention run per row, each on its own cache, exactly
+ * as kv_model_forward runs them for one token. */
+static void layer_forward_batch(const kv_model *m, const layer *L, int li, kv_cache *const *caches,
+                                const kv_attn_stats_request *const *reqs,
+                                kv_attn_stats *const *stats, fwd *f)
+{
+    const kv_model_config *cfg = &m->cfg;
+    int B = f->n;
+    size_t H = (size_t)cfg->hidden, qd = (size_t)cfg->n_heads * (size_t)cfg->head_dim;
+    size_t kvd = (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim;
+
+    rmsnorm_rows(f->h, f->x, L->attn_norm, B, cfg->hidden, cfg->rms_eps);
+    const kv_weight *qkv_w[] = {&L->wq, &L->wk, &L->wv};
+    float *qkv_y[] = {f->q, f->k_new, f->v_new};
+    const float *qkv_b[] = {L->bq, L->bk, L->bv};
+    matmul_many(f, 3, qkv_w, f->h, B, qkv_y, qkv_b);
+    round_input(f, f->v_new, (size_t)B * kvd); /* as qkv does: BF16 values in BF16 mode */
+    for (int b = 0; b < B; b++) {
+        kv_cache *c = caches[b];
+        kv_cache_layer *cl = &c->layers[li];
+        int slot = cl->len;
+        float *q = f->q + (size_t)b * qd, *k = f->k_new + (size_t)b * kvd;
+        rotate_row(f, m, L, q, k, c->next_pos);
+        memcpy(cl->k + (size_t)slot * kvd, k, kvd * sizeof *k);
+        memcpy(cl->v + (size_t)slot * kvd, f->v_new + (size_t)b * kvd, kvd * sizeof *k);
+        kv_cache_measure_values(c, cl, slot, 1);
+        kv_cache_set_pos(c, li, slot, c->next_pos + c->token_offset);
+        cl->len = slot + 1;
+    }
+    batch_attention(m, li, caches, reqs, stats, f);
+    matmul(f, &L->wo, f->att, B, f->tmp, L->bo);
+    add_rows(f->x, f->tmp, (size_t)B * H);
+
+    rmsnorm_rows(f->h, f->x, L->ffn_norm, B, cfg->hidden, cfg->rms_eps);
+    const kv_weight *ffn_w[] = {&L->gate, &L->up};
+    float *ffn_y[] = {f->g, f->u};
+    const float *ffn_b[] = {L->b_gate, L->b_up};
+    matmul_many(f, 2, ffn_w, f->h, B, ffn_y, ffn_b);
+    kv_silu_mul(f->g, f->u, (size_t)B * (size_t)cfg->ffn);
+    matmul(f, &L->down, f->g, B, f->tmp, L->b_down);
+    add_rows(f->x, f->tmp, (size_t)B * H);
+}
+
+static bool wants_stats(const kv_attn_stats_request *r)
+{
+    return r && (r->col_sums || r->n_windows > 0);
+}
+
+/* Checks every row of a batched call; *req_of[b] is set to reqs[b] when it
+ * asks for statistics, else NULL. */
+static int check_batch(const kv_model *m, kv_cache *const *caches, const int32_t *tokens, int n,
+                       const kv_attn_stats_request *const *reqs, kv_attn_stats *const *stats,
+                       const kv_attn_stats_request **req_of, kv_error *err)
+{
+    if (n <= 0)
+        return kv_fail(err, "forward: empty batch");
+    for (int b = 0; b < n; b++) {
+        for (int o = 0; o < b; o++)
+            if (caches[o] == caches[b])
+                return kv_fail(err, "forward: batch rows %d and %d share one cache", o, b);
+        req_of[b] = reqs && wants_stats(reqs[b]) ? reqs[b] : NULL;
+        if (check_call(m, caches[b], tokens + b, 1, err) != 0 ||
+            check_stats(m, caches[b], 1, req_of[b], req_of[b] ? stats[b] : NULL, err) != 0 ||
+            kv_cache_reserve(caches[b], 1, err) != 0)
+            return kv_fail_prefix(err, "batch row"), -1;
+    }
+    return 0;
+}
+
+int kv_model_forward_batch(kv_model *m, kv_cache *const *caches, const int32_t *tokens, int n,
+                           const kv_attn_stats_request *const *reqs, kv_attn_stats *const *stats,
+                           float *logits, kv_error *err)
+{
+    const kv_model_config *cfg = &m->cfg;
+    const kv_attn_stats_request **req_of = calloc((size_t)(n > 0 ? n : 1), sizeof *req_of);
+    if (!req_of)
+        return kv_fail(err, "out of memory");
+    int rc = check_batch(m, caches, tokens, n, reqs, stats, req_of, err);
+    int max_keys = 0;
+    for (int b = 0; rc == 0 && b < n; b++) {
+        int k = keys_after(caches[b], 1);
+        max_keys = k > max_keys ? k : max_keys;
+        if (req_of[b])
+            zero_stats(req_of[b], stats[b], cfg->n_layers);
+    }
+    fwd f = {.n = n, .chunk = n, .mode = m->compute, .pool = m->pool, .batched = true};
+    if (rc == 0)
+        rc = fwd_alloc(m, max_keys, n, n, &f, err);
+    if (rc != 0) {
+        free(req_of);
+        return -1;
+    }
+    size_t H = (size_t)cfg->hidden;
+    for (int b = 0; b < n; b++)
+        kv_widen_rows(NULL, &m->embed, tokens[b], 1, f.x + (size_t)b * H);
+    for (int l = 0; l < cfg->n_layers; l++)
+        layer_forward_batch(m, &m->layers[l], l, caches, req_of, stats, &f);
+    if (logits) {
+        rmsnorm_rows(f.h, f.x, m->norm, n, cfg->hidden, cfg->rms_eps);
+        matmul(&f, &m->lm_head, f.h, n, logits, NULL);
+    }
+    for (int b = 0; b < n; b++)
+        caches[b]->next_pos++;
+    fwd_free(&f);
+    free(req_of);
     return 0;
 }

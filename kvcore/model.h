@@ -75,6 +75,17 @@ int kv_model_forward(kv_model *m, kv_cache *c, const int32_t *tokens, int n,
                      const kv_attn_stats_request *req, kv_attn_stats *stats, float *logits,
                      bool all_logits, kv_error *err);
 
+/* One decode step of n sequences as one batch: row b appends tokens[b] to
+ * caches[b] (n distinct caches, each at its own length and next_pos). The
+ * projections and the LM head read each weight once for all rows;
+ * attention, RoPE and the cache append are each row's own. Row b's keys,
+ * values, statistics and logits are bit-identical to kv_model_forward of
+ * tokens[b] alone on caches[b]. reqs (may be NULL) and stats: per row, as
+ * kv_model_forward's req and stats. logits (may be NULL): [n][vocab]. */
+int kv_model_forward_batch(kv_model *m, kv_cache *const *caches, const int32_t *tokens, int n,
+                           const kv_attn_stats_request *const *reqs, kv_attn_stats *const *stats,
+                           float *logits, kv_error *err);
+
 /* Per-layer statistics buffers for a forward of n tokens on cache c (n_keys
  * = each layer's length after the call), zeroed; free with
  * kv_model_stats_free. */

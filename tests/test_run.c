@@ -123,6 +123,31 @@ static long prefills_of(const char *err)
     return atol(p);
 }
 
+/* The number that follows `what` in text. */
+static long count_after(const char *text, const char *what)
+{
+    const char *p = strstr(text, what);
+    cr_assert(p, "no '%s' in: %s", what, text);
+    return atol(p + strlen(what));
+}
+
+/* generated_tokens of each line (up to 3) of a config's task file. */
+static void generated_tokens(const char *dir, const char *run, const char *config,
+                             const char *task, long *out)
+{
+    char *path = pred_path(dir, run, config, task);
+    char *s = tu_slurp(path, NULL), *save = NULL;
+    int i = 0;
+    for (char *line = strtok_r(s, "\n", &save); line && i < 3; line = strtok_r(NULL, "\n", &save)) {
+        cJSON *j = cJSON_Parse(line);
+        cr_assert(j, "%s: not JSON", path);
+        out[i++] = (long)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "generated_tokens"));
+        cJSON_Delete(j);
+    }
+    free(s);
+    free(path);
+}
+
 /* The score of (config, task) in a scores.csv text, or -1 when it has no
  * such row. Columns: run,version,model,hash,protocol,compute,config,config_hash,
  * budget,params,task,category,metric,score,... (params may hold commas, so
@@ -162,6 +187,24 @@ Test(run, end_to_end_files_rows_and_scores)
             free(p);
         }
     cr_assert_eq(prefills_of(r.err), samples, "one prefill per sample: %s", r.err);
+    /* The configs of a sample decode together: one batched forward per
+     * step of its longest generation, not one per config and step. */
+    long steps = 0, alone = 0;
+    for (int t = 0; t < N_TASKS; t++) {
+        long gen[3][3] = {{0}};
+        for (int c = 0; c < 3; c++)
+            generated_tokens(dir, "e2e", configs[c], tasks[t], gen[c]);
+        for (int i = 0; i < 3; i++) {
+            long most = 0;
+            for (int c = 0; c < 3; c++) {
+                most = gen[c][i] > most ? gen[c][i] : most;
+                alone += gen[c][i] > 0 ? gen[c][i] - 1 : 0;
+            }
+            steps += most > 0 ? most - 1 : 0;
+        }
+    }
+    cr_assert_eq(count_after(r.err, "decodes in"), steps, "batched steps: %s", r.err);
+    cr_assert_lt(steps, alone, "batching saved forwards (%ld vs %ld alone)", steps, alone);
     tu_result_free(&r);
 
     /* scores.csv: a header and one row per config x task, each score equal to
