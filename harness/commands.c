@@ -14,6 +14,7 @@ extern const kb_command kb_cmd_prompts;
 extern const kb_command kb_cmd_generate;
 extern const kb_command kb_cmd_tokenize;
 extern const kb_command kb_cmd_bench;
+extern const kb_command kb_cmd_schema;
 extern const kb_command kb_cmd_version;
 
 const kb_command *const kb_commands[] = {
@@ -26,6 +27,7 @@ const kb_command *const kb_commands[] = {
     &kb_cmd_generate,
     &kb_cmd_tokenize,
     &kb_cmd_bench,
+    &kb_cmd_schema,
     &kb_cmd_version,
     NULL,
 };

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "file.h"
+#include "strbuf.h"
 
 struct kb_eviction {
     kv_evict_params params;
@@ -17,26 +18,6 @@ struct kb_eviction {
     const char *trace_path;
     int trace_errno;
 };
-
-/* Option -> parameter key; the rest of the option names are the keys. */
-static const char *const renamed[][2] = {
-    {"eviction", "algorithm"},
-    {"eviction-seed", "seed"},
-};
-static const char *const flags[] = {
-    "eviction",       "strategy",          "group-size",   "start-size",
-    "recent-size",    "intermediate-size", "refined-size", "refined-algorithm",
-    "kvcrush-anchor", "score-aggregation", "window-size",  "apply-rerotation",
-    "positions",      "eviction-seed",     NULL,
-};
-
-static const char *key_of(const char *option)
-{
-    for (size_t i = 0; i < sizeof renamed / sizeof renamed[0]; i++)
-        if (strcmp(renamed[i][0], option) == 0)
-            return renamed[i][1];
-    return option;
-}
 
 static int read_config(const char *path, kv_evict_params *p)
 {
@@ -64,18 +45,19 @@ int kb_eviction_params(const kb_args *a, kv_evict_params *p)
 {
     const char *config = kb_arg(a, "eviction-config");
     bool any = config != NULL;
-    for (int i = 0; flags[i]; i++)
-        any = any || kb_arg(a, flags[i]) != NULL;
+    const kv_evict_param_def *d;
+    for (int i = 0; (d = kv_evict_param(i)); i++)
+        any = any || kb_arg(a, d->flag) != NULL;
     if (!any)
         return 1;
     kv_evict_params_default(p);
     if (config && read_config(config, p) != 0)
         return -1;
     kv_error err;
-    for (int i = 0; flags[i]; i++) {
-        const char *v = kb_arg(a, flags[i]);
-        if (v && kv_evict_params_set(p, key_of(flags[i]), v, &err) != 0) {
-            kb_error("--%s: %s", flags[i], err.msg);
+    for (int i = 0; (d = kv_evict_param(i)); i++) {
+        const char *v = kb_arg(a, d->flag);
+        if (v && kv_evict_params_set(p, d->key, v, &err) != 0) {
+            kb_error("--%s: %s", d->flag, err.msg);
             return -1;
         }
     }
@@ -192,4 +174,33 @@ int kb_eviction_step(kb_eviction *e, kv_cache *c, const kv_attn_stats *stats, in
     if (e->trace_errno)
         return kv_fail(err, "%s: cannot write: %s", e->trace_path, strerror(e->trace_errno));
     return 0;
+}
+
+char *kb_eviction_schema_text(void)
+{
+    cJSON *props = kv_evict_params_schema();
+    if (!props)
+        return NULL;
+    kv_strbuf b = {0};
+    kv_strbuf_puts(&b, "\"properties\": {\n");
+    for (const cJSON *p = props->child; p; p = p->next) {
+        char *v = cJSON_PrintUnformatted(p);
+        if (!v) {
+            b.oom = true;
+            break;
+        }
+        kv_strbuf_puts(&b, "        \"");
+        kv_strbuf_puts(&b, p->string);
+        kv_strbuf_puts(&b, "\": ");
+        kv_strbuf_puts(&b, v);
+        kv_strbuf_puts(&b, p->next ? ",\n" : "\n");
+        free(v);
+    }
+    kv_strbuf_puts(&b, "      }");
+    cJSON_Delete(props);
+    if (b.oom) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s;
 }

@@ -14,26 +14,18 @@
 #include "attn_stats.h"
 #include "cli.h"
 #include "evict.h"
+#include "evict_table.h"
 #include "kvcache.h"
 #include "model.h"
 
+/* One flag per row of the parameter table (kvcore/evict_table.h). */
 /* clang-format off */
+#define KB_EVICTION_OPTION(key, type, dflt, min, max, choices, only_for, flag, metavar, help, \
+                           token, abbrev) \
+    {flag, metavar, help " (default " dflt ")"},
 #define KB_EVICTION_OPTIONS \
-    {"eviction", "ALGO", "evict KV-cache tokens with ALGO: snapkv, h2o, streaming, random, knorm"}, \
     {"eviction-config", "FILE.json", "eviction parameters as JSON (keys of docs/eviction.md)"}, \
-    {"strategy", "NAME", "eviction granularity: per_token (default), per_group or per_head"}, \
-    {"group-size", "N", "tokens per group with per_group (default 32)"}, \
-    {"start-size", "N", "first tokens always kept (default 32)"}, \
-    {"recent-size", "N", "newest tokens always kept (default 128)"}, \
-    {"intermediate-size", "N", "best-scored tokens kept between them (default 512)"}, \
-    {"refined-size", "N", "of the intermediate tokens, how many the refiner picks (default 0)"}, \
-    {"refined-algorithm", "NAME", "kvcrush (default) or criticalkv"}, \
-    {"kvcrush-anchor", "NAME", "alternate (default), random, zeros, ones, mean"}, \
-    {"score-aggregation", "NAME", "sum (default) or norm_sum"}, \
-    {"window-size", "N", "SnapKV observation window (default 8)"}, \
-    {"apply-rerotation", "BOOL", "rotate kept keys to their new slots (default true)"}, \
-    {"positions", "NAME", "absolute (default) or compact (kvpress)"}, \
-    {"eviction-seed", "N", "seed of the random policy and anchor (default 0)"}, \
+    KV_EVICT_PARAM_TABLE(KB_EVICTION_OPTION) \
     {"trace", "FILE.jsonl", "write one line per eviction: step, layer, kept positions"}
 /* clang-format on */
 
@@ -55,5 +47,11 @@ kv_attn_stats_request kb_eviction_request(const kb_eviction *e);
 /* After a forward: observe, compress, trace. */
 int kb_eviction_step(kb_eviction *e, kv_cache *c, const kv_attn_stats *stats, int step,
                      kv_error *err);
+
+/* The "properties" member of configs/schema.json's $defs.eviction, as that
+ * file holds it (one key a line): generated from the parameter table and
+ * printed by `kvbench schema`; a test checks the committed file holds it.
+ * Caller frees; NULL when out of memory. */
+char *kb_eviction_schema_text(void);
 
 #endif

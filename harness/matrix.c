@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "file.h"
+#include "evict.h"
 #include "hash.h"
 #include "jsonstr.h"
 #include "strbuf.h"
@@ -171,24 +172,33 @@ char *kb_json_canonical(const cJSON *v)
     return b.s;
 }
 
+/* The config as the engine runs it: every parameter, defaults applied, so
+ * configs that only spell out defaults are one config. NULL when params do
+ * not parse (then the text as written stands for itself) or out of memory. */
+static cJSON *with_defaults(const cJSON *params)
+{
+    kv_evict_params p;
+    kv_error err;
+    kv_evict_params_default(&p);
+    if (kv_evict_params_from_json(&p, params, &err) != 0)
+        return NULL;
+    return kv_evict_params_to_json(&p);
+}
+
 int kb_config_hash(const cJSON *params, char hash[17])
 {
     if (!params) {
         kb_hash_hex(kb_hash_bytes("full", 4), hash);
         return 0;
     }
-    char *c = kb_json_canonical(params);
+    cJSON *full = with_defaults(params);
+    char *c = kb_json_canonical(full ? full : params);
+    cJSON_Delete(full);
     if (!c)
         return -1;
     kb_hash_hex(kb_hash_bytes(c, strlen(c)), hash);
     free(c);
     return 0;
-}
-
-static long param_long(const cJSON *p, const char *key, long dflt)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(p, key);
-    return cJSON_IsNumber(v) ? (long)v->valuedouble : dflt;
 }
 
 static const char *param_str(const cJSON *p, const char *key)
@@ -201,39 +211,22 @@ long kb_config_budget(const cJSON *params)
 {
     if (!params)
         return -1;
-    long start = param_long(params, "start_size", 32);
-    long recent = param_long(params, "recent_size", 128);
-    long mid = param_long(params, "intermediate_size", 512);
-    const char *alg = param_str(params, "algorithm");
-    if (alg && strcmp(alg, "streaming") == 0)
-        mid = 0;
-    return start + mid + recent;
+    kv_evict_params p;
+    kv_error err;
+    kv_evict_params_default(&p);
+    if (kv_evict_params_from_json(&p, params, &err) != 0 || kv_evict_params_validate(&p, &err) != 0)
+        return -1;
+    return kv_evict_params_budget(&p);
 }
 
-/* The short token of one parameter in a config name; NULL: key not shown. */
-typedef struct name_part {
-    const char *key;
-    const char *prefix; /* "s" -> "s32"; NULL: the value itself (strings) */
-} name_part;
-
-static const name_part name_parts[] = {
-    {"algorithm", NULL},           {"strategy", NULL},
-    {"group_size", "g"},           {"start_size", "s"},
-    {"recent_size", "r"},          {"intermediate_size", "i"},
-    {"refined_algorithm", NULL},   {"refined_size", "ref"},
-    {"kvcrush_anchor", "anchor-"}, {"window_size", "w"},
-    {"score_aggregation", NULL},   {"apply_rerotation", NULL},
-    {"positions", NULL},           {"seed", "seed"},
-};
-
-static bool name_known_key(const char *k)
+/* A parameter's row in the table, by its exact config key. */
+static const kv_evict_param_def *param_def(const char *key)
 {
-    if (strcmp(k, "name") == 0)
-        return true;
-    for (size_t i = 0; i < sizeof name_parts / sizeof name_parts[0]; i++)
-        if (strcmp(name_parts[i].key, k) == 0)
-            return true;
-    return false;
+    const kv_evict_param_def *d;
+    for (int i = 0; (d = kv_evict_param(i)); i++)
+        if (strcmp(d->key, key) == 0)
+            return d;
+    return NULL;
 }
 
 /* Appends "_token" with everything outside [a-z0-9.-] turned into '-'. */
@@ -265,30 +258,21 @@ static void value_text(const cJSON *v, char *out, size_t n)
         snprintf(out, n, "x");
 }
 
-/* Readable tokens for the common values; the rest spell the value out. */
-static void name_value(kv_strbuf *b, const name_part *np, const cJSON *v)
+/* The table's short token for a value ("per_group=pg" in abbrev), or the
+ * token prefix and the value spelt out ("s" + "32"). */
+static void name_value(kv_strbuf *b, const kv_evict_param_def *d, const cJSON *v)
 {
     char text[256], tok[300];
     value_text(v, text, sizeof text);
-    if (strcmp(np->key, "strategy") == 0) {
-        if (strcmp(text, "per_token") == 0)
-            return; /* the default: keep names short */
-        snprintf(tok, sizeof tok, "%s",
-                 strcmp(text, "per_group") == 0  ? "pg"
-                 : strcmp(text, "per_head") == 0 ? "ph"
-                                                 : text);
-    } else if (strcmp(np->key, "score_aggregation") == 0) {
-        snprintf(tok, sizeof tok, "%s", strcmp(text, "norm_sum") == 0 ? "normsum" : text);
-    } else if (strcmp(np->key, "apply_rerotation") == 0) {
-        if (cJSON_IsTrue(v))
-            return;
-        snprintf(tok, sizeof tok, "norot");
-    } else if (strcmp(np->key, "positions") == 0) {
-        if (strcmp(text, "absolute") == 0)
-            return;
-        snprintf(tok, sizeof tok, "%s", text);
-    } else {
-        snprintf(tok, sizeof tok, "%s%s", np->prefix ? np->prefix : "", text);
+    snprintf(tok, sizeof tok, "%s%s", d->token, text);
+    size_t n = strlen(text);
+    for (const char *a = d->abbrev; *a; a += strspn(a, " ")) {
+        size_t len = strcspn(a, " ");
+        if (len > n && a[n] == '=' && strncmp(a, text, n) == 0) {
+            snprintf(tok, sizeof tok, "%.*s", (int)(len - n - 1), a + n + 1);
+            break;
+        }
+        a += len;
     }
     name_token(b, tok);
 }
@@ -298,14 +282,15 @@ char *kb_config_name(const cJSON *params)
     if (!params)
         return strdup("full");
     kv_strbuf b = {0};
-    for (size_t i = 0; i < sizeof name_parts / sizeof name_parts[0]; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(params, name_parts[i].key);
-        if (v)
-            name_value(&b, &name_parts[i], v);
+    const kv_evict_param_def *d;
+    for (int i = 0; (d = kv_evict_param(i)); i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(params, d->key);
+        if (v && d->token)
+            name_value(&b, d, v);
     }
-    /* parameters added after this table was written still make names unique */
+    /* keys outside the table still make names unique */
     for (const cJSON *c = params->child; c; c = c->next) {
-        if (name_known_key(c->string))
+        if (strcmp(c->string, "name") == 0 || param_def(c->string))
             continue;
         char text[256], tok[600];
         value_text(c, text, sizeof text);
@@ -321,64 +306,73 @@ char *kb_config_name(const cJSON *params)
     return b.s;
 }
 
-/* ---- the stand-in eviction validator ------------------------------------ */
+/* ---- eviction configs, checked against the parameter table ------------- */
 
-typedef enum { P_INT, P_ENUM, P_BOOL } ptype;
-typedef struct param_rule {
-    const char *key;
-    ptype type;
-    long min;               /* P_INT */
-    const char *choices[8]; /* P_ENUM, NULL-terminated */
-} param_rule;
-
-static const param_rule rules[] = {
-    {"algorithm", P_ENUM, 0, {"h2o", "snapkv", "streaming", "random", "knorm", NULL}},
-    {"strategy", P_ENUM, 0, {"per_token", "per_group", "per_head", NULL}},
-    {"group_size", P_INT, 1, {NULL}},
-    {"start_size", P_INT, 0, {NULL}},
-    {"recent_size", P_INT, 0, {NULL}},
-    {"intermediate_size", P_INT, 0, {NULL}},
-    {"refined_size", P_INT, 0, {NULL}},
-    {"refined_algorithm", P_ENUM, 0, {"kvcrush", "criticalkv", NULL}},
-    {"kvcrush_anchor", P_ENUM, 0, {"random", "zeros", "ones", "mean", "alternate", NULL}},
-    {"score_aggregation", P_ENUM, 0, {"sum", "norm_sum", NULL}},
-    {"window_size", P_INT, 1, {NULL}},
-    {"apply_rerotation", P_BOOL, 0, {NULL}},
-    {"positions", P_ENUM, 0, {"absolute", "compact", NULL}},
-    {"seed", P_INT, 0, {NULL}},
-};
-enum { N_RULES = sizeof rules / sizeof rules[0] };
-
-static int check_rule(const param_rule *r, const cJSON *v, char *err, size_t n)
+/* "a, b, c": a name parameter's choices (the algorithm's: the registry). */
+static void choices_text(const kv_evict_param_def *d, char *list, size_t n)
 {
-    switch (r->type) {
-    case P_INT:
-        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
-            return snprintf(err, n, "%s: must be an integer", r->key), -1;
-        if (v->valuedouble < r->min)
-            return snprintf(err, n, r->min == 1 ? "%s: must be > 0" : "%s: must be >= 0", r->key),
-                   -1;
-        if (v->valuedouble > INT_MAX)
-            return snprintf(err, n, "%s: must be <= %d", r->key, INT_MAX), -1;
-        return 0;
-    case P_BOOL:
-        if (!cJSON_IsBool(v))
-            return snprintf(err, n, "%s: must be true or false", r->key), -1;
-        return 0;
-    case P_ENUM: {
-        if (cJSON_IsString(v))
-            for (int i = 0; r->choices[i]; i++)
-                if (strcmp(v->valuestring, r->choices[i]) == 0)
-                    return 0;
-        char list[256] = "";
-        for (int i = 0; r->choices[i]; i++) {
-            strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
-            strncat(list, r->choices[i], sizeof list - strlen(list) - 1);
-        }
-        return snprintf(err, n, "%s: must be one of %s", r->key, list), -1;
+    list[0] = '\0';
+    for (int i = 0;; i++) {
+        const char *c = d->choices ? d->choices[i] : kv_evict_algorithm(i);
+        if (!c)
+            return;
+        strncat(list, i ? ", " : "", n - strlen(list) - 1);
+        strncat(list, c, n - strlen(list) - 1);
     }
+}
+
+static bool choice_ok(const kv_evict_param_def *d, const char *v)
+{
+    for (int i = 0;; i++) {
+        const char *c = d->choices ? d->choices[i] : kv_evict_algorithm(i);
+        if (!c)
+            return false;
+        if (strcmp(v, c) == 0)
+            return true;
+    }
+}
+
+/* One key's JSON type and range, as "KEY: problem" so the matrix can point
+ * at its path. */
+static int check_param(const kv_evict_param_def *d, const cJSON *v, char *err, size_t n)
+{
+    switch (d->type) {
+    case KV_PARAM_WINDOW:
+        if (cJSON_IsNull(v))
+            return 0; /* none: the algorithm's own */
+        /* fall through */
+    case KV_PARAM_INT:
+    case KV_PARAM_SEED:
+        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
+            return snprintf(err, n, "%s: must be an integer", d->key), -1;
+        if (v->valuedouble < (double)d->min)
+            return snprintf(err, n, d->min == 1 ? "%s: must be > 0" : "%s: must be >= %lld", d->key,
+                            d->min),
+                   -1;
+        if (v->valuedouble > (double)d->max)
+            return snprintf(err, n, "%s: must be <= %lld", d->key, d->max), -1;
+        return 0;
+    case KV_PARAM_BOOL:
+        if (!cJSON_IsBool(v))
+            return snprintf(err, n, "%s: must be true or false", d->key), -1;
+        return 0;
+    case KV_PARAM_NAME:
+        if (cJSON_IsString(v) && choice_ok(d, v->valuestring))
+            return 0;
+        char list[256];
+        choices_text(d, list, sizeof list);
+        return snprintf(err, n, "%s: must be one of %s", d->key, list), -1;
     }
     return 0;
+}
+
+/* Whether a given (non-null) key applies to the config's algorithm. */
+static int check_applies(const kv_evict_param_def *d, const cJSON *v, const char *alg, char *err,
+                         size_t n)
+{
+    if (!d->only_for || cJSON_IsNull(v) || strcmp(alg, d->only_for) == 0)
+        return 0;
+    return snprintf(err, n, "%s: only supported for the %s algorithm", d->key, d->only_for), -1;
 }
 
 int kb_matrix_validate_eviction(const cJSON *cfg, char *err, size_t n)
@@ -386,21 +380,24 @@ int kb_matrix_validate_eviction(const cJSON *cfg, char *err, size_t n)
     if (!cJSON_IsObject(cfg))
         return snprintf(err, n, "an eviction config must be an object"), -1;
     for (const cJSON *c = cfg->child; c; c = c->next) {
-        const param_rule *r = NULL;
-        for (int i = 0; i < N_RULES && !r; i++)
-            if (strcmp(rules[i].key, c->string) == 0)
-                r = &rules[i];
-        if (!r)
+        const kv_evict_param_def *d = param_def(c->string);
+        if (!d)
             return snprintf(err, n, "%s: unknown eviction parameter", c->string), -1;
-        if (check_rule(r, c, err, n) < 0)
+        if (check_param(d, c, err, n) < 0)
             return -1;
     }
     const char *alg = param_str(cfg, "algorithm");
-    if (cJSON_GetObjectItemCaseSensitive(cfg, "window_size") && alg && strcmp(alg, "snapkv") != 0)
-        return snprintf(err, n, "window_size: only supported for the snapkv algorithm"), -1;
-    long mid = param_long(cfg, "intermediate_size", 512);
-    if (param_long(cfg, "refined_size", 0) > mid)
-        return snprintf(err, n, "refined_size: cannot be greater than intermediate_size"), -1;
+    if (!alg)
+        alg = param_def("algorithm")->dflt;
+    for (const cJSON *c = cfg->child; c; c = c->next)
+        if (check_applies(param_def(c->string), c, alg, err, n) < 0)
+            return -1;
+    /* the cross-field rules, with NNCF's messages (docs/eviction.md) */
+    kv_evict_params p;
+    kv_error e;
+    kv_evict_params_default(&p);
+    if (kv_evict_params_from_json(&p, cfg, &e) != 0 || kv_evict_params_validate(&p, &e) != 0)
+        return snprintf(err, n, "%s", e.msg), -1;
     return 0;
 }
 

@@ -28,8 +28,8 @@
  * that starts with "KEY: " is reported under that key's path. */
 typedef int (*kb_evict_validate_fn)(const cJSON *cfg, char *err, size_t n);
 
-/* Where the matrix gets what other modules own. NULL members fall back to the
- * stand-ins (kb_matrix_validate_eviction, taskset.h). */
+/* Where the matrix gets what other modules own. NULL members fall back to
+ * kb_matrix_validate_eviction and the task registry (taskset.h). */
 typedef struct kb_matrix_hooks {
     kb_evict_validate_fn validate_eviction;
     bool (*task_known)(const char *name);
@@ -108,22 +108,24 @@ int kb_matrix_find_config(const kb_matrix *m, const char *name);
  * when their canonical texts are equal. Caller frees; NULL on OOM. */
 char *kb_json_canonical(const cJSON *v);
 
-/* hash = 16 hex digits of the canonical params ("full" for NULL). */
+/* hash = 16 hex digits of the canonical params with every default applied
+ * (kv_evict_params_to_json), so configs equal once defaults apply share it;
+ * "full" for NULL. */
 int kb_config_hash(const cJSON *params, char hash[17]);
 
 /* The deterministic name of a config: the algorithm, then one short token
- * per parameter in a fixed order, e.g. "snapkv_s32_r64_i128_w8_normsum".
- * Only keys present in params appear. Caller frees; NULL on OOM. */
+ * per parameter in the parameter table's order and spelling
+ * (kvcore/evict_table.h), e.g. "snapkv_s32_r64_i128_w8_normsum". Only keys
+ * present in params appear. Caller frees; NULL on OOM. */
 char *kb_config_name(const cJSON *params);
 
-/* KV entries per layer a config keeps: start + intermediate + recent, with
- * EVICTION.md §2.1 defaults (32, 512, 128) for missing keys; streaming keeps
- * start + recent. -1 for NULL (full cache). */
+/* KV entries per layer a config keeps: kv_evict_params_budget of the params
+ * with defaults applied. -1 for NULL (full cache) or invalid params. */
 long kb_config_budget(const cJSON *params);
 
-/* Stand-in for the eviction module's parser: knows the parameter names of
- * EVICTION.md §2.1 (+ kvbench's positions, seed, and the algorithms of issue 6),
- * their types and ranges, and a few cross-field rules. */
+/* Checks one eviction config against the parameter table (each key's JSON
+ * type, range, choices and algorithm, as "KEY: problem"), then the eviction
+ * module's cross-field rules (kv_evict_params_validate). */
 int kb_matrix_validate_eviction(const cJSON *cfg, char *err, size_t n);
 
 #endif

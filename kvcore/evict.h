@@ -33,6 +33,7 @@
 #define KV_EVICT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "attn_stats.h"
@@ -45,28 +46,29 @@ struct kv_pool;
 /* Longest accepted name value ("per_token", "criticalkv", ...). */
 #define KV_EVICT_NAME_MAX 24
 
-/* The parameters, named and defaulted as docs/eviction.md lists them (NNCF's
- * KVCacheCompressionParameters) plus kvbench's `positions` and `seed`.
+/* The parameters, named as docs/eviction.md lists them (NNCF's
+ * KVCacheCompressionParameters) plus kvbench's `positions` and `seed`;
+ * their defaults, ranges and choices are the rows of evict_table.h.
  * Names are stored in lower case; kv_evict_params_validate() checks them. */
 typedef struct kv_evict_params {
-    char algorithm[KV_EVICT_NAME_MAX]; /* "snapkv" | "h2o" | "streaming" | "random" | "knorm" */
-    char strategy[KV_EVICT_NAME_MAX];  /* "per_token" | "per_group" | "per_head" */
-    int group_size;                    /* 32; only with per_group */
-    int start_size;                    /* 32 */
-    int recent_size;                   /* 128 */
-    int intermediate_size;             /* 512 */
-    int refined_size;                  /* 0: part of intermediate_size */
-    char score_aggregation[KV_EVICT_NAME_MAX]; /* "sum" | "norm_sum" */
-    bool apply_rerotation;                     /* true */
-    bool has_window;                           /* false: window_size is None */
-    int window_size;                           /* SnapKV rows; None -> 8 for snapkv */
-    char refined_algorithm[KV_EVICT_NAME_MAX]; /* "kvcrush" | "criticalkv" */
-    char kvcrush_anchor[KV_EVICT_NAME_MAX]; /* "alternate" | "random" | "zeros" | "ones" | "mean" */
-    char positions[KV_EVICT_NAME_MAX];      /* "absolute" | "compact" (kvpress) */
-    uint32_t seed;                          /* 0: random scorer, KVCrush random anchor */
+    char algorithm[KV_EVICT_NAME_MAX]; /* the scorer registry's names */
+    char strategy[KV_EVICT_NAME_MAX];
+    int group_size; /* only with per_group */
+    int start_size;
+    int recent_size;
+    int intermediate_size;
+    int refined_size; /* part of intermediate_size */
+    char score_aggregation[KV_EVICT_NAME_MAX];
+    bool apply_rerotation;
+    bool has_window; /* false: window_size is none */
+    int window_size; /* SnapKV rows; none -> 8 for snapkv */
+    char refined_algorithm[KV_EVICT_NAME_MAX];
+    char kvcrush_anchor[KV_EVICT_NAME_MAX];
+    char positions[KV_EVICT_NAME_MAX]; /* absolute | compact (kvpress) */
+    uint32_t seed;                     /* random scorer, KVCrush random anchor */
 } kv_evict_params;
 
-/* The §2.1 defaults. */
+/* The table's defaults (evict_table.h). */
 void kv_evict_params_default(kv_evict_params *p);
 
 /* Sets one parameter from text: key as in the config file ("start_size") or
@@ -93,8 +95,42 @@ int kv_evict_params_validate(const kv_evict_params *p, kv_error *err);
 #define KV_EVICT_MAX_BUDGET (1 << 30)
 
 /* M = start + intermediate + recent: the cache length after an eviction
- * (validated params: at most KV_EVICT_MAX_BUDGET). */
+ * (validated params: at most KV_EVICT_MAX_BUDGET), for every algorithm
+ * (streaming's intermediate area keeps the newest candidates). The one
+ * budget: reports and plans show this number. */
 int kv_evict_params_budget(const kv_evict_params *p);
+
+/* The JSON schema of an eviction config's keys (configs/schema.json's
+ * $defs.eviction.properties), from the table; "full" is an algorithm
+ * there. NULL when out of memory. */
+struct cJSON *kv_evict_params_schema(void);
+
+/* One row of the parameter table (evict_table.h): what a parameter is,
+ * for the parser, validators, CLI, config names and the JSON schema. */
+typedef enum {
+    KV_PARAM_INT,
+    KV_PARAM_NAME,
+    KV_PARAM_BOOL,
+    KV_PARAM_WINDOW, /* an int or none */
+    KV_PARAM_SEED,   /* 0..UINT32_MAX */
+} kv_evict_param_type;
+
+typedef struct kv_evict_param_def {
+    const char *key;
+    kv_evict_param_type type;
+    size_t offset; /* of the field in kv_evict_params */
+    const char *dflt;
+    long long min, max;
+    const char *const *choices; /* NAME: NULL-terminated; NULL: the scorer registry */
+    const char *only_for;       /* the one algorithm it applies to; NULL: all */
+    const char *flag, *metavar, *help;
+    const char *token, *abbrev; /* config names (evict_table.h) */
+} kv_evict_param_def;
+
+/* The i-th row of the table, NULL past the last. */
+const kv_evict_param_def *kv_evict_param(int i);
+/* The row of a key ("start_size", "start-size", "--start-size"), or NULL. */
+const kv_evict_param_def *kv_evict_param_find(const char *key);
 
 /* The i-th key kv_evict_params_set accepts ("algorithm", ...), NULL past
  * the last (for help texts and config matrices). */
@@ -105,17 +141,17 @@ const char *kv_evict_algorithm(int i);
 /* What eviction needs to know about the model. */
 typedef struct kv_evict_model {
     int n_layers, n_heads, n_kv_heads, head_dim;
-    double rope_theta;          /* RoPE base, for rerotation */
-    const float *inv_freq;      /* [head_dim/2] or NULL: rope_theta^(-2f/head_dim);
-                                   pass the engine's when it scales them (llama3) */
-    int hidden;                 /* model width; only CriticalKV */
+    double rope_theta;              /* RoPE base, for rerotation */
+    const float *inv_freq;          /* [head_dim/2] or NULL: rope_theta^(-2f/head_dim);
+                                       pass the engine's when it scales them (llama3) */
+    int hidden;                     /* model width; only CriticalKV */
     const struct kv_weight *o_proj; /* [n_layers] o_proj.weight [hidden][n_heads*head_dim]
                                        in any dtype of kernels.h (the model's own, not a
                                        copy); only CriticalKV (NULL otherwise) */
-    struct kv_pool *pool;       /* threads for CriticalKV's products (NULL: the caller's) */
-    const double *vnorm_gain;   /* [n_layers][n_kv_heads] or NULL: CriticalKV's weight of a
-                                   slot is at most sum_g gain[g] * ||v_g||, which lets it skip
-                                   most products (kv_evict_model_vnorm_gains) */
+    struct kv_pool *pool;           /* threads for CriticalKV's products (NULL: the caller's) */
+    const double *vnorm_gain;       /* [n_layers][n_kv_heads] or NULL: CriticalKV's weight of a
+                                       slot is at most sum_g gain[g] * ||v_g||, which lets it skip
+                                       most products (kv_evict_model_vnorm_gains) */
 } kv_evict_model;
 
 /* Fills em->vnorm_gain from em->o_proj (allocated; kv_evict_model_release

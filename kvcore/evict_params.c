@@ -10,63 +10,33 @@
 #include <string.h>
 
 #include "evict_impl.h"
+#include "evict_table.h"
 
-void kv_evict_params_default(kv_evict_params *p)
-{
-    memset(p, 0, sizeof *p);
-    strcpy(p->algorithm, "snapkv");
-    strcpy(p->strategy, "per_token");
-    p->group_size = 32;
-    p->start_size = 32;
-    p->recent_size = 128;
-    p->intermediate_size = 512;
-    p->refined_size = 0;
-    strcpy(p->score_aggregation, "sum");
-    p->apply_rerotation = true;
-    p->has_window = false;
-    p->window_size = 0;
-    strcpy(p->refined_algorithm, "kvcrush");
-    strcpy(p->kvcrush_anchor, "alternate");
-    strcpy(p->positions, "absolute");
-    p->seed = 0;
-}
-
-int kv_evict_params_budget(const kv_evict_params *p)
-{
-    return p->start_size + p->intermediate_size + p->recent_size;
-}
-
-/* ---- the field table: one row per key, shared by both input forms ---- */
-
-typedef enum { F_INT, F_NAME, F_BOOL, F_WINDOW, F_SEED } field_kind;
-
-typedef struct field {
-    const char *key;
-    field_kind kind;
-    size_t offset;
-} field;
+/* ---- the table (evict_table.h), one row per key ---- */
 
 /* clang-format off */
-#define FIELD(k, kind) {#k, kind, offsetof(kv_evict_params, k)}
+#define ROW(key, type, dflt, min, max, choices, only_for, flag, metavar, help, token, abbrev) \
+    {#key, KV_PARAM_##type, offsetof(kv_evict_params, key), dflt, min, max, choices, only_for, \
+     flag, metavar, help, token, abbrev},
 /* clang-format on */
-static const field fields[] = {
-    FIELD(algorithm, F_NAME),         FIELD(strategy, F_NAME),
-    FIELD(group_size, F_INT),         FIELD(start_size, F_INT),
-    FIELD(recent_size, F_INT),        FIELD(intermediate_size, F_INT),
-    FIELD(refined_size, F_INT),       FIELD(score_aggregation, F_NAME),
-    FIELD(apply_rerotation, F_BOOL),  FIELD(window_size, F_WINDOW),
-    FIELD(refined_algorithm, F_NAME), FIELD(kvcrush_anchor, F_NAME),
-    FIELD(positions, F_NAME),         FIELD(seed, F_SEED),
-};
+static const kv_evict_param_def fields[] = {KV_EVICT_PARAM_TABLE(ROW)};
+#undef ROW
 #define N_FIELDS (sizeof fields / sizeof fields[0])
+typedef kv_evict_param_def field;
+
+const kv_evict_param_def *kv_evict_param(int i)
+{
+    return i >= 0 && (size_t)i < N_FIELDS ? &fields[i] : NULL;
+}
 
 const char *kv_evict_param_key(int i)
 {
     return i >= 0 && (size_t)i < N_FIELDS ? fields[i].key : NULL;
 }
 
-/* "--start-size", "start-size" and "start_size" all name start_size. */
-static const field *field_find(const char *key)
+/* "--start-size", "start-size" and "start_size" all name start_size; so
+ * does the flag ("--eviction" is algorithm). */
+const kv_evict_param_def *kv_evict_param_find(const char *key)
 {
     while (key[0] == '-')
         key++;
@@ -77,9 +47,25 @@ static const field *field_find(const char *key)
     for (size_t i = 0; i <= n; i++)
         norm[i] = key[i] == '-' ? '_' : key[i];
     for (size_t i = 0; i < N_FIELDS; i++)
-        if (strcmp(fields[i].key, norm) == 0)
+        if (strcmp(fields[i].key, norm) == 0 || strcmp(fields[i].flag, key) == 0)
             return &fields[i];
     return NULL;
+}
+
+static int set_field(kv_evict_params *p, const field *f, const char *v, kv_error *err);
+
+void kv_evict_params_default(kv_evict_params *p)
+{
+    memset(p, 0, sizeof *p);
+    kv_error err;
+    for (size_t i = 0; i < N_FIELDS; i++)
+        if (set_field(p, &fields[i], fields[i].dflt, &err) != 0)
+            abort(); /* a malformed default in evict_table.h: test_evict catches it */
+}
+
+int kv_evict_params_budget(const kv_evict_params *p)
+{
+    return p->start_size + p->intermediate_size + p->recent_size;
 }
 
 static int unknown_key(const char *key, kv_error *err)
@@ -130,14 +116,14 @@ static int parse_bool(const field *f, const char *v, bool *out, kv_error *err)
 static int set_field(kv_evict_params *p, const field *f, const char *v, kv_error *err)
 {
     char *base = (char *)p + f->offset;
-    switch (f->kind) {
-    case F_INT:
+    switch (f->type) {
+    case KV_PARAM_INT:
         return parse_int(f, v, (int *)base, err);
-    case F_NAME:
+    case KV_PARAM_NAME:
         return set_name(base, f, v, err);
-    case F_BOOL:
+    case KV_PARAM_BOOL:
         return parse_bool(f, v, (bool *)base, err);
-    case F_WINDOW:
+    case KV_PARAM_WINDOW:
         if (!strcasecmp(v, "none") || !strcasecmp(v, "null")) {
             p->has_window = false;
             p->window_size = 0;
@@ -145,7 +131,7 @@ static int set_field(kv_evict_params *p, const field *f, const char *v, kv_error
         }
         p->has_window = true;
         return parse_int(f, v, &p->window_size, err);
-    case F_SEED: {
+    case KV_PARAM_SEED: {
         char *end;
         errno = 0;
         unsigned long long x = strtoull(v, &end, 10);
@@ -161,7 +147,7 @@ static int set_field(kv_evict_params *p, const field *f, const char *v, kv_error
 
 int kv_evict_params_set(kv_evict_params *p, const char *key, const char *value, kv_error *err)
 {
-    const field *f = field_find(key);
+    const field *f = kv_evict_param_find(key);
     if (!f)
         return unknown_key(key, err);
     return set_field(p, f, value, err);
@@ -170,11 +156,11 @@ int kv_evict_params_set(kv_evict_params *p, const char *key, const char *value, 
 /* A JSON value as the text set_field parses, checking its JSON type. */
 static int json_text(const field *f, const cJSON *v, char *buf, size_t n, kv_error *err)
 {
-    if (f->kind == F_WINDOW && cJSON_IsNull(v)) {
+    if (f->type == KV_PARAM_WINDOW && cJSON_IsNull(v)) {
         snprintf(buf, n, "none");
         return 0;
     }
-    if (f->kind == F_NAME) {
+    if (f->type == KV_PARAM_NAME) {
         if (!cJSON_IsString(v))
             return kv_fail(err, "eviction config: %s: expected a string", f->key);
         if (strlen(v->valuestring) >= n)
@@ -183,7 +169,7 @@ static int json_text(const field *f, const cJSON *v, char *buf, size_t n, kv_err
         snprintf(buf, n, "%s", v->valuestring);
         return 0;
     }
-    if (f->kind == F_BOOL) {
+    if (f->type == KV_PARAM_BOOL) {
         if (!cJSON_IsBool(v))
             return kv_fail(err, "eviction config: %s: expected true or false", f->key);
         snprintf(buf, n, "%s", cJSON_IsTrue(v) ? "true" : "false");
@@ -192,7 +178,7 @@ static int json_text(const field *f, const cJSON *v, char *buf, size_t n, kv_err
     double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
     if (!isfinite(d) || d != floor(d) || fabs(d) > 4294967295.0)
         return kv_fail(err, "eviction config: %s: expected an integer%s", f->key,
-                       f->kind == F_WINDOW ? " or null" : "");
+                       f->type == KV_PARAM_WINDOW ? " or null" : "");
     snprintf(buf, n, "%.0f", d);
     return 0;
 }
@@ -202,7 +188,7 @@ int kv_evict_params_from_json(kv_evict_params *p, const cJSON *obj, kv_error *er
     if (!cJSON_IsObject(obj))
         return kv_fail(err, "eviction config: expected a JSON object");
     for (const cJSON *it = obj->child; it; it = it->next) {
-        const field *f = field_find(it->string);
+        const field *f = kv_evict_param_find(it->string);
         if (!f)
             return unknown_key(it->string, err);
         char text[64];
@@ -222,20 +208,20 @@ cJSON *kv_evict_params_to_json(const kv_evict_params *p)
         const field *f = &fields[i];
         const char *base = (const char *)p + f->offset;
         cJSON *v = NULL;
-        switch (f->kind) {
-        case F_INT:
+        switch (f->type) {
+        case KV_PARAM_INT:
             v = cJSON_CreateNumber(*(const int *)base);
             break;
-        case F_NAME:
+        case KV_PARAM_NAME:
             v = cJSON_CreateString(base);
             break;
-        case F_BOOL:
+        case KV_PARAM_BOOL:
             v = cJSON_CreateBool(*(const bool *)base);
             break;
-        case F_WINDOW:
+        case KV_PARAM_WINDOW:
             v = p->has_window ? cJSON_CreateNumber(p->window_size) : cJSON_CreateNull();
             break;
-        case F_SEED:
+        case KV_PARAM_SEED:
             v = cJSON_CreateNumber(p->seed);
             break;
         }
@@ -258,10 +244,12 @@ static bool name_in(const char *v, const char *const *names)
     return false;
 }
 
-static const char *const aggregations[] = {"sum", "norm_sum", NULL};
-static const char *const strategies[] = {"per_token", "per_group", "per_head", NULL};
-static const char *const anchors[] = {"random", "zeros", "ones", "mean", "alternate", NULL};
-static const char *const positions[] = {"absolute", "compact", NULL};
+/* Whether p's value of a NAME parameter is one of the table's choices. */
+static bool name_ok(const kv_evict_params *p, const char *key)
+{
+    const field *f = kv_evict_param_find(key);
+    return name_in((const char *)p + f->offset, f->choices);
+}
 
 static int check_names(const kv_evict_params *p, kv_error *err)
 {
@@ -295,17 +283,17 @@ static int check_nncf(const kv_evict_params *p, kv_error *err)
     int g = per_group ? p->group_size : 1;
     if (S % g || R % g || I % g || F % g)
         return kv_fail(err, "KV cache part sizes must be divisible by the group size.");
-    if (!name_in(p->score_aggregation, aggregations))
+    if (!name_ok(p, "score_aggregation"))
         return kv_fail(err, "score_aggregation must be 'sum' or 'norm_sum' (got '%s').",
                        p->score_aggregation);
     if (p->has_window && strcmp(p->algorithm, "snapkv") != 0)
         return kv_fail(err, "Window size is only supported for SNAPKV algorithm.");
     if (p->has_window && p->window_size <= 0)
         return kv_fail(err, "window_size must be a positive integer (got %d).", p->window_size);
-    if (!name_in(p->strategy, strategies))
+    if (!name_ok(p, "strategy"))
         return kv_fail(err, "strategy must be 'per_token', 'per_group' or 'per_head' (got '%s').",
                        p->strategy);
-    if (!name_in(p->kvcrush_anchor, anchors))
+    if (!name_ok(p, "kvcrush_anchor"))
         return kv_fail(err,
                        "kvcrush_anchor must be one of random, zeros, ones, mean, alternate "
                        "(got '%s').",
@@ -324,7 +312,7 @@ static int check_kvbench(const kv_evict_params *p, kv_error *err)
     if (p->refined_size > 0 && strcmp(p->refined_algorithm, "kvcrush") == 0 &&
         strcmp(p->strategy, "per_group") != 0 && strcmp(p->kvcrush_anchor, "mean") == 0)
         return kv_fail(err, "Mean anchor is not supported for KVCrush in per-token mode.");
-    if (!name_in(p->positions, positions))
+    if (!name_ok(p, "positions"))
         return kv_fail(err, "positions must be 'absolute' or 'compact' (got '%s').", p->positions);
     /* in 64 bits: each size may be up to INT_MAX, their sum may not */
     long long budget = (long long)p->start_size + p->intermediate_size + p->recent_size;
@@ -341,4 +329,81 @@ int kv_evict_params_validate(const kv_evict_params *p, kv_error *err)
     if (check_names(p, err) || check_nncf(p, err) || check_kvbench(p, err))
         return -1;
     return 0;
+}
+
+/* ---- the JSON schema of the keys ---- */
+
+static cJSON *schema_default(const field *f)
+{
+    switch (f->type) {
+    case KV_PARAM_NAME:
+        return cJSON_CreateString(f->dflt);
+    case KV_PARAM_BOOL:
+        return cJSON_CreateBool(strcmp(f->dflt, "true") == 0);
+    case KV_PARAM_WINDOW:
+        if (strcmp(f->dflt, "none") == 0)
+            return cJSON_CreateNull();
+        return cJSON_CreateNumber(strtod(f->dflt, NULL));
+    case KV_PARAM_INT:
+    case KV_PARAM_SEED:
+        return cJSON_CreateNumber(strtod(f->dflt, NULL));
+    }
+    return NULL;
+}
+
+/* The accepted names; the algorithm's are the scorer registry plus "full",
+ * the matrix's full-cache baseline. */
+static cJSON *schema_enum(const field *f)
+{
+    cJSON *a = cJSON_CreateArray();
+    if (f->choices) {
+        for (int i = 0; a && f->choices[i]; i++)
+            cJSON_AddItemToArray(a, cJSON_CreateString(f->choices[i]));
+        return a;
+    }
+    cJSON_AddItemToArray(a, cJSON_CreateString("full"));
+    for (int i = 0; a && kv_evict_algorithm(i); i++)
+        cJSON_AddItemToArray(a, cJSON_CreateString(kv_evict_algorithm(i)));
+    return a;
+}
+
+static cJSON *schema_property(const field *f)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "description", f->help);
+    if (f->type == KV_PARAM_NAME) {
+        cJSON_AddItemToObject(o, "enum", schema_enum(f));
+    } else if (f->type == KV_PARAM_BOOL) {
+        cJSON_AddStringToObject(o, "type", "boolean");
+    } else {
+        if (f->type == KV_PARAM_WINDOW) {
+            const char *types[] = {"integer", "null"};
+            cJSON_AddItemToObject(o, "type", cJSON_CreateStringArray(types, 2));
+        } else {
+            cJSON_AddStringToObject(o, "type", "integer");
+        }
+        cJSON_AddNumberToObject(o, "minimum", (double)f->min);
+        cJSON_AddNumberToObject(o, "maximum", (double)f->max);
+    }
+    cJSON_AddItemToObject(o, "default", schema_default(f));
+    return o;
+}
+
+cJSON *kv_evict_params_schema(void)
+{
+    cJSON *props = cJSON_CreateObject();
+    for (size_t i = 0; props && i < N_FIELDS; i++)
+        cJSON_AddItemToObject(props, fields[i].key, schema_property(&fields[i]));
+    /* cJSON's builders skip NULL items: out of memory shows as a missing
+     * property or default */
+    bool complete = props && cJSON_GetArraySize(props) == (int)N_FIELDS;
+    for (size_t i = 0; complete && i < N_FIELDS; i++) {
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(props, fields[i].key);
+        complete = cJSON_GetObjectItemCaseSensitive(o, "default") != NULL;
+    }
+    if (!complete) {
+        cJSON_Delete(props);
+        return NULL;
+    }
+    return props;
 }

@@ -1583,3 +1583,44 @@ Test(evict_params, keys_and_algorithms_are_listed)
     cr_assert_str_eq(kv_evict_algorithm(0), "snapkv");
     cr_assert_null(kv_evict_algorithm(5));
 }
+
+/* The table is the parser's: each row's key, CLI flag and --flag set the
+ * same field, its default is what kv_evict_params_default gives (and what
+ * to_json writes back), and a non-NAME row rejects text of the wrong type
+ * naming its key. */
+Test(evict_params, every_table_row_parses_by_key_and_flag)
+{
+    kv_evict_params def, a, b;
+    kv_evict_params_default(&def);
+    cJSON *dj = kv_evict_params_to_json(&def);
+    kv_error err;
+    const kv_evict_param_def *d;
+    int n = 0;
+    for (; (d = kv_evict_param(n)); n++) {
+        cr_assert_eq(kv_evict_param_find(d->key), d);
+        cr_assert_eq(kv_evict_param_find(d->flag), d, "%s", d->flag);
+        char flag[64];
+        snprintf(flag, sizeof flag, "--%s", d->flag);
+        cr_assert_eq(kv_evict_param_find(flag), d, "%s", flag);
+        /* the default, set as text through the flag, changes nothing */
+        a = def;
+        cr_assert_eq(kv_evict_params_set(&a, flag, d->dflt, &err), 0, "%s", err.msg);
+        cr_assert_eq(memcmp(&a, &def, sizeof a), 0, "%s", d->key);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(dj, d->key);
+        cr_assert_not_null(v, "%s", d->key);
+        char *text = cJSON_IsString(v) ? strdup(v->valuestring) : cJSON_PrintUnformatted(v);
+        cr_assert_str_eq(strcmp(text, "null") == 0 ? "none" : text, d->dflt, "%s", d->key);
+        free(text);
+        if (d->type != KV_PARAM_NAME) {
+            b = def;
+            cr_assert_neq(kv_evict_params_set(&b, d->key, "many", &err), 0, "%s", d->key);
+            cr_assert(strstr(err.msg, d->key), "%s", err.msg);
+        }
+    }
+    cr_assert_eq(n, 14);
+    cr_assert_null(kv_evict_param_find("--no-such-flag"));
+    cJSON *schema = kv_evict_params_schema();
+    cr_assert_eq(cJSON_GetArraySize(schema), n);
+    cJSON_Delete(schema);
+    cJSON_Delete(dj);
+}

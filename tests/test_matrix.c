@@ -1,6 +1,8 @@
 /* The config matrix: structure errors name their key path, sweeps expand to
  * the cartesian product, the baseline is always there, names and hashes are
- * deterministic, and the shipped configs parse. */
+ * deterministic (configs equal once defaults apply are one), the parameter
+ * table drives validation, --help and the schema, the reported budget is
+ * what the engine keeps, and the shipped configs parse. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,7 +10,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "evict.h"
+#include "eviction.h"
+#include "generate.h"
 #include "matrix.h"
+#include "model.h"
 #include "testutil.h"
 
 static kb_matrix m;
@@ -151,7 +157,9 @@ Test(matrix, list_of_sweeps_is_their_union_after_named_configs)
     cr_assert_str_eq(m.configs[1].name, "mine");
     cr_assert_str_eq(m.configs[2].name, "h2o_s4");
     cr_assert_str_eq(m.configs[5].name, "streaming_r2");
-    cr_assert_eq(m.configs[5].budget, 32 + 2); /* streaming: start + recent */
+    /* streaming's intermediate area keeps the newest candidates: the cache
+     * holds start + intermediate + recent like every algorithm's */
+    cr_assert_eq(m.configs[5].budget, 32 + 512 + 2);
     kb_matrix_free(&m);
 }
 
@@ -357,6 +365,19 @@ Test(matrix, run_dry_run_shows_the_plan_and_errors_name_the_key)
                             "must be >= 0"),
               "%s", r.err);
     tu_result_free(&r);
+    /* the plan shows the budget the engine keeps (streaming: 32 + 512 + 64) */
+    char *model = tu_source("tests/data/models/qwen3-bf16");
+    f = fopen(path, "w");
+    fprintf(f,
+            "{\"model\": \"%s\", \"tasks\": [\"trec\"], \"configs\": "
+            "[{\"algorithm\": \"streaming\", \"recent_size\": 64}]}",
+            model);
+    fclose(f);
+    free(model);
+    r = tu_kvbench("run", path, "--dry-run", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "budget 608 "), "%s", r.out);
+    tu_result_free(&r);
     tu_rmtree(dir);
     free(dir);
 }
@@ -512,4 +533,173 @@ Test(matrix, load_refuses_nul_characters_and_invalid_utf8)
     kb_matrix_free(&m);
     tu_rmtree(dir);
     free(dir);
+}
+
+Test(matrix, configs_equal_once_defaults_apply_are_one_config)
+{
+    cJSON *a = cJSON_Parse("{\"algorithm\": \"h2o\", \"intermediate_size\": 64}");
+    cJSON *b =
+        cJSON_Parse("{\"algorithm\": \"h2o\", \"intermediate_size\": 64, \"start_size\": 32, "
+                    "\"score_aggregation\": \"sum\"}");
+    cJSON *c =
+        cJSON_Parse("{\"algorithm\": \"h2o\", \"intermediate_size\": 64, \"start_size\": 16}");
+    char ha[17], hb[17], hc[17];
+    cr_assert_eq(kb_config_hash(a, ha), 0);
+    cr_assert_eq(kb_config_hash(b, hb), 0);
+    cr_assert_eq(kb_config_hash(c, hc), 0);
+    cr_assert_str_eq(ha, hb, "defaults spelt out are the same config");
+    cr_assert_str_neq(ha, hc, "a value other than the default is another config");
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    cJSON_Delete(c);
+    /* the matrix runs it once: it refuses the second spelling */
+    expect_error("{" BASE ", \"configs\": [{\"algorithm\": \"h2o\", \"intermediate_size\": 64}, "
+                 "{\"algorithm\": \"h2o\", \"intermediate_size\": 64, \"start_size\": 32, "
+                 "\"score_aggregation\": \"sum\"}]}",
+                 "configs[1] (\"h2o_s32_i64_sum\") is the same config as configs[0] "
+                 "(\"h2o_i64\"); remove one");
+    /* so does a sweep that spells out the default */
+    expect_error("{" BASE ", \"configs\": [{\"algorithm\": \"snapkv\"}], "
+                 "\"sweep\": {\"algorithm\": \"snapkv\", \"recent_size\": [64, 128]}}",
+                 "sweep{recent_size=128} (\"snapkv_r128\") is the same config as configs[0] "
+                 "(\"snapkv\"); remove one");
+}
+
+/* The issue's case: streaming without intermediate_size keeps
+ * 32 + 512 + 64 = 608 tokens, and the matrix says so. */
+Test(matrix, budget_is_the_engines)
+{
+    cr_assert_eq(parse("{" BASE ", \"configs\": [{\"algorithm\": \"streaming\", \"recent_size\": "
+                       "64}, {\"algorithm\": \"h2o\", \"start_size\": 0, \"recent_size\": 0, "
+                       "\"intermediate_size\": 7}]}"),
+                 0, "%s", err.msg);
+    cr_assert_eq(m.configs[1].budget, 608);
+    cr_assert_eq(m.configs[2].budget, 7);
+    kb_matrix_free(&m);
+}
+
+/* Every parameter comes from the table: each key the table lists is
+ * accepted by the matrix with its default, its CLI flag is in --help with
+ * that default, and the committed schema holds the generated properties. */
+Test(matrix, parameter_table_drives_validation_cli_and_schema)
+{
+    tu_result h = tu_kvbench("generate", "--help", NULL);
+    cr_assert_eq(h.status, 0, "%s", h.err);
+    const kv_evict_param_def *d;
+    for (int i = 0; (d = kv_evict_param(i)); i++) {
+        char cfg[512], flag[128];
+        const char *q = d->type == KV_PARAM_NAME ? "\"" : "";
+        const char *v = strcmp(d->dflt, "none") == 0 ? "null" : d->dflt;
+        snprintf(cfg, sizeof cfg, "{" BASE ", \"configs\": [{\"%s\": %s%s%s}]}", d->key, q, v, q);
+        cr_assert_eq(parse(cfg), 0, "%s: %s", cfg, err.msg);
+        kb_matrix_free(&m);
+        snprintf(flag, sizeof flag, "--%s %s", d->flag, d->metavar);
+        const char *at = strstr(h.out, flag);
+        cr_assert_not_null(at, "--help lacks %s", flag);
+        snprintf(flag, sizeof flag, "(default %s)", d->dflt);
+        cr_assert(strstr(at, flag) && strstr(at, flag) < strchr(at, '\n'), "%s: %s", d->key, flag);
+    }
+    /* a key the table does not list, and a range taken from it */
+    expect_error("{" BASE ", \"configs\": [{\"start_sise\": 1}]}",
+                 "configs[0].start_sise: unknown eviction parameter");
+    expect_error("{" BASE ", \"configs\": [{\"algorithm\": \"snapkv\", \"window_size\": 0}]}",
+                 "configs[0].window_size: must be > 0");
+    expect_error("{" BASE ", \"configs\": [{\"algorithm\": \"h2o\", \"window_size\": 8}]}",
+                 "configs[0].window_size: only supported for the snapkv algorithm");
+    expect_error("{" BASE ", \"configs\": [{\"seed\": 4294967296}]}",
+                 "configs[0].seed: must be <= 4294967295");
+    char *path = tu_source("configs/schema.json");
+    char *schema = tu_slurp(path, NULL);
+    char *block = kb_eviction_schema_text();
+    cr_assert(strstr(schema, block),
+              "configs/schema.json is stale: run kvbench schema --write configs/schema.json");
+    free(block);
+    free(schema);
+    free(path);
+    tu_result_free(&h);
+}
+
+/* The budget the matrix reports (run.json, reports, --dry-run) is what the
+ * engine's cache holds after every eviction, for every algorithm, strategy
+ * and refiner: one sweep run on the tiny test model. */
+typedef struct kept_run {
+    kv_evictor *ev;
+    kv_attn_stats_request req;
+    int n_prompt, group, budget;
+} kept_run;
+
+static int check_kept(void *user, kv_cache *c, const kv_attn_stats *stats, int step, kv_error *e)
+{
+    const kept_run *r = user;
+    int kept_budget = r->budget;
+    if (kv_evictor_step(r->ev, c, &r->req, stats, step, NULL, NULL, e) != 0)
+        return -1;
+    int total = r->n_prompt + step; /* tokens fed so far */
+    int want = total < kept_budget ? total : kept_budget;
+    /* per_group evicts whole groups: up to group_size - 1 below the budget */
+    int slack = r->group - 1;
+    for (int l = 0; l < c->n_layers; l++) {
+        int len = c->layers[l].len;
+        cr_assert(len <= want && len >= want - slack, "step %d layer %d: %d kept, budget %d", step,
+                  l, len, kept_budget);
+    }
+    return 0;
+}
+
+Test(matrix, reported_budget_is_what_the_cache_keeps, .timeout = 300)
+{
+    char algs[256] = "";
+    for (int i = 0; kv_evict_algorithm(i); i++)
+        snprintf(algs + strlen(algs), sizeof algs - strlen(algs), "%s\"%s\"", i ? ", " : "",
+                 kv_evict_algorithm(i));
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{" BASE ", \"sweep\": ["
+             "{\"algorithm\": [%s], \"start_size\": 4, \"recent_size\": 16, "
+             "\"intermediate_size\": [0, 44]},"
+             "{\"algorithm\": \"h2o\", \"strategy\": [\"per_group\", \"per_head\"], "
+             "\"group_size\": 4, \"start_size\": 4, \"recent_size\": 8, \"intermediate_size\": 40},"
+             "{\"algorithm\": \"snapkv\", \"refined_algorithm\": [\"kvcrush\", \"criticalkv\"], "
+             "\"refined_size\": 8, \"start_size\": 4, \"recent_size\": 16, "
+             "\"intermediate_size\": 20}]}",
+             algs);
+    cr_assert_eq(parse(text), 0, "%s", err.msg);
+    char *dir = tu_source("tests/data/models/qwen3-bf16");
+    kv_model *model;
+    cr_assert_eq(kv_model_load(dir, &model, &err), 0, "%s", err.msg);
+    kv_evict_model em;
+    cr_assert_eq(kv_evict_model_load(&em, model, true, &err), 0, "%s", err.msg);
+    enum { N_PROMPT = 120, N_NEW = 3 };
+    int32_t prompt[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++)
+        prompt[i] = 10 + 37 * i % 500; /* the tiny model has 512 ids */
+    for (size_t c = 1; c < m.n_configs; c++) {
+        kv_evict_params p;
+        kv_evict_params_default(&p);
+        cr_assert_eq(kv_evict_params_from_json(&p, m.configs[c].params, &err), 0, "%s", err.msg);
+        cr_assert_eq(m.configs[c].budget, kv_evict_params_budget(&p), "%s", m.configs[c].name);
+        cr_assert_lt(m.configs[c].budget, N_PROMPT, "%s evicts", m.configs[c].name);
+        kept_run r = {.n_prompt = N_PROMPT,
+                      .group = strcmp(p.strategy, "per_group") == 0 ? p.group_size : 1,
+                      .budget = (int)m.configs[c].budget};
+        r.ev = kv_evictor_new(&p, &em, &err);
+        cr_assert_not_null(r.ev, "%s: %s", m.configs[c].name, err.msg);
+        kv_evictor_generation_request(r.ev, &r.req);
+        kv_generate_opts o = {.max_new_tokens = N_NEW,
+                              .ignore_eos = true,
+                              .on_step = check_kept,
+                              .stats_req = r.req,
+                              .user = &r};
+        kv_cache *cache = kv_model_cache_new(model, N_PROMPT + N_NEW, &err);
+        kv_generation g;
+        cr_assert_eq(kv_generate(model, cache, prompt, N_PROMPT, &o, &g, &err), 0, "%s: %s",
+                     m.configs[c].name, err.msg);
+        kv_generation_free(&g);
+        kv_cache_free(cache);
+        kv_evictor_free(r.ev);
+    }
+    kv_evict_model_release(&em);
+    kv_model_free(model);
+    free(dir);
+    kb_matrix_free(&m);
 }
