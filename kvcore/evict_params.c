@@ -370,7 +370,10 @@ static cJSON *schema_enum(const field *f)
 static cJSON *schema_property(const field *f)
 {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "description", f->help);
+    char desc[256];
+    snprintf(desc, sizeof desc, "%s%s%s%s", f->help, f->only_for ? " (only with algorithm " : "",
+             f->only_for ? f->only_for : "", f->only_for ? ")" : "");
+    cJSON_AddStringToObject(o, "description", desc);
     if (f->type == KV_PARAM_NAME) {
         cJSON_AddItemToObject(o, "enum", schema_enum(f));
     } else if (f->type == KV_PARAM_BOOL) {

@@ -613,6 +613,24 @@ Test(matrix, parameter_table_drives_validation_cli_and_schema)
     char *block = kb_eviction_schema_text();
     cr_assert(strstr(schema, block),
               "configs/schema.json is stale: run kvbench schema --write configs/schema.json");
+    /* kvbench schema --write puts it back into a stale copy, byte for byte */
+    char *dir = tu_mkdtemp(), copy[512];
+    snprintf(copy, sizeof copy, "%s/schema.json", dir);
+    char *stale = strdup(schema);
+    char *at = strstr(stale, "\"start_size\"");
+    memcpy(at, "\"start_sise\"", 12);
+    FILE *f = fopen(copy, "w");
+    fputs(stale, f);
+    fclose(f);
+    tu_result w = tu_kvbench("schema", "--write", copy, NULL);
+    cr_assert_eq(w.status, 0, "%s", w.err);
+    char *fixed = tu_slurp(copy, NULL);
+    cr_assert_str_eq(fixed, schema);
+    free(fixed);
+    free(stale);
+    tu_result_free(&w);
+    tu_rmtree(dir);
+    free(dir);
     free(block);
     free(schema);
     free(path);
