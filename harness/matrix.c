@@ -172,8 +172,9 @@ char *kb_json_canonical(const cJSON *v)
     return b.s;
 }
 
-/* The config as the engine runs it: every parameter, defaults applied, so
- * configs that only spell out defaults are one config. NULL when params do
+/* The config as the engine runs it: every parameter, defaults applied and
+ * resolved (snapkv's window), so configs that only spell out defaults are
+ * one config. NULL when params do
  * not parse (then the text as written stands for itself) or out of memory. */
 static cJSON *with_defaults(const cJSON *params)
 {
@@ -182,6 +183,7 @@ static cJSON *with_defaults(const cJSON *params)
     kv_evict_params_default(&p);
     if (kv_evict_params_from_json(&p, params, &err) != 0)
         return NULL;
+    kv_evict_params_resolve(&p);
     return kv_evict_params_to_json(&p);
 }
 

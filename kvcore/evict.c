@@ -67,7 +67,7 @@ int kv_attn_stats_request_window(kv_attn_stats_request *req, int w)
 static void cfg_resolve(kv_evict_cfg *cfg, const kv_evict_params *p, const kv_evict_model *m)
 {
     cfg->p = p;
-    cfg->window = p->has_window ? p->window_size : strcmp(p->algorithm, "snapkv") == 0 ? 8 : 0;
+    cfg->window = kv_evict_params_window(p);
     cfg->group = strcmp(p->strategy, "per_group") == 0 ? p->group_size : 1;
     cfg->n_sets = m && strcmp(p->strategy, "per_head") == 0 ? m->n_kv_heads : 1;
     cfg->norm_sum = strcmp(p->score_aggregation, "norm_sum") == 0;

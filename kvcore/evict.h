@@ -100,6 +100,14 @@ int kv_evict_params_validate(const kv_evict_params *p, kv_error *err);
  * budget: reports and plans show this number. */
 int kv_evict_params_budget(const kv_evict_params *p);
 
+/* The SnapKV observation window the policy uses: window_size, or 8 for
+ * snapkv without one (NNCF's default); 0 for the other algorithms. */
+int kv_evict_params_window(const kv_evict_params *p);
+
+/* Spells out what "none" means (window_size: kv_evict_params_window), so
+ * two parameter sets that run alike compare and hash alike. */
+void kv_evict_params_resolve(kv_evict_params *p);
+
 /* The JSON schema of an eviction config's keys (configs/schema.json's
  * $defs.eviction.properties), from the table; "full" is an algorithm
  * there. NULL when out of memory. */

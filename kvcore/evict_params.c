@@ -68,6 +68,20 @@ int kv_evict_params_budget(const kv_evict_params *p)
     return p->start_size + p->intermediate_size + p->recent_size;
 }
 
+int kv_evict_params_window(const kv_evict_params *p)
+{
+    if (p->has_window)
+        return p->window_size;
+    return strcmp(p->algorithm, "snapkv") == 0 ? 8 : 0; /* NNCF's SnapKV default */
+}
+
+void kv_evict_params_resolve(kv_evict_params *p)
+{
+    int w = kv_evict_params_window(p);
+    p->has_window = w > 0;
+    p->window_size = w;
+}
+
 static int unknown_key(const char *key, kv_error *err)
 {
     char known[512] = "";

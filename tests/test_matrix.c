@@ -558,6 +558,12 @@ Test(matrix, configs_equal_once_defaults_apply_are_one_config)
                  "\"score_aggregation\": \"sum\"}]}",
                  "configs[1] (\"h2o_s32_i64_sum\") is the same config as configs[0] "
                  "(\"h2o_i64\"); remove one");
+    /* snapkv's window none is its window 8 */
+    expect_error("{" BASE ", \"configs\": [{\"algorithm\": \"snapkv\"}, {\"algorithm\": "
+                 "\"snapkv\", \"window_size\": 16}, {\"algorithm\": \"snapkv\", "
+                 "\"window_size\": 8}]}",
+                 "configs[2] (\"snapkv_w8\") is the same config as configs[0] (\"snapkv\"); "
+                 "remove one");
     /* so does a sweep that spells out the default */
     expect_error("{" BASE ", \"configs\": [{\"algorithm\": \"snapkv\"}], "
                  "\"sweep\": {\"algorithm\": \"snapkv\", \"recent_size\": [64, 128]}}",
