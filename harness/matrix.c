@@ -10,8 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "file.h"
 #include "evict.h"
+#include "file.h"
 #include "hash.h"
 #include "jsonstr.h"
 #include "strbuf.h"
@@ -172,19 +172,22 @@ char *kb_json_canonical(const cJSON *v)
     return b.s;
 }
 
-/* The config as the engine runs it: every parameter, defaults applied and
- * resolved (snapkv's window), so configs that only spell out defaults are
- * one config. NULL when params do
- * not parse (then the text as written stands for itself) or out of memory. */
-static cJSON *with_defaults(const cJSON *params)
+/* The canonical text of a config as the engine runs it: every parameter,
+ * defaults applied and resolved (snapkv's window), so configs that only
+ * spell out defaults are one config. Params that do not parse (a matrix
+ * without the eviction checks) stand for themselves. NULL on OOM. */
+static char *canonical_params(const cJSON *params)
 {
     kv_evict_params p;
     kv_error err;
     kv_evict_params_default(&p);
     if (kv_evict_params_from_json(&p, params, &err) != 0)
-        return NULL;
+        return kb_json_canonical(params);
     kv_evict_params_resolve(&p);
-    return kv_evict_params_to_json(&p);
+    cJSON *full = kv_evict_params_to_json(&p);
+    char *c = full ? kb_json_canonical(full) : NULL;
+    cJSON_Delete(full);
+    return c;
 }
 
 int kb_config_hash(const cJSON *params, char hash[17])
@@ -193,9 +196,7 @@ int kb_config_hash(const cJSON *params, char hash[17])
         kb_hash_hex(kb_hash_bytes("full", 4), hash);
         return 0;
     }
-    cJSON *full = with_defaults(params);
-    char *c = kb_json_canonical(full ? full : params);
-    cJSON_Delete(full);
+    char *c = canonical_params(params);
     if (!c)
         return -1;
     kb_hash_hex(kb_hash_bytes(c, strlen(c)), hash);
