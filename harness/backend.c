@@ -58,23 +58,6 @@ typedef struct prefill_state {
 
 /* ---- matrix hooks ---- */
 
-/* Types and ranges first, with the offending key named so the matrix can
- * point at its path; then the eviction module's own parser and NNCF's
- * cross-field rules (docs/eviction.md), whose messages are NNCF's. */
-static int validate_eviction(const cJSON *cfg, char *msg, size_t n)
-{
-    if (kb_matrix_validate_eviction(cfg, msg, n) < 0)
-        return -1;
-    kv_evict_params p;
-    kv_error err = {{0}};
-    kv_evict_params_default(&p);
-    if (kv_evict_params_from_json(&p, cfg, &err) < 0 || kv_evict_params_validate(&p, &err) < 0) {
-        snprintf(msg, n, "%s", err.msg);
-        return -1;
-    }
-    return 0;
-}
-
 static bool task_known(const char *name)
 {
     return lb_task_find(name) != NULL;
@@ -83,7 +66,7 @@ static bool task_known(const char *name)
 const kb_matrix_hooks *kb_engine_matrix_hooks(void)
 {
     static const kb_matrix_hooks hooks = {
-        .validate_eviction = validate_eviction,
+        .validate_eviction = kb_matrix_validate_eviction, /* table checks + NNCF's rules */
         .task_known = task_known,
     };
     return &hooks;
