@@ -4,6 +4,16 @@
 #include <stdio.h>
 #include <string.h>
 
+/* An error is one line: names and values quoted from a file (a tensor
+ * name, an architecture) may hold newlines or other control bytes, which
+ * would split the line or move the terminal's cursor; they become '?'. */
+static void one_line(char *msg)
+{
+    for (unsigned char *c = (unsigned char *)msg; *c; c++)
+        if (*c < 0x20 || *c == 0x7f)
+            *c = '?';
+}
+
 int kv_fail(kv_error *err, const char *fmt, ...)
 {
     if (err) {
@@ -11,6 +21,7 @@ int kv_fail(kv_error *err, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(err->msg, sizeof err->msg, fmt, ap);
         va_end(ap);
+        one_line(err->msg);
     }
     return -1;
 }
