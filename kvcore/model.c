@@ -910,6 +910,26 @@ static void add_rows(float *x, const float *y, size_t n)
         x[i] += y[i];
 }
 
+/* The rest of a layer once attention has filled f->att for n rows: the
+ * output projection and the MLP, each added to the residual stream x. The
+ * single and the batched forward share it, so their rows stay bit-identical. */
+static void output_and_mlp(const kv_model *m, const layer *L, fwd *f, float *x, int n)
+{
+    const kv_model_config *cfg = &m->cfg;
+    size_t H = (size_t)cfg->hidden;
+    matmul(f, &L->wo, f->att, n, f->tmp, L->bo);
+    add_rows(x, f->tmp, (size_t)n * H);
+
+    rmsnorm_rows(f->h, x, L->ffn_norm, n, cfg->hidden, cfg->rms_eps);
+    const kv_weight *ws[] = {&L->gate, &L->up};
+    float *ys[] = {f->g, f->u};
+    const float *bs[] = {L->b_gate, L->b_up};
+    matmul_many(f, 2, ws, f->h, n, ys, bs);
+    kv_silu_mul(f->g, f->u, (size_t)n * (size_t)cfg->ffn);
+    matmul(f, &L->down, f->g, n, f->tmp, L->b_down);
+    add_rows(x, f->tmp, (size_t)n * H);
+}
+
 /* One layer over the chunk of rows [row0, row0 + cn) of the call. */
 static void layer_forward(const kv_model *m, const layer *L, int li, kv_cache *c, fwd *f, int cn,
                           int row0)
@@ -924,17 +944,7 @@ static void layer_forward(const kv_model *m, const layer *L, int li, kv_cache *c
     rmsnorm_rows(f->h, x, L->attn_norm, cn, cfg->hidden, cfg->rms_eps);
     qkv(m, L, c, cl, f, cn, row0);
     attention(m, cl, f, st, cn, base, row0);
-    matmul(f, &L->wo, f->att, cn, f->tmp, L->bo);
-    add_rows(x, f->tmp, (size_t)cn * H);
-
-    rmsnorm_rows(f->h, x, L->ffn_norm, cn, cfg->hidden, cfg->rms_eps);
-    const kv_weight *ws[] = {&L->gate, &L->up};
-    float *ys[] = {f->g, f->u};
-    const float *bs[] = {L->b_gate, L->b_up};
-    matmul_many(f, 2, ws, f->h, cn, ys, bs);
-    kv_silu_mul(f->g, f->u, (size_t)cn * (size_t)cfg->ffn);
-    matmul(f, &L->down, f->g, cn, f->tmp, L->b_down);
-    add_rows(x, f->tmp, (size_t)cn * H);
+    output_and_mlp(m, L, f, x, cn);
 }
 
 /* The layer with its 16-bit matrices widened into f->layer_f32 (when the
@@ -1089,7 +1099,7 @@ static void layer_forward_batch(const kv_model *m, const layer *L, int li, kv_ca
 {
     const kv_model_config *cfg = &m->cfg;
     int B = f->n;
-    size_t H = (size_t)cfg->hidden, qd = (size_t)cfg->n_heads * (size_t)cfg->head_dim;
+    size_t qd = (size_t)cfg->n_heads * (size_t)cfg->head_dim;
     size_t kvd = (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim;
 
     rmsnorm_rows(f->h, f->x, L->attn_norm, B, cfg->hidden, cfg->rms_eps);
@@ -1111,17 +1121,7 @@ static void layer_forward_batch(const kv_model *m, const layer *L, int li, kv_ca
         cl->len = slot + 1;
     }
     batch_attention(m, li, caches, reqs, stats, f);
-    matmul(f, &L->wo, f->att, B, f->tmp, L->bo);
-    add_rows(f->x, f->tmp, (size_t)B * H);
-
-    rmsnorm_rows(f->h, f->x, L->ffn_norm, B, cfg->hidden, cfg->rms_eps);
-    const kv_weight *ffn_w[] = {&L->gate, &L->up};
-    float *ffn_y[] = {f->g, f->u};
-    const float *ffn_b[] = {L->b_gate, L->b_up};
-    matmul_many(f, 2, ffn_w, f->h, B, ffn_y, ffn_b);
-    kv_silu_mul(f->g, f->u, (size_t)B * (size_t)cfg->ffn);
-    matmul(f, &L->down, f->g, B, f->tmp, L->b_down);
-    add_rows(f->x, f->tmp, (size_t)B * H);
+    output_and_mlp(m, L, f, f->x, B);
 }
 
 static bool wants_stats(const kv_attn_stats_request *r)
