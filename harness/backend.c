@@ -1,27 +1,15 @@
 #include "backend.h"
 
-#include <cjson/cJSON.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "evict.h"
 #include "generate.h"
-#include "jieba.h"
-#include "jsonstr.h"
 #include "kernels.h"
 #include "model.h"
-#include "prompt.h"
-#include "sample.h"
-#include "score.h"
-#include "tasks.h"
 #include "tokenizer.h"
-
-/* What the scorers need: no model, so `kvbench report` can score too. */
-typedef struct scoring {
-    kb_metrics *metrics;
-    kb_jieba *jieba; /* loaded on the first Chinese task */
-} scoring;
 
 typedef struct engine {
     const kb_matrix *m;
@@ -29,178 +17,21 @@ typedef struct engine {
     kv_tokenizer *tok;
     kv_evict_model em;
     bool em_loaded;
-    lb_protocol protocol;
     kv_evict_params *params; /* [n_configs]; unused for configs[0] (full cache) */
     kv_evictor **ev;         /* [n_configs]; NULL for the full cache */
-    scoring scoring;
     long prefills;
 } engine;
-
-typedef struct task_iter {
-    const lb_task *task;
-    lb_loader *loader;
-    lb_sample s;
-    bool has_sample;
-    long index;
-    cJSON *answers, *classes;
-} task_iter;
 
 typedef struct prefill_state {
     kv_cache *base;
     kv_attn_stats *stats; /* [n_layers] of the prompt's forward */
     kv_attn_stats_request req;
     float *logits; /* [vocab] of the last prompt position */
-    int32_t stop[2];
+    int32_t *stop;
     int n_stop;
     int max_new;
     int n_prompt;
 } prefill_state;
-
-/* ---- matrix hooks ---- */
-
-static bool task_known(const char *name)
-{
-    return lb_task_find(name) != NULL;
-}
-
-const kb_matrix_hooks *kb_engine_matrix_hooks(void)
-{
-    static const kb_matrix_hooks hooks = {
-        .validate_eviction = kb_matrix_validate_eviction, /* table checks + NNCF's rules */
-        .task_known = task_known,
-    };
-    return &hooks;
-}
-
-/* ---- samples ---- */
-
-static void task_close(void *ctx, void *iter);
-
-/* Lines with something on them: the samples of a JSON Lines task file. */
-static long count_samples(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return -1;
-    long n = 0;
-    bool filled = false; /* the current line has a non-blank byte */
-    char buf[1 << 16];
-    size_t got;
-    while ((got = fread(buf, 1, sizeof buf, f)) > 0)
-        for (size_t i = 0; i < got; i++) {
-            if (buf[i] == '\n') {
-                n += filled;
-                filled = false;
-            } else if (!strchr(" \t\r", buf[i])) {
-                filled = true;
-            }
-        }
-    fclose(f);
-    return n + filled;
-}
-
-/* The samples of a task in the data folder `data`, in file order. */
-static int open_samples(const char *data, const kb_task_spec *spec, void **out, long *n_samples,
-                        kv_error *err)
-{
-    const lb_task *task = lb_task_find(spec->name);
-    if (!task)
-        return kv_fail(err, "%s: not a task kvbench knows", spec->name);
-    char *path = lb_sample_path(data, task);
-    if (!path)
-        return kv_fail(err, "out of memory");
-    task_iter *it = calloc(1, sizeof *it);
-    lb_loader_options lo = {.schema = task->family == LB_FAMILY_V2 ? LB_SCHEMA_V2 : LB_SCHEMA_V1};
-    if (it)
-        it->loader = lb_loader_open(path, &lo, err);
-    if (!it || !it->loader) {
-        if (!it)
-            kv_fail(err, "out of memory");
-        free(it);
-        free(path);
-        return -1;
-    }
-    it->task = task;
-    *n_samples = count_samples(path);
-    if (*n_samples == 0) { /* scored, it would be a 0.00 that averages count */
-        kv_fail(err, "%s: empty task file (no samples): fetch it again or leave the task out",
-                path);
-        task_close(NULL, it);
-        free(path);
-        return -1;
-    }
-    if (spec->limit > 0 && *n_samples > spec->limit)
-        *n_samples = spec->limit;
-    free(path);
-    *out = it;
-    return 0;
-}
-
-static int task_open(void *ctx, const kb_task_spec *spec, void **out, long *n_samples,
-                     kv_error *err)
-{
-    const engine *e = ctx;
-    return open_samples(e->m->data, spec, out, n_samples, err);
-}
-
-static cJSON *string_array(const kv_str *v, size_t n)
-{
-    cJSON *a = cJSON_CreateArray();
-    for (size_t i = 0; a && i < n; i++) {
-        cJSON *e = kv_json_text(v[i].p, v[i].n);
-        if (!e || !cJSON_AddItemToArray(a, e)) {
-            cJSON_Delete(e);
-            cJSON_Delete(a);
-            return NULL;
-        }
-    }
-    return a;
-}
-
-static void iter_clear_sample(task_iter *it)
-{
-    if (it->has_sample)
-        lb_sample_free(&it->s);
-    it->has_sample = false;
-    cJSON_Delete(it->answers);
-    cJSON_Delete(it->classes);
-    it->answers = it->classes = NULL;
-}
-
-static int task_next(void *ctx, void *iter, kb_sample *out, kv_error *err)
-{
-    (void)ctx;
-    task_iter *it = iter;
-    iter_clear_sample(it);
-    int rc = lb_loader_next(it->loader, &it->s, err);
-    if (rc <= 0)
-        return rc;
-    it->has_sample = true;
-    it->answers = string_array(it->s.answers, it->s.n_answers);
-    it->classes = it->s.all_classes ? string_array(it->s.all_classes, it->s.n_classes) : NULL;
-    if (!it->answers)
-        return kv_fail(err, "out of memory");
-    *out = (kb_sample){
-        .id = it->s.id,
-        .index = it->index++,
-        .answers = it->answers,
-        .all_classes = it->classes,
-        .length = it->s.length,
-        .data = &it->s,
-    };
-    return 1;
-}
-
-static void task_close(void *ctx, void *iter)
-{
-    (void)ctx;
-    task_iter *it = iter;
-    if (!it)
-        return;
-    iter_clear_sample(it);
-    lb_loader_close(it->loader);
-    free(it);
-}
 
 /* ---- prefill once, decode per config ---- */
 
@@ -213,54 +44,35 @@ static void prefill_free(void *ctx, void *state)
     kv_cache_free(st->base);
     kv_model_stats_free(st->stats, kv_model_get_config(e->model)->n_layers);
     free(st->logits);
+    free(st->stop);
     free(st);
 }
 
-/* The policy of a config; NULL for the full cache. */
-static kv_evictor *evictor_of(const engine *e, const kb_config *cfg)
-{
-    int k = kb_matrix_find_config(e->m, cfg->name);
-    return k > 0 ? e->ev[k] : NULL;
-}
-
-/* The prompt budget when the task does not set one: the model's context,
- * less room for the answer (pred.py's model2maxlen plays this role). */
-static long default_max_length(const engine *e, int max_new)
-{
-    long ctx = kv_model_get_config(e->model)->max_positions;
-    return ctx > max_new ? ctx - max_new : 0;
-}
-
-static int prefill(void *ctx, const kb_task_spec *spec, const kb_sample *s,
-                   const kb_config *const *configs, size_t n_configs, void **state,
-                   long *prompt_tokens, kv_error *err)
+/* The prompt's ids (the runner built them) through the model once, with
+ * the statistics every config in `configs` reads. */
+static int prefill(void *ctx, const int32_t *ids, size_t n_ids, const kb_gen_limits *g,
+                   const size_t *configs, size_t n_configs, void **state, kv_error *err)
 {
     engine *e = ctx;
-    const lb_task *task = lb_task_find(spec->name);
+    if (n_ids == 0 || n_ids > (size_t)INT_MAX)
+        return kv_fail(err, "cannot prefill a prompt of %zu tokens", n_ids);
     prefill_state *st = calloc(1, sizeof *st);
     if (!st)
         return kv_fail(err, "out of memory");
-    st->max_new = spec->max_new_tokens > 0 ? (int)spec->max_new_tokens : task->max_new_tokens;
-    lb_prompt_options po = {
-        .protocol = e->protocol,
-        .max_length = spec->max_length > 0 ? spec->max_length : default_max_length(e, st->max_new),
-        .enable_thinking = false,
-    };
-    lb_prompt p = {0};
-    if (lb_prompt_build(task, (const lb_sample *)s->data, e->tok, &po, &p, err) < 0) {
-        free(st);
-        return -1;
-    }
-    st->n_stop = (int)lb_stop_tokens(e->tok, task, e->protocol, st->stop);
-    st->n_prompt = (int)p.n_ids;
+    st->max_new = g->max_new_tokens;
+    st->n_stop = g->n_stop_ids;
+    st->n_prompt = (int)n_ids;
+    st->stop = malloc((size_t)(g->n_stop_ids + 1) * sizeof *st->stop);
+    if (st->stop && g->n_stop_ids > 0)
+        memcpy(st->stop, g->stop_ids, (size_t)g->n_stop_ids * sizeof *st->stop);
 
     /* The union of what every pending config reads from the prefill. */
     kv_evict_params *ps = malloc((n_configs + 1) * sizeof *ps);
     int n_ps = 0;
     for (size_t i = 0; ps && i < n_configs; i++)
-        if (evictor_of(e, configs[i]))
-            ps[n_ps++] = e->params[kb_matrix_find_config(e->m, configs[i]->name)];
-    int rc = !ps ? kv_fail(err, "out of memory")
+        if (e->ev[configs[i]])
+            ps[n_ps++] = e->params[configs[i]];
+    int rc = !ps || !st->stop ? kv_fail(err, "out of memory")
              : n_ps ? kv_evict_stats_request(ps, n_ps, true, &st->req, err)
                     : 0;
     free(ps);
@@ -277,15 +89,13 @@ static int prefill(void *ctx, const kb_task_spec *spec, const kb_sample *s,
     if (rc == 0 && !(st->logits = malloc((size_t)mc->vocab * sizeof *st->logits)))
         rc = kv_fail(err, "out of memory for logits");
     if (rc == 0)
-        rc = kv_model_forward(e->model, st->base, p.ids, st->n_prompt, want ? &st->req : NULL,
+        rc = kv_model_forward(e->model, st->base, ids, st->n_prompt, want ? &st->req : NULL,
                               st->stats, st->logits, false, err);
-    lb_prompt_free(&p);
     if (rc < 0) {
         prefill_free(e, st);
         return -1;
     }
     e->prefills++;
-    *prompt_tokens = st->n_prompt;
     *state = st;
     return 0;
 }
@@ -313,10 +123,10 @@ typedef struct decode_row {
 /* Row r of a config: an eviction config compresses the prefilled cache into
  * its own; the full cache (after them) takes the prefilled cache over, so
  * no second copy of the prompt's keys and values is ever held. */
-static int row_start(engine *e, prefill_state *st, const kb_config *cfg, decode_row *r,
-                     kv_error *err)
+static int row_start(engine *e, prefill_state *st, size_t config, decode_row *r, kv_error *err)
 {
-    kv_evictor *ev = evictor_of(e, cfg);
+    const kb_config *cfg = &e->m->configs[config];
+    kv_evictor *ev = e->ev[config];
     r->hook.ev = ev;
     r->o = (kv_generate_opts){
         .max_new_tokens = st->max_new,
@@ -344,12 +154,9 @@ static int row_start(engine *e, prefill_state *st, const kb_config *cfg, decode_
  * configs fork first; then the full cache takes the prefilled cache over,
  * or it is freed, and the prefill's statistics with it: the batch holds
  * only its own caches. */
-static int decode_batch(void *ctx, void *state, const kb_task_spec *spec, const kb_sample *s,
-                        const kb_config *const *cfgs, size_t n, kb_decode_result *outs,
-                        long *steps, kv_error *err)
+static int decode_batch(void *ctx, void *state, const size_t *configs, size_t n,
+                        kb_decode_result *outs, long *steps, kv_error *err)
 {
-    (void)spec;
-    (void)s;
     engine *e = ctx;
     prefill_state *st = state;
     decode_row *rows = calloc(n, sizeof *rows);
@@ -360,9 +167,9 @@ static int decode_batch(void *ctx, void *state, const kb_task_spec *spec, const 
     int rc = rows && gens && caches && opts && lasts ? 0 : kv_fail(err, "out of memory");
     for (int full = 0; full < 2; full++)
         for (size_t i = 0; i < n && rc == 0; i++) {
-            if ((evictor_of(e, cfgs[i]) == NULL) != full)
+            if ((e->ev[configs[i]] == NULL) != full)
                 continue;
-            rc = row_start(e, st, cfgs[i], &rows[i], err);
+            rc = row_start(e, st, configs[i], &rows[i], err);
             caches[i] = rows[i].c;
             opts[i] = &rows[i].o;
             lasts[i] = st->logits;
@@ -397,60 +204,6 @@ static int decode_batch(void *ctx, void *state, const kb_task_spec *spec, const 
     return rc;
 }
 
-/* ---- scores ---- */
-
-/* eval.py: the metric of each line (max over its answers), then
- * round(100 * total / n, 2) with the total summed in file order. */
-static int score_task(const char *task, const char *const *lines, size_t n, double *score,
-                      double *sample_scores, const char **metric_name, char *msg, size_t msg_n,
-                      void *ctx)
-{
-    scoring *e = ctx;
-    kb_metric metric;
-    bool first_line;
-    if (kb_task_metric(task, &metric, &first_line) < 0) {
-        snprintf(msg, msg_n, "%s: no metric for this task", task);
-        return -1;
-    }
-    *metric_name = kb_metric_name(metric);
-    if (kb_metric_needs_jieba(metric) && !e->jieba) {
-        kv_error err = {{0}};
-        if (kb_jieba_load(NULL, &e->jieba, &err) < 0) {
-            snprintf(msg, msg_n, "%s", err.msg);
-            return -1;
-        }
-        kb_metrics_free(e->metrics);
-        if (kb_metrics_new(e->jieba, &e->metrics, &err) < 0) {
-            snprintf(msg, msg_n, "%s", err.msg);
-            return -1;
-        }
-    }
-    double total = 0;
-    for (size_t i = 0; i < n; i++) {
-        /* the same line reader and scorer as `kvbench score`, so that the run's
-         * scores.json and a later `kvbench score` agree */
-        kb_scored_line line = {0};
-        kv_error err = {{0}};
-        double sc = 0;
-        int rc = asprintf(&line.where, "line %zu", i + 1) < 0
-                     ? kv_fail(&err, "out of memory")
-                     : kb_scored_line_parse(lines[i], strlen(lines[i]), task, &line, &err);
-        kb_classes cl = {line.classes, line.n_classes};
-        if (rc == 0)
-            rc = kb_score_prediction(e->metrics, task, line.pred, line.answers, line.n_answers,
-                                     line.classes ? &cl : NULL, &sc, &err);
-        kb_scored_line_free(&line);
-        if (rc < 0) {
-            snprintf(msg, msg_n, "%s: %s", task, err.msg);
-            return -1;
-        }
-        sample_scores[i] = sc;
-        total += sc;
-    }
-    *score = n ? kb_py_round(100.0 * total / (double)n, 2) : 0.0;
-    return 0;
-}
-
 /* ---- setup ---- */
 
 static bool any_criticalkv(const engine *e)
@@ -477,8 +230,6 @@ int kb_engine_backend_open(const kb_matrix *m, const char *model_dir, kb_runner_
         kv_fail(err, "out of memory");
         goto fail;
     }
-    if (lb_protocol_parse(m->protocol, &e->protocol, err) < 0)
-        goto fail;
     kv_set_threads((int)m->threads);
     if (kv_model_load(model_dir, &e->model, err) < 0)
         goto fail;
@@ -509,16 +260,11 @@ int kb_engine_backend_open(const kb_matrix *m, const char *model_dir, kb_runner_
                 goto fail;
             }
     }
-    if (kb_metrics_new(NULL, &e->scoring.metrics, err) < 0)
-        goto fail;
-    b->task_open = task_open;
-    b->task_next = task_next;
-    b->task_close = task_close;
+    b->tok = e->tok;
+    b->max_positions = kv_model_get_config(e->model)->max_positions;
     b->prefill = prefill;
     b->decode_batch = decode_batch;
     b->prefill_free = prefill_free;
-    b->scorer = score_task;
-    b->scorer_ctx = &e->scoring;
     return 0;
 fail:
     kb_engine_backend_close(b);
@@ -536,51 +282,10 @@ void kb_engine_backend_close(kb_runner_backend *b)
         kv_evict_model_release(&e->em);
     free(e->ev);
     free(e->params);
-    kb_metrics_free(e->scoring.metrics);
-    kb_jieba_free(e->scoring.jieba);
     kv_tokenizer_free(e->tok);
     kv_model_free(e->model);
     free(e);
     b->ctx = NULL;
-}
-
-long kb_task_size(const char *data, const char *task_name, kv_error *err)
-{
-    kb_task_spec spec = {.name = (char *)task_name};
-    void *iter = NULL;
-    long n = 0;
-    if (open_samples(data, &spec, &iter, &n, err) < 0)
-        return -1;
-    kb_sample s;
-    int got;
-    for (n = 0; (got = task_next(NULL, iter, &s, err)) > 0;) /* the loader's count, v2 too */
-        n++;
-    task_close(NULL, iter);
-    return got < 0 ? -1 : n;
-}
-
-int kb_scorer_open(kb_task_scorer *fn, void **ctx, kv_error *err)
-{
-    scoring *s = calloc(1, sizeof *s);
-    if (!s)
-        return kv_fail(err, "out of memory");
-    if (kb_metrics_new(NULL, &s->metrics, err) < 0) {
-        free(s);
-        return -1;
-    }
-    *fn = score_task;
-    *ctx = s;
-    return 0;
-}
-
-void kb_scorer_close(void *ctx)
-{
-    scoring *s = ctx;
-    if (!s)
-        return;
-    kb_metrics_free(s->metrics);
-    kb_jieba_free(s->jieba);
-    free(s);
 }
 
 long kb_engine_backend_prefills(const kb_runner_backend *b)

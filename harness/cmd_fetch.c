@@ -10,6 +10,7 @@
 #include "archive.h"
 #include "cli.h"
 #include "clock.h"
+#include "fetch.h"
 #include "file.h"
 #include "hub.h"
 
@@ -143,21 +144,28 @@ static void on_retry(void *ctx, const char *why, int attempt, int attempts, doub
             attempt, attempts, wait_s);
 }
 
-static int setup(fetch_ctx *f, const kb_args *a)
+/* The hub with its defaults (HF_ENDPOINT, HF_HUB_OFFLINE) and the progress
+ * line on a terminal. */
+static void setup_hub(fetch_ctx *f, const char *revision)
 {
     lb_hub_init(&f->hub);
+    f->bar.tty = isatty(2);
+    f->hub.progress = on_progress;
+    f->hub.progress_ctx = &f->bar;
+    f->hub.on_retry = on_retry;
+    f->hub.retry_ctx = &f->bar;
+    f->revision = revision ? revision : "main";
+}
+
+static int setup(fetch_ctx *f, const kb_args *a)
+{
+    setup_hub(f, kb_arg(a, "revision"));
     if (kb_flag(a, "offline"))
         f->hub.offline = true;
     long retries = f->hub.retries;
     if (kb_arg_long(a, "retries", 0, 100, &retries) < 0)
         return -1;
     f->hub.retries = (int)retries;
-    f->bar.tty = isatty(2);
-    f->hub.progress = on_progress;
-    f->hub.progress_ctx = &f->bar;
-    f->hub.on_retry = on_retry;
-    f->hub.retry_ctx = &f->bar;
-    f->revision = kb_arg(a, "revision") ? kb_arg(a, "revision") : "main";
     return 0;
 }
 
@@ -231,6 +239,28 @@ static int fetch_shards(fetch_ctx *f)
     return rc;
 }
 
+/* A model's files into f->dir, each reported on a line. 0 or -1 (reported). */
+static int model_files(fetch_ctx *f)
+{
+    static const char *const required[] = {"config.json", "tokenizer.json",
+                                           "tokenizer_config.json"};
+    int rc = 0;
+    for (size_t i = 0; i < 3 && rc == 0; i++)
+        rc = fetch_file(f, required[i], false);
+    if (rc == 0 && fetch_file(f, "generation_config.json", true) == -1)
+        rc = -1;
+    if (rc == 0) {
+        /* Sharded checkpoints have an index; single-file ones do not. */
+        int idx = fetch_file(f, "model.safetensors.index.json", true);
+        rc = idx == 0                  ? fetch_shards(f)
+             : idx == LB_HUB_NOT_FOUND ? fetch_file(f, "model.safetensors", false)
+                                       : -1;
+    }
+    if (rc == 0)
+        printf("model ready in %s\n", f->dir);
+    return rc == 0 ? 0 : -1;
+}
+
 static int fetch_model(const kb_args *a)
 {
     if (a->n_positional < 2) {
@@ -248,24 +278,16 @@ static int fetch_model(const kb_args *a)
         return KB_EXIT_USAGE;
     char *def = kv_path_join("models", slash + 1);
     f.dir = kb_arg(a, "dir") ? kb_arg(a, "dir") : def;
-    static const char *const required[] = {"config.json", "tokenizer.json",
-                                           "tokenizer_config.json"};
-    int rc = 0;
-    for (size_t i = 0; i < 3 && rc == 0; i++)
-        rc = fetch_file(&f, required[i], false);
-    if (rc == 0 && fetch_file(&f, "generation_config.json", true) == -1)
-        rc = -1;
-    if (rc == 0) {
-        /* Sharded checkpoints have an index; single-file ones do not. */
-        int idx = fetch_file(&f, "model.safetensors.index.json", true);
-        rc = idx == 0                  ? fetch_shards(&f)
-             : idx == LB_HUB_NOT_FOUND ? fetch_file(&f, "model.safetensors", false)
-                                       : -1;
-    }
-    if (rc == 0)
-        printf("model ready in %s\n", f.dir);
+    int rc = model_files(&f);
     free(def);
     return rc == 0 ? KB_EXIT_OK : KB_EXIT_FAIL;
+}
+
+int kb_fetch_model(const char *repo, const char *revision, const char *dir)
+{
+    fetch_ctx f = {.kind = LB_REPO_MODEL, .repo = repo, .dir = dir};
+    setup_hub(&f, revision);
+    return model_files(&f);
 }
 
 static int run(const kb_args *a)

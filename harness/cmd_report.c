@@ -2,10 +2,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "backend.h"
 #include "cli.h"
 #include "file.h"
 #include "report.h"
+#include "score.h"
 
 static const kb_option options[] = {
     {"baseline", "RUN", "compare with this run (e.g. last night's) and flag regressions"},
@@ -35,17 +35,16 @@ static int ensure_scores(const char *dir, kv_error *err)
     if (!missing)
         return 0; /* there, or no run folder: kb_report_run_load says which */
     fprintf(stderr, "kvbench: report: %s has no scores.json: scoring its predictions\n", dir);
-    kb_task_scorer scorer;
-    void *ctx = NULL;
+    kb_scorer *scorer = NULL;
     kb_score_row *rows = NULL;
     size_t n = 0;
-    int rc = kb_scorer_open(&scorer, &ctx, err);
+    int rc = kb_scorer_open(&scorer, err);
     if (rc == 0)
-        rc = kb_scores_from_predictions(dir, scorer, ctx, &rows, &n, err);
+        rc = kb_scores_from_predictions(dir, kb_scorer_task, scorer, &rows, &n, err);
     if (rc == 0)
         rc = kb_scores_save(dir, rows, n, err);
     kb_score_rows_free(rows, n);
-    kb_scorer_close(ctx);
+    kb_scorer_close(scorer);
     return rc;
 }
 

@@ -1,16 +1,16 @@
 /* kvbench run: the config matrix over LongBench, resumable and shardable.
- * runner.c drives the loop; backend.c puts the engine, eviction, datasets
- * and scorers behind it. */
+ * runner.c drives the loop (data, prompts, predictions, scores); backend.c
+ * is the model behind it (the engine and eviction). */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "backend.h"
 #include "cli.h"
+#include "fetch.h"
 #include "hash.h"
 #include "runner.h"
 #include "version.h"
@@ -32,9 +32,8 @@ static bool is_dir(const char *path)
 }
 
 /* A hub name "ORG/NAME" (not a folder here) is fetched on first use into
- * models/NAME by `kvbench fetch model`, run as a child of this same binary so
- * that its progress bar, resume and checksums are the fetch command's own.
- * Returns the folder to load (malloc'd) or NULL after reporting. */
+ * models/NAME, as `kvbench fetch model` fetches it (progress, resume,
+ * checksums). Returns the folder to load (malloc'd) or NULL after reporting. */
 static char *resolve_model(const kb_matrix *m)
 {
     if (is_dir(m->model))
@@ -55,25 +54,7 @@ static char *resolve_model(const kb_matrix *m)
     if (access(cfg, R_OK) == 0)
         return dir;
     fprintf(stderr, "kvbench: run: fetching %s into %s\n", m->model, dir);
-    char self[4096];
-    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (k <= 0) {
-        free(dir);
-        kb_error("run: cannot find the kvbench binary to fetch %s", m->model);
-        return NULL;
-    }
-    self[k] = '\0';
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (m->model_revision)
-            execl(self, self, "fetch", "model", m->model, "--dir", dir, "--revision",
-                  m->model_revision, (char *)NULL);
-        else
-            execl(self, self, "fetch", "model", m->model, "--dir", dir, (char *)NULL);
-        _exit(127);
-    }
-    int st = 0;
-    if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    if (kb_fetch_model(m->model, m->model_revision, dir) < 0) {
         kb_error("run: could not fetch %s (see above)", m->model);
         free(dir);
         return NULL;
@@ -81,40 +62,8 @@ static char *resolve_model(const kb_matrix *m)
     return dir;
 }
 
-/* Prints the score table of the run's summary.md (configs x tasks), the
- * answer to "how did it go" at the end of a run. */
-static void print_summary(const kb_matrix *m, const kb_runner_options *o)
-{
-    char *dir = kb_run_dir(m->output, m->run_name, &o->shard);
-    if (!dir)
-        return;
-    size_t n = strlen(dir) + 16;
-    char *path = malloc(n);
-    FILE *f = NULL;
-    if (path) {
-        snprintf(path, n, "%s/summary.md", dir);
-        f = fopen(path, "r");
-    }
-    if (f) {
-        char line[8192];
-        bool in_table = false;
-        while (fgets(line, sizeof line, f)) {
-            if (!in_table && strncmp(line, "| config", 8) == 0)
-                in_table = true;
-            if (in_table && line[0] != '|')
-                break;
-            if (in_table)
-                fputs(line, stdout);
-        }
-        fclose(f);
-        printf("\nfull report: %s (summary.md, scores.csv, averages.csv, report.html)\n", dir);
-    }
-    free(path);
-    free(dir);
-}
-
 /* Loads the model once and runs the matrix. */
-static int run_matrix(kb_matrix *m, const kb_runner_options *o)
+static int run_matrix(kb_matrix *m, kb_runner_options *o)
 {
     kv_error err = {{0}};
     char *model_dir = resolve_model(m);
@@ -137,6 +86,7 @@ static int run_matrix(kb_matrix *m, const kb_runner_options *o)
     sigaction(SIGTERM, &sa, NULL);
     kb_progress *progress = kb_progress_new(&(kb_progress_opts){.out = stderr, .tty = -1}, 0, 0);
     kb_runner_stats stats = {0};
+    o->table = stdout; /* the score table, the answer to "how did it go" */
     int rc = kb_runner_run(m, o, KB_VERSION " (" KB_GIT_VERSION ")", hash, &b, &stop_requested,
                            progress, &stats, &err);
     kb_progress_free(progress);
@@ -154,8 +104,12 @@ static int run_matrix(kb_matrix *m, const kb_runner_options *o)
         kb_error("run: stopped; run the same command again to resume");
         return 130;
     }
-    if (o->shard.count <= 1)
-        print_summary(m, o);
+    if (o->shard.count <= 1) {
+        char *dir = kb_run_dir(m->output, m->run_name, &o->shard);
+        printf("\nfull report: %s (summary.md, scores.csv, averages.csv, report.html)\n",
+               dir ? dir : m->run_name);
+        free(dir);
+    }
     return KB_EXIT_OK;
 }
 
@@ -188,7 +142,7 @@ static int run(const kb_args *a)
         kb_arg_long(a, "limit", 1, 1L << 40, &o.limit) < 0)
         return KB_EXIT_USAGE;
     kb_matrix m;
-    if (kb_matrix_load(a->positional[0], kb_engine_matrix_hooks(), &m, &err) < 0) {
+    if (kb_matrix_load(a->positional[0], NULL, &m, &err) < 0) {
         kb_error("%s", err.msg);
         return KB_EXIT_FAIL;
     }

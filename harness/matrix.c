@@ -14,6 +14,7 @@
 #include "file.h"
 #include "hash.h"
 #include "jsonstr.h"
+#include "score.h"
 #include "strbuf.h"
 #include "taskset.h"
 
@@ -418,6 +419,11 @@ typedef struct parser {
 static int add_task(parser *p, const char *name, long limit, long max_length, long max_new,
                     const char *path)
 {
+    kb_metric metric;
+    bool first_line;
+    /* refused now, not after the whole inference when the run scores it */
+    if (kb_task_metric(name, &metric, &first_line) < 0)
+        return failp(p->err, path, "task \"%s\" has no metric: kvbench cannot score it", name);
     kb_matrix *m = p->m;
     for (size_t i = 0; i < m->n_tasks; i++)
         if (strcmp(m->tasks[i].name, name) == 0)

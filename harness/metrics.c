@@ -49,6 +49,7 @@ static const char *const metric_names[KB_N_METRICS] = {
     [KB_RETRIEVAL_ZH] = "retrieval_zh_score",
     [KB_COUNT] = "count_score",
     [KB_CODE_SIM] = "code_sim_score",
+    [KB_ACCURACY] = "accuracy",
 };
 
 const char *kb_metric_name(kb_metric m)
@@ -859,6 +860,44 @@ static int code_sim(kb_metrics *m, double *score)
     return 0;
 }
 
+static char search_letter(const char *pattern, const char *s, size_t n)
+{
+    int code;
+    PCRE2_SIZE at;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, 0, &code, &at, NULL);
+    pcre2_match_data *md = re ? pcre2_match_data_create_from_pattern(re, NULL) : NULL;
+    char letter = 0;
+    if (md && pcre2_match(re, (PCRE2_SPTR)s, n, 0, 0, md, NULL) >= 2)
+        letter = s[pcre2_get_ovector_pointer(md)[2]];
+    pcre2_match_data_free(md);
+    pcre2_code_free(re);
+    return letter;
+}
+
+char kb_v2_extract_answer(kv_str response)
+{
+    char *s = malloc(response.n + 1);
+    if (!s)
+        return 0;
+    size_t n = 0;
+    for (size_t i = 0; i < response.n; i++) /* response.replace('*', '') */
+        if (response.p[i] != '*')
+            s[n++] = response.p[i];
+    s[n] = '\0';
+    char letter = search_letter("The correct answer is \\(([A-D])\\)", s, n);
+    if (!letter)
+        letter = search_letter("The correct answer is ([A-D])", s, n);
+    free(s);
+    return letter;
+}
+
+char kb_v2_letter(kv_str pred)
+{
+    if (pred.n == 1 && pred.p[0] >= 'A' && pred.p[0] <= 'D')
+        return pred.p[0];
+    return kb_v2_extract_answer(pred);
+}
+
 /* ---- dispatch --------------------------------------------------------------- */
 
 int kb_metric_score(kb_metrics *m, kb_metric metric, kv_str pred, kv_str gt,
@@ -874,6 +913,11 @@ int kb_metric_score(kb_metrics *m, kb_metric metric, kv_str pred, kv_str gt,
                        kb_metric_name(metric));
     if (metric == KB_CLASSIFICATION && !classes)
         return kv_fail(err, "classification_score needs the task's all_classes list");
+    if (metric == KB_ACCURACY) { /* on the raw bytes, as result.py's re.search */
+        char letter = kb_v2_letter(pred);
+        *score = letter && gt.n == 1 && letter == gt.p[0];
+        return 0;
+    }
     if (kb_utf8_sanitize(pred.p, pred.n, &m->pred) < 0 || kb_utf8_sanitize(gt.p, gt.n, &m->gt) < 0)
         return kv_fail(err, "out of memory");
     int rc = 0;

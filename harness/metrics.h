@@ -28,6 +28,7 @@ typedef enum kb_metric {
     KB_RETRIEVAL_ZH,   /* retrieval_zh_score */
     KB_COUNT,          /* count_score */
     KB_CODE_SIM,       /* code_sim_score */
+    KB_ACCURACY,       /* LongBench v2: the chosen letter equals the answer (result.py) */
     KB_N_METRICS
 } kb_metric;
 
@@ -58,6 +59,13 @@ bool kb_metrics_has_jieba(const kb_metrics *m);
  * without "Paragraph N" / "段落N"; and when out of memory. */
 int kb_metric_score(kb_metrics *m, kb_metric metric, kv_str pred, kv_str gt,
                     const kb_classes *classes, double *score, kv_error *err);
+
+/* LongBench v2: the letter in "The correct answer is (X)" / "... is X" after
+ * removing '*', or 0 when there is none. */
+char kb_v2_extract_answer(kv_str response);
+/* The letter a v2 prediction chooses: itself when it is one of A-D, else
+ * the one kb_v2_extract_answer finds (0: none). */
+char kb_v2_letter(kv_str pred);
 
 /* Building blocks, exposed for tests. */
 

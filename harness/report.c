@@ -1278,6 +1278,16 @@ static void md_lengths(FILE *f, const pivot *p, const length_view *v)
     }
 }
 
+int kb_report_write_table(FILE *f, const kb_report_run *run)
+{
+    pivot p;
+    if (pivot_build(&p, run) < 0)
+        return -1;
+    md_table(f, &p);
+    pivot_free(&p);
+    return ferror(f) ? -1 : 0;
+}
+
 int kb_report_write_markdown(FILE *f, const kb_report_run *runs, size_t n,
                              const kb_report_options *opt)
 {

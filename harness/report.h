@@ -129,6 +129,9 @@ int kb_report_write_csv(FILE *f, const kb_report_run *runs, size_t n);
 int kb_report_write_averages_csv(FILE *f, const kb_report_run *runs, size_t n);
 int kb_report_write_markdown(FILE *f, const kb_report_run *runs, size_t n,
                              const kb_report_options *opt);
+/* The score table of one run (configs x tasks, averages, delta to the full
+ * cache) as summary.md prints it: what `kvbench run` shows at its end. */
+int kb_report_write_table(FILE *f, const kb_report_run *run);
 int kb_report_write_html(FILE *f, const kb_report_run *runs, size_t n,
                          const kb_report_options *opt);
 

@@ -809,11 +809,39 @@ void kb_pred_file_close(kb_pred_file *pf)
     pf->fd = -1;
 }
 
+/* A JSON array of the texts (NULs kept), or NULL on OOM. */
+static cJSON *text_array(const kv_str *v, size_t n)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; a && i < n; i++) {
+        cJSON *e = kv_json_text(v[i].p, v[i].n);
+        if (!e || !cJSON_AddItemToArray(a, e)) {
+            cJSON_Delete(e);
+            cJSON_Delete(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
+/* "length": LongBench's word count, or v2's class; v2 adds its answer
+ * letter and difficulty. */
+static bool add_length(cJSON *o, const kb_prediction *p)
+{
+    if (!p->length_class)
+        return cJSON_AddNumberToObject(o, "length", (double)p->length);
+    return cJSON_AddStringToObject(o, "length", p->length_class) &&
+           (!p->difficulty || cJSON_AddStringToObject(o, "difficulty", p->difficulty)) &&
+           (p->n_answers == 0 ||
+            cJSON_AddItemToObject(o, "answer", kv_json_text(p->answers[0].p, p->answers[0].n)));
+}
+
 cJSON *kb_prediction_json(const kb_prediction *p)
 {
     cJSON *o = cJSON_CreateObject();
-    cJSON *answers = p->answers ? cJSON_Duplicate(p->answers, true) : cJSON_CreateArray();
-    cJSON *classes = p->all_classes ? cJSON_Duplicate(p->all_classes, true) : cJSON_CreateNull();
+    cJSON *answers = text_array(p->answers, p->n_answers);
+    cJSON *classes =
+        p->all_classes ? text_array(p->all_classes, p->n_classes) : cJSON_CreateNull();
     bool ok = o && answers && classes && cJSON_AddStringToObject(o, "id", p->id) &&
               cJSON_AddNumberToObject(o, "index", (double)p->index) &&
               cJSON_AddStringToObject(o, "dataset", p->task) &&
@@ -825,7 +853,7 @@ cJSON *kb_prediction_json(const kb_prediction *p)
         cJSON_AddItemToObject(o, "answers", answers);
         cJSON_AddItemToObject(o, "all_classes", classes);
         answers = classes = NULL;
-        ok = cJSON_AddNumberToObject(o, "length", (double)p->length) &&
+        ok = add_length(o, p) &&
              cJSON_AddNumberToObject(o, "prompt_tokens", (double)p->prompt_tokens) &&
              cJSON_AddNumberToObject(o, "kept_tokens", (double)p->kept_tokens) &&
              cJSON_AddNumberToObject(o, "generated_tokens", (double)p->generated_tokens) &&

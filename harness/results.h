@@ -24,6 +24,7 @@
 
 #include "error.h"
 #include "matrix.h"
+#include "str.h"
 
 /* `--shard i/n`: this process handles the samples whose index % n == i
  * (0 <= i < n, 0-based like SLURM_ARRAY_TASK_ID and JOB_COMPLETION_INDEX).
@@ -126,7 +127,9 @@ void kb_pred_file_close(kb_pred_file *pf);
 
 /* What the runner writes per (config, sample): the fields `kvbench score`
  * reads (pred, answers, all_classes, length, dataset) plus the bookkeeping
- * reports need. Pointers are borrowed. */
+ * reports need. A LongBench v2 line also carries what `kvbench score --v2`
+ * reads: "answer", "difficulty" and "length" as its class. Pointers are
+ * borrowed; the answers and classes are the sample's own texts. */
 typedef struct kb_prediction {
     const char *id;
     long index;
@@ -134,10 +137,14 @@ typedef struct kb_prediction {
     const char *config;
     const char *config_hash; /* the config's kb_config_hash; NULL: not written */
     const char *pred;
-    size_t pred_len;          /* pred may hold NUL bytes (written as \u0000); 0: strlen(pred) */
-    const cJSON *answers;     /* array of strings */
-    const cJSON *all_classes; /* array or NULL (written as null) */
+    size_t pred_len; /* pred may hold NUL bytes (written as \u0000); 0: strlen(pred) */
+    const kv_str *answers;
+    size_t n_answers;
+    const kv_str *all_classes; /* NULL: written as null */
+    size_t n_classes;
     long length;              /* the sample's "length" field */
+    const char *difficulty;   /* v2: "easy" | "hard"; NULL for LongBench lines */
+    const char *length_class; /* v2: "short" | "medium" | "long", written as "length" */
     long prompt_tokens;       /* after truncation and chat template */
     long kept_tokens;         /* KV entries per layer after the prefill eviction */
     long generated_tokens;

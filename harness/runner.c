@@ -4,6 +4,10 @@
 #include <string.h>
 
 #include "clock.h"
+#include "prompt.h"
+#include "sample.h"
+#include "score.h"
+#include "tasks.h"
 
 int kb_runner_apply_options(kb_matrix *m, const kb_runner_options *o)
 {
@@ -73,6 +77,97 @@ void kb_runner_plan_print(FILE *f, const kb_matrix *m, const kb_runner_options *
     }
 }
 
+/* ---- a task's samples ------------------------------------------------- */
+
+/* Lines with something on them: the samples of a JSON Lines task file. */
+static long count_lines(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    long n = 0;
+    bool filled = false; /* the current line has a non-blank byte */
+    char buf[1 << 16];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0)
+        for (size_t i = 0; i < got; i++) {
+            if (buf[i] == '\n') {
+                n += filled;
+                filled = false;
+            } else if (!strchr(" \t\r", buf[i])) {
+                filled = true;
+            }
+        }
+    fclose(f);
+    return n + filled;
+}
+
+/* A task's samples in file order, one at a time. */
+typedef struct samples {
+    const lb_task *task;
+    lb_loader *loader;
+    lb_sample s;
+    bool has_sample;
+    long index; /* of the next sample */
+    long n;     /* lines in the file (for progress); the loader's count is the truth */
+} samples;
+
+static void samples_close(samples *it)
+{
+    if (it->has_sample)
+        lb_sample_free(&it->s);
+    lb_loader_close(it->loader);
+    *it = (samples){0};
+}
+
+static int samples_open(const char *data, const char *name, samples *it, kv_error *err)
+{
+    *it = (samples){0};
+    if (!(it->task = lb_task_find(name)))
+        return kv_fail(err, "%s: not a task kvbench knows", name);
+    char *path = lb_sample_path(data, it->task);
+    if (!path)
+        return kv_fail(err, "out of memory");
+    lb_loader_options lo = {.schema =
+                                it->task->family == LB_FAMILY_V2 ? LB_SCHEMA_V2 : LB_SCHEMA_V1};
+    int rc = (it->loader = lb_loader_open(path, &lo, err)) ? 0 : -1;
+    it->n = rc == 0 ? count_lines(path) : -1;
+    if (rc == 0 && it->n == 0) /* scored, it would be a 0.00 that averages count */
+        rc = kv_fail(err, "%s: empty task file (no samples): fetch it again or leave the task out",
+                     path);
+    free(path);
+    if (rc < 0)
+        samples_close(it);
+    return rc;
+}
+
+/* 1 with it->s the next sample (it->index - 1 its index), 0 at the end, -1 on error. */
+static int samples_next(samples *it, kv_error *err)
+{
+    if (it->has_sample)
+        lb_sample_free(&it->s);
+    it->has_sample = false;
+    int rc = lb_loader_next(it->loader, &it->s, err);
+    if (rc <= 0)
+        return rc;
+    it->has_sample = true;
+    it->index++;
+    return 1;
+}
+
+long kb_task_size(const char *data, const char *task, kv_error *err)
+{
+    samples it;
+    if (samples_open(data, task, &it, err) < 0)
+        return -1;
+    int got;
+    while ((got = samples_next(&it, err)) > 0) /* the loader's count, v2 too */
+        ;
+    long n = it.index;
+    samples_close(&it);
+    return got < 0 ? -1 : n;
+}
+
 /* ---- the driver loop --------------------------------------------------- */
 
 /* Samples of a task this process handles: the first `limit`, then its shard. */
@@ -94,32 +189,45 @@ typedef struct loop {
     volatile sig_atomic_t *stop;
     kb_progress *progress;
     kb_runner_stats *stats;
+    lb_protocol protocol;
     kb_run run;
     kb_pred_file *pf;          /* one per config, for the current task */
-    const kb_config **pending; /* configs still to do for the current sample */
+    size_t *pending;           /* configs (indices) still to do for the current sample */
     kb_decode_result *results; /* [n_configs]: what decoding them gave */
     kv_error *err;
 } loop;
 
-static int write_prediction(loop *L, const kb_task_spec *t, const kb_sample *s, size_t c,
-                            const kb_decode_result *r, long prompt_tokens, double prefill_s,
-                            double decode_s)
+/* One sample and what the run made of it. */
+typedef struct sample_run {
+    const kb_task_spec *spec;
+    const samples *it;
+    long prompt_tokens;
+    double prefill_s;
+} sample_run;
+
+static int write_prediction(loop *L, const sample_run *r, size_t c, const kb_decode_result *d)
 {
+    const lb_sample *s = &r->it->s;
+    bool v2 = r->it->task->family == LB_FAMILY_V2;
     kb_prediction p = {.id = s->id,
-                       .index = s->index,
-                       .task = t->name,
+                       .index = r->it->index - 1,
+                       .task = r->spec->name,
                        .config = L->m->configs[c].name,
                        .config_hash = L->m->configs[c].hash,
-                       .pred = r->text ? r->text : "",
-                       .pred_len = r->text ? r->text_len : 0,
+                       .pred = d->text ? d->text : "",
+                       .pred_len = d->text ? d->text_len : 0,
                        .answers = s->answers,
+                       .n_answers = s->n_answers,
                        .all_classes = s->all_classes,
+                       .n_classes = s->n_classes,
                        .length = s->length,
-                       .prompt_tokens = prompt_tokens,
-                       .kept_tokens = r->kept_tokens,
-                       .generated_tokens = r->generated_tokens,
-                       .prefill_s = prefill_s,
-                       .decode_s = decode_s};
+                       .difficulty = v2 ? s->difficulty : NULL,
+                       .length_class = v2 ? s->length_class : NULL,
+                       .prompt_tokens = r->prompt_tokens,
+                       .kept_tokens = d->kept_tokens,
+                       .generated_tokens = d->generated_tokens,
+                       .prefill_s = r->prefill_s,
+                       .decode_s = d->decode_s};
     cJSON *line = kb_prediction_json(&p);
     if (!line)
         return kv_fail(L->err, "out of memory");
@@ -129,12 +237,11 @@ static int write_prediction(loop *L, const kb_task_spec *t, const kb_sample *s, 
 }
 
 /* Decodes the pending configs one after the other into L->results. */
-static int decode_each(loop *L, const kb_task_spec *t, const kb_sample *s, void *state,
-                       size_t n_pending)
+static int decode_each(loop *L, void *state, size_t n_pending)
 {
     for (size_t k = 0; k < n_pending; k++) {
         double t1 = kv_clock_s();
-        if (L->b->decode(L->b->ctx, state, t, s, L->pending[k], &L->results[k], L->err) < 0)
+        if (L->b->decode(L->b->ctx, state, L->pending[k], &L->results[k], L->err) < 0)
             return -1;
         L->results[k].decode_s = kv_clock_s() - t1;
     }
@@ -142,46 +249,77 @@ static int decode_each(loop *L, const kb_task_spec *t, const kb_sample *s, void 
 }
 
 /* Decodes the pending configs as one batch into L->results. */
-static int decode_together(loop *L, const kb_task_spec *t, const kb_sample *s, void *state,
-                           size_t n_pending)
+static int decode_together(loop *L, void *state, size_t n_pending)
 {
     long steps = 0;
-    if (L->b->decode_batch(L->b->ctx, state, t, s, L->pending, n_pending, L->results, &steps,
-                           L->err) < 0)
+    if (L->b->decode_batch(L->b->ctx, state, L->pending, n_pending, L->results, &steps, L->err) <
+        0)
         return -1;
     L->stats->decode_steps += steps;
     return 0;
 }
 
+/* The prompt budget when the task does not set one: the model's context,
+ * less room for the answer (pred.py's model2maxlen plays this role). */
+static long prompt_budget(const loop *L, const kb_task_spec *spec, int max_new)
+{
+    if (spec->max_length > 0)
+        return spec->max_length;
+    long ctx = L->b->max_positions;
+    return ctx > max_new ? ctx - max_new : 0;
+}
+
+/* Builds the sample's prompt as pred.py does and prefills it once for the
+ * pending configs. */
+static int prefill(loop *L, sample_run *r, size_t n_pending, void **state)
+{
+    const lb_task *task = r->it->task;
+    int32_t stop[2];
+    kb_gen_limits g = {
+        .max_new_tokens =
+            r->spec->max_new_tokens > 0 ? (int)r->spec->max_new_tokens : task->max_new_tokens,
+        .stop_ids = stop,
+    };
+    g.n_stop_ids = (int)lb_stop_tokens(L->b->tok, task, L->protocol, stop);
+    lb_prompt_options po = {.protocol = L->protocol,
+                            .max_length = prompt_budget(L, r->spec, g.max_new_tokens)};
+    lb_prompt p = {0};
+    double t0 = kv_clock_s();
+    int rc = lb_prompt_build(task, &r->it->s, L->b->tok, &po, &p, L->err);
+    if (rc == 0)
+        rc = L->b->prefill(L->b->ctx, p.ids, p.n_ids, &g, L->pending, n_pending, state, L->err);
+    r->prompt_tokens = (long)p.n_ids;
+    r->prefill_s = kv_clock_s() - t0;
+    lb_prompt_free(&p);
+    return rc;
+}
+
 /* One sample: one prefill shared by every config that still lacks it; the
  * predictions are written, in matrix order, once all of them are decoded. */
-static int run_sample(loop *L, const kb_task_spec *t, const kb_sample *s)
+static int run_sample(loop *L, const kb_task_spec *spec, const samples *it)
 {
     size_t n_pending = 0;
     for (size_t c = 0; c < L->m->n_configs; c++)
-        if (!kb_pred_file_done(&L->pf[c], s->id))
-            L->pending[n_pending++] = &L->m->configs[c];
+        if (!kb_pred_file_done(&L->pf[c], it->s.id))
+            L->pending[n_pending++] = c;
     if (n_pending == 0) {
         L->stats->samples_skipped++;
         kb_progress_skip(L->progress, 1);
         return 0;
     }
+    sample_run r = {.spec = spec, .it = it};
     void *state = NULL;
-    long prompt_tokens = 0, tokens = 0;
-    double t0 = kv_clock_s();
-    if (L->b->prefill(L->b->ctx, t, s, L->pending, n_pending, &state, &prompt_tokens, L->err) < 0)
+    long tokens = 0;
+    if (prefill(L, &r, n_pending, &state) < 0)
         return -1;
-    double prefill_s = kv_clock_s() - t0;
     L->stats->prefills++;
     memset(L->results, 0, n_pending * sizeof *L->results);
-    int rc = L->b->decode_batch ? decode_together(L, t, s, state, n_pending)
-                                : decode_each(L, t, s, state, n_pending);
+    int rc = L->b->decode_batch ? decode_together(L, state, n_pending)
+                                : decode_each(L, state, n_pending);
     for (size_t k = 0; k < n_pending && rc == 0; k++) {
-        size_t c = (size_t)(L->pending[k] - L->m->configs);
         L->stats->decodes++;
         tokens += L->results[k].generated_tokens;
-        rc = write_prediction(L, t, s, c, &L->results[k], prompt_tokens, prefill_s,
-                              L->results[k].decode_s);
+        rc = write_prediction(L, &r, L->pending[k], &L->results[k]);
     }
     for (size_t k = 0; k < n_pending; k++)
         free(L->results[k].text);
@@ -189,27 +327,27 @@ static int run_sample(loop *L, const kb_task_spec *t, const kb_sample *s)
         L->b->prefill_free(L->b->ctx, state);
     if (rc == 0) {
         L->stats->samples_done++;
-        kb_progress_sample(L->progress, prompt_tokens + tokens);
+        kb_progress_sample(L->progress, r.prompt_tokens + tokens);
     }
     return rc;
 }
 
-static int run_samples(loop *L, const kb_task_spec *t, void *iter)
+static int run_samples(loop *L, const kb_task_spec *t, samples *it)
 {
     for (;;) {
-        kb_sample s = {0};
-        int got = L->b->task_next(L->b->ctx, iter, &s, L->err);
+        int got = samples_next(it, L->err);
         if (got <= 0)
             return got;
-        if (t->limit > 0 && s.index >= t->limit)
+        long index = it->index - 1;
+        if (t->limit > 0 && index >= t->limit)
             return 0;
-        if (!kb_shard_selects(&L->o->shard, s.index))
+        if (!kb_shard_selects(&L->o->shard, index))
             continue;
         if (L->stop && *L->stop) {
             L->stats->stopped = true;
             return 0;
         }
-        if (run_sample(L, t, &s) < 0)
+        if (run_sample(L, t, it) < 0)
             return -1;
     }
 }
@@ -218,18 +356,16 @@ static int run_samples(loop *L, const kb_task_spec *t, void *iter)
  * earlier run may have had a larger one), which resumed lines must name. */
 static int data_ids(loop *L, const kb_task_spec *t, kb_idset *ids)
 {
-    void *iter = NULL;
-    long n = -1;
-    if (L->b->task_open(L->b->ctx, t, &iter, &n, L->err) < 0)
+    samples it;
+    if (samples_open(L->m->data, t->name, &it, L->err) < 0)
         return -1;
     int got;
-    kb_sample s;
-    while ((got = L->b->task_next(L->b->ctx, iter, &s, L->err)) > 0)
-        if (kb_idset_add(ids, s.id) < 0) {
+    while ((got = samples_next(&it, L->err)) > 0)
+        if (kb_idset_add(ids, it.s.id) < 0) {
             got = kv_fail(L->err, "out of memory");
             break;
         }
-    L->b->task_close(L->b->ctx, iter);
+    samples_close(&it);
     return got < 0 ? -1 : 0;
 }
 
@@ -244,14 +380,11 @@ static int run_task(loop *L, const kb_task_spec *t, long task_no)
     if (rc < 0 && opened > 0)
         opened--;
     kb_idset_free(&ids);
-    void *iter = NULL;
-    long n = -1;
-    if (rc == 0)
-        rc = L->b->task_open(L->b->ctx, t, &iter, &n, L->err);
-    if (rc == 0) {
+    samples it;
+    if (rc == 0 && (rc = samples_open(L->m->data, t->name, &it, L->err)) == 0) {
         kb_progress_task(L->progress, t->name, task_no);
-        rc = run_samples(L, t, iter);
-        L->b->task_close(L->b->ctx, iter);
+        rc = run_samples(L, t, &it);
+        samples_close(&it);
     }
     for (size_t c = 0; c < opened; c++)
         kb_pred_file_close(&L->pf[c]);
@@ -265,12 +398,11 @@ static int count_samples(loop *L, long *total)
 {
     *total = 0;
     for (size_t i = 0; i < L->m->n_tasks; i++) {
-        void *iter = NULL;
-        long n = -1;
-        if (L->b->task_open(L->b->ctx, &L->m->tasks[i], &iter, &n, L->err) < 0)
+        samples it;
+        if (samples_open(L->m->data, L->m->tasks[i].name, &it, L->err) < 0)
             return kv_fail_prefix(L->err, L->m->tasks[i].name);
-        L->b->task_close(L->b->ctx, iter);
-        *total += selected_count(n, L->m->tasks[i].limit, &L->o->shard);
+        *total += selected_count(it.n, L->m->tasks[i].limit, &L->o->shard);
+        samples_close(&it);
     }
     return 0;
 }
@@ -298,12 +430,24 @@ static size_t matrix_rows_first(const kb_matrix *m, kb_score_row *rows, size_t n
     return kept;
 }
 
-static int score_and_report(loop *L)
+/* A scorer ready for every task of the matrix: jieba's data is loaded now,
+ * so that a run that could not score a Chinese task fails before its
+ * inference. */
+static int scorer_for(const kb_matrix *m, kb_scorer **s, kv_error *err)
+{
+    if (kb_scorer_open(s, err) < 0)
+        return -1;
+    for (size_t i = 0; i < m->n_tasks; i++)
+        if (kb_scorer_prepare(*s, m->tasks[i].name, err) < 0)
+            return -1;
+    return 0;
+}
+
+static int score_and_report(loop *L, kb_scorer *scorer)
 {
     kb_score_row *rows = NULL;
     size_t n = 0;
-    if (kb_scores_from_predictions(L->run.dir, L->b->scorer, L->b->scorer_ctx, &rows, &n, L->err) <
-        0)
+    if (kb_scores_from_predictions(L->run.dir, kb_scorer_task, scorer, &rows, &n, L->err) < 0)
         return -1;
     int rc = kb_scores_save(L->run.dir, rows, matrix_rows_first(L->m, rows, n), L->err);
     kb_score_rows_free(rows, n);
@@ -311,6 +455,10 @@ static int score_and_report(loop *L)
     if (rc == 0 && (rc = kb_report_run_load(L->run.dir, &r, L->err)) == 0) {
         kb_report_options opt = {.baseline = NULL, .threshold = 1.0};
         rc = kb_report_write(L->run.dir, &r, 1, &opt, L->err);
+        if (rc == 0 && L->o->table)
+            rc = kb_report_write_table(L->o->table, &r) < 0
+                     ? kv_fail(L->err, "cannot print the score table")
+                     : 0;
         kb_report_run_free(&r);
     }
     return rc;
@@ -327,9 +475,15 @@ int kb_runner_run(const kb_matrix *m, const kb_runner_options *o, const char *ve
     L.pending = calloc(m->n_configs, sizeof *L.pending);
     L.results = calloc(m->n_configs, sizeof *L.results);
     char *dir = kb_run_dir(m->output, m->run_name, &o->shard);
+    bool scored = o->shard.count <= 1; /* shards are scored once merged */
+    kb_scorer *scorer = NULL;
     int rc = 0;
     if (!L.pf || !L.pending || !L.results || !dir)
         rc = kv_fail(err, "out of memory");
+    if (rc == 0)
+        rc = lb_protocol_parse(m->protocol, &L.protocol, err);
+    if (rc == 0 && scored)
+        rc = scorer_for(m, &scorer, err);
     kb_run_info info = {
         .kvbench_version = version, .model_hash = model_hash, .matrix = m, .shard = o->shard};
     if (rc == 0)
@@ -343,8 +497,9 @@ int kb_runner_run(const kb_matrix *m, const kb_runner_options *o, const char *ve
         kb_progress_finish(progress);
         rc = kb_run_mark_finished(&L.run, err);
     }
-    if (rc == 0 && !stats->stopped && o->shard.count <= 1 && b->scorer)
-        rc = score_and_report(&L);
+    if (rc == 0 && !stats->stopped && scored)
+        rc = score_and_report(&L, scorer);
+    kb_scorer_close(scorer);
     kb_run_close(&L.run);
     free(dir);
     free(L.pf);

@@ -4,8 +4,8 @@
  *   results.h   run folder, run.json, resumable prediction files, --shard, merge
  *   progress.h  terminal bar / log lines
  *   report.h    scores.json -> scores.csv, summary.md, report.html
- *   backend.h   the real backend: datasets loader + pred.py prompts, kvcore
- *               engine and eviction, LongBench scorers
+ *   backend.h   the model: the kvcore engine and eviction
+ *   score.h     LongBench's scoring, the same as `kvbench score`
  *
  * kb_runner_run drives a kb_runner_backend through the loop:
  *
@@ -29,9 +29,11 @@
 
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "matrix.h"
+#include "tokenizer.h"
 #include "progress.h"
 #include "report.h"
 #include "results.h"
@@ -43,6 +45,7 @@ typedef struct kb_runner_options {
     const char *name;
     long threads;
     long limit; /* overrides every task's limit */
+    FILE *table; /* where the score table goes once the run is scored; NULL: nowhere */
 } kb_runner_options;
 
 /* Applies the overrides to m. Returns 0, or -1 on OOM. */
@@ -55,19 +58,21 @@ void kb_runner_plan_print(FILE *f, const kb_matrix *m, const kb_runner_options *
 /* ---- the driver loop, engine-agnostic ------------------------------------
  *
  * kb_runner_run implements steps 2 (run folder) to 4 (scores, report) of the
- * design above over a backend of callbacks; harness/backend.c makes one of
- * the engine, eviction, datasets and scorers. tests/test_runner.c drives
- * it with a fake backend (shared prefill counted, resume, shards, report). */
+ * design above. The runner owns everything but the model: it reads each
+ * task's samples (datasets/sample.h), builds and tokenizes their prompts as
+ * pred.py does (datasets/prompt.h), writes the predictions, and scores them
+ * with kb_score_predictions (score.h), the path `kvbench score` takes. The
+ * backend is the model alone, as lm-eval-harness's `LM` is: token ids in,
+ * text out. harness/backend.c makes one of the kvcore engine and eviction;
+ * tests/test_runner.c drives the loop with a fake one (shared prefill
+ * counted, resume, shards, report). */
 
-/* One LongBench sample as the runner needs it; the backend owns everything. */
-typedef struct kb_sample {
-    const char *id; /* "_id" */
-    long index;     /* position in the task's file order, from 0 */
-    const cJSON *answers;
-    const cJSON *all_classes; /* may be NULL */
-    long length;
-    void *data; /* the backend's own (the record, for prompt building) */
-} kb_sample;
+/* How one sample's answers are generated. */
+typedef struct kb_gen_limits {
+    int max_new_tokens;
+    const int32_t *stop_ids; /* ids that end the answer (not part of it) */
+    int n_stop_ids;
+} kb_gen_limits;
 
 /* What decoding one config produced. text is malloc'd by the backend and
  * freed by the runner. */
@@ -79,36 +84,32 @@ typedef struct kb_decode_result {
     double decode_s; /* decode_batch: seconds until this config left the batch */
 } kb_decode_result;
 
+/* The model. Configs are indices into the matrix the backend was opened
+ * with (0: the full cache). */
 typedef struct kb_runner_backend {
     void *ctx;
-    /* Opens a task's samples in file order (the runner applies the limit and
-     * the shard); *n_samples: how many there are (for progress; -1 unknown). */
-    int (*task_open)(void *ctx, const kb_task_spec *task, void **iter, long *n_samples,
-                     kv_error *err);
-    /* 1 with *s filled (valid until the next call), 0 at the end, <0 error. */
-    int (*task_next)(void *ctx, void *iter, kb_sample *s, kv_error *err);
-    void (*task_close)(void *ctx, void *iter);
-    /* Builds the prompt and prefills ONCE with full attention, collecting the
-     * statistics that all `configs` need; *state keeps the cache for decode. */
-    int (*prefill)(void *ctx, const kb_task_spec *task, const kb_sample *s,
-                   const kb_config *const *configs, size_t n_configs, void **state,
-                   long *prompt_tokens, kv_error *err);
-    /* Forks the prefilled cache, compresses it under cfg (params NULL: the
-     * full cache) and decodes greedily. Must leave *state as it was. */
-    int (*decode)(void *ctx, void *state, const kb_task_spec *task, const kb_sample *s,
-                  const kb_config *cfg, kb_decode_result *out, kv_error *err);
+    const kv_tokenizer *tok; /* what prompts are tokenized and truncated with */
+    long max_positions;      /* the model's context: the prompt budget a task does not set */
+    /* Prefills the prompt ONCE with full attention, collecting the
+     * statistics that all `configs` need; *state keeps the cache (and g) for
+     * decoding. */
+    int (*prefill)(void *ctx, const int32_t *ids, size_t n_ids, const kb_gen_limits *g,
+                   const size_t *configs, size_t n_configs, void **state, kv_error *err);
+    /* Forks the prefilled cache, compresses it under config `config` and
+     * decodes greedily. Must leave *state as it was. */
+    int (*decode)(void *ctx, void *state, size_t config, kb_decode_result *out, kv_error *err);
     /* Instead of decode, when set: decodes all n configs of the sample
-     * together (outs[i] for cfgs[i]), one batched forward per step;
+     * together (outs[i] for configs[i]), one batched forward per step;
      * *steps: how many such forwards ran. Called once per prefill, it may
      * release what *state holds (prefill_free still follows). */
-    int (*decode_batch)(void *ctx, void *state, const kb_task_spec *task, const kb_sample *s,
-                        const kb_config *const *cfgs, size_t n, kb_decode_result *outs,
-                        long *steps, kv_error *err);
+    int (*decode_batch)(void *ctx, void *state, const size_t *configs, size_t n,
+                        kb_decode_result *outs, long *steps, kv_error *err);
     void (*prefill_free)(void *ctx, void *state);
-    /* Scores a task's lines after the run (NULL: no scores.json, no report). */
-    kb_task_scorer scorer;
-    void *scorer_ctx;
 } kb_runner_backend;
+
+/* The number of samples of a task in a data folder, as a run reads them
+ * (what merge checks line counts against), or -1 with err set. */
+long kb_task_size(const char *data, const char *task, kv_error *err);
 
 typedef struct kb_runner_stats {
     long samples_done;    /* processed by this call */
@@ -122,8 +123,9 @@ typedef struct kb_runner_stats {
 /* Runs the matrix (apply kb_runner_apply_options first). version and
  * model_hash go to run.json. stop (may be NULL) is polled between samples:
  * set it from SIGINT/SIGTERM. progress may be NULL. When the run is complete
- * and unsharded and the backend has a scorer, writes scores.json and the
- * report into the run folder. */
+ * and unsharded, scores it and writes scores.json and the report into the
+ * run folder (a task whose scoring needs jieba's data fails before any
+ * inference when that data is missing). */
 int kb_runner_run(const kb_matrix *m, const kb_runner_options *o, const char *version,
                   const char *model_hash, const kb_runner_backend *b, volatile sig_atomic_t *stop,
                   kb_progress *progress, kb_runner_stats *stats, kv_error *err);

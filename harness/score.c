@@ -8,10 +8,9 @@
 #include <sys/stat.h>
 
 #include "tasks.h"
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
 
 #include "file.h"
+#include "jieba.h"
 #include "jsonl.h"
 #include "jsonstr.h"
 
@@ -361,7 +360,9 @@ static int score_task(kb_metrics *m, kb_predictions *p, kb_task_score *t, kv_err
         bucket[b][t->bucket_n[b]++] = pr->score;
     }
     if (rc == 0) {
-        t->score = t->refused || t->n == 0 ? NAN : kb_py_round(100 * total / (double)t->n, 2);
+        /* LongBench v2's result.py reports accuracy to 1 decimal, eval.py to 2 */
+        int digits = t->metric == KB_ACCURACY ? 1 : 2;
+        t->score = t->refused || t->n == 0 ? NAN : kb_py_round(100 * total / (double)t->n, digits);
         for (int b = 0; b < KB_N_BUCKETS; b++)
             t->bucket[b] =
                 t->refused ? NAN : kb_np_round2(100 * kb_np_mean(bucket[b], t->bucket_n[b]));
@@ -393,38 +394,97 @@ void kb_task_scores_free(kb_task_scores *t)
     *t = (kb_task_scores){0};
 }
 
-/* ---- LongBench v2 ---------------------------------------------------------------- */
+/* ---- the scorer of run folders ------------------------------------------------ */
 
-static char search_letter(const char *pattern, const char *s, size_t n)
-{
-    int code;
-    PCRE2_SIZE at;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, 0, &code, &at, NULL);
-    pcre2_match_data *md = re ? pcre2_match_data_create_from_pattern(re, NULL) : NULL;
-    char letter = 0;
-    if (md && pcre2_match(re, (PCRE2_SPTR)s, n, 0, 0, md, NULL) >= 2)
-        letter = s[pcre2_get_ovector_pointer(md)[2]];
-    pcre2_match_data_free(md);
-    pcre2_code_free(re);
-    return letter;
-}
+struct kb_scorer {
+    kb_metrics *metrics;
+    kb_jieba *jieba; /* NULL until a Chinese task needs it */
+};
 
-char kb_v2_extract_answer(kv_str response)
+int kb_scorer_open(kb_scorer **out, kv_error *err)
 {
-    char *s = malloc(response.n + 1);
+    kb_scorer *s = calloc(1, sizeof *s);
     if (!s)
-        return 0;
-    size_t n = 0;
-    for (size_t i = 0; i < response.n; i++) /* response.replace('*', '') */
-        if (response.p[i] != '*')
-            s[n++] = response.p[i];
-    s[n] = '\0';
-    char letter = search_letter("The correct answer is \\(([A-D])\\)", s, n);
-    if (!letter)
-        letter = search_letter("The correct answer is ([A-D])", s, n);
-    free(s);
-    return letter;
+        return kv_fail(err, "out of memory");
+    if (kb_metrics_new(NULL, &s->metrics, err) < 0) {
+        free(s);
+        return -1;
+    }
+    *out = s;
+    return 0;
 }
+
+int kb_scorer_prepare(kb_scorer *s, const char *task, kv_error *err)
+{
+    kb_metric metric;
+    bool first_line;
+    if (kb_task_metric(task, &metric, &first_line) < 0)
+        return kv_fail(err, "%s: no metric for this task", task);
+    if (!kb_metric_needs_jieba(metric) || s->jieba)
+        return 0;
+    kb_metrics *with = NULL;
+    if (kb_jieba_load(NULL, &s->jieba, err) < 0 || kb_metrics_new(s->jieba, &with, err) < 0)
+        return kv_fail_prefix(err, task);
+    kb_metrics_free(s->metrics);
+    s->metrics = with;
+    return 0;
+}
+
+void kb_scorer_close(kb_scorer *s)
+{
+    if (!s)
+        return;
+    kb_metrics_free(s->metrics);
+    kb_jieba_free(s->jieba);
+    free(s);
+}
+
+/* The lines of one task's file as kb_score_predictions reads them. */
+static int parse_task_lines(const char *task, const char *const *lines, size_t n,
+                            kb_predictions *p, kv_error *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        kb_scored_line *pr;
+        if (push(p, &pr) < 0)
+            return kv_fail(err, "out of memory");
+        if (asprintf(&pr->where, "line %zu", i + 1) < 0) {
+            pr->where = NULL;
+            return kv_fail(err, "out of memory");
+        }
+        /* the task stands in for a file name: a line without "dataset" is the task's */
+        if (kb_scored_line_parse(lines[i], strlen(lines[i]), task, pr, err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+int kb_scorer_task(const char *task, const char *const *lines, size_t n, double *score,
+                   double *sample_scores, const char **metric, char *msg, size_t msg_n,
+                   void *ctx)
+{
+    kb_scorer *s = ctx;
+    kb_predictions p = {0};
+    kb_task_scores t = {0};
+    kv_error err = {{0}};
+    int rc = kb_scorer_prepare(s, task, &err);
+    if (rc == 0 && (rc = parse_task_lines(task, lines, n, &p, &err)) == 0)
+        rc = kb_score_predictions(s->metrics, &p, &t, &err);
+    if (rc == 0 && (t.n != 1 || strcmp(t.v[0].dataset, task) != 0))
+        rc = kv_fail(&err, "the lines are not all of task %s", task);
+    if (rc == 0) {
+        *score = t.v[0].score;
+        *metric = kb_metric_name(t.v[0].metric);
+        for (size_t i = 0; i < n; i++)
+            sample_scores[i] = p.v[i].score;
+    }
+    if (rc < 0)
+        snprintf(msg, msg_n, "%s", err.msg);
+    kb_task_scores_free(&t);
+    kb_predictions_free(&p);
+    return rc;
+}
+
+/* ---- LongBench v2 ---------------------------------------------------------------- */
 
 static double pct1(int right, int n)
 {
@@ -475,11 +535,8 @@ static int v2_item(const json_t *o, kb_v2_item *it, const char *where, kv_error 
     it->pred = 0;
     if (json_is_string(response))
         it->pred = kb_v2_extract_answer(text_of(response));
-    else if (json_is_string(pred) && json_string_length(pred) == 1 &&
-             strchr("ABCD", json_string_value(pred)[0]))
-        it->pred = json_string_value(pred)[0];
     else if (json_is_string(pred))
-        it->pred = kb_v2_extract_answer(text_of(pred));
+        it->pred = kb_v2_letter(text_of(pred));
     return 0;
 }
 

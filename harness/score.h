@@ -93,9 +93,26 @@ typedef struct kb_task_scores {
 int kb_score_predictions(kb_metrics *m, kb_predictions *p, kb_task_scores *out, kv_error *err);
 void kb_task_scores_free(kb_task_scores *t);
 
-/* LongBench v2: the letter in "The correct answer is (X)" / "... is X" after
- * removing '*', or 0 when there is none. */
-char kb_v2_extract_answer(kv_str response);
+/* ---- the scorer of run folders ------------------------------------------
+ *
+ * What `kvbench run` and `kvbench report` score a run's prediction files
+ * with: kb_score_predictions on each (config, task) file, so their numbers
+ * are `kvbench score`'s on the same files. jieba's data is loaded on the
+ * first Chinese task (kb_scorer_prepare loads it before a run's inference,
+ * so a missing package fails the run before hours of work, not after). */
+typedef struct kb_scorer kb_scorer;
+
+int kb_scorer_open(kb_scorer **out, kv_error *err);
+/* Loads jieba's data now when `task`'s metric needs it. */
+int kb_scorer_prepare(kb_scorer *s, const char *task, kv_error *err);
+void kb_scorer_close(kb_scorer *s);
+
+/* report.h's kb_task_scorer over a kb_scorer (ctx): the task's score as
+ * kb_score_predictions gives it (v2: accuracy), each line's score, and the
+ * metric's name. */
+int kb_scorer_task(const char *task, const char *const *lines, size_t n, double *score,
+                   double *sample_scores, const char **metric, char *msg, size_t msg_n,
+                   void *ctx);
 
 /* result.py's accuracies, in percent rounded to 1 decimal (NaN for an empty
  * group): overall, easy, hard, short, medium, long. */

@@ -64,14 +64,14 @@ Test(jsonstr, load_names_the_byte_of_invalid_utf8)
  * token of byte 0x00) is read back whole by the scorer's line reader. */
 Test(jsonstr, prediction_lines_keep_a_nul_in_pred_and_answers)
 {
-    cJSON *answers = cJSON_CreateArray();
-    cJSON_AddItemToArray(answers, kv_json_text("Paris\0 is wrong", 15));
+    kv_str answers[] = {{"Paris\0 is wrong", 15}};
     kb_prediction p = {.id = "s1",
                        .task = "hotpotqa",
                        .config = "full",
                        .pred = "Paris\0 is wrong",
                        .pred_len = 15,
-                       .answers = answers};
+                       .answers = answers,
+                       .n_answers = 1};
     cJSON *o = kb_prediction_json(&p);
     cr_assert(o);
     char *line = cJSON_PrintUnformatted(o);
@@ -87,5 +87,4 @@ Test(jsonstr, prediction_lines_keep_a_nul_in_pred_and_answers)
     kb_scored_line_free(&l);
     free(line);
     cJSON_Delete(o);
-    cJSON_Delete(answers);
 }

@@ -15,6 +15,8 @@
 #include "generate.h"
 #include "matrix.h"
 #include "model.h"
+#include "score.h"
+#include "tasks.h"
 #include "testutil.h"
 
 static kb_matrix m;
@@ -246,6 +248,41 @@ Test(matrix, validator_hook_is_used)
     text = "{" BASE ", \"configs\": [{\"window_size\": 9}]}";
     cr_assert_lt(kb_matrix_parse(text, "t", &hooks, &m, &err), 0);
     cr_assert_str_eq(err.msg, "configs[0]: an algorithm is required");
+}
+
+static bool any_task(const char *name)
+{
+    (void)name;
+    return true;
+}
+
+/* A task the run could not score is refused when the file is loaded, with
+ * the file and the task named, not after the whole inference. */
+Test(matrix, a_task_without_a_metric_is_refused_at_load)
+{
+    char *dir = tu_mkdtemp();
+    char path[512];
+    snprintf(path, sizeof path, "%s/nometric.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"model\": \"m\", \"tasks\": [\"trec\", \"unscored\"]}", f);
+    fclose(f);
+    kb_matrix_hooks hooks = {.task_known = any_task}; /* a registry row with no metric */
+    cr_assert_lt(kb_matrix_load(path, &hooks, &m, &err), 0);
+    char want[600];
+    snprintf(want, sizeof want,
+             "%s: tasks[1]: task \"unscored\" has no metric: kvbench cannot score it", path);
+    cr_assert_str_eq(err.msg, want);
+    /* every task of the registry has one, LongBench v2's accuracy included */
+    for (size_t i = 0; i < lb_n_tasks; i++) {
+        kb_metric metric;
+        bool first_line;
+        cr_expect_eq(kb_task_metric(lb_tasks[i].name, &metric, &first_line), 0, "%s",
+                     lb_tasks[i].name);
+    }
+    cr_assert_eq(parse("{\"model\": \"m\", \"tasks\": [\"v2\", \"v2_cot\"]}"), 0, "%s", err.msg);
+    kb_matrix_free(&m);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 Test(matrix, task_groups_and_per_task_settings)

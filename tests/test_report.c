@@ -70,16 +70,18 @@ static char *make_run(const char *out, const char *name)
             for (long i = 0; i < 3; i++) {
                 char id[16];
                 snprintf(id, sizeof id, "s%ld", i);
-                cJSON *answers = cJSON_CreateStringArray((const char *[]){"yes"}, 1);
+                kv_str answers[] = {kv_str_c("yes")};
                 /* trec's classes make LongBench's classification score exact here */
-                cJSON *classes = cJSON_CreateStringArray((const char *[]){"yes", "no"}, 2);
+                kv_str classes[] = {kv_str_c("yes"), kv_str_c("no")};
                 kb_prediction p = {.id = id,
                                    .index = i,
                                    .task = tasks[t],
                                    .config = cfgs[c],
                                    .pred = i < correct[c][t] ? "yes" : "no",
                                    .answers = answers,
+                                   .n_answers = 1,
                                    .all_classes = t == 0 ? classes : NULL,
+                                   .n_classes = 2,
                                    .prompt_tokens = 100 + 10 * i,
                                    .kept_tokens = 64,
                                    .generated_tokens = 1,
@@ -88,8 +90,6 @@ static char *make_run(const char *out, const char *name)
                 cJSON *j = kb_prediction_json(&p);
                 cr_assert_eq(kb_pred_file_append(&pf, j, &err), 0, "%s", err.msg);
                 cJSON_Delete(j);
-                cJSON_Delete(answers);
-                cJSON_Delete(classes);
             }
             kb_pred_file_close(&pf);
         }

@@ -48,7 +48,7 @@ static cJSON *line_for(long index, const char *config)
     hash_for(config, hash);
     snprintf(id, sizeof id, "id%03ld", index);
     snprintf(pred, sizeof pred, "answer %ld by %s", index, config);
-    cJSON *answers = cJSON_CreateStringArray((const char *[]){"x"}, 1);
+    kv_str answers[] = {kv_str_c("x")};
     kb_prediction p = {.id = id,
                        .index = index,
                        .task = "trec",
@@ -56,6 +56,7 @@ static cJSON *line_for(long index, const char *config)
                        .config_hash = hash,
                        .pred = pred,
                        .answers = answers,
+                       .n_answers = 1,
                        .length = 100 + index,
                        .prompt_tokens = 50,
                        .kept_tokens = 20,
@@ -63,7 +64,6 @@ static cJSON *line_for(long index, const char *config)
                        .prefill_s = 0.5,
                        .decode_s = 0.25};
     cJSON *j = kb_prediction_json(&p);
-    cJSON_Delete(answers);
     cr_assert_not_null(j);
     return j;
 }

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "file.h"
 #include "testutil.h"
 
 static const char *const tasks[] = {"trec", "qasper", "passage_retrieval_en"};
@@ -37,6 +38,14 @@ static char *write_matrix(const char *dir, const char *name, const char *configs
     free(model);
     free(data);
     return path;
+}
+
+/* kvbench run CFG, which must succeed. */
+static void run_ok(const char *cfg)
+{
+    tu_result r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
 }
 
 #define CONFIGS3                                                                                 \
@@ -252,9 +261,7 @@ Test(run, shared_prefill_equals_separate_runs)
 {
     char *dir = tu_mkdtemp();
     char *all = write_matrix(dir, "all", CONFIGS3);
-    tu_result r = tu_kvbench("run", all, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
+    run_ok(all);
     static const char *const alone[] = {
         "[{\"name\": \"h2o\", \"algorithm\": \"h2o\", \"start_size\": 4, \"recent_size\": 16, "
         "\"intermediate_size\": 12}]",
@@ -266,9 +273,7 @@ Test(run, shared_prefill_equals_separate_runs)
         char run[32];
         snprintf(run, sizeof run, "alone%d", c);
         char *cfg = write_matrix(dir, run, alone[c]);
-        r = tu_kvbench("run", cfg, NULL);
-        cr_assert_eq(r.status, 0, "%s", r.err);
-        tu_result_free(&r);
+        run_ok(cfg);
         expect_same_predictions(dir, "all", run, names[c]);
         free(cfg);
     }
@@ -298,21 +303,150 @@ Test(run, sigkill_and_resume_equals_uninterrupted, .timeout = 300)
 {
     char *dir = tu_mkdtemp();
     char *ref = write_matrix(dir, "ref", CONFIGS3);
-    tu_result r = tu_kvbench("run", ref, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
+    run_ok(ref);
     char *cfg = write_matrix(dir, "killed", CONFIGS3);
     srand((unsigned)time(NULL));
     for (int k = 0; k < 6; k++)
         run_and_kill(cfg, 20000 + rand() % 400000);
-    r = tu_kvbench("run", cfg, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
+    run_ok(cfg);
     static const char *const configs[] = {"full", "h2o", "snapkv"};
     for (int c = 0; c < 3; c++)
         expect_same_predictions(dir, "ref", "killed", configs[c]);
     free(ref);
     free(cfg);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* The last number on the line of `kvbench score`'s table that starts with name. */
+static double table_score(const char *out, const char *name)
+{
+    const char *line = strstr(out, name);
+    cr_assert(line, "no %s in: %s", name, out);
+    const char *eol = strchr(line, '\n');
+    const char *sp = eol;
+    while (sp > line && sp[-1] != ' ')
+        sp--;
+    return atof(sp);
+}
+
+/* The overall accuracy of `kvbench score --v2`'s row for file (after n). */
+static double v2_overall(const char *out, const char *file)
+{
+    const char *line = strstr(out, file);
+    cr_assert(line, "no %s in: %s", file, out);
+    double overall = -1;
+    cr_assert_eq(sscanf(line, "%*s %*d %lf", &overall), 1, "%s", line);
+    return overall;
+}
+
+/* One run's (full, v2) score three ways: scores.csv, `kvbench score` of the
+ * predictions and result.py's reader (`kvbench score --v2`); all equal. */
+static double v2_scores_agree(const char *dir)
+{
+    char path[1024], preds[1024], file[1100];
+    snprintf(path, sizeof path, "%s/runs/v2run/scores.csv", dir);
+    snprintf(preds, sizeof preds, "%s/runs/v2run/predictions/full", dir);
+    snprintf(file, sizeof file, "%s/v2.jsonl", preds);
+    char *csv = tu_slurp(path, NULL);
+    double run_score = csv_score(csv, "full", "v2");
+    cr_assert_geq(run_score, 0, "no v2 row: %s", csv);
+    cr_assert(strstr(csv, ",full,") && strstr(csv, ",v2,Other,accuracy,"), "%s", csv);
+    free(csv);
+    tu_result s = tu_kvbench("score", preds, NULL);
+    cr_assert_eq(s.status, 0, "%s", s.err);
+    cr_expect_float_eq(table_score(s.out, "v2 "), run_score, 1e-9, "%s", s.out);
+    tu_result_free(&s);
+    s = tu_kvbench("score", "--v2", file, NULL);
+    cr_assert_eq(s.status, 0, "%s", s.err);
+    cr_expect_float_eq(v2_overall(s.out, "v2.jsonl"), run_score, 1e-9, "%s", s.out);
+    tu_result_free(&s);
+    return run_score;
+}
+
+/* `kvbench run` of a LongBench v2 task scores it, as `kvbench score` and
+ * result.py do. The tiny model's answers name no letter, so the run scores
+ * 0; then one line is made right and one wrong by hand and the rebuilt
+ * report says 50.0 (1 of 2, result.py's one decimal), all three ways. */
+Test(run, longbench_v2_task_is_scored)
+{
+    char *dir = tu_mkdtemp();
+    char *model = tu_source("tests/data/models/qwen3-bf16");
+    char *data = tu_source("datasets/samples/longbench-v2");
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg, "%s/v2run.json", dir);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f,
+            "{\"model\": \"%s\", \"data\": \"%s\", \"output\": \"%s/runs\", \"max_new_tokens\": 8,"
+            " \"threads\": 1, \"tasks\": [\"v2\"], \"configs\": [{\"algorithm\": \"h2o\", "
+            "\"start_size\": 4, \"recent_size\": 16, \"intermediate_size\": 12}]}\n",
+            model, data, dir);
+    fclose(f);
+    free(model);
+    free(data);
+    run_ok(cfg);
+    double first = v2_scores_agree(dir);
+    cr_expect_float_eq(first, 0.0, 1e-9);
+
+    char file[1024];
+    snprintf(file, sizeof file, "%s/runs/v2run/predictions/full/v2.jsonl", dir);
+    char *text = tu_slurp(file, NULL), *save = NULL;
+    f = fopen(file, "w");
+    int i = 0;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save), i++) {
+        cJSON *j = cJSON_Parse(line);
+        cr_assert(j);
+        const char *answer = cJSON_GetObjectItem(j, "answer")->valuestring;
+        char pred[64];
+        snprintf(pred, sizeof pred, "**The correct answer is (%c)**", i == 0 ? answer[0] : 'A');
+        cJSON_ReplaceItemInObject(j, "pred", cJSON_CreateString(pred));
+        char *out = cJSON_PrintUnformatted(j);
+        fprintf(f, "%s\n", out);
+        free(out);
+        cJSON_Delete(j);
+    }
+    fclose(f);
+    free(text);
+    cr_assert_eq(i, 2, "the fixture's two samples");
+    char scores[1024], run_dir[1024];
+    snprintf(scores, sizeof scores, "%s/runs/v2run/scores.json", dir);
+    snprintf(run_dir, sizeof run_dir, "%s/runs/v2run", dir);
+    unlink(scores);
+    tu_result r = tu_kvbench("report", run_dir, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    cr_expect_float_eq(v2_scores_agree(dir), 50.0, 1e-9);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* A Chinese task is scored with jieba's data: without it the run fails
+ * before its inference (not after hours of it), naming the task and the
+ * package, and writes no prediction. */
+Test(run, a_chinese_task_without_jieba_fails_before_inference)
+{
+    char *dir = tu_mkdtemp();
+    char *model = tu_source("tests/data/models/qwen3-bf16");
+    char *data = tu_source("datasets/samples");
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg, "%s/zh.json", dir);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f,
+            "{\"model\": \"%s\", \"data\": \"%s\", \"output\": \"%s/runs\", \"limit\": 1,"
+            " \"max_new_tokens\": 4, \"tasks\": [\"trec\", \"multifieldqa_zh\"]}\n",
+            model, data, dir);
+    fclose(f);
+    free(model);
+    free(data);
+    setenv("KVBENCH_JIEBA_DIR", "/nonexistent-jieba", 1);
+    tu_result r = tu_kvbench("run", cfg, NULL);
+    unsetenv("KVBENCH_JIEBA_DIR");
+    cr_expect_neq(r.status, 0);
+    cr_expect(strstr(r.err, "multifieldqa_zh") && strstr(r.err, "jieba"), "%s", r.err);
+    char path[1100];
+    snprintf(path, sizeof path, "%s/runs/zh/predictions/full/trec.jsonl", dir);
+    cr_expect_not(kv_file_exists(path), "inference ran before the check");
+    tu_result_free(&r);
     tu_rmtree(dir);
     free(dir);
 }
@@ -354,9 +488,7 @@ Test(run, trained_model_eviction_ordering, .timeout = 300)
     fclose(f);
     free(m);
     free(data);
-    tu_result r = tu_kvbench("run", path, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
+    run_ok(path);
     snprintf(path, sizeof path, "%s/runs/demo/scores.csv", dir);
     char *csv = tu_slurp(path, NULL);
     double full = csv_score(csv, "full", "synth_passkey");

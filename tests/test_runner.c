@@ -7,15 +7,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "file.h"
 #include "runner.h"
+#include "score.h"
+#include "tokenizer.h"
 #include "testutil.h"
 
 typedef struct fake {
+    const kb_matrix *m;
     long prefills, decodes;
     long stop_after_decodes; /* 0: never */
     volatile sig_atomic_t *stop;
@@ -23,93 +27,79 @@ typedef struct fake {
     int report_fd;         /* > 0: one byte per decode, for the kill test */
 } fake;
 
-typedef struct fake_iter {
-    const char *task;
-    long n, i;
-    char id[32];
-    cJSON *answers;
-} fake_iter;
-
+/* What the fake model reads from the prompt the runner built: the sample's
+ * context says "ANSWER=a1;INDEX=4;" (see write_task), so the prompt reached
+ * the model whole and in order. */
 typedef struct fake_state {
     long index;
+    char answer[16];
     long prompt_tokens;
 } fake_state;
+
+static kv_tokenizer *tokenizer; /* the tiny test model's, loaded once */
 
 static long task_size(const char *task)
 {
     return strcmp(task, "trec") == 0 ? 7 : strcmp(task, "qasper") == 0 ? 5 : -1;
 }
 
-static int f_open(void *ctx, const kb_task_spec *t, void **iter, long *n, kv_error *err)
+/* data/<task>.jsonl: n LongBench records whose context holds the answer;
+ * trec's class list makes its classification score exact. */
+static void write_task(const char *data, const char *task)
 {
-    (void)ctx;
-    if (task_size(t->name) < 0)
-        return kv_fail(err, "no samples for %s", t->name);
-    fake_iter *it = calloc(1, sizeof *it);
-    it->task = t->name;
-    it->n = *n = task_size(t->name);
-    *iter = it;
-    return 0;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.jsonl", data, task);
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "%s", path);
+    for (long i = 0; i < task_size(task); i++)
+        fprintf(f,
+                "{\"_id\": \"%s-%03ld\", \"input\": \"which?\", \"context\": "
+                "\"ANSWER=a%ld;INDEX=%ld;\", \"answers\": [\"a%ld\"], \"length\": %ld, "
+                "\"dataset\": \"%s\", \"language\": \"en\", \"all_classes\": %s}\n",
+                task, i, i % 3, i, i % 3, 100 + i, task,
+                strcmp(task, "trec") == 0 ? "[\"a0\", \"a1\", \"a2\"]" : "null");
+    fclose(f);
 }
 
-static int f_next(void *ctx, void *iter, kb_sample *s, kv_error *err)
+static int f_prefill(void *ctx, const int32_t *ids, size_t n_ids, const kb_gen_limits *g,
+                     const size_t *configs, size_t n, void **state, kv_error *err)
 {
-    (void)ctx, (void)err;
-    fake_iter *it = iter;
-    if (it->i == it->n)
-        return 0;
-    cJSON_Delete(it->answers);
-    char a[8];
-    snprintf(a, sizeof a, "a%ld", it->i % 3);
-    const char *ans[] = {a};
-    it->answers = cJSON_CreateStringArray(ans, 1);
-    snprintf(it->id, sizeof it->id, "%s-%03ld", it->task, it->i);
-    *s = (kb_sample){.id = it->id, .index = it->i, .answers = it->answers, .length = 100 + it->i};
-    it->i++;
-    return 1;
-}
-
-static void f_close(void *ctx, void *iter)
-{
-    (void)ctx;
-    fake_iter *it = iter;
-    if (it)
-        cJSON_Delete(it->answers);
-    free(it);
-}
-
-static int f_prefill(void *ctx, const kb_task_spec *t, const kb_sample *s,
-                     const kb_config *const *configs, size_t n, void **state, long *prompt_tokens,
-                     kv_error *err)
-{
-    (void)t, (void)configs, (void)err;
+    (void)configs, (void)g;
     fake *f = ctx;
     f->prefills++;
     f->last_n_configs = n;
-    fake_state *st = malloc(sizeof *st);
-    st->index = s->index;
-    st->prompt_tokens = *prompt_tokens = 1000 + 10 * s->index;
+    size_t len;
+    char *text = kv_tokenizer_decode_len(tokenizer, ids, n_ids, true, &len);
+    const char *a = text ? strstr(text, "ANSWER=") : NULL;
+    const char *x = text ? strstr(text, "INDEX=") : NULL;
+    if (!a || !x) {
+        free(text);
+        return kv_fail(err, "the prompt lost the sample's context");
+    }
+    fake_state *st = calloc(1, sizeof *st);
+    snprintf(st->answer, sizeof st->answer, "%.*s", (int)strcspn(a + 7, ";"), a + 7);
+    st->index = atol(x + 6);
+    st->prompt_tokens = (long)n_ids;
+    free(text);
     *state = st;
     return 0;
 }
 
 /* Deterministic per (sample, config): right unless the budget is small and
  * the sample index is unlucky; the full cache is always right. */
-static int f_decode(void *ctx, void *state, const kb_task_spec *t, const kb_sample *s,
-                    const kb_config *cfg, kb_decode_result *out, kv_error *err)
+static int f_decode(void *ctx, void *state, size_t config, kb_decode_result *out, kv_error *err)
 {
-    (void)t, (void)err;
+    (void)err;
     fake *f = ctx;
     fake_state *st = state;
-    cr_assert_eq(st->index, s->index, "decode got another sample's prefill");
+    const kb_config *cfg = &f->m->configs[config];
     f->decodes++;
     if (f->stop && f->stop_after_decodes && f->decodes == f->stop_after_decodes)
         *f->stop = 1; /* as if SIGINT arrived in the middle of a sample */
-    bool right = cfg->budget < 0 || (s->index + cfg->budget / 16) % 3 != 0;
+    bool right = cfg->budget < 0 || (st->index + cfg->budget / 16) % 3 != 0;
     /* a wrong answer holds a NUL byte, as a token for byte 0x00 decodes to */
     static const char wrong[] = "wrong\0 after a NUL";
-    out->text = right ? strdup(cJSON_GetArrayItem(s->answers, 0)->valuestring)
-                      : memcpy(malloc(sizeof wrong), wrong, sizeof wrong);
+    out->text = right ? strdup(st->answer) : memcpy(malloc(sizeof wrong), wrong, sizeof wrong);
     out->text_len = right ? 0 : sizeof wrong - 1;
     out->kept_tokens = cfg->budget < 0 ? st->prompt_tokens : cfg->budget;
     out->generated_tokens = 2;
@@ -124,46 +114,54 @@ static void f_free(void *ctx, void *state)
     free(state);
 }
 
-static int exact_scorer(const char *task, const char *const *lines, size_t n, double *score,
-                        double *sample_scores, const char **metric, char *msg, size_t msg_n,
-                        void *ctx)
+/* What LongBench's metrics give these lines (classification with trec's
+ * three classes, qa_f1 for qasper): 1 for the exact answer, 0 for the
+ * wrong one (no class and no word in common). */
+static double exact_share(const kb_pred_lines *l, double *per)
 {
-    (void)task, (void)msg, (void)msg_n, (void)ctx;
     double hits = 0;
-    for (size_t i = 0; i < n; i++) {
-        cJSON *line = cJSON_Parse(lines[i]);
-        sample_scores[i] =
-            strcmp(cJSON_GetObjectItem(line, "pred")->valuestring,
-                   cJSON_GetArrayItem(cJSON_GetObjectItem(line, "answers"), 0)->valuestring) == 0;
-        hits += sample_scores[i];
-        cJSON_Delete(line);
+    for (size_t i = 0; i < l->n; i++) {
+        const cJSON *line = l->json[i];
+        per[i] = strcmp(cJSON_GetObjectItem(line, "pred")->valuestring,
+                        cJSON_GetArrayItem(cJSON_GetObjectItem(line, "answers"), 0)->valuestring) ==
+                 0;
+        hits += per[i];
     }
-    *score = n ? 100.0 * hits / (double)n : 0;
-    *metric = "exact";
-    return 0;
+    return l->n ? 100.0 * hits / (double)l->n : 0;
 }
 
-static kb_runner_backend backend(fake *f)
+static kb_runner_backend backend(fake *f, const kb_matrix *m)
 {
+    if (!tokenizer) {
+        char *dir = tu_source("tests/data/models/qwen3-bf16");
+        kv_error e;
+        tokenizer = kv_tokenizer_load(dir, &e);
+        cr_assert(tokenizer, "%s", e.msg);
+        free(dir);
+    }
+    f->m = m;
     return (kb_runner_backend){.ctx = f,
-                               .task_open = f_open,
-                               .task_next = f_next,
-                               .task_close = f_close,
+                               .tok = tokenizer,
+                               .max_positions = 4096,
                                .prefill = f_prefill,
                                .decode = f_decode,
-                               .prefill_free = f_free,
-                               .scorer = exact_scorer};
+                               .prefill_free = f_free};
 }
 
 static kv_error err;
 
+/* A matrix over trec and qasper whose data is written into out/data. */
 static void matrix(kb_matrix *m, const char *out, const char *configs, const char *extra)
 {
-    char text[2048];
+    char text[4096], data[1024];
+    snprintf(data, sizeof data, "%s/data", out);
+    mkdir(data, 0777);
+    write_task(data, "trec");
+    write_task(data, "qasper");
     snprintf(text, sizeof text,
-             "{\"name\": \"r\", \"model\": \"m\", \"output\": \"%s\", \"tasks\": [\"trec\", "
-             "\"qasper\"], \"configs\": [%s]%s}",
-             out, configs, extra);
+             "{\"name\": \"r\", \"model\": \"m\", \"output\": \"%s\", \"data\": \"%s\", "
+             "\"tasks\": [\"trec\", \"qasper\"], \"configs\": [%s]%s}",
+             out, data, configs, extra);
     cr_assert_eq(kb_matrix_parse(text, NULL, NULL, m, &err), 0, "%s", err.msg);
 }
 
@@ -175,7 +173,7 @@ static void matrix(kb_matrix *m, const char *out, const char *configs, const cha
 static kb_runner_stats run(const kb_matrix *m, kb_shard shard, fake *f)
 {
     kb_runner_options o = {.shard = shard};
-    kb_runner_backend b = backend(f);
+    kb_runner_backend b = backend(f, m);
     kb_runner_stats st;
     cr_assert_eq(kb_runner_run(m, &o, "test", "hash0", &b, f->stop, NULL, &st, &err), 0, "%s",
                  err.msg);
@@ -242,12 +240,12 @@ Test(runner, one_prefill_per_sample_for_all_configs_and_a_report_at_the_end)
         kb_pred_lines l;
         cr_assert_eq(kb_pred_lines_read(path, &l, &err), 0);
         cr_assert_eq((long)l.n, task_size(r.rows[i].task));
-        double s, per[64];
-        const char *metric;
+        double per[64];
         cr_assert_leq(l.n, 64);
-        exact_scorer(r.rows[i].task, (const char *const *)l.text, l.n, &s, per, &metric, NULL, 0,
-                     NULL);
-        cr_assert_eq(r.rows[i].score, s);
+        cr_assert_eq(r.rows[i].score, kb_py_round(exact_share(&l, per), 2));
+        cr_assert_str_eq(r.rows[i].metric,
+                         strcmp(r.rows[i].task, "trec") == 0 ? "classification_score"
+                                                               : "qa_f1_score");
         cr_assert_eq(r.rows[i].n, (long)l.n);
         /* the per-sample scores the intervals resample, kept in scores.json */
         cr_assert_eq(r.rows[i].n_samples, l.n);
@@ -407,16 +405,19 @@ Test(runner, limits_and_a_grown_matrix)
     cr_assert_eq(g.decodes, 12);
     cr_assert_eq(g.last_n_configs, 2);
     kb_matrix_free(&m);
-    /* a task the backend has no data for: the error names it */
-    char text[512];
+    /* a task the data folder has no file for: the error names it and the file */
+    char text[1024];
     snprintf(text, sizeof text,
-             "{\"name\": \"r2\", \"model\": \"m\", \"output\": \"%s\", \"tasks\": [\"lcc\"]}", out);
+             "{\"name\": \"r2\", \"model\": \"m\", \"output\": \"%s\", \"data\": \"%s/data\", "
+             "\"tasks\": [\"lcc\"]}",
+             out, out);
     cr_assert_eq(kb_matrix_parse(text, NULL, NULL, &m, &err), 0);
     kb_runner_options o = {.shard = {0, 1}};
-    kb_runner_backend b = backend(&g);
+    kb_runner_backend b = backend(&g, &m);
     kb_runner_stats st;
     cr_assert_lt(kb_runner_run(&m, &o, "test", "hash0", &b, NULL, NULL, &st, &err), 0);
-    cr_assert_str_eq(err.msg, "lcc: no samples for lcc");
+    cr_assert(strncmp(err.msg, "lcc: ", 5) == 0 && strstr(err.msg, "/data/lcc.jsonl"), "%s",
+              err.msg);
     kb_matrix_free(&m);
     tu_rmtree(out);
     free(out);
@@ -442,7 +443,7 @@ Test(runner, sigkill_at_random_points_then_rerun_equals_an_uninterrupted_run)
             close(fds[0]);
             fake f = {.report_fd = fds[1]};
             kb_runner_options o = {.shard = {0, 1}};
-            kb_runner_backend b = backend(&f);
+            kb_runner_backend b = backend(&f, &m);
             kb_runner_stats st;
             _exit(kb_runner_run(&m, &o, "test", "hash0", &b, NULL, NULL, &st, &err) == 0 ? 0 : 9);
         }
