@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "file.h"
+#include "matrix.h"
 #include "strbuf.h"
 
 struct kb_eviction {
@@ -41,6 +42,31 @@ static int read_config(const char *path, kv_evict_params *p)
     return rc;
 }
 
+/* The parameter table's checks on what the options gave (each key's range,
+ * choices and algorithm, then the cross-field rules): the matrix's own
+ * kb_matrix_validate_eviction, so a flag and a config key accept the same
+ * values. Its "KEY: problem" names the flag when a flag set KEY. */
+static int validate(const kb_args *a, const kv_evict_params *p)
+{
+    char msg[512];
+    cJSON *j = kv_evict_params_to_json(p);
+    int rc = j ? kb_matrix_validate_eviction(j, msg, sizeof msg)
+               : (snprintf(msg, sizeof msg, "out of memory"), -1);
+    cJSON_Delete(j);
+    if (rc == 0)
+        return 0;
+    size_t key_len = strcspn(msg, ":");
+    const kv_evict_param_def *d;
+    for (int i = 0; (d = kv_evict_param(i)); i++)
+        if (msg[key_len] && strlen(d->key) == key_len && strncmp(msg, d->key, key_len) == 0 &&
+            kb_arg(a, d->flag)) {
+            kb_error("--%s%s", d->flag, msg + key_len);
+            return -1;
+        }
+    kb_error("eviction: %s", msg);
+    return -1;
+}
+
 int kb_eviction_params(const kb_args *a, kv_evict_params *p)
 {
     const char *config = kb_arg(a, "eviction-config");
@@ -61,11 +87,7 @@ int kb_eviction_params(const kb_args *a, kv_evict_params *p)
             return -1;
         }
     }
-    if (kv_evict_params_validate(p, &err) != 0) {
-        kb_error("eviction: %s", err.msg);
-        return -1;
-    }
-    return 0;
+    return validate(a, p);
 }
 
 static void write_positions(FILE *f, const int32_t *pos, int n)

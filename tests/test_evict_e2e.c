@@ -320,7 +320,24 @@ Test(evict_e2e, cli_errors)
     const char *bad[] = {"--eviction", "h2o", "--window-size", "8", NULL};
     tu_result r = generate(tmp, bad);
     cr_assert_eq(r.status, 2);
-    cr_assert(strstr(r.err, "Window size is only supported for SNAPKV algorithm."), "%s", r.err);
+    cr_assert(strstr(r.err, "--window-size: only supported for the snapkv algorithm"), "%s", r.err);
+    tu_result_free(&r);
+    /* ranges come from the parameter table (kvcore/evict_table.h), as in a config file */
+    const char *negative[] = {"--eviction", "h2o", "--start-size", "-4", NULL};
+    r = generate(tmp, negative);
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "kvbench: --start-size: must be >= 0\n"), "%s", r.err);
+    tu_result_free(&r);
+    const char *zero_group[] = {"--eviction", "h2o", "--strategy", "per_group", "--group-size", "0",
+                                NULL};
+    r = generate(tmp, zero_group);
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "kvbench: --group-size: must be > 0\n"), "%s", r.err);
+    tu_result_free(&r);
+    const char *bad_seed[] = {"--eviction", "random", "--eviction-seed", "4294967296", NULL};
+    r = generate(tmp, bad_seed);
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "--eviction-seed"), "%s", r.err);
     tu_result_free(&r);
     const char *trace_only[] = {"--trace", "x.jsonl", NULL};
     r = generate(tmp, trace_only);
