@@ -314,42 +314,33 @@ Test(evict_e2e, per_head_trace)
     free(tmp);
 }
 
+/* kvbench generate with args fails as a usage error whose message holds want. */
+static void expect_usage_error(const char *tmp, const char *const *args, const char *want)
+{
+    tu_result r = generate(tmp, args);
+    cr_assert_eq(r.status, 2, "%s", r.err);
+    cr_assert(strstr(r.err, want), "want '%s' in: %s", want, r.err);
+    tu_result_free(&r);
+}
+
+#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
 Test(evict_e2e, cli_errors)
 {
     char *tmp = tu_mkdtemp();
-    const char *bad[] = {"--eviction", "h2o", "--window-size", "8", NULL};
-    tu_result r = generate(tmp, bad);
-    cr_assert_eq(r.status, 2);
-    cr_assert(strstr(r.err, "--window-size: only supported for the snapkv algorithm"), "%s", r.err);
-    tu_result_free(&r);
+    expect_usage_error(tmp, ARGS("--eviction", "h2o", "--window-size", "8"),
+                       "--window-size: only supported for the snapkv algorithm");
     /* ranges come from the parameter table (kvcore/evict_table.h), as in a config file */
-    const char *negative[] = {"--eviction", "h2o", "--start-size", "-4", NULL};
-    r = generate(tmp, negative);
-    cr_assert_eq(r.status, 2);
-    cr_assert(strstr(r.err, "kvbench: --start-size: must be >= 0\n"), "%s", r.err);
-    tu_result_free(&r);
-    const char *zero_group[] = {"--eviction", "h2o", "--strategy", "per_group", "--group-size", "0",
-                                NULL};
-    r = generate(tmp, zero_group);
-    cr_assert_eq(r.status, 2);
-    cr_assert(strstr(r.err, "kvbench: --group-size: must be > 0\n"), "%s", r.err);
-    tu_result_free(&r);
-    const char *bad_seed[] = {"--eviction", "random", "--eviction-seed", "4294967296", NULL};
-    r = generate(tmp, bad_seed);
-    cr_assert_eq(r.status, 2);
-    cr_assert(strstr(r.err, "--eviction-seed"), "%s", r.err);
-    tu_result_free(&r);
-    const char *trace_only[] = {"--trace", "x.jsonl", NULL};
-    r = generate(tmp, trace_only);
-    cr_assert_eq(r.status, 2);
-    cr_assert(strstr(r.err, "--trace needs eviction"), "%s", r.err);
-    tu_result_free(&r);
-    const char *bad_value[] = {"--eviction", "snapkv", "--start-size", "lots", NULL};
-    r = generate(tmp, bad_value);
-    cr_assert_eq(r.status, 2);
-    cr_assert(strstr(r.err, "--start-size: eviction config: start_size: expected an integer"), "%s",
-              r.err);
-    tu_result_free(&r);
+    expect_usage_error(tmp, ARGS("--eviction", "h2o", "--start-size", "-4"),
+                       "kvbench: --start-size: must be >= 0\n");
+    expect_usage_error(tmp,
+                       ARGS("--eviction", "h2o", "--strategy", "per_group", "--group-size", "0"),
+                       "kvbench: --group-size: must be > 0\n");
+    expect_usage_error(tmp, ARGS("--eviction", "random", "--eviction-seed", "4294967296"),
+                       "--eviction-seed: eviction config: seed: expected an integer 0..4294967295");
+    expect_usage_error(tmp, ARGS("--trace", "x.jsonl"), "--trace needs eviction");
+    expect_usage_error(tmp, ARGS("--eviction", "snapkv", "--start-size", "lots"),
+                       "--start-size: eviction config: start_size: expected an integer");
     tu_rmtree(tmp);
     free(tmp);
 }
