@@ -9,6 +9,7 @@
 #include "jscan.h"
 #include "jsonl.h"
 #include "utf8.h"
+#include "vec.h"
 
 void lb_sample_free(lb_sample *s)
 {
@@ -133,11 +134,9 @@ static int read_texts(reader *r, kv_str **out, size_t *n)
     for (size_t i = 0; i < *n; i++) /* a repeated key */
         kv_str_free(&(*out)[i]);
     *n = 0;
-    size_t cap = 4;
-    kv_str *v = realloc(*out, cap * sizeof *v);
-    if (!v)
+    size_t cap = 0;
+    if (KV_VEC_RESERVE(*out, cap, 4, 4) < 0)
         return kv_fail(r->err, "out of memory reading \"%s\"", r->key);
-    *out = v;
     kv_jscan_eat(&r->j, '[');
     bool more = kv_jscan_peek(&r->j) != ']';
     if (!more)
@@ -146,11 +145,10 @@ static int read_texts(reader *r, kv_str **out, size_t *n)
         if (kv_jscan_peek(&r->j) != '"')
             return kv_fail(r->err, "\"%s\"[%zu] must be a string, found %s", r->key, *n,
                            kv_jscan_kind(&r->j));
-        if (*n == cap && !(v = realloc(*out, (cap *= 2) * sizeof *v)))
+        if (KV_VEC_RESERVE(*out, cap, *n + 1, 4) < 0)
             return kv_fail(r->err, "out of memory reading \"%s\"", r->key);
-        *out = v;
-        v[*n] = (kv_str){0};
-        if (read_string(r, &v[*n]) < 0)
+        (*out)[*n] = (kv_str){0};
+        if (read_string(r, &(*out)[*n]) < 0)
             return -1;
         ++*n;
         if (kv_jscan_next(&r->j, ']', &more) != 0)
@@ -368,14 +366,8 @@ typedef struct array_reader {
 
 static int buf_push(array_reader *a, char c)
 {
-    if (a->len + 2 > a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 1 << 16;
-        char *p = realloc(a->buf, cap);
-        if (!p)
-            return -1;
-        a->buf = p;
-        a->cap = cap;
-    }
+    if (KV_VEC_RESERVE(a->buf, a->cap, a->len + 2, 1 << 16) < 0)
+        return -1;
     a->buf[a->len++] = c;
     return 0;
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "hash.h"
+#include "vec.h"
 
 uint64_t kb_rng_next(kb_rng *r)
 {
@@ -56,14 +57,8 @@ const kb_boot_plan *kb_boot_plans_get(kb_boot_plans *ps, uint64_t seed, size_t n
     for (size_t i = 0; i < ps->n; i++)
         if (ps->v[i].seed == seed && ps->v[i].n == n)
             return &ps->v[i];
-    if (ps->n == ps->cap) {
-        size_t cap = ps->cap ? 2 * ps->cap : 16;
-        kb_boot_plan *g = realloc(ps->v, cap * sizeof *g);
-        if (!g)
-            return NULL;
-        ps->v = g;
-        ps->cap = cap;
-    }
+    if (KV_VEC_RESERVE(ps->v, ps->cap, ps->n + 1, 16) < 0)
+        return NULL;
     if (kb_boot_plan_init(&ps->v[ps->n], seed, n) < 0)
         return NULL;
     return &ps->v[ps->n++];

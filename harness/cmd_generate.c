@@ -22,6 +22,7 @@
 #include "model.h"
 #include "npy.h"
 #include "tokenizer.h"
+#include "vec.h"
 
 static const kb_option options[] = {
     {"model", "DIR", "Hugging Face model folder (config.json, safetensors, tokenizer.json)"},
@@ -46,7 +47,8 @@ typedef struct gen_ctx {
     bool dump, stream;
     int vocab;
     int32_t *ids; /* generated so far, for incremental decoding */
-    int n, cap;
+    int n;
+    size_t cap;
     size_t printed;  /* bytes of decoded text already printed */
     kb_eviction *ev; /* NULL: full cache */
 } gen_ctx;
@@ -55,7 +57,7 @@ static int parse_ids(const char *s, int32_t **out, int *n)
 {
     *out = NULL;
     *n = 0;
-    int cap = 0;
+    size_t cap = 0;
     while (*s) {
         char *end;
         errno = 0;
@@ -66,16 +68,11 @@ static int parse_ids(const char *s, int32_t **out, int *n)
             *out = NULL;
             return -1;
         }
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 64;
-            int32_t *p = realloc(*out, (size_t)cap * sizeof *p);
-            if (!p) {
-                free(*out);
-                *out = NULL;
-                kb_error("out of memory");
-                return -1;
-            }
-            *out = p;
+        if (KV_VEC_RESERVE(*out, cap, (size_t)*n + 1, 64) < 0) {
+            free(*out);
+            *out = NULL;
+            kb_error("out of memory");
+            return -1;
         }
         (*out)[(*n)++] = (int32_t)v;
         s = end;
@@ -105,13 +102,8 @@ static int on_step(void *user, kv_cache *c, const kv_attn_stats *stats, int step
 static int on_token(void *user, int32_t id)
 {
     gen_ctx *g = user;
-    if (g->n == g->cap) {
-        g->cap = g->cap ? g->cap * 2 : 64;
-        int32_t *p = realloc(g->ids, (size_t)g->cap * sizeof *p);
-        if (!p)
-            return 1;
-        g->ids = p;
-    }
+    if (KV_VEC_RESERVE(g->ids, g->cap, (size_t)g->n + 1, 64) < 0)
+        return 1;
     g->ids[g->n++] = id;
     if (!g->stream)
         return 0;

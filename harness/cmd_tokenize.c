@@ -12,6 +12,7 @@
 #include "jsonl.h"
 #include "jsonstr.h"
 #include "tokenizer.h"
+#include "vec.h"
 
 static const kb_option options[] = {
     {"model", "DIR", "model folder with tokenizer.json (and tokenizer_config.json)"},
@@ -72,10 +73,10 @@ static void begin_line(const json_t *id)
 /* Parses "[1, 2]" or "1,2" into ids. */
 static int parse_id_list(const char *s, int32_t **ids, size_t *n, const char *where)
 {
-    size_t cap = 16;
+    size_t cap = 0;
     *n = 0;
-    *ids = malloc(cap * sizeof **ids);
-    if (!*ids)
+    *ids = NULL;
+    if (KV_VEC_RESERVE(*ids, cap, 16, 16) < 0)
         return -1;
     const char *p = s;
     while (*p == ' ' || *p == '[' || *p == '\n')
@@ -88,12 +89,8 @@ static int parse_id_list(const char *s, int32_t **ids, size_t *n, const char *wh
             kb_error("%s: ids must be integers separated by commas, got \"%.20s\"", where, p);
             return -1;
         }
-        if (*n == cap) {
-            int32_t *m = realloc(*ids, (cap *= 2) * sizeof *m);
-            if (!m)
-                return -1;
-            *ids = m;
-        }
+        if (KV_VEC_RESERVE(*ids, cap, *n + 1, 16) < 0)
+            return -1;
         (*ids)[(*n)++] = (int32_t)v;
         p = end;
         while (*p == ' ' || *p == ',' || *p == '\n' || *p == '\t' || *p == '\r')

@@ -10,6 +10,7 @@
 #include "file.h"
 #include "strmap.h"
 #include "unicode.h"
+#include "vec.h"
 
 /* jieba's finalseg.MIN_FLOAT: the log-probability of anything unseen. */
 #define MIN_FLOAT (-3.14e100)
@@ -46,16 +47,10 @@ void kb_spans_free(kb_spans *s)
     *s = (kb_spans){0};
 }
 
-static int spans_push(kb_spans *s, size_t off, size_t len)
+int kb_spans_push(kb_spans *s, size_t off, size_t len)
 {
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 64;
-        kb_span *v = realloc(s->v, cap * sizeof *v);
-        if (!v)
-            return -1;
-        s->v = v;
-        s->cap = cap;
-    }
+    if (KV_VEC_RESERVE(s->v, s->cap, s->n + 1, 64) < 0)
+        return -1;
     s->v[s->n++] = (kb_span){off, len};
     return 0;
 }
@@ -434,7 +429,7 @@ static void work_free(work *w)
 /* Emits code points [a, b) of the current block as one token. */
 static int yield(work *w, size_t a, size_t b)
 {
-    return spans_push(w->out, w->off[a], w->off[b] - w->off[a]);
+    return kb_spans_push(w->out, w->off[a], w->off[b] - w->off[a]);
 }
 
 static int64_t freq_of(const kb_jieba *j, const work *w, size_t a, size_t b, bool *known)
@@ -580,14 +575,8 @@ static int flush_buf(const kb_jieba *j, work *w, size_t a, size_t b)
 /* Appends one end index to the DAG's edge list, growing it. */
 static int dag_push(work *w, size_t *used, size_t end)
 {
-    if (*used == w->dag_cap) {
-        size_t cap = w->dag_cap ? w->dag_cap * 2 : 256;
-        size_t *d = realloc(w->dag, cap * sizeof *d);
-        if (!d)
-            return -1;
-        w->dag = d;
-        w->dag_cap = cap;
-    }
+    if (KV_VEC_RESERVE(w->dag, w->dag_cap, *used + 1, 256) < 0)
+        return -1;
     w->dag[(*used)++] = end;
     return 0;
 }
@@ -678,7 +667,7 @@ static int cut_other(work *w, size_t from, size_t to)
             i += 2;
         else
             kv_utf8_next(w->s, to, &i);
-        if (spans_push(w->out, at, i - at) < 0)
+        if (kb_spans_push(w->out, at, i - at) < 0)
             return -1;
     }
     return 0;

@@ -15,6 +15,7 @@
 #include <stddef.h>
 
 #include "error.h"
+#include "vec.h"
 
 #define KB_JIEBA_DEBIAN_DIR "/usr/lib/python3/dist-packages/jieba"
 
@@ -42,6 +43,8 @@ void kb_jieba_free(kb_jieba *j);
  * cover s exactly. Returns -1 when out of memory. */
 int kb_jieba_cut(const kb_jieba *j, const char *s, size_t n, kb_spans *out);
 
+/* Appends the span [off, off + len); -1 when out of memory. */
+int kb_spans_push(kb_spans *s, size_t off, size_t len);
 void kb_spans_free(kb_spans *s);
 
 #endif

@@ -17,6 +17,7 @@
 #include "score.h"
 #include "strbuf.h"
 #include "taskset.h"
+#include "vec.h"
 
 /* A sweep that expands past this is a typo (a list where a scalar was meant),
  * not an experiment anyone can afford to run. */
@@ -428,14 +429,8 @@ static int add_task(parser *p, const char *name, long limit, long max_length, lo
     for (size_t i = 0; i < m->n_tasks; i++)
         if (strcmp(m->tasks[i].name, name) == 0)
             return failp(p->err, path, "task \"%s\" is listed twice", name);
-    if (m->n_tasks == p->cap_tasks) {
-        size_t cap = p->cap_tasks ? 2 * p->cap_tasks : 16;
-        kb_task_spec *g = realloc(m->tasks, cap * sizeof *g);
-        if (!g)
-            return kv_fail(p->err, "out of memory");
-        m->tasks = g;
-        p->cap_tasks = cap;
-    }
+    if (KV_VEC_RESERVE(m->tasks, p->cap_tasks, m->n_tasks + 1, 16) < 0)
+        return kv_fail(p->err, "out of memory");
     kb_task_spec *t = &m->tasks[m->n_tasks];
     if (!(t->name = strdup(name)))
         return kv_fail(p->err, "out of memory");
@@ -584,17 +579,11 @@ static int add_config(parser *p, cJSON *params, const char *name, const char *or
         cJSON_Delete(params);
         return -1;
     }
-    if (m->n_configs == p->cap_configs) {
-        size_t cap = p->cap_configs ? 2 * p->cap_configs : 16;
-        kb_config *g = realloc(m->configs, cap * sizeof *g);
-        if (!g) {
-            free(c.name);
-            free(c.origin);
-            cJSON_Delete(params);
-            return kv_fail(p->err, "out of memory");
-        }
-        m->configs = g;
-        p->cap_configs = cap;
+    if (KV_VEC_RESERVE(m->configs, p->cap_configs, m->n_configs + 1, 16) < 0) {
+        free(c.name);
+        free(c.origin);
+        cJSON_Delete(params);
+        return kv_fail(p->err, "out of memory");
     }
     m->configs[m->n_configs++] = c;
     return 0;

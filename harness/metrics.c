@@ -9,6 +9,7 @@
 
 #include "strmap.h"
 #include "unicode.h"
+#include "vec.h"
 
 /* Python's default recursion limit: rouge's recursive LCS backtrack raises
  * RecursionError past it, and metrics.py turns that into a score of 0. */
@@ -76,17 +77,7 @@ bool kb_metric_needs_jieba(kb_metric m)
 
 static int vec_reserve(u32vec *v, size_t n)
 {
-    if (n <= v->cap)
-        return 0;
-    size_t cap = v->cap ? v->cap : 64;
-    while (cap < n)
-        cap *= 2;
-    uint32_t *p = realloc(v->v, cap * sizeof *p);
-    if (!p)
-        return -1;
-    v->v = p;
-    v->cap = cap;
-    return 0;
+    return KV_VEC_RESERVE(v->v, v->cap, n, 64);
 }
 
 static int vec_push(u32vec *v, uint32_t x)
@@ -100,20 +91,6 @@ static int vec_push(u32vec *v, uint32_t x)
 static void vec_free(u32vec *v)
 {
     free(v->v);
-}
-
-static int span_push(kb_spans *s, size_t off, size_t len)
-{
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 64;
-        kb_span *p = realloc(s->v, cap * sizeof *p);
-        if (!p)
-            return -1;
-        s->v = p;
-        s->cap = cap;
-    }
-    s->v[s->n++] = (kb_span){off, len};
-    return 0;
 }
 
 /* ---- setup ---------------------------------------------------------------- */
@@ -179,7 +156,7 @@ static int split_ws(const kb_text *t, kb_spans *out)
         size_t at = i;
         bool ws = kv_utf8_py_isspace(kv_utf8_next(t->data, t->len, &i));
         if (ws && in_word) {
-            if (span_push(out, start, at - start) < 0)
+            if (kb_spans_push(out, start, at - start) < 0)
                 return -1;
             in_word = false;
         } else if (!ws && !in_word) {
@@ -187,7 +164,7 @@ static int split_ws(const kb_text *t, kb_spans *out)
             in_word = true;
         }
     }
-    return in_word ? span_push(out, start, t->len - start) : 0;
+    return in_word ? kb_spans_push(out, start, t->len - start) : 0;
 }
 
 /* metrics.py's f1_score over two token lists (multiset overlap). */
@@ -337,7 +314,7 @@ static int zh_tokens(kb_metrics *m, const kb_text *s, kb_text *out, kb_spans *to
             out->len += i - at;
         }
         if (out->len > start)
-            rc = span_push(tok, start, out->len - start);
+            rc = kb_spans_push(tok, start, out->len - start);
     }
     kb_spans_free(&raw);
     return rc;
@@ -690,9 +667,9 @@ static void longest_match(matcher *mt, size_t alo, size_t ahi, size_t blo, size_
 /* Sum of get_matching_blocks() sizes; -1 when out of memory. */
 static long matching_total(matcher *mt)
 {
-    size_t cap = 64, top = 0;
-    size_t(*stack)[4] = malloc(cap * sizeof *stack);
-    if (!stack)
+    size_t cap = 0, top = 0;
+    size_t(*stack)[4] = NULL;
+    if (KV_VEC_RESERVE(stack, cap, 64, 64) < 0)
         return -1;
     stack[top][0] = 0, stack[top][1] = mt->la, stack[top][2] = 0, stack[top][3] = mt->lb;
     top++;
@@ -705,14 +682,9 @@ static long matching_total(matcher *mt)
         if (!k)
             continue;
         total += (long)k;
-        if (top + 2 > cap) {
-            cap *= 2;
-            void *s = realloc(stack, cap * sizeof *stack);
-            if (!s) {
-                free(stack);
-                return -1;
-            }
-            stack = s;
+        if (KV_VEC_RESERVE(stack, cap, top + 2, 64) < 0) {
+            free(stack);
+            return -1;
         }
         if (alo < i && blo < j) {
             stack[top][0] = alo, stack[top][1] = i, stack[top][2] = blo, stack[top][3] = j;

@@ -11,6 +11,7 @@
 #include "results.h"
 #include "rowstats.h"
 #include "taskset.h"
+#include "vec.h"
 
 /* ---- scores.json ------------------------------------------------------- */
 
@@ -472,14 +473,10 @@ int kb_scores_from_predictions(const char *dir, kb_task_scorer scorer, void *ctx
                 free(task);
                 continue;
             }
-            if (*n == cap) {
-                cap = cap ? 2 * cap : 32;
-                kb_score_row *g = realloc(*rows, cap * sizeof *g);
-                if (!g) {
-                    rc = kv_fail(err, "out of memory");
-                    break;
-                }
-                *rows = g;
+            if (KV_VEC_RESERVE(*rows, cap, *n + 1, 32) < 0) {
+                free(task);
+                rc = kv_fail(err, "out of memory");
+                break;
             }
             char *path = kv_path_join(cdir, files[k]);
             rc = task && path ? score_file(path, folders[c], task, scorer, ctx, &(*rows)[*n], err)

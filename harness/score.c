@@ -13,6 +13,7 @@
 #include "jieba.h"
 #include "jsonl.h"
 #include "jsonstr.h"
+#include "vec.h"
 
 /* eval.py's dataset2metric and its first-line rule come from the task
  * registry (datasets/tasks.c), the one table of LongBench's tasks; kvbench's
@@ -227,14 +228,8 @@ int kb_scored_line_parse(const char *text, size_t len, const char *path, kb_scor
 
 static int push(kb_predictions *p, kb_scored_line **out)
 {
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 256;
-        kb_scored_line *v = realloc(p->v, cap * sizeof *v);
-        if (!v)
-            return -1;
-        p->v = v;
-        p->cap = cap;
-    }
+    if (KV_VEC_RESERVE(p->v, p->cap, p->n + 1, 256) < 0)
+        return -1;
     *out = &p->v[p->n++];
     **out = (kb_scored_line){.length = -1};
     return 0;
@@ -542,15 +537,7 @@ static int v2_item(const json_t *o, kb_v2_item *it, const char *where, kv_error 
 
 static int v2_push(kb_v2_item **items, size_t *n, size_t *cap)
 {
-    if (*n < *cap)
-        return 0;
-    size_t c = *cap ? *cap * 2 : 64;
-    kb_v2_item *v = realloc(*items, c * sizeof *v);
-    if (!v)
-        return -1;
-    *items = v;
-    *cap = c;
-    return 0;
+    return KV_VEC_RESERVE(*items, *cap, *n + 1, 64);
 }
 
 int kb_v2_read(const char *path, kb_v2_item **items, size_t *n, kv_error *err)

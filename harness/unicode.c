@@ -1,4 +1,5 @@
 #include "unicode.h"
+#include "vec.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -125,20 +126,9 @@ static bool is_case_ignorable(uint32_t cp)
 
 int kb_text_reserve(kb_text *t, size_t more)
 {
-    if (t->len + more + 1 <= t->cap)
-        return 0;
-    size_t cap = t->cap ? t->cap : 64;
-    while (cap < t->len + more + 1) {
-        if (cap > SIZE_MAX / 2)
-            return -1;
-        cap *= 2;
-    }
-    char *p = realloc(t->data, cap);
-    if (!p)
+    if (more > SIZE_MAX - t->len - 1)
         return -1;
-    t->data = p;
-    t->cap = cap;
-    return 0;
+    return KV_VEC_RESERVE(t->data, t->cap, t->len + more + 1, 64);
 }
 
 int kb_text_append(kb_text *t, const char *s, size_t n)

@@ -1,4 +1,5 @@
 #include "bpe.h"
+#include "vec.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -50,14 +51,8 @@ struct kv_bpe {
 
 int kv_ids_push(kv_ids *ids, int32_t id)
 {
-    if (ids->n == ids->cap) {
-        size_t cap = ids->cap ? ids->cap * 2 : 64;
-        int32_t *v = realloc(ids->v, cap * sizeof *v);
-        if (!v)
-            return -1;
-        ids->v = v;
-        ids->cap = cap;
-    }
+    if (KV_VEC_RESERVE(ids->v, ids->cap, ids->n + 1, 64) < 0)
+        return -1;
     ids->v[ids->n++] = id;
     return 0;
 }
@@ -241,16 +236,8 @@ static int ensure_id(kv_bpe *m, int32_t id)
 
 static int arena_put(kv_bpe *m, const char *s, size_t n, size_t *off)
 {
-    if (m->arena_n + n > m->arena_cap) {
-        size_t cap = m->arena_cap ? m->arena_cap : 1 << 16;
-        while (cap < m->arena_n + n)
-            cap *= 2;
-        char *a = realloc(m->arena, cap);
-        if (!a)
-            return -1;
-        m->arena = a;
-        m->arena_cap = cap;
-    }
+    if (KV_VEC_RESERVE(m->arena, m->arena_cap, m->arena_n + n, 1 << 16) < 0)
+        return -1;
     memcpy(m->arena + m->arena_n, s, n);
     *off = m->arena_n;
     m->arena_n += n;

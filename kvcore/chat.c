@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "utf8.h"
+#include "strbuf.h"
 
 typedef enum family { FAM_QWEN3, FAM_CHATML, FAM_LLAMA3 } family;
 
@@ -24,36 +25,18 @@ static void style_free(style *s)
     free(s->date);
 }
 
-/* ---- a growable output string ------------------------------------------- */
+/* ---- the output string: a kv_strbuf, checked for oom once at the end ---- */
 
-typedef struct out {
-    char *s;
-    size_t n, cap;
-    bool oom;
-} out;
+typedef kv_strbuf out;
 
 static void put(out *o, const char *s, size_t n)
 {
-    if (o->oom)
-        return;
-    if (o->n + n + 1 > o->cap) {
-        size_t cap = (o->n + n + 1) * 2;
-        char *m = realloc(o->s, cap);
-        if (!m) {
-            o->oom = true;
-            return;
-        }
-        o->s = m;
-        o->cap = cap;
-    }
-    memcpy(o->s + o->n, s, n);
-    o->n += n;
-    o->s[o->n] = '\0';
+    kv_strbuf_add(o, s, n);
 }
 
 static void puts_(out *o, const char *s)
 {
-    put(o, s, strlen(s));
+    kv_strbuf_puts(o, s);
 }
 
 /* ---- reading the template ----------------------------------------------- */
@@ -426,6 +409,6 @@ char *kv_chat_render_len(const kv_tokenizer *t, const kv_chat_message *msgs, siz
         kv_fail(err, "chat template: out of memory");
         return NULL;
     }
-    *len = o.n;
+    *len = o.len;
     return o.s;
 }

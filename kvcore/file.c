@@ -1,4 +1,5 @@
 #include "file.h"
+#include "vec.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -192,14 +193,9 @@ int kv_dir_list(const char *dir, const char *suffix, char ***names, size_t *n, k
     while (rc == 0 && (e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.' || (suffix && !kv_ends_with(e->d_name, suffix)))
             continue;
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 16;
-            char **grown = realloc(*names, cap * sizeof *grown);
-            if (!grown) {
-                rc = kv_fail(err, "%s: out of memory listing the folder", dir);
-                break;
-            }
-            *names = grown;
+        if (KV_VEC_RESERVE(*names, cap, *n + 1, 16) < 0) {
+            rc = kv_fail(err, "%s: out of memory listing the folder", dir);
+            break;
         }
         if (!((*names)[*n] = strdup(e->d_name)))
             rc = kv_fail(err, "%s: out of memory listing the folder", dir);

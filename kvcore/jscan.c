@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "utf8.h"
+#include "vec.h"
 
 void kv_jscan_init(kv_jscan *j, const char *s, size_t n)
 {
@@ -43,21 +44,6 @@ int kv_jscan_eat(kv_jscan *j, char c)
         return fail(j, p ? expected[p - set] : "unexpected character");
     }
     j->pos++;
-    return 0;
-}
-
-static int grow(char **buf, size_t *cap, size_t need)
-{
-    if (need <= *cap)
-        return 0;
-    size_t c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    char *b = realloc(*buf, c);
-    if (!b)
-        return -1;
-    *buf = b;
-    *cap = c;
     return 0;
 }
 
@@ -121,7 +107,7 @@ int kv_jscan_string(kv_jscan *j, char **buf, size_t *cap, size_t *len)
         if ((unsigned char)j->s[j->pos] < 0x20) /* JSON (and Python's json) wants \uXXXX */
             return fail(j, "a control character in a string must be escaped");
         size_t run = j->pos - start;
-        if (grow(buf, cap, o + run + 5) != 0)
+        if (KV_VEC_RESERVE(*buf, *cap, o + run + 5, 64) != 0)
             return fail(j, "out of memory");
         memcpy(*buf + o, j->s + start, run);
         o += run;

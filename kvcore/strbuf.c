@@ -1,4 +1,5 @@
 #include "strbuf.h"
+#include "vec.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -7,17 +8,9 @@ int kv_strbuf_add(kv_strbuf *b, const char *s, size_t n)
 {
     if (b->oom)
         return -1;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *g = realloc(b->s, cap);
-        if (!g) {
-            b->oom = true;
-            return -1;
-        }
-        b->s = g;
-        b->cap = cap;
+    if (KV_VEC_RESERVE(b->s, b->cap, b->len + n + 1, 64) < 0) {
+        b->oom = true;
+        return -1;
     }
     memcpy(b->s + b->len, s, n);
     b->len += n;
