@@ -20,6 +20,7 @@
 
 #include "bootstrap.h"
 #include "error.h"
+#include "score.h"
 
 /* One sample's score within a row, what intervals and pairings need. */
 typedef struct kb_sample_score {
@@ -42,6 +43,9 @@ typedef struct kb_score_row {
      * written before kvbench kept them (its rows get no intervals). */
     kb_sample_score *samples;
     size_t n_samples;
+    /* LongBench-E tasks: the scores by length bucket (kb_task_result) */
+    size_t bucket_n[KB_N_BUCKETS];
+    double bucket[KB_N_BUCKETS];
     /* Filled when a run is loaded (harness/rowstats.h); NaN when the row has
      * no per-sample scores, or (delta_*) no full-cache row to pair with. */
     kb_interval ci;    /* 95 % bootstrap interval of score */
@@ -70,14 +74,23 @@ typedef struct kb_report_run {
 /* Saves rows as <dir>/scores.json (atomically). */
 int kb_scores_save(const char *dir, const kb_score_row *rows, size_t n, kv_error *err);
 
+/* What a scorer says of one task's lines. */
+typedef struct kb_task_result {
+    double score;          /* the task's score, in percent */
+    const char *metric;    /* the metric's name (static) */
+    double *sample_scores; /* [n], given: line i's metric, 0..1 (what intervals resample) */
+    /* LongBench-E tasks: eval.py --e's scores by length (0-4k, 4-8k, 8k+;
+     * NaN when empty); all bucket_n 0 for other tasks */
+    size_t bucket_n[KB_N_BUCKETS];
+    double bucket[KB_N_BUCKETS];
+} kb_task_result;
+
 /* Scores one task's prediction lines (each line's JSON text, file order; the
- * scorer parses them, so that strings keep their NULs): *score in percent,
- * sample_scores[i] the metric of line i (0..1, what the intervals resample),
- * *metric the metric's name (static). Returns 0 or negative with a message in
- * err. This is where the scorer module plugs in. */
-typedef int (*kb_task_scorer)(const char *task, const char *const *lines, size_t n, double *score,
-                              double *sample_scores, const char **metric, char *err, size_t err_n,
-                              void *ctx);
+ * scorer parses them, so that strings keep their NULs) into *out. Returns 0
+ * or negative with a message in err. This is where the scorer plugs in
+ * (score.h's kb_scorer_task). */
+typedef int (*kb_task_scorer)(const char *task, const char *const *lines, size_t n,
+                              kb_task_result *out, char *err, size_t err_n, void *ctx);
 
 /* Builds the rows of a run folder from its predictions: the score and the
  * per-sample scores (with each line's "id" and "length") from the scorer, n

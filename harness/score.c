@@ -13,6 +13,7 @@
 #include "jieba.h"
 #include "jsonl.h"
 #include "jsonstr.h"
+#include "report.h"
 #include "vec.h"
 
 /* eval.py's dataset2metric and its first-line rule come from the task
@@ -453,9 +454,8 @@ static int parse_task_lines(const char *task, const char *const *lines, size_t n
     return 0;
 }
 
-int kb_scorer_task(const char *task, const char *const *lines, size_t n, double *score,
-                   double *sample_scores, const char **metric, char *msg, size_t msg_n,
-                   void *ctx)
+int kb_scorer_task(const char *task, const char *const *lines, size_t n, kb_task_result *out,
+                   char *msg, size_t msg_n, void *ctx)
 {
     kb_scorer *s = ctx;
     kb_predictions p = {0};
@@ -467,10 +467,16 @@ int kb_scorer_task(const char *task, const char *const *lines, size_t n, double 
     if (rc == 0 && (t.n != 1 || strcmp(t.v[0].dataset, task) != 0))
         rc = kv_fail(&err, "the lines are not all of task %s", task);
     if (rc == 0) {
-        *score = t.v[0].score;
-        *metric = kb_metric_name(t.v[0].metric);
+        const lb_task *lt = lb_task_find(task);
+        bool by_length = lt && lt->family == LB_FAMILY_E; /* eval.py --e */
+        out->score = t.v[0].score;
+        out->metric = kb_metric_name(t.v[0].metric);
         for (size_t i = 0; i < n; i++)
-            sample_scores[i] = p.v[i].score;
+            out->sample_scores[i] = p.v[i].score;
+        for (int b = 0; b < KB_N_BUCKETS; b++) {
+            out->bucket_n[b] = by_length ? t.v[0].bucket_n[b] : 0;
+            out->bucket[b] = by_length ? t.v[0].bucket[b] : NAN;
+        }
     }
     if (rc < 0)
         snprintf(msg, msg_n, "%s", err.msg);

@@ -108,11 +108,12 @@ int kb_scorer_prepare(kb_scorer *s, const char *task, kv_error *err);
 void kb_scorer_close(kb_scorer *s);
 
 /* report.h's kb_task_scorer over a kb_scorer (ctx): the task's score as
- * kb_score_predictions gives it (v2: accuracy), each line's score, and the
- * metric's name. */
-int kb_scorer_task(const char *task, const char *const *lines, size_t n, double *score,
-                   double *sample_scores, const char **metric, char *msg, size_t msg_n,
-                   void *ctx);
+ * kb_score_predictions gives it (v2: accuracy), each line's score, the
+ * metric's name and, for a LongBench-E task, its length buckets. out is a
+ * kb_task_result (report.h). */
+struct kb_task_result;
+int kb_scorer_task(const char *task, const char *const *lines, size_t n,
+                   struct kb_task_result *out, char *msg, size_t msg_n, void *ctx);
 
 /* result.py's accuracies, in percent rounded to 1 decimal (NaN for an empty
  * group): overall, easy, hard, short, medium, long. */

@@ -14,9 +14,8 @@
 static kv_error err;
 
 /* Exact match, in percent: enough to check the plumbing around a scorer. */
-static int exact_scorer(const char *task, const char *const *lines, size_t n, double *score,
-                        double *sample_scores, const char **metric, char *msg, size_t msg_n,
-                        void *ctx)
+static int exact_scorer(const char *task, const char *const *lines, size_t n, kb_task_result *out,
+                        char *msg, size_t msg_n, void *ctx)
 {
     (void)task;
     int *calls = ctx;
@@ -28,12 +27,12 @@ static int exact_scorer(const char *task, const char *const *lines, size_t n, do
         cJSON *line = cJSON_Parse(lines[i]);
         const char *pred = cJSON_GetObjectItem(line, "pred")->valuestring;
         const cJSON *ans = cJSON_GetArrayItem(cJSON_GetObjectItem(line, "answers"), 0);
-        sample_scores[i] = strcmp(pred, ans->valuestring) == 0;
-        hits += sample_scores[i];
+        out->sample_scores[i] = strcmp(pred, ans->valuestring) == 0;
+        hits += out->sample_scores[i];
         cJSON_Delete(line);
     }
-    *score = 100.0 * hits / (double)n;
-    *metric = "exact";
+    out->score = 100.0 * hits / (double)n;
+    out->metric = "exact";
     return 0;
 }
 
@@ -186,7 +185,7 @@ Test(report, outputs_hold_the_numbers_and_the_provenance)
     /* h2o at budget 32+16+16 = 64 got 1 of 3 on trec */
     cr_assert(strstr(csv, ",64,\"{\"\"algorithm\"\":\"\"h2o\"\",\"\"intermediate_size\"\":16,"
                           "\"\"recent_size\"\":16,\"\"start_size\"\":32}\",trec,Few-shot,exact,"
-                          "33.33,3,110.0,64.0,1.0000,0.5000,0.00,100.00,-66.67,-100.00,0.00\n"),
+                          "33.33,3,110.0,64.0,1.0000,0.5000,0.00,100.00,-66.67,-100.00,0.00,,,,,,\n"),
               "%s", csv);
     cr_assert(strstr(csv, "night1,0.1.0 (test),tiny,0123456789abcdef,longbench,f32,full,"));
 
@@ -245,6 +244,40 @@ static void edit_score(const char *dir, const char *config, const char *task, do
     }
     cr_assert_eq(kb_scores_save(dir, r.rows, r.n_rows, &err), 0);
     kb_report_run_free(&r);
+}
+
+/* Row 0 of a run as a LongBench v2 accuracy row: samples right, wrong,
+ * wrong (33.33... %) and the score as written. */
+static void save_accuracy_row(const char *dir, double score)
+{
+    kb_report_run r;
+    cr_assert_eq(kb_report_run_load(dir, &r, &err), 0, "%s", err.msg);
+    cr_assert_eq(r.rows[0].n_samples, 3);
+    free(r.rows[0].metric);
+    r.rows[0].metric = strdup("accuracy");
+    for (size_t j = 0; j < 3; j++)
+        r.rows[0].samples[j].score = j == 0;
+    r.rows[0].score = score;
+    cr_assert_eq(kb_scores_save(dir, r.rows, r.n_rows, &err), 0);
+    kb_report_run_free(&r);
+}
+
+/* v2's accuracy is rounded to one decimal (result.py): 1 of 3 is 33.3, and
+ * its per-sample scores still belong to the row; 33.4 is another row's. */
+Test(report, an_accuracy_row_is_rounded_to_one_decimal)
+{
+    char *out = tu_mkdtemp();
+    char *dir = scored_run(out, "v2");
+    save_accuracy_row(dir, 33.3);
+    kb_report_run r;
+    cr_assert_eq(kb_report_run_load(dir, &r, &err), 0, "%s", err.msg);
+    kb_report_run_free(&r);
+    save_accuracy_row(dir, 33.4);
+    cr_assert_lt(kb_report_run_load(dir, &r, &err), 0);
+    cr_expect(strstr(err.msg, "not the row's score 33.40"), "%s", err.msg);
+    free(dir);
+    tu_rmtree(out);
+    free(out);
 }
 
 Test(report, comparing_two_runs_flags_regressions_beyond_the_threshold)

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,6 +38,23 @@ static char *write_matrix(const char *dir, const char *name, const char *configs
     fclose(f);
     free(model);
     free(data);
+    return path;
+}
+
+/* DIR/RUN.json: a run of the tiny qwen3 model over the data folder `data`
+ * into DIR/runs, with `rest` (more keys, JSON) added. Caller frees. */
+static char *tiny_config(const char *dir, const char *run, const char *data, const char *rest)
+{
+    char *model = tu_source("tests/data/models/qwen3-bf16"), *path;
+    cr_assert_geq(asprintf(&path, "%s/%s.json", dir, run), 0);
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "%s", path);
+    fprintf(f,
+            "{\"model\": \"%s\", \"data\": \"%s\", \"output\": \"%s/runs\", \"threads\": 1, "
+            "%s}\n",
+            model, data, dir, rest);
+    fclose(f);
+    free(model);
     return path;
 }
 
@@ -318,6 +336,48 @@ Test(run, sigkill_and_resume_equals_uninterrupted, .timeout = 300)
     free(dir);
 }
 
+/* Writes the first `max` lines (0: all) of the JSON Lines file `in` to `out`
+ * (which may be `in`), each through edit(line, index, ctx). Returns how many. */
+typedef void (*line_edit)(cJSON *line, int i, const void *ctx);
+static int rewrite_jsonl(const char *in, const char *out, int max, line_edit edit, const void *ctx)
+{
+    char *text = tu_slurp(in, NULL), *save = NULL;
+    FILE *f = fopen(out, "w");
+    cr_assert(f, "%s", out);
+    int i = 0;
+    for (char *l = strtok_r(text, "\n", &save); l && (max == 0 || i < max);
+         l = strtok_r(NULL, "\n", &save), i++) {
+        cJSON *j = cJSON_Parse(l);
+        cr_assert(j, "%s: not JSON", in);
+        edit(j, i, ctx);
+        char *t = cJSON_PrintUnformatted(j);
+        fprintf(f, "%s\n", t);
+        free(t);
+        cJSON_Delete(j);
+    }
+    fclose(f);
+    free(text);
+    return i;
+}
+
+static void set_string(cJSON *o, const char *key, const char *value)
+{
+    cJSON_ReplaceItemInObject(o, key, cJSON_CreateString(value));
+}
+
+/* Scores a run folder again from its (edited) predictions, as kvbench
+ * report does when scores.json is missing. */
+static void rescore(const char *dir, const char *run)
+{
+    char path[1100];
+    snprintf(path, sizeof path, "%s/runs/%s/scores.json", dir, run);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/runs/%s", dir, run);
+    tu_result r = tu_kvbench("report", path, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+}
+
 /* The last number on the line of `kvbench score`'s table that starts with name. */
 static double table_score(const char *out, const char *name)
 {
@@ -364,6 +424,17 @@ static double v2_scores_agree(const char *dir)
     return run_score;
 }
 
+/* A v2 line answered right when it is the first, else wrong (A is wrong for
+ * both of the fixture's items). */
+static void v2_first_right(cJSON *line, int i, const void *ctx)
+{
+    (void)ctx;
+    const char *answer = cJSON_GetObjectItem(line, "answer")->valuestring;
+    char pred[64];
+    snprintf(pred, sizeof pred, "**The correct answer is (%c)**", i == 0 ? answer[0] : 'A');
+    set_string(line, "pred", pred);
+}
+
 /* `kvbench run` of a LongBench v2 task scores it, as `kvbench score` and
  * result.py do. The tiny model's answers name no letter, so the run scores
  * 0; then one line is made right and one wrong by hand and the rebuilt
@@ -371,18 +442,11 @@ static double v2_scores_agree(const char *dir)
 Test(run, longbench_v2_task_is_scored)
 {
     char *dir = tu_mkdtemp();
-    char *model = tu_source("tests/data/models/qwen3-bf16");
     char *data = tu_source("datasets/samples/longbench-v2");
-    char cfg[1024];
-    snprintf(cfg, sizeof cfg, "%s/v2run.json", dir);
-    FILE *f = fopen(cfg, "w");
-    fprintf(f,
-            "{\"model\": \"%s\", \"data\": \"%s\", \"output\": \"%s/runs\", \"max_new_tokens\": 8,"
-            " \"threads\": 1, \"tasks\": [\"v2\"], \"configs\": [{\"algorithm\": \"h2o\", "
-            "\"start_size\": 4, \"recent_size\": 16, \"intermediate_size\": 12}]}\n",
-            model, data, dir);
-    fclose(f);
-    free(model);
+    char *cfg = tiny_config(dir, "v2run", data,
+                            "\"max_new_tokens\": 8, \"tasks\": [\"v2\"], \"configs\": "
+                            "[{\"algorithm\": \"h2o\", \"start_size\": 4, \"recent_size\": 16, "
+                            "\"intermediate_size\": 12}]");
     free(data);
     run_ok(cfg);
     double first = v2_scores_agree(dir);
@@ -390,32 +454,89 @@ Test(run, longbench_v2_task_is_scored)
 
     char file[1024];
     snprintf(file, sizeof file, "%s/runs/v2run/predictions/full/v2.jsonl", dir);
-    char *text = tu_slurp(file, NULL), *save = NULL;
-    f = fopen(file, "w");
-    int i = 0;
-    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save), i++) {
-        cJSON *j = cJSON_Parse(line);
-        cr_assert(j);
-        const char *answer = cJSON_GetObjectItem(j, "answer")->valuestring;
-        char pred[64];
-        snprintf(pred, sizeof pred, "**The correct answer is (%c)**", i == 0 ? answer[0] : 'A');
-        cJSON_ReplaceItemInObject(j, "pred", cJSON_CreateString(pred));
-        char *out = cJSON_PrintUnformatted(j);
-        fprintf(f, "%s\n", out);
-        free(out);
-        cJSON_Delete(j);
-    }
-    fclose(f);
-    free(text);
-    cr_assert_eq(i, 2, "the fixture's two samples");
-    char scores[1024], run_dir[1024];
-    snprintf(scores, sizeof scores, "%s/runs/v2run/scores.json", dir);
-    snprintf(run_dir, sizeof run_dir, "%s/runs/v2run", dir);
-    unlink(scores);
-    tu_result r = tu_kvbench("report", run_dir, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
+    cr_assert_eq(rewrite_jsonl(file, file, 0, v2_first_right, NULL), 2, "the fixture's two samples");
+    rescore(dir, "v2run");
     cr_expect_float_eq(v2_scores_agree(dir), 50.0, 1e-9);
+    free(cfg);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* The last k comma-separated fields of the line of text that holds key
+ * (malloc'd), e.g. the bucket columns of a scores.csv row. */
+static char *last_fields(const char *text, const char *key, int k)
+{
+    const char *at = strstr(text, key);
+    cr_assert(at, "no %s in: %s", key, text);
+    const char *eol = strchr(at, '\n');
+    const char *p = eol;
+    for (int seen = 0; p > at && seen < k; p--)
+        seen += p[-1] == ',';
+    return strndup(p + 1, (size_t)(eol - p - 1));
+}
+
+/* scores.csv's LongBench-E columns of (full, qasper_e) equal `kvbench score
+ * --e` on the run's predictions. */
+static void e_buckets_agree(const char *dir, const char *want)
+{
+    char path[1024], preds[1024], out[1024];
+    snprintf(path, sizeof path, "%s/runs/erun/scores.csv", dir);
+    snprintf(preds, sizeof preds, "%s/runs/erun/predictions/full", dir);
+    snprintf(out, sizeof out, "%s/e.csv", dir);
+    tu_result s = tu_kvbench("score", preds, "--e", "--csv", out, NULL);
+    cr_assert_eq(s.status, 0, "%s", s.err);
+    tu_result_free(&s);
+    char *run_csv = tu_slurp(path, NULL), *score_csv = tu_slurp(out, NULL);
+    char *a = last_fields(run_csv, ",full,", 6), *b = last_fields(score_csv, "qasper_e,", 6);
+    cr_expect_str_eq(a, b, "run: %s\nscore: %s", run_csv, score_csv);
+    if (want)
+        cr_expect_str_eq(a, want);
+    free(a);
+    free(b);
+    free(run_csv);
+    free(score_csv);
+}
+
+/* A qasper line as a LongBench-E one, line i in bucket i. */
+static void as_qasper_e(cJSON *line, int i, const void *ctx)
+{
+    (void)ctx;
+    static const long lengths[] = {1000, 5000, 9000};
+    cJSON_ReplaceItemInObject(line, "length", cJSON_CreateNumber((double)lengths[i]));
+    set_string(line, "dataset", "qasper_e");
+}
+
+/* The first prediction right (its first answer), the others wrong. */
+static void first_right(cJSON *line, int i, const void *ctx)
+{
+    (void)ctx;
+    const cJSON *answer = cJSON_GetArrayItem(cJSON_GetObjectItem(line, "answers"), 0);
+    set_string(line, "pred", i == 0 ? answer->valuestring : "zzz");
+}
+
+/* A LongBench-E task is scored by length bucket (eval.py --e) in the run's
+ * scores.json and scores.csv, as `kvbench score --e` scores its predictions:
+ * three qasper samples given the lengths of the three buckets, then the
+ * first line made right by hand (1 / 0 / 0 by bucket). */
+Test(run, longbench_e_buckets_equal_kvbench_score_e)
+{
+    char *dir = tu_mkdtemp();
+    char data[1024], file[1100];
+    snprintf(data, sizeof data, "%s/data", dir);
+    mkdir(data, 0777);
+    char *src = tu_source("datasets/samples/qasper.jsonl");
+    snprintf(file, sizeof file, "%s/qasper_e.jsonl", data);
+    cr_assert_eq(rewrite_jsonl(src, file, 3, as_qasper_e, NULL), 3);
+    free(src);
+    char *cfg = tiny_config(dir, "erun", data, "\"max_new_tokens\": 4, \"tasks\": [\"qasper_e\"]");
+    run_ok(cfg);
+    e_buckets_agree(dir, NULL);
+
+    snprintf(file, sizeof file, "%s/runs/erun/predictions/full/qasper_e.jsonl", dir);
+    rewrite_jsonl(file, file, 0, first_right, NULL);
+    rescore(dir, "erun");
+    e_buckets_agree(dir, "1,100.00,1,0.00,1,0.00");
+    free(cfg);
     tu_rmtree(dir);
     free(dir);
 }
@@ -426,17 +547,10 @@ Test(run, longbench_v2_task_is_scored)
 Test(run, a_chinese_task_without_jieba_fails_before_inference)
 {
     char *dir = tu_mkdtemp();
-    char *model = tu_source("tests/data/models/qwen3-bf16");
     char *data = tu_source("datasets/samples");
-    char cfg[1024];
-    snprintf(cfg, sizeof cfg, "%s/zh.json", dir);
-    FILE *f = fopen(cfg, "w");
-    fprintf(f,
-            "{\"model\": \"%s\", \"data\": \"%s\", \"output\": \"%s/runs\", \"limit\": 1,"
-            " \"max_new_tokens\": 4, \"tasks\": [\"trec\", \"multifieldqa_zh\"]}\n",
-            model, data, dir);
-    fclose(f);
-    free(model);
+    char *cfg = tiny_config(dir, "zh", data,
+                            "\"limit\": 1, \"max_new_tokens\": 4, \"tasks\": [\"trec\", "
+                            "\"multifieldqa_zh\"]");
     free(data);
     setenv("KVBENCH_JIEBA_DIR", "/nonexistent-jieba", 1);
     tu_result r = tu_kvbench("run", cfg, NULL);
@@ -447,6 +561,7 @@ Test(run, a_chinese_task_without_jieba_fails_before_inference)
     snprintf(path, sizeof path, "%s/runs/zh/predictions/full/trec.jsonl", dir);
     cr_expect_not(kv_file_exists(path), "inference ran before the check");
     tu_result_free(&r);
+    free(cfg);
     tu_rmtree(dir);
     free(dir);
 }
