@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runner.h"
+#include "taskdata.h"
 #include "cli.h"
 #include "file.h"
 #include "results.h"

@@ -5,9 +5,8 @@
 
 #include "clock.h"
 #include "prompt.h"
-#include "sample.h"
 #include "score.h"
-#include "tasks.h"
+#include "taskdata.h"
 
 int kb_runner_apply_options(kb_matrix *m, const kb_runner_options *o)
 {
@@ -77,97 +76,6 @@ void kb_runner_plan_print(FILE *f, const kb_matrix *m, const kb_runner_options *
     }
 }
 
-/* ---- a task's samples ------------------------------------------------- */
-
-/* Lines with something on them: the samples of a JSON Lines task file. */
-static long count_lines(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return -1;
-    long n = 0;
-    bool filled = false; /* the current line has a non-blank byte */
-    char buf[1 << 16];
-    size_t got;
-    while ((got = fread(buf, 1, sizeof buf, f)) > 0)
-        for (size_t i = 0; i < got; i++) {
-            if (buf[i] == '\n') {
-                n += filled;
-                filled = false;
-            } else if (!strchr(" \t\r", buf[i])) {
-                filled = true;
-            }
-        }
-    fclose(f);
-    return n + filled;
-}
-
-/* A task's samples in file order, one at a time. */
-typedef struct samples {
-    const lb_task *task;
-    lb_loader *loader;
-    lb_sample s;
-    bool has_sample;
-    long index; /* of the next sample */
-    long n;     /* lines in the file (for progress); the loader's count is the truth */
-} samples;
-
-static void samples_close(samples *it)
-{
-    if (it->has_sample)
-        lb_sample_free(&it->s);
-    lb_loader_close(it->loader);
-    *it = (samples){0};
-}
-
-static int samples_open(const char *data, const char *name, samples *it, kv_error *err)
-{
-    *it = (samples){0};
-    if (!(it->task = lb_task_find(name)))
-        return kv_fail(err, "%s: not a task kvbench knows", name);
-    char *path = lb_sample_path(data, it->task);
-    if (!path)
-        return kv_fail(err, "out of memory");
-    lb_loader_options lo = {.schema =
-                                it->task->family == LB_FAMILY_V2 ? LB_SCHEMA_V2 : LB_SCHEMA_V1};
-    int rc = (it->loader = lb_loader_open(path, &lo, err)) ? 0 : -1;
-    it->n = rc == 0 ? count_lines(path) : -1;
-    if (rc == 0 && it->n == 0) /* scored, it would be a 0.00 that averages count */
-        rc = kv_fail(err, "%s: empty task file (no samples): fetch it again or leave the task out",
-                     path);
-    free(path);
-    if (rc < 0)
-        samples_close(it);
-    return rc;
-}
-
-/* 1 with it->s the next sample (it->index - 1 its index), 0 at the end, -1 on error. */
-static int samples_next(samples *it, kv_error *err)
-{
-    if (it->has_sample)
-        lb_sample_free(&it->s);
-    it->has_sample = false;
-    int rc = lb_loader_next(it->loader, &it->s, err);
-    if (rc <= 0)
-        return rc;
-    it->has_sample = true;
-    it->index++;
-    return 1;
-}
-
-long kb_task_size(const char *data, const char *task, kv_error *err)
-{
-    samples it;
-    if (samples_open(data, task, &it, err) < 0)
-        return -1;
-    int got;
-    while ((got = samples_next(&it, err)) > 0) /* the loader's count, v2 too */
-        ;
-    long n = it.index;
-    samples_close(&it);
-    return got < 0 ? -1 : n;
-}
-
 /* ---- the driver loop --------------------------------------------------- */
 
 /* Samples of a task this process handles: the first `limit`, then its shard. */
@@ -200,7 +108,7 @@ typedef struct loop {
 /* One sample and what the run made of it. */
 typedef struct sample_run {
     const kb_task_spec *spec;
-    const samples *it;
+    const kb_taskdata *it;
     long prompt_tokens;
     double prefill_s;
 } sample_run;
@@ -296,7 +204,7 @@ static int prefill(loop *L, sample_run *r, size_t n_pending, void **state)
 
 /* One sample: one prefill shared by every config that still lacks it; the
  * predictions are written, in matrix order, once all of them are decoded. */
-static int run_sample(loop *L, const kb_task_spec *spec, const samples *it)
+static int run_sample(loop *L, const kb_task_spec *spec, const kb_taskdata *it)
 {
     size_t n_pending = 0;
     for (size_t c = 0; c < L->m->n_configs; c++)
@@ -332,10 +240,10 @@ static int run_sample(loop *L, const kb_task_spec *spec, const samples *it)
     return rc;
 }
 
-static int run_samples(loop *L, const kb_task_spec *t, samples *it)
+static int run_samples(loop *L, const kb_task_spec *t, kb_taskdata *it)
 {
     for (;;) {
-        int got = samples_next(it, L->err);
+        int got = kb_taskdata_next(it, L->err);
         if (got <= 0)
             return got;
         long index = it->index - 1;
@@ -356,16 +264,16 @@ static int run_samples(loop *L, const kb_task_spec *t, samples *it)
  * earlier run may have had a larger one), which resumed lines must name. */
 static int data_ids(loop *L, const kb_task_spec *t, kb_idset *ids)
 {
-    samples it;
-    if (samples_open(L->m->data, t->name, &it, L->err) < 0)
+    kb_taskdata it;
+    if (kb_taskdata_open(L->m->data, t->name, &it, L->err) < 0)
         return -1;
     int got;
-    while ((got = samples_next(&it, L->err)) > 0)
+    while ((got = kb_taskdata_next(&it, L->err)) > 0)
         if (kb_idset_add(ids, it.s.id) < 0) {
             got = kv_fail(L->err, "out of memory");
             break;
         }
-    samples_close(&it);
+    kb_taskdata_close(&it);
     return got < 0 ? -1 : 0;
 }
 
@@ -380,11 +288,11 @@ static int run_task(loop *L, const kb_task_spec *t, long task_no)
     if (rc < 0 && opened > 0)
         opened--;
     kb_idset_free(&ids);
-    samples it;
-    if (rc == 0 && (rc = samples_open(L->m->data, t->name, &it, L->err)) == 0) {
+    kb_taskdata it;
+    if (rc == 0 && (rc = kb_taskdata_open(L->m->data, t->name, &it, L->err)) == 0) {
         kb_progress_task(L->progress, t->name, task_no);
         rc = run_samples(L, t, &it);
-        samples_close(&it);
+        kb_taskdata_close(&it);
     }
     for (size_t c = 0; c < opened; c++)
         kb_pred_file_close(&L->pf[c]);
@@ -398,11 +306,11 @@ static int count_samples(loop *L, long *total)
 {
     *total = 0;
     for (size_t i = 0; i < L->m->n_tasks; i++) {
-        samples it;
-        if (samples_open(L->m->data, L->m->tasks[i].name, &it, L->err) < 0)
+        kb_taskdata it;
+        if (kb_taskdata_open(L->m->data, L->m->tasks[i].name, &it, L->err) < 0)
             return kv_fail_prefix(L->err, L->m->tasks[i].name);
         *total += selected_count(it.n, L->m->tasks[i].limit, &L->o->shard);
-        samples_close(&it);
+        kb_taskdata_close(&it);
     }
     return 0;
 }

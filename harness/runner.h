@@ -4,6 +4,7 @@
  *   results.h   run folder, run.json, resumable prediction files, --shard, merge
  *   progress.h  terminal bar / log lines
  *   report.h    scores.json -> scores.csv, summary.md, report.html
+ *   taskdata.h  a task's samples in file order
  *   backend.h   the model: the kvcore engine and eviction
  *   score.h     LongBench's scoring, the same as `kvbench score`
  *
@@ -106,10 +107,6 @@ typedef struct kb_runner_backend {
                         kb_decode_result *outs, long *steps, kv_error *err);
     void (*prefill_free)(void *ctx, void *state);
 } kb_runner_backend;
-
-/* The number of samples of a task in a data folder, as a run reads them
- * (what merge checks line counts against), or -1 with err set. */
-long kb_task_size(const char *data, const char *task, kv_error *err);
 
 typedef struct kb_runner_stats {
     long samples_done;    /* processed by this call */
