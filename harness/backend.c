@@ -19,7 +19,6 @@ typedef struct engine {
     bool em_loaded;
     kv_evict_params *params; /* [n_configs]; unused for configs[0] (full cache) */
     kv_evictor **ev;         /* [n_configs]; NULL for the full cache */
-    long prefills;
 } engine;
 
 typedef struct prefill_state {
@@ -95,7 +94,6 @@ static int prefill(void *ctx, const int32_t *ids, size_t n_ids, const kb_gen_lim
         prefill_free(e, st);
         return -1;
     }
-    e->prefills++;
     *state = st;
     return 0;
 }
@@ -286,9 +284,4 @@ void kb_engine_backend_close(kb_runner_backend *b)
     kv_model_free(e->model);
     free(e);
     b->ctx = NULL;
-}
-
-long kb_engine_backend_prefills(const kb_runner_backend *b)
-{
-    return b->ctx ? ((const engine *)b->ctx)->prefills : 0;
 }

@@ -17,7 +17,4 @@ int kb_engine_backend_open(const kb_matrix *m, const char *model_dir, kb_runner_
                            kv_error *err);
 void kb_engine_backend_close(kb_runner_backend *b);
 
-/* How many prefills the backend ran (the shared-prefill check). */
-long kb_engine_backend_prefills(const kb_runner_backend *b);
-
 #endif
