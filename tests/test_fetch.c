@@ -326,3 +326,60 @@ Test(fetch, retries_are_shown_and_an_unresolvable_host_fails_at_once)
     free(out);
     free(out2);
 }
+
+/* `kvbench run` of a matrix naming a hub model fetches it on first use into
+ * models/NAME (the fetch code called in the same process, with its report
+ * lines) and runs it; the second run finds it there and fetches nothing. */
+Test(fetch, a_run_fetches_its_hub_model_on_first_use)
+{
+    static const char *const names[] = {"config.json", "generation_config.json", "tokenizer.json",
+                                        "tokenizer_config.json", "model.safetensors"};
+    enum { N = sizeof names / sizeof *names };
+    httpd_route routes[N];
+    char *bodies[N], paths[N][96];
+    for (int i = 0; i < N; i++) {
+        char *src = NULL;
+        cr_assert_neq(asprintf(&src, "tests/data/models/qwen3-bf16/%s", names[i]), -1);
+        char *path = tu_source(src);
+        size_t len;
+        bodies[i] = tu_slurp(path, &len);
+        snprintf(paths[i], sizeof paths[i], "/org/qwen3/resolve/main/%s", names[i]);
+        routes[i] = (httpd_route){.path = paths[i], .kind = HTTPD_FILE, .body = bodies[i], .len = len};
+        free(path);
+        free(src);
+    }
+    httpd *s = httpd_start(routes, N);
+    setenv("HF_ENDPOINT", httpd_url(s), 1);
+    cr_assert_eq(chdir(dir), 0); /* models/ is made in the working folder */
+    char *data = tu_source("datasets/samples");
+    FILE *f = fopen("hub.json", "w");
+    fprintf(f,
+            "{\"model\": \"org/qwen3\", \"data\": \"%s\", \"limit\": 1, \"max_new_tokens\": 2, "
+            "\"threads\": 1, \"tasks\": [\"trec\"]}\n",
+            data);
+    fclose(f);
+    free(data);
+
+    tu_result r = tu_kvbench("run", "hub.json", NULL);
+    cr_assert_eq(r.status, 0, "%s%s", r.out, r.err);
+    cr_expect(strstr(r.err, "fetching org/qwen3 into models/qwen3"), "%s", r.err);
+    cr_expect(strstr(r.out, "model ready in models/qwen3"), "%s", r.out);
+    size_t n;
+    char *got = tu_slurp("models/qwen3/model.safetensors", &n);
+    cr_assert_eq(n, routes[N - 1].len);
+    cr_assert(memcmp(got, bodies[N - 1], n) == 0);
+    free(got);
+    cr_assert_eq(access("results/hub/predictions/full/trec.jsonl", R_OK), 0,
+                 "the run went on with the fetched model");
+    tu_result_free(&r);
+
+    r = tu_kvbench("run", "hub.json", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_expect_null(strstr(r.err, "fetching"), "%s", r.err);
+    cr_expect_eq(routes[N - 1].hits, 1, "the weights were fetched once");
+    tu_result_free(&r);
+    httpd_stop(s);
+    unsetenv("HF_ENDPOINT");
+    for (int i = 0; i < N; i++)
+        free(bodies[i]);
+}
