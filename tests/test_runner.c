@@ -47,10 +47,11 @@ static long task_size(const char *task)
  * trec's class list makes its classification score exact. */
 static void write_task(const char *data, const char *task)
 {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s.jsonl", data, task);
+    char *path;
+    cr_assert_geq(asprintf(&path, "%s/%s.jsonl", data, task), 0);
     FILE *f = fopen(path, "w");
     cr_assert(f, "%s", path);
+    free(path);
     for (long i = 0; i < task_size(task); i++)
         fprintf(f,
                 "{\"_id\": \"%s-%03ld\", \"input\": \"which?\", \"context\": "
