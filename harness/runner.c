@@ -215,7 +215,8 @@ static int run_samples(loop *L, const kb_task_spec *t, void *iter)
 }
 
 /* The ids of every sample in a task's data (not only the first `limit`: an
- * earlier run may have had a larger one), which resumed lines must name. */
+ * earlier run may have had a larger one) with their positions, which
+ * resumed lines must name. */
 static int data_ids(loop *L, const kb_task_spec *t, kb_idset *ids)
 {
     void *iter = NULL;
@@ -225,7 +226,7 @@ static int data_ids(loop *L, const kb_task_spec *t, kb_idset *ids)
     int got;
     kb_sample s;
     while ((got = L->b->task_next(L->b->ctx, iter, &s, L->err)) > 0)
-        if (kb_idset_add(ids, s.id) < 0) {
+        if (kb_idset_add_at(ids, s.id, s.index) < 0) {
             got = kv_fail(L->err, "out of memory");
             break;
         }
