@@ -41,6 +41,7 @@ typedef struct task_iter {
     lb_loader *loader;
     lb_sample s;
     bool has_sample;
+    bool empty; /* an empty file taken as a missing task: no samples */
     long index;
     cJSON *answers, *classes;
 } task_iter;
@@ -99,9 +100,11 @@ static long count_samples(const char *path)
     return n + filled;
 }
 
-/* The samples of a task in the data folder `data`, in file order. */
-static int open_samples(const char *data, const kb_task_spec *spec, void **out, long *n_samples,
-                        kv_error *err)
+/* The samples of a task in the data folder `data`, in file order. An empty
+ * file is an error unless empty_missing (--empty-tasks missing): then the
+ * task has no samples, so it has no score (a missing cell, not a 0.00). */
+static int open_samples(const char *data, const kb_task_spec *spec, bool empty_missing, void **out,
+                        long *n_samples, kv_error *err)
 {
     const lb_task *task = lb_task_find(spec->name);
     if (!task)
@@ -122,8 +125,11 @@ static int open_samples(const char *data, const kb_task_spec *spec, void **out, 
     }
     it->task = task;
     *n_samples = count_samples(path);
-    if (*n_samples == 0) { /* scored, it would be a 0.00 that averages count */
-        kv_fail(err, "%s: empty task file (no samples): fetch it again or leave the task out",
+    it->empty = *n_samples == 0;
+    if (it->empty && !empty_missing) { /* scored, it would be a 0.00 that averages count */
+        kv_fail(err,
+                "%s: empty task file (no samples): fetch it again, leave the task out or "
+                "report it as missing (--empty-tasks missing)",
                 path);
         task_close(NULL, it);
         free(path);
@@ -140,7 +146,7 @@ static int task_open(void *ctx, const kb_task_spec *spec, void **out, long *n_sa
                      kv_error *err)
 {
     const engine *e = ctx;
-    return open_samples(e->m->data, spec, out, n_samples, err);
+    return open_samples(e->m->data, spec, e->m->empty_tasks_missing, out, n_samples, err);
 }
 
 static cJSON *string_array(const kv_str *v, size_t n)
@@ -172,6 +178,8 @@ static int task_next(void *ctx, void *iter, kb_sample *out, kv_error *err)
     (void)ctx;
     task_iter *it = iter;
     iter_clear_sample(it);
+    if (it->empty)
+        return 0;
     int rc = lb_loader_next(it->loader, &it->s, err);
     if (rc <= 0)
         return rc;
@@ -549,7 +557,7 @@ long kb_task_size(const char *data, const char *task_name, kv_error *err)
     kb_task_spec spec = {.name = (char *)task_name};
     void *iter = NULL;
     long n = 0;
-    if (open_samples(data, &spec, &iter, &n, err) < 0)
+    if (open_samples(data, &spec, true, &iter, &n, err) < 0) /* an empty file: size 0 */
         return -1;
     kb_sample s;
     int got;

@@ -23,6 +23,7 @@ int kb_runner_apply_options(kb_matrix *m, const kb_runner_options *o)
     }
     if (o->threads > 0)
         m->threads = o->threads;
+    m->empty_tasks_missing = o->empty_tasks_missing;
     for (size_t i = 0; o->limit > 0 && i < m->n_tasks; i++)
         m->tasks[i].limit = o->limit;
     return 0;
@@ -271,6 +272,9 @@ static int count_samples(loop *L, long *total)
         if (L->b->task_open(L->b->ctx, &L->m->tasks[i], &iter, &n, L->err) < 0)
             return kv_fail_prefix(L->err, L->m->tasks[i].name);
         L->b->task_close(L->b->ctx, iter);
+        if (n == 0) /* the backend opens an empty task only when told to */
+            fprintf(stderr, "kvbench: run: %s: no samples, reported as missing\n",
+                    L->m->tasks[i].name);
         *total += selected_count(n, L->m->tasks[i].limit, &L->o->shard);
     }
     return 0;

@@ -43,6 +43,7 @@ typedef struct kb_runner_options {
     const char *name;
     long threads;
     long limit; /* overrides every task's limit */
+    bool empty_tasks_missing; /* --empty-tasks missing (kb_matrix.empty_tasks_missing) */
 } kb_runner_options;
 
 /* Applies the overrides to m. Returns 0, or -1 on OOM. */
