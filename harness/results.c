@@ -603,12 +603,16 @@ static int split_lines(const char *path, const char *data, size_t len, kb_pred_l
         }
         /* a NUL byte is never part of JSON text; it is what a crash can leave */
         bool parsable = nl && !blank(s, n) && !memchr(s, '\0', n);
-        const char *end = NULL;
-        cJSON *j = parsable ? cJSON_ParseWithLengthOpts(s, n, &end, false) : NULL;
-        if (j && !blank(end, n - (size_t)(end - s))) { /* "{...} junk" is not a line */
+        /* cJSON would cut an id at "\u0000": read it as KV_ID_NUL (jsonstr.h) */
+        char *ids = parsable && memmem(s, n, "\\u0000", 6) ? strndup(s, n) : NULL;
+        const char *js = ids ? ids : s, *end = NULL;
+        size_t jn = ids ? kv_json_ids_in(ids, n) : n;
+        cJSON *j = parsable ? cJSON_ParseWithLengthOpts(js, jn, &end, false) : NULL;
+        if (j && !blank(end, jn - (size_t)(end - js))) { /* "{...} junk" is not a line */
             cJSON_Delete(j);
             j = NULL;
         }
+        free(ids);
         if (!j || !valid_line(j)) {
             cJSON_Delete(j);
             if (last) { /* what an interruption leaves: redo that sample */
@@ -805,7 +809,7 @@ int kb_pred_file_append(kb_pred_file *pf, const cJSON *line, kv_error *err)
     if (kb_pred_file_done(pf, id))
         return kv_fail(err, "%s: sample \"%s\" is already there", pf->path, id);
     char *text = cJSON_PrintUnformatted(line);
-    if (!text)
+    if (!text || !(text = kv_json_ids_out(text)))
         return kv_fail(err, "out of memory");
     size_t n = strlen(text);
     char *withnl = realloc(text, n + 2);

@@ -336,3 +336,45 @@ Test(failure, the_report_of_a_run_holds_only_its_matrix)
     free(text);
     free(scores), free(cfg);
 }
+
+/* A LongBench "_id" may hold "\u0000". Cut at the NUL, sample 0's id below
+ * would be sample 1's and resume would take one for the other: it is
+ * carried whole, written back as "\u0000", resumed and scored as its own. */
+Test(failure, a_nul_in_an_id_is_predicted_resumed_and_scored)
+{
+    char *data = at("data");
+    cr_assert_eq(mkdir(data, 0777), 0);
+    char *shipped = tu_source("datasets/synthetic/synth_passkey.jsonl");
+    char *text = tu_slurp(shipped, NULL), *file = at("data/synth_passkey.jsonl");
+    char *id0 = strstr(text, "\"synth_passkey-0000\""), *edited;
+    cr_assert(id0);
+    *id0 = '\0';
+    cr_assert_geq(asprintf(&edited, "%s\"synth_passkey-0001\\u0000\"%s", text, id0 + 20), 0);
+    write_file(file, edited);
+    char *cfg = write_config(data, H2O);
+    tu_result r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    char *pred = at("runs/c/predictions/h2o/synth_passkey.jsonl");
+    char *lines = tu_slurp(pred, NULL);
+    cr_assert(strstr(lines, "\"id\":\"synth_passkey-0001\\u0000\""), "%s", lines);
+    cr_assert(strstr(lines, "\"id\":\"synth_passkey-0001\""), "%s", lines);
+    r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.err, "0 samples done, 2 already on disk"), "%s", r.err);
+    tu_result_free(&r);
+    char *again = tu_slurp(pred, NULL);
+    cr_assert_str_eq(again, lines, "resumed, nothing rewritten");
+    char *scores = at("runs/c/scores.json"), *run = at("runs/c");
+    char *s = tu_slurp(scores, NULL);
+    cr_assert(strstr(s, "\"synth_passkey-0001\\u0000\""), "%s", s);
+    cJSON *root = cJSON_Parse(s);
+    cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "rows"), 0);
+    cr_assert_eq(cJSON_GetObjectItem(row, "n")->valuedouble, 2);
+    cJSON_Delete(root);
+    r = tu_kvbench("report", run, NULL); /* two ids, not one "appearing twice" */
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    free(s), free(scores), free(run), free(again), free(lines), free(pred), free(cfg);
+    free(edited), free(file), free(text), free(shipped), free(data);
+}
