@@ -110,5 +110,8 @@ Test(jsonstr, ids_keep_a_nul_through_cjson)
     cJSON_Delete(j);
     char *id = kv_id_from_bytes("\0a\0", 3);
     cr_assert_str_eq(id, KV_ID_NUL "a" KV_ID_NUL);
+    kv_error err;
+    kv_fail(&err, "sample \"%s\"", id); /* errors stay UTF-8 */
+    cr_assert_str_eq(err.msg, "sample \"??a??\"");
     free(id);
 }
