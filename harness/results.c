@@ -604,7 +604,7 @@ static int split_lines(const char *path, const char *data, size_t len, kb_pred_l
         /* a NUL byte is never part of JSON text; it is what a crash can leave */
         bool parsable = nl && !blank(s, n) && !memchr(s, '\0', n);
         /* cJSON would cut an id at "\u0000": read it as KV_ID_NUL (jsonstr.h) */
-        char *ids = parsable && memmem(s, n, "\\u0000", 6) ? strndup(s, n) : NULL;
+        char *ids = parsable && s && memmem(s, n, "\\u0000", 6) ? strndup(s, n) : NULL;
         const char *js = ids ? ids : s, *end = NULL;
         size_t jn = ids ? kv_json_ids_in(ids, n) : n;
         cJSON *j = parsable ? cJSON_ParseWithLengthOpts(js, jn, &end, false) : NULL;
