@@ -7,6 +7,7 @@
 
 #include "file.h"
 #include "jscan.h"
+#include "jsonstr.h"
 #include "jsonl.h"
 #include "utf8.h"
 #include "vec.h"
@@ -108,7 +109,7 @@ static int read_text(reader *r, kv_str *out)
     return expect_kind(r, '"', "a string") < 0 ? -1 : read_string(r, out);
 }
 
-/* A key or metadata field: a C string, so a NUL inside is refused rather than cut. */
+/* A metadata field: a C string, so a NUL inside is refused rather than cut. */
 static int read_name(reader *r, char **out)
 {
     kv_str v = {0};
@@ -117,12 +118,28 @@ static int read_name(reader *r, char **out)
     if (memchr(v.p, '\0', v.n)) {
         kv_str_free(&v);
         return kv_fail(r->err,
-                       "\"%s\" holds a NUL character (\\u0000), which kvbench refuses in ids "
-                       "and names",
+                       "\"%s\" holds a NUL character (\\u0000), which kvbench refuses in "
+                       "names",
                        r->key);
     }
     free(*out);
     *out = (char *)v.p;
+    return 0;
+}
+
+/* "_id": a C string key; a NUL in it is carried as KV_ID_NUL (jsonstr.h),
+ * so "a\u0000b" stays apart from "a" and is written back as it came. */
+static int read_id(reader *r, char **out)
+{
+    kv_str v = {0};
+    if (read_text(r, &v) < 0)
+        return -1;
+    char *id = kv_id_from_bytes(v.p, v.n);
+    kv_str_free(&v);
+    if (!id)
+        return kv_fail(r->err, "out of memory reading \"%s\"", r->key);
+    free(*out);
+    *out = id;
     return 0;
 }
 
@@ -190,7 +207,7 @@ static int member_v1(reader *r, lb_sample *s, seen *got)
 {
     const char *k = r->key;
     if (strcmp(k, "_id") == 0)
-        return read_name(r, &s->id);
+        return read_id(r, &s->id);
     if (strcmp(k, "input") == 0)
         return read_text(r, &s->input);
     if (strcmp(k, "context") == 0)
@@ -226,7 +243,7 @@ static int member_v2(reader *r, lb_sample *s, seen *got)
         if (strcmp(k, choice_keys[i]) == 0)
             return read_text(r, &s->choices[i]);
     if (strcmp(k, "_id") == 0)
-        return read_name(r, &s->id);
+        return read_id(r, &s->id);
     if (strcmp(k, "question") == 0)
         return read_text(r, &s->input);
     if (strcmp(k, "context") == 0)

@@ -18,11 +18,12 @@
 #include "tasks.h"
 
 /* One LongBench record, owned by the sample. Text fields are kv_str: JSON's
- * "\u0000" is data, and every byte of a context reaches the prompt. Ids and
- * metadata are C strings: a NUL in them is refused, because they are keys
- * (file names, resume, selection) where a cut would silently merge samples. */
+ * "\u0000" is data, and every byte of a context reaches the prompt. The id
+ * is a C string key (resume, selection) with a NUL carried as KV_ID_NUL
+ * (kvcore/jsonstr.h), so that no cut merges two samples. Metadata are C
+ * strings: a NUL in them (dataset, language...) is refused. */
 typedef struct lb_sample {
-    char *id;     /* "_id" */
+    char *id;     /* "_id", NULs as KV_ID_NUL */
     kv_str input; /* may be "" */
     kv_str context;
     kv_str *answers; /* n_answers >= 1 */

@@ -94,7 +94,7 @@ static int print_line(const lb_task *task, const lb_sample *s, const char *text,
     cJSON_AddItemToObject(o, "prompt", kv_json_text(text, len));
     char *line = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    if (!line)
+    if (!line || !(line = kv_json_ids_out(line))) /* a NUL in the id as "\u0000" */
         return -1;
     puts(line);
     free(line);

@@ -120,6 +120,8 @@ static const kb_option options[] = {
     {"name", "NAME", "run name (overrides the config's \"name\")"},
     {"threads", "N", "CPU threads (overrides the config's \"threads\")"},
     {"limit", "N", "only the first N samples of every task (quick checks)"},
+    {"empty-tasks", "error|missing",
+     "an empty task file: an error naming it (default), or a task without a score"},
     {NULL, NULL, NULL},
 };
 
@@ -138,6 +140,12 @@ static int run(const kb_args *a)
                  o.name);
         return KB_EXIT_USAGE;
     }
+    const char *empty = kb_arg(a, "empty-tasks");
+    if (empty && strcmp(empty, "error") != 0 && strcmp(empty, "missing") != 0) {
+        kb_error("run: --empty-tasks '%s': want error or missing", empty);
+        return KB_EXIT_USAGE;
+    }
+    o.empty_tasks_missing = empty && strcmp(empty, "missing") == 0;
     if (kb_arg_long(a, "threads", 1, 4096, &o.threads) < 0 ||
         kb_arg_long(a, "limit", 1, 1L << 40, &o.limit) < 0)
         return KB_EXIT_USAGE;

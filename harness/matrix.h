@@ -69,6 +69,8 @@ typedef struct kb_matrix {
     bool output_given;    /* the file sets "output" (not the default) */
     char *data;           /* folder with <task>.jsonl; default "datasets/longbench" */
     long threads;         /* 0 = all cores */
+    bool empty_tasks_missing; /* kvbench run --empty-tasks missing: an empty task file is
+                               * a task without samples (no score), not an error */
     kb_task_spec *tasks;
     size_t n_tasks;
     kb_config *configs; /* configs[0] is the full-cache baseline */

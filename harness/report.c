@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "file.h"
+#include "jsonstr.h"
 #include "lengths.h"
 #include "matrix.h"
 #include "results.h"
@@ -96,6 +97,7 @@ int kb_scores_save(const char *dir, const kb_score_row *rows, size_t n, kv_error
     }
     char *text = a ? cJSON_Print(o) : NULL;
     cJSON_Delete(o);
+    text = text ? kv_json_ids_out(text) : NULL; /* a NUL in an id is "\u0000" */
     char *path = kv_path_join(dir, "scores.json");
     int rc = text && path ? kv_write_atomic(path, text, strlen(text), err)
                           : kv_fail(err, "out of memory");
@@ -279,7 +281,8 @@ static int load_scores(const char *dir, kb_report_run *run, kv_error *err)
         return -1;
     }
     int rc = kv_file_read(path, &text, &len, err);
-    cJSON *o = rc == 0 ? cJSON_Parse(text) : NULL;
+    /* ids with "\u0000" as KV_ID_NUL, as prediction lines give them */
+    cJSON *o = rc == 0 ? cJSON_ParseWithLength(text, kv_json_ids_in(text, len)) : NULL;
     const cJSON *rows = cJSON_GetObjectItemCaseSensitive(o, "rows");
     if (rc == 0 && !cJSON_IsArray(rows))
         rc = kv_fail(err, "%s: not a scores file (no \"rows\" list)", path);

@@ -460,51 +460,69 @@ static size_t str_hash(const char *s)
     return h;
 }
 
+/* The slot of id, or the empty slot where it would go (cap > 0). */
+static size_t idset_slot(const kb_idset *s, const char *id)
+{
+    size_t i = str_hash(id) & (s->cap - 1);
+    while (s->slots[i] && strcmp(s->slots[i], id) != 0)
+        i = (i + 1) & (s->cap - 1);
+    return i;
+}
+
 bool kb_idset_has(const kb_idset *s, const char *id)
 {
+    return kb_idset_pos(s, id) != -2;
+}
+
+long kb_idset_pos(const kb_idset *s, const char *id)
+{
     if (!s->cap)
-        return false;
-    for (size_t i = str_hash(id) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
-        if (!s->slots[i])
-            return false;
-        if (strcmp(s->slots[i], id) == 0)
-            return true;
-    }
+        return -2;
+    size_t i = idset_slot(s, id);
+    return s->slots[i] ? s->pos[i] : -2;
 }
 
 static int idset_grow(kb_idset *s)
 {
     size_t cap = s->cap ? s->cap * 2 : 64;
-    char **slots = calloc(cap, sizeof *slots);
-    if (!slots)
+    kb_idset g = {calloc(cap, sizeof *g.slots), malloc(cap * sizeof *g.pos), cap, s->n};
+    if (!g.slots || !g.pos) {
+        free(g.slots);
+        free(g.pos);
         return -1;
+    }
     for (size_t i = 0; i < s->cap; i++) {
         if (!s->slots[i])
             continue;
-        size_t j = str_hash(s->slots[i]) & (cap - 1);
-        while (slots[j])
-            j = (j + 1) & (cap - 1);
-        slots[j] = s->slots[i];
+        size_t j = idset_slot(&g, s->slots[i]);
+        g.slots[j] = s->slots[i];
+        g.pos[j] = s->pos[i];
     }
     free(s->slots);
-    s->slots = slots;
-    s->cap = cap;
+    free(s->pos);
+    *s = g;
     return 0;
+}
+
+int kb_idset_add_at(kb_idset *s, const char *id, long pos)
+{
+    if ((s->n + 1) * 2 > s->cap && idset_grow(s) < 0)
+        return -1;
+    size_t i = idset_slot(s, id);
+    if (s->slots[i]) {
+        s->pos[i] = -1;
+        return 0;
+    }
+    if (!(s->slots[i] = strdup(id)))
+        return -1;
+    s->pos[i] = pos;
+    s->n++;
+    return 1;
 }
 
 int kb_idset_add(kb_idset *s, const char *id)
 {
-    if (kb_idset_has(s, id))
-        return 0;
-    if ((s->n + 1) * 2 > s->cap && idset_grow(s) < 0)
-        return -1;
-    size_t i = str_hash(id) & (s->cap - 1);
-    while (s->slots[i])
-        i = (i + 1) & (s->cap - 1);
-    if (!(s->slots[i] = strdup(id)))
-        return -1;
-    s->n++;
-    return 1;
+    return kb_idset_has(s, id) ? 0 : kb_idset_add_at(s, id, -1);
 }
 
 void kb_idset_free(kb_idset *s)
@@ -512,6 +530,7 @@ void kb_idset_free(kb_idset *s)
     for (size_t i = 0; i < s->cap; i++)
         free(s->slots[i]);
     free(s->slots);
+    free(s->pos);
     memset(s, 0, sizeof *s);
 }
 
@@ -584,12 +603,16 @@ static int split_lines(const char *path, const char *data, size_t len, kb_pred_l
         }
         /* a NUL byte is never part of JSON text; it is what a crash can leave */
         bool parsable = nl && !blank(s, n) && !memchr(s, '\0', n);
-        const char *end = NULL;
-        cJSON *j = parsable ? cJSON_ParseWithLengthOpts(s, n, &end, false) : NULL;
-        if (j && !blank(end, n - (size_t)(end - s))) { /* "{...} junk" is not a line */
+        /* cJSON would cut an id at "\u0000": read it as KV_ID_NUL (jsonstr.h) */
+        char *ids = parsable && s && memmem(s, n, "\\u0000", 6) ? strndup(s, n) : NULL;
+        const char *js = ids ? ids : s, *end = NULL;
+        size_t jn = ids ? kv_json_ids_in(ids, n) : n;
+        cJSON *j = parsable ? cJSON_ParseWithLengthOpts(js, jn, &end, false) : NULL;
+        if (j && !blank(end, jn - (size_t)(end - js))) { /* "{...} junk" is not a line */
             cJSON_Delete(j);
             j = NULL;
         }
+        free(ids);
         if (!j || !valid_line(j)) {
             cJSON_Delete(j);
             if (last) { /* what an interruption leaves: redo that sample */
@@ -660,9 +683,18 @@ int kb_pred_lines_check(const kb_pred_lines *l, const char *path, const kb_pred_
                            "(the line was made with other parameters); %s",
                            path, i + 1, hash, x->config ? x->config : "?", x->config_hash,
                            REMOVE_LINE);
-        if (x->ids && !kb_idset_has(x->ids, id))
+        long pos = x->ids ? kb_idset_pos(x->ids, id) : -1;
+        if (pos == -2)
             return kv_fail(err, "%s:%zu: sample \"%s\" is not in the task's data; %s", path, i + 1,
                            id, REMOVE_LINE);
+        /* shards, merges and --limit go by index: it must be the id's place */
+        long index = (long)cJSON_GetObjectItemCaseSensitive(j, "index")->valuedouble;
+        if (pos >= 0 && index != pos)
+            return kv_fail(err,
+                           "%s:%zu: sample \"%s\" has index %ld, but it is sample %ld of the "
+                           "task's data (the data changed since, or the line comes from other "
+                           "data); %s",
+                           path, i + 1, id, index, pos, REMOVE_LINE);
     }
     return 0;
 }
@@ -777,7 +809,7 @@ int kb_pred_file_append(kb_pred_file *pf, const cJSON *line, kv_error *err)
     if (kb_pred_file_done(pf, id))
         return kv_fail(err, "%s: sample \"%s\" is already there", pf->path, id);
     char *text = cJSON_PrintUnformatted(line);
-    if (!text)
+    if (!text || !(text = kv_json_ids_out(text)))
         return kv_fail(err, "out of memory");
     size_t n = strlen(text);
     char *withnl = realloc(text, n + 2);

@@ -82,14 +82,21 @@ const char *kb_run_string(const kb_run *run, const char *key);
  * or NULL when run.json does not list it. */
 const cJSON *kb_run_config(const kb_run *run, const char *name);
 
-/* A set of sample ids (open addressing; ids are LongBench's 48-hex _id). */
+/* A set of sample ids (open addressing; ids are LongBench's 48-hex _id),
+ * each with the sample's position in its task's data when known. */
 typedef struct kb_idset {
     char **slots;
+    long *pos; /* [cap]: position of slots[i] in the data, -1 when not known */
     size_t cap, n;
 } kb_idset;
 
 bool kb_idset_has(const kb_idset *s, const char *id);
 int kb_idset_add(kb_idset *s, const char *id); /* 1 added, 0 present, -1 OOM */
+/* Adds id at position pos of the data. An id the set holds already loses
+ * its position (-1): a duplicated id has no single place. */
+int kb_idset_add_at(kb_idset *s, const char *id, long pos);
+/* The position recorded for id: -1 when unknown, -2 when id is not there. */
+long kb_idset_pos(const kb_idset *s, const char *id);
 void kb_idset_free(kb_idset *s);
 
 /* One predictions/<config>/<task>.jsonl opened for appending. */
@@ -107,14 +114,17 @@ typedef struct kb_pred_expect {
     const char *task;        /* "dataset" */
     const char *config;      /* "config" */
     const char *config_hash; /* "config_hash" (present and equal) */
-    const kb_idset *ids;     /* the task data's sample ids: "id" is one of them */
+    const kb_idset *ids;     /* the task data's sample ids: "id" is one of them, and
+                              * "index" its position there when the set knows it */
 } kb_pred_expect;
 
 /* Opens (creating folders as needed) and recovers the file as described at
  * the top. A damaged line that is not the last one is an error: something
  * other than an interruption happened, and guessing would hide it. Every
  * line kept must be of this task and config, carry the config's hash as
- * run.json records it, and (ids not NULL) name a sample of the data. */
+ * run.json records it, and (ids not NULL) name a sample of the data at the
+ * index it gives. The lines may come in any order (shards merged, lines
+ * written by hand): a sample is done when its id has a line. */
 int kb_pred_file_open(const kb_run *run, const char *config, const char *task, const kb_idset *ids,
                       kb_pred_file *pf, kv_error *err);
 bool kb_pred_file_done(const kb_pred_file *pf, const char *id);

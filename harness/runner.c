@@ -26,6 +26,7 @@ int kb_runner_apply_options(kb_matrix *m, const kb_runner_options *o)
     }
     if (o->threads > 0)
         m->threads = o->threads;
+    m->empty_tasks_missing = o->empty_tasks_missing;
     for (size_t i = 0; o->limit > 0 && i < m->n_tasks; i++)
         m->tasks[i].limit = o->limit;
     return 0;
@@ -261,15 +262,16 @@ static int run_samples(loop *L, const kb_task_spec *t, kb_taskdata *it)
 }
 
 /* The ids of every sample in a task's data (not only the first `limit`: an
- * earlier run may have had a larger one), which resumed lines must name. */
+ * earlier run may have had a larger one) with their positions, which
+ * resumed lines must name. */
 static int data_ids(loop *L, const kb_task_spec *t, kb_idset *ids)
 {
     kb_taskdata it;
-    if (kb_taskdata_open(L->m->data, t->name, &it, L->err) < 0)
+    if (kb_taskdata_open(L->m->data, t->name, L->m->empty_tasks_missing, &it, L->err) < 0)
         return -1;
     int got;
     while ((got = kb_taskdata_next(&it, L->err)) > 0)
-        if (kb_idset_add(ids, it.s.id) < 0) {
+        if (kb_idset_add_at(ids, it.s.id, it.index - 1) < 0) {
             got = kv_fail(L->err, "out of memory");
             break;
         }
@@ -289,7 +291,7 @@ static int run_task(loop *L, const kb_task_spec *t, long task_no)
         opened--;
     kb_idset_free(&ids);
     kb_taskdata it;
-    if (rc == 0 && (rc = kb_taskdata_open(L->m->data, t->name, &it, L->err)) == 0) {
+    if (rc == 0 && (rc = kb_taskdata_open(L->m->data, t->name, L->m->empty_tasks_missing, &it, L->err)) == 0) {
         kb_progress_task(L->progress, t->name, task_no);
         rc = run_samples(L, t, &it);
         kb_taskdata_close(&it);
@@ -307,9 +309,13 @@ static int count_samples(loop *L, long *total)
     *total = 0;
     for (size_t i = 0; i < L->m->n_tasks; i++) {
         kb_taskdata it;
-        if (kb_taskdata_open(L->m->data, L->m->tasks[i].name, &it, L->err) < 0)
+        if (kb_taskdata_open(L->m->data, L->m->tasks[i].name, L->m->empty_tasks_missing, &it,
+                              L->err) < 0)
             return kv_fail_prefix(L->err, L->m->tasks[i].name);
-        *total += selected_count(it.n, L->m->tasks[i].limit, &L->o->shard);
+        if (it.empty) /* opened only under --empty-tasks missing */
+            fprintf(stderr, "kvbench: run: %s: no samples, reported as missing\n",
+                    L->m->tasks[i].name);
+        *total += selected_count(it.empty ? 0 : it.n, L->m->tasks[i].limit, &L->o->shard);
         kb_taskdata_close(&it);
     }
     return 0;

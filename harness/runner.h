@@ -47,6 +47,7 @@ typedef struct kb_runner_options {
     long threads;
     long limit; /* overrides every task's limit */
     FILE *table; /* where the score table goes once the run is scored; NULL: nowhere */
+    bool empty_tasks_missing; /* --empty-tasks missing (kb_matrix.empty_tasks_missing) */
 } kb_runner_options;
 
 /* Applies the overrides to m. Returns 0, or -1 on OOM. */

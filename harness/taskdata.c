@@ -35,7 +35,8 @@ void kb_taskdata_close(kb_taskdata *it)
     *it = (kb_taskdata){0};
 }
 
-int kb_taskdata_open(const char *data, const char *name, kb_taskdata *it, kv_error *err)
+int kb_taskdata_open(const char *data, const char *name, bool empty_missing, kb_taskdata *it,
+                     kv_error *err)
 {
     *it = (kb_taskdata){0};
     if (!(it->task = lb_task_find(name)))
@@ -47,8 +48,11 @@ int kb_taskdata_open(const char *data, const char *name, kb_taskdata *it, kv_err
                                 it->task->family == LB_FAMILY_V2 ? LB_SCHEMA_V2 : LB_SCHEMA_V1};
     int rc = (it->loader = lb_loader_open(path, &lo, err)) ? 0 : -1;
     it->n = rc == 0 ? count_lines(path) : -1;
-    if (rc == 0 && it->n == 0) /* scored, it would be a 0.00 that averages count */
-        rc = kv_fail(err, "%s: empty task file (no samples): fetch it again or leave the task out",
+    it->empty = rc == 0 && it->n == 0;
+    if (it->empty && !empty_missing) /* scored, it would be a 0.00 that averages count */
+        rc = kv_fail(err,
+                     "%s: empty task file (no samples): fetch it again, leave the task out or "
+                     "report it as missing (--empty-tasks missing)",
                      path);
     free(path);
     if (rc < 0)
@@ -61,6 +65,8 @@ int kb_taskdata_next(kb_taskdata *it, kv_error *err)
     if (it->has_sample)
         lb_sample_free(&it->s);
     it->has_sample = false;
+    if (it->empty)
+        return 0;
     int rc = lb_loader_next(it->loader, &it->s, err);
     if (rc <= 0)
         return rc;
@@ -72,7 +78,7 @@ int kb_taskdata_next(kb_taskdata *it, kv_error *err)
 long kb_task_size(const char *data, const char *task, kv_error *err)
 {
     kb_taskdata it;
-    if (kb_taskdata_open(data, task, &it, err) < 0)
+    if (kb_taskdata_open(data, task, true, &it, err) < 0) /* an empty file: size 0 */
         return -1;
     int got;
     while ((got = kb_taskdata_next(&it, err)) > 0) /* the loader's count, v2 too */

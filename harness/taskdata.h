@@ -18,12 +18,15 @@ typedef struct kb_taskdata {
     bool has_sample;
     long index; /* of the next sample: the current one is index - 1 */
     long n;     /* lines in the file (for progress); the loader's count is the truth */
+    bool empty; /* an empty file taken as a missing task: no samples */
 } kb_taskdata;
 
-/* Opens task `name` in the data folder. An unknown task, a missing file
- * and an empty one are errors (an empty task would score a 0.00 that
- * averages count). */
-int kb_taskdata_open(const char *data, const char *name, kb_taskdata *it, kv_error *err);
+/* Opens task `name` in the data folder. An unknown task and a missing file
+ * are errors; so is an empty one (it would score a 0.00 that averages
+ * count) unless empty_missing (--empty-tasks missing): then the task has no
+ * samples, so it has no score (a missing cell, not a 0.00). */
+int kb_taskdata_open(const char *data, const char *name, bool empty_missing, kb_taskdata *it,
+                     kv_error *err);
 /* 1 with it->s the next sample, 0 at the end, -1 on an error (file:line). */
 int kb_taskdata_next(kb_taskdata *it, kv_error *err);
 void kb_taskdata_close(kb_taskdata *it);

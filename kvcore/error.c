@@ -1,17 +1,23 @@
 #include "error.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 /* An error is one line: names and values quoted from a file (a tensor
  * name, an architecture) may hold newlines or other control bytes, which
- * would split the line or move the terminal's cursor; they become '?'. */
+ * would split the line or move the terminal's cursor; they become '?'. So
+ * does the NUL of an id (C0 80, kvcore/jsonstr.h), which is not UTF-8. */
 static void one_line(char *msg)
 {
-    for (unsigned char *c = (unsigned char *)msg; *c; c++)
-        if (*c < 0x20 || *c == 0x7f)
+    for (unsigned char *c = (unsigned char *)msg; *c; c++) {
+        bool id_nul = c[0] == 0xC0 && c[1] == 0x80;
+        if (id_nul)
+            *c++ = '?';
+        if (id_nul || *c < 0x20 || *c == 0x7f)
             *c = '?';
+    }
 }
 
 int kv_fail(kv_error *err, const char *fmt, ...)

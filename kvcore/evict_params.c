@@ -322,9 +322,12 @@ static int check_kvbench(const kv_evict_params *p, kv_error *err)
         return kv_fail(err, "recent_size must be greater than zero with strategy per_group "
                             "(the partial last group counts as recent).");
     /* NNCF raises this only at the first eviction; a sweep is better off
-     * learning it before any prefill runs. */
-    if (p->refined_size > 0 && strcmp(p->refined_algorithm, "kvcrush") == 0 &&
-        strcmp(p->strategy, "per_group") != 0 && strcmp(p->kvcrush_anchor, "mean") == 0)
+     * learning it before any prefill runs. per_group with group_size 1 is
+     * per-token to the refiner (evict.c's cfg.group; libFuzzer found it
+     * passing validation and failing at the first eviction). */
+    bool per_token = strcmp(p->strategy, "per_group") != 0 || p->group_size == 1;
+    if (p->refined_size > 0 && strcmp(p->refined_algorithm, "kvcrush") == 0 && per_token &&
+        strcmp(p->kvcrush_anchor, "mean") == 0)
         return kv_fail(err, "Mean anchor is not supported for KVCrush in per-token mode.");
     if (!name_ok(p, "positions"))
         return kv_fail(err, "positions must be 'absolute' or 'compact' (got '%s').", p->positions);

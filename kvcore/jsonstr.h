@@ -43,4 +43,27 @@ int kv_json_quote(kv_strbuf *b, const char *s, size_t n);
  * node holding the quoted literal. NULL when out of memory. */
 cJSON *kv_json_text(const char *s, size_t n);
 
+/* Ids are keys (resume, selection, pairing of samples), kept as C strings.
+ * A NUL in an id (LongBench's "_id" may hold "\u0000") is carried as the
+ * two bytes C0 80 (Java's "modified UTF-8"): they never occur in valid
+ * UTF-8, which every data line is checked to be, so the mapping is
+ * lossless and two ids stay two keys. In JSON it is always "\u0000":
+ * kv_json_ids_in turns the escape into C0 80 before cJSON reads a line,
+ * kv_json_ids_out turns C0 80 back after cJSON prints one. */
+#define KV_ID_NUL "\xC0\x80"
+
+/* The id of the n bytes s (NULs as KV_ID_NUL), malloc'd; NULL when out of
+ * memory. */
+char *kv_id_from_bytes(const char *s, size_t n);
+
+/* In JSON text of n bytes: every "\u0000" inside a string becomes
+ * KV_ID_NUL, in place. Returns the new length (text stays NUL-terminated
+ * when it was). */
+size_t kv_json_ids_in(char *text, size_t n);
+
+/* Printed JSON (malloc'd, NUL-terminated): every KV_ID_NUL becomes
+ * "\u0000". Returns the text (reallocated when it grew), or NULL when out of
+ * memory (text is then freed). */
+char *kv_json_ids_out(char *text);
+
 #endif

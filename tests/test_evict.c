@@ -809,6 +809,10 @@ Test(evict_tv, tv14_validation)
     INVALID("kvcrush_anchor must be one of", "kvcrush_anchor", "foo");
     INVALID("Mean anchor is not supported for KVCrush in per-token mode.", "kvcrush_anchor", "mean",
             "refined_size", "32");
+    /* per_group of size 1 is per-token to the refiner (libFuzzer's find:
+     * tests/data/fuzz/evict_params/kvcrush_mean_group_size_1.json) */
+    INVALID("Mean anchor is not supported for KVCrush in per-token mode.", "kvcrush_anchor", "mean",
+            "refined_size", "4", "strategy", "per_group", "group_size", "1");
     INVALID("recent_size must be greater than zero with strategy per_group", "strategy",
             "per_group", "recent_size", "0");
     INVALID("Unknown eviction algorithm 'foo'", "algorithm", "foo");

@@ -37,9 +37,10 @@ static char *at(const char *rel)
     return p;
 }
 
-/* A matrix on the demo model: synth_passkey, 2 samples, 4 new tokens, the
- * full cache plus configs_json. data NULL: the shipped synthetic data. */
-static char *write_config(const char *data, const char *configs_json)
+/* A matrix on the demo model: tasks_json (a JSON list), 2 samples, 4 new
+ * tokens, the full cache plus configs_json. data NULL: the shipped
+ * synthetic data. */
+static char *write_config_of(const char *data, const char *tasks_json, const char *configs_json)
 {
     char *model = tu_source("models/kvbench-retrieval");
     char *shipped = tu_source("datasets/synthetic");
@@ -47,13 +48,19 @@ static char *write_config(const char *data, const char *configs_json)
     FILE *f = fopen(path, "w");
     fprintf(f,
             "{\"model\": \"%s\", \"data\": \"%s\", \"output\": \"%s/runs\", \"limit\": 2,\n"
-            " \"max_new_tokens\": 4, \"threads\": 1, \"tasks\": [\"synth_passkey\"],\n"
+            " \"max_new_tokens\": 4, \"threads\": 1, \"tasks\": %s,\n"
             " \"configs\": %s}\n",
-            model, data ? data : shipped, dir, configs_json);
+            model, data ? data : shipped, dir, tasks_json, configs_json);
     fclose(f);
     free(model);
     free(shipped);
     return path;
+}
+
+/* The same on synth_passkey alone. */
+static char *write_config(const char *data, const char *configs_json)
+{
+    return write_config_of(data, "[\"synth_passkey\"]", configs_json);
 }
 
 static void write_file(const char *path, const char *text)
@@ -169,7 +176,41 @@ Test(failure, an_empty_task_file_is_an_error_naming_it)
     char *scores = at("runs/c/scores.json");
     cr_assert(access(scores, F_OK) != 0, "no score of an empty task");
     tu_result_free(&r);
+    r = tu_kvbench("run", cfg, "--empty-tasks", "zero", NULL);
+    cr_assert_eq(r.status, 2, "%s", r.err);
+    cr_assert(strstr(r.err, "--empty-tasks 'zero': want error or missing"), "%s", r.err);
+    tu_result_free(&r);
     free(scores), free(want), free(cfg), free(file), free(data);
+}
+
+/* With --empty-tasks missing the empty task has no score: the run goes on,
+ * and the averages are those of the task that has samples. */
+Test(failure, an_empty_task_file_reported_as_missing)
+{
+    char *data = at("data");
+    cr_assert_eq(mkdir(data, 0777), 0);
+    char *file = at("data/synth_passkey.jsonl"), *kv = at("data/synth_kv.jsonl");
+    char *shipped = tu_source("datasets/synthetic/synth_kv.jsonl");
+    write_file(file, "");
+    char *text = tu_slurp(shipped, NULL);
+    write_file(kv, text);
+    char *cfg = write_config_of(data, "[\"synth_passkey\", \"synth_kv\"]", H2O);
+    tu_result r = tu_kvbench("run", cfg, "--empty-tasks", "missing", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.err, "synth_passkey: no samples, reported as missing"), "%s", r.err);
+    tu_result_free(&r);
+    char *scores = at("runs/c/scores.json"), *summary = at("runs/c/summary.md");
+    char *s = tu_slurp(scores, NULL), *md = tu_slurp(summary, NULL);
+    cr_assert(strstr(s, "\"synth_kv\""), "%s", s);
+    cr_assert_null(strstr(s, "\"synth_passkey\""), "no row, so no 0.00: %s", s);
+    cJSON *root = cJSON_Parse(s);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(root, "rows")), 2,
+                 "full and h2o on synth_kv: %s", s);
+    cJSON_Delete(root);
+    cr_assert_null(strstr(md, "synth_passkey") ? strstr(strstr(md, "synth_passkey"), "0.00") : NULL,
+                   "%s", md);
+    free(s), free(md), free(scores), free(summary), free(text), free(shipped), free(cfg),
+        free(kv), free(file), free(data);
 }
 
 /* A budget of 10^8 is far above a 1-2k-token prompt: the config keeps every
@@ -294,4 +335,46 @@ Test(failure, the_report_of_a_run_holds_only_its_matrix)
     cr_assert(strstr(text, "\"h2o\"") && strstr(text, "\"full\""), "%s", text);
     free(text);
     free(scores), free(cfg);
+}
+
+/* A LongBench "_id" may hold "\u0000". Cut at the NUL, sample 0's id below
+ * would be sample 1's and resume would take one for the other: it is
+ * carried whole, written back as "\u0000", resumed and scored as its own. */
+Test(failure, a_nul_in_an_id_is_predicted_resumed_and_scored)
+{
+    char *data = at("data");
+    cr_assert_eq(mkdir(data, 0777), 0);
+    char *shipped = tu_source("datasets/synthetic/synth_passkey.jsonl");
+    char *text = tu_slurp(shipped, NULL), *file = at("data/synth_passkey.jsonl");
+    char *id0 = strstr(text, "\"synth_passkey-0000\""), *edited;
+    cr_assert(id0);
+    *id0 = '\0';
+    cr_assert_geq(asprintf(&edited, "%s\"synth_passkey-0001\\u0000\"%s", text, id0 + 20), 0);
+    write_file(file, edited);
+    char *cfg = write_config(data, H2O);
+    tu_result r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    char *pred = at("runs/c/predictions/h2o/synth_passkey.jsonl");
+    char *lines = tu_slurp(pred, NULL);
+    cr_assert(strstr(lines, "\"id\":\"synth_passkey-0001\\u0000\""), "%s", lines);
+    cr_assert(strstr(lines, "\"id\":\"synth_passkey-0001\""), "%s", lines);
+    r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.err, "0 samples done, 2 already on disk"), "%s", r.err);
+    tu_result_free(&r);
+    char *again = tu_slurp(pred, NULL);
+    cr_assert_str_eq(again, lines, "resumed, nothing rewritten");
+    char *scores = at("runs/c/scores.json"), *run = at("runs/c");
+    char *s = tu_slurp(scores, NULL);
+    cr_assert(strstr(s, "\"synth_passkey-0001\\u0000\""), "%s", s);
+    cJSON *root = cJSON_Parse(s);
+    cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "rows"), 0);
+    cr_assert_eq(cJSON_GetObjectItem(row, "n")->valuedouble, 2);
+    cJSON_Delete(root);
+    r = tu_kvbench("report", run, NULL); /* two ids, not one "appearing twice" */
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    free(s), free(scores), free(run), free(again), free(lines), free(pred), free(cfg);
+    free(edited), free(file), free(text), free(shipped), free(data);
 }

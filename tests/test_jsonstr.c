@@ -88,3 +88,29 @@ Test(jsonstr, prediction_lines_keep_a_nul_in_pred_and_answers)
     free(line);
     cJSON_Delete(o);
 }
+
+/* Ids carry a NUL as KV_ID_NUL: "\u0000" in a string becomes it before cJSON
+ * reads a line, and prints back as "\u0000"; an escaped backslash before
+ * "u0000" is not a NUL, and neither is "\u0000" outside a string. */
+Test(jsonstr, ids_keep_a_nul_through_cjson)
+{
+    char text[] = "{\"id\": \"a\\u0000b\", \"x\": \"\\\\u0000\", \"y\": \"\\\"\\u0000\"} \\u0000";
+    size_t n = kv_json_ids_in(text, strlen(text));
+    cr_assert_str_eq(text, "{\"id\": \"a" KV_ID_NUL "b\", \"x\": \"\\\\u0000\", \"y\": \"\\\"" KV_ID_NUL
+                           "\"} \\u0000");
+    cr_assert_eq(n, strlen(text));
+    cJSON *j = cJSON_ParseWithLength(text, n);
+    cr_assert(j);
+    cJSON_DeleteItemFromObject(j, "x");
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "id")->valuestring, "a" KV_ID_NUL "b");
+    char *out = kv_json_ids_out(cJSON_PrintUnformatted(j));
+    cr_assert_str_eq(out, "{\"id\":\"a\\u0000b\",\"y\":\"\\\"\\u0000\"}");
+    free(out);
+    cJSON_Delete(j);
+    char *id = kv_id_from_bytes("\0a\0", 3);
+    cr_assert_str_eq(id, KV_ID_NUL "a" KV_ID_NUL);
+    kv_error err;
+    kv_fail(&err, "sample \"%s\"", id); /* errors stay UTF-8 */
+    cr_assert_str_eq(err.msg, "sample \"??a??\"");
+    free(id);
+}

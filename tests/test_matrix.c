@@ -548,10 +548,14 @@ Test(matrix, load_refuses_nul_characters_and_invalid_utf8)
         const char *text, *what;
     } cases[] = {
         {"{\"model\": \"m\", \"tasks\": [\"trec\"],\n\"configs\": [{\"name\": \"a\\u0000b\"}]}",
-         ":2: a string holds \\u0000 (NUL), which names and paths cannot hold"},
+         ":2: name: a string holds \\u0000 (NUL), which names and paths cannot hold"},
+        {"{\"model\": \"m\", \"tasks\": [\"tr\\u0000ec\"]}",
+         ":1: tasks: a string holds \\u0000 (NUL), which names and paths cannot hold"},
+        {"{\"model\": \"m\", \"con\\u0000figs\": []}",
+         ":1: a key holds \\u0000 (NUL), which keys cannot hold"},
         {"{\"model\": \"m\xc3\"}", ":1: invalid UTF-8 at byte 13 (0xC3)"},
     };
-    for (size_t i = 0; i < 2; i++) {
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         FILE *f = fopen(path, "w");
         fputs(cases[i].text, f);
         fclose(f);

@@ -216,6 +216,17 @@ static void expect_same_predictions(const char *a, const char *b, const kb_matri
         }
 }
 
+/* Frees a run's and its reference's matrices and output folders. */
+static void free_pair(kb_matrix *m, kb_matrix *mref, char *out, char *ref)
+{
+    kb_matrix_free(m);
+    kb_matrix_free(mref);
+    tu_rmtree(out);
+    tu_rmtree(ref);
+    free(out);
+    free(ref);
+}
+
 Test(runner, one_prefill_per_sample_for_all_configs_and_a_report_at_the_end)
 {
     char *out = tu_mkdtemp();
@@ -335,12 +346,7 @@ Test(runner, a_stop_request_ends_between_samples_and_a_rerun_completes)
     free(rdir);
     free(scores);
     free(dir);
-    kb_matrix_free(&m);
-    kb_matrix_free(&mref);
-    tu_rmtree(out);
-    tu_rmtree(ref);
-    free(out);
-    free(ref);
+    free_pair(&m, &mref, out, ref);
 }
 
 Test(runner, shards_then_merge_equal_one_run)
@@ -381,12 +387,7 @@ Test(runner, shards_then_merge_equal_one_run)
         free(dirs[i]);
     free(rdir);
     free(merged);
-    kb_matrix_free(&m);
-    kb_matrix_free(&mref);
-    tu_rmtree(out);
-    tu_rmtree(ref);
-    free(out);
-    free(ref);
+    free_pair(&m, &mref, out, ref);
 }
 
 Test(runner, limits_and_a_grown_matrix)
@@ -473,10 +474,99 @@ Test(runner, sigkill_at_random_points_then_rerun_equals_an_uninterrupted_run)
     expect_same_predictions(rdir, dir, &m);
     free(dir);
     free(rdir);
-    kb_matrix_free(&m);
-    kb_matrix_free(&mref);
-    tu_rmtree(out);
-    tu_rmtree(ref);
-    free(out);
-    free(ref);
+    free_pair(&m, &mref, out, ref);
+}
+
+/* Rewrites a prediction file with its lines in reverse order, leaving out
+ * the line of sample `drop` (-1: none); or, when `swap` is set, in their
+ * order with the "index" of the first two lines exchanged. */
+static void reorder(const char *dir, const char *config, const char *task, long drop, bool swap)
+{
+    char *path;
+    cr_assert_geq(asprintf(&path, "%s/predictions/%s/%s.jsonl", dir, config, task), 0);
+    kb_pred_lines l;
+    cr_assert_eq(kb_pred_lines_read(path, &l, &err), 0, "%s", err.msg);
+    if (swap && l.n > 1) {
+        cJSON *a = cJSON_GetObjectItem(l.json[0], "index"), *b = cJSON_GetObjectItem(l.json[1], "index");
+        double t = a->valuedouble;
+        cJSON_SetNumberValue(a, b->valuedouble);
+        cJSON_SetNumberValue(b, t);
+    }
+    FILE *f = fopen(path, "w");
+    for (size_t k = 0; k < l.n; k++) {
+        size_t i = swap ? k : l.n - 1 - k;
+        if ((long)cJSON_GetObjectItem(l.json[i], "index")->valuedouble == drop && !swap)
+            continue;
+        char *t = cJSON_PrintUnformatted(l.json[i]);
+        fprintf(f, "%s\n", swap ? t : l.text[i]);
+        free(t);
+    }
+    fclose(f);
+    kb_pred_lines_free(&l);
+    free(path);
+}
+
+static int strcmp_ptr(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The lines of a prediction file without timings, sorted: what a run holds
+ * whatever order its lines came in. */
+static char *sorted_lines(const char *dir, const char *config, const char *task)
+{
+    char *all = lines_without_times(dir, config, task), *save = NULL;
+    char *lines[64];
+    size_t n = 0;
+    for (char *t = strtok_r(all, "\n", &save); t && n < 64; t = strtok_r(NULL, "\n", &save))
+        lines[n++] = t;
+    qsort(lines, n, sizeof *lines, strcmp_ptr);
+    char *out = strdup("");
+    for (size_t i = 0; i < n; i++) {
+        char *grown;
+        cr_assert_geq(asprintf(&grown, "%s%s\n", out, lines[i]), 0);
+        free(out);
+        out = grown;
+    }
+    free(all);
+    return out;
+}
+
+Test(runner, resume_goes_by_id_whatever_the_order_of_the_lines)
+{
+    char *out = tu_mkdtemp(), *ref = tu_mkdtemp();
+    kb_matrix m, mref;
+    matrix(&m, out, THREE, "");
+    matrix(&mref, ref, THREE, "");
+    fake fr = {0}, f = {0};
+    run(&mref, (kb_shard){0, 1}, &fr);
+    run(&m, (kb_shard){0, 1}, &f);
+    char *dir = kb_run_dir(out, "r", NULL), *rdir = kb_run_dir(ref, "r", NULL);
+    const char *tasks[] = {"trec", "qasper"};
+    /* every file in reverse order, sample 2 missing: only it is redone */
+    for (size_t c = 0; c < m.n_configs; c++)
+        for (int t = 0; t < 2; t++)
+            reorder(dir, m.configs[c].name, tasks[t], 2, false);
+    fake g = {0};
+    kb_runner_stats st = run(&m, (kb_shard){0, 1}, &g);
+    cr_assert_eq(g.prefills, 2, "sample 2 of each task, nothing else");
+    cr_assert_eq(g.last_n_configs, m.n_configs);
+    cr_assert_eq(st.samples_skipped, 10);
+    for (size_t c = 0; c < m.n_configs; c++)
+        for (int t = 0; t < 2; t++) {
+            char *x = sorted_lines(rdir, m.configs[c].name, tasks[t]);
+            char *y = sorted_lines(dir, m.configs[c].name, tasks[t]);
+            cr_assert_str_eq(x, y, "%s/%s", m.configs[c].name, tasks[t]);
+            free(x), free(y);
+        }
+    /* a line whose index is not its id's place in the data is refused */
+    reorder(dir, "full", "qasper", -1, true);
+    kb_runner_options o = {.shard = {0, 1}};
+    kb_runner_backend b = backend(&g, &m);
+    cr_assert_lt(kb_runner_run(&m, &o, "test", "hash0", &b, NULL, NULL, &st, &err), 0);
+    cr_assert(strstr(err.msg, "/predictions/full/qasper.jsonl:1: sample \"qasper-004\" has index "
+                              "3, but it is sample 4 of the task's data"),
+              "%s", err.msg);
+    free(dir), free(rdir);
+    free_pair(&m, &mref, out, ref);
 }

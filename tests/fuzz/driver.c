@@ -28,22 +28,22 @@ static size_t n_seeds, cap_seeds;
 static void add_seed(const char *path)
 {
     FILE *f = fopen(path, "rb");
-    if (!f)
-        return;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0)
+        n = ftell(f);
+    blob b = {NULL, 0};
+    if (n >= 0 && n <= (64L << 20) && fseek(f, 0, SEEK_SET) == 0) {
+        b = (blob){malloc((size_t)n + 1), (size_t)n};
+        if (fread(b.data, 1, (size_t)n, f) != (size_t)n)
+            n = -1;
+    }
+    if (f)
+        fclose(f);
     if (n < 0 || n > (64L << 20)) {
-        fclose(f);
-        return;
+        /* every seed is replayed, or the test fails */
+        fprintf(stderr, "fuzz driver: %s: cannot read it (or over 64 MiB)\n", path);
+        exit(1);
     }
-    blob b = {malloc((size_t)n + 1), (size_t)n};
-    if (fread(b.data, 1, (size_t)n, f) != (size_t)n) {
-        fclose(f);
-        free(b.data);
-        return;
-    }
-    fclose(f);
     if (n_seeds == cap_seeds)
         seeds = realloc(seeds, (cap_seeds = cap_seeds ? cap_seeds * 2 : 16) * sizeof *seeds);
     seeds[n_seeds++] = b;
@@ -52,8 +52,11 @@ static void add_seed(const char *path)
 static void add_path(const char *path)
 {
     struct stat st;
-    if (stat(path, &st) != 0)
-        return;
+    if (stat(path, &st) != 0) {
+        /* a seed folder that is not there would replay nothing, silently */
+        fprintf(stderr, "fuzz driver: %s: no such seed file or folder\n", path);
+        exit(1);
+    }
     if (!S_ISDIR(st.st_mode)) {
         add_seed(path);
         return;
@@ -66,7 +69,7 @@ static void add_path(const char *path)
     for (size_t i = 0; i < n; i++) {
         char *p = kv_path_join(path, names[i]);
         if (p)
-            add_seed(p);
+            add_path(p); /* a sub-folder's files too */
         free(p);
     }
     kv_names_free(names, n);

@@ -26,8 +26,10 @@ static const kv_tokenizer *toy(void)
 {
     if (tok)
         return tok;
+    /* KVB_SOURCE (set by meson test) or the tree this binary was built from,
+     * so a libFuzzer run works from any folder */
     const char *src = getenv("KVB_SOURCE");
-    char *dir = kv_path_join(src ? src : ".", "tests/data/tokenizer/toy");
+    char *dir = kv_path_join(src ? src : KVB_SOURCE_DIR, "tests/data/tokenizer/toy");
     kv_error err;
     tok = kv_tokenizer_load(dir, &err);
     free(dir);
