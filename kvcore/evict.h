@@ -66,6 +66,11 @@ typedef struct kv_evict_params {
     char kvcrush_anchor[KV_EVICT_NAME_MAX];
     char positions[KV_EVICT_NAME_MAX]; /* absolute | compact (kvpress) */
     uint32_t seed;                     /* random scorer, KVCrush random anchor */
+    /* expected_attention (kvpress's ExpectedAttentionPress) */
+    int ea_n_future_positions; /* future query positions its rotation averages */
+    bool ea_use_covariance;    /* the queries' covariance term */
+    bool ea_use_vnorm;         /* scores times the value's L2 norm */
+    double ea_epsilon;         /* added to the score before the value norm */
 } kv_evict_params;
 
 /* The table's defaults (evict_table.h). */
@@ -121,6 +126,7 @@ typedef enum {
     KV_PARAM_BOOL,
     KV_PARAM_WINDOW, /* an int or none */
     KV_PARAM_SEED,   /* 0..UINT32_MAX */
+    KV_PARAM_NUMBER, /* a finite double */
 } kv_evict_param_type;
 
 typedef struct kv_evict_param_def {

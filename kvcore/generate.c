@@ -19,17 +19,13 @@ int32_t kv_argmax(const float *x, int n)
     return best;
 }
 
-static bool wants_stats(const kv_attn_stats_request *r)
-{
-    return r->col_sums || r->n_windows > 0;
-}
 
 /* One forward with the statistics the options ask for, then the step hook. */
 static int step(kv_model *m, kv_cache *c, const int32_t *tokens, int n, const kv_generate_opts *o,
                 float *logits, bool all, int step_no, kv_error *err)
 {
     kv_attn_stats *stats = NULL;
-    const kv_attn_stats_request *req = wants_stats(&o->stats_req) ? &o->stats_req : NULL;
+    const kv_attn_stats_request *req = kv_attn_stats_wanted(&o->stats_req) ? &o->stats_req : NULL;
     if (req && !(stats = kv_model_stats_new(m, c, n, req, err)))
         return -1;
     int rc = kv_model_forward(m, c, tokens, n, req, stats, logits, all, err);
@@ -51,7 +47,7 @@ int kv_generate(kv_model *m, kv_cache *c, const int32_t *prompt, int n_prompt,
     /* With on_logits every prompt row is reported; without statistics the
      * prompt can go in slices (a forward over several calls equals one). */
     bool all = o->on_logits != NULL;
-    int slice = all && !wants_stats(&o->stats_req) ? LOGITS_SLICE : n_prompt;
+    int slice = all && !kv_attn_stats_wanted(&o->stats_req) ? LOGITS_SLICE : n_prompt;
     if (slice > n_prompt)
         slice = n_prompt;
     float *logits = malloc((all ? (size_t)slice : 1) * V * sizeof *logits);
@@ -189,7 +185,7 @@ static int forward_live(batch *bt, kv_error *err)
     int L = kv_model_get_config(bt->m)->n_layers, rc = 0;
     for (int j = 0; j < bt->n_live; j++) {
         const kv_generate_opts *o = bt->opts[bt->live[j]];
-        bt->reqs[j] = wants_stats(&o->stats_req) ? &o->stats_req : NULL;
+        bt->reqs[j] = kv_attn_stats_wanted(&o->stats_req) ? &o->stats_req : NULL;
         bt->stats[j] = NULL;
         if (bt->reqs[j] && !(bt->stats[j] = kv_model_stats_new(bt->m, bt->fed[j], 1, bt->reqs[j], err)))
             rc = -1;
