@@ -432,6 +432,11 @@ static double *scorer_state(const kv_evictor *ev, int layer)
     return ev->scorer_state ? ev->scorer_state + (size_t)layer * ev->scorer_state_n : NULL;
 }
 
+const double *kv_evictor_scorer_state(const kv_evictor *ev, int layer)
+{
+    return scorer_state(ev, layer);
+}
+
 /* Adds one set's contribution of a forward to its scores (§2.4): old slots
  * accumulate, new ones start; a scorer that recomputes replaces them all
  * (old = 0). */

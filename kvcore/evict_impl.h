@@ -120,6 +120,9 @@ typedef struct kv_refiner {
 extern const kv_scorer kv_scorer_h2o, kv_scorer_snapkv, kv_scorer_streaming, kv_scorer_random,
     kv_scorer_knorm, kv_scorer_tova, kv_scorer_keydiff, kv_scorer_expected_attention;
 
+/* The scorer's state of a layer (kv_scorer.state_size), or NULL (tests). */
+const double *kv_evictor_scorer_state(const kv_evictor *ev, int layer);
+
 /* ||x||_2 of n floats, in double (knorm, keydiff, expected_attention). */
 double kv_evict_l2(const float *x, int n);
 
