@@ -851,12 +851,15 @@ static void compact_state(layer_state *ls, const int *keep, int n_keep)
     ls->len = n_keep;
 }
 
-/* Brings the attention-free scorers' state of a layer to its L slots. */
+/* Brings the state of a layer to its L slots for the scorers that need no
+ * statistics to do so: the attention-free ones, and those that rank on
+ * their own (expected_attention observes the prompt only). */
 static int track_length(kv_evictor *ev, const kv_cache *src, int layer, int L, kv_error *err)
 {
+    bool observed = ev->scorer->observe && !ev->scorer->rank;
     for (int g = 0; g < ev->n_sets; g++) {
         layer_state *ls = state(ev, layer, g);
-        if (ev->scorer->observe || ls->len == L)
+        if (observed || ls->len == L)
             continue;
         ls->len = ls->len < L ? ls->len : L;
         if (layer_extend(ev, src, layer, g, L, err) != 0)
