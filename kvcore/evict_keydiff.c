@@ -24,18 +24,20 @@ static const float *key_at(const kv_cache *c, int layer, int slot, int head)
 }
 
 /* Adds -cos(k_t, anchor) of one KV head's slots first .. first + n - 1 to
- * scores; the anchor is over all L slots. anchor: D doubles of room. */
+ * scores; the anchor is over all L slots. anchor: D doubles, norm: L
+ * doubles of room (each key's norm, taken once). */
 static void add_head_scores(const kv_scorer_rank *r, int head, int L, double *anchor,
-                            double *scores)
+                            double *norm, double *scores)
 {
     int D = r->cache->head_dim;
     for (int j = 0; j < D; j++)
         anchor[j] = 0.0;
     for (int t = 0; t < L; t++) {
         const float *k = key_at(r->cache, r->layer, t, head);
-        double len = fmax(kv_evict_l2(k, D), UNIT_EPS);
+        norm[t] = kv_evict_l2(k, D);
+        double inv = 1.0 / fmax(norm[t], UNIT_EPS);
         for (int j = 0; j < D; j++)
-            anchor[j] += k[j] / len;
+            anchor[j] += k[j] * inv;
     }
     double an = 0.0;
     for (int j = 0; j < D; j++) {
@@ -44,11 +46,12 @@ static void add_head_scores(const kv_scorer_rank *r, int head, int L, double *an
     }
     an = sqrt(an);
     for (int i = 0; i < r->n; i++) {
-        const float *k = key_at(r->cache, r->layer, r->first + i, head);
+        int t = r->first + i;
+        const float *k = key_at(r->cache, r->layer, t, head);
         double dot = 0.0;
         for (int j = 0; j < D; j++)
             dot += k[j] * anchor[j];
-        scores[i] -= dot / fmax(kv_evict_l2(k, D) * an, COS_EPS);
+        scores[i] -= dot / fmax(norm[t] * an, COS_EPS);
     }
 }
 
@@ -56,14 +59,19 @@ static int keydiff_rank(const kv_scorer_rank *r, double *scores, kv_error *err)
 {
     int L = r->first + r->n;
     double *anchor = malloc((size_t)r->cache->head_dim * sizeof *anchor);
-    if (!anchor)
+    double *norm = malloc((size_t)(L > 0 ? L : 1) * sizeof *norm);
+    if (!anchor || !norm) {
+        free(anchor);
+        free(norm);
         return kv_fail(err, "eviction keydiff: out of memory");
+    }
     for (int i = 0; i < r->n; i++)
         scores[i] = 0.0;
     for (int h = 0; h < r->cache->n_kv_heads; h++)
         if (r->head < 0 || r->head == h)
-            add_head_scores(r, h, L, anchor, scores);
+            add_head_scores(r, h, L, anchor, norm, scores);
     free(anchor);
+    free(norm);
     return 0;
 }
 
