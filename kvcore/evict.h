@@ -162,7 +162,8 @@ typedef struct kv_evict_model {
     const struct kv_weight *o_proj; /* [n_layers] o_proj.weight [hidden][n_heads*head_dim]
                                        in any dtype of kernels.h (the model's own, not a
                                        copy); only CriticalKV (NULL otherwise) */
-    struct kv_pool *pool;           /* threads for CriticalKV's products (NULL: the caller's) */
+    struct kv_pool *pool;           /* threads for CriticalKV's products and ExpectedAttention's
+                                       query heads (NULL: the caller's) */
     const double *vnorm_gain;       /* [n_layers][n_kv_heads] or NULL: CriticalKV's weight of a
                                        slot is at most sum_g gain[g] * ||v_g||, which lets it skip
                                        most products (kv_evict_model_vnorm_gains) */

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "evict_impl.h"
+#include "pool.h"
 
 /* A layer's state: per query head, the rows counted, mu [D] and Sigma
  * [D][D] (both triangles). */
@@ -118,55 +119,66 @@ static void average_rotation(const kv_evict_cfg *cfg, int next_pos, double *c, d
     }
 }
 
-/* Work space of one ranking. */
-typedef struct ea_work {
-    double *c, *s;  /* [D/2] the average rotation */
-    double *u;      /* [n][D] Rbar^T k of every candidate */
-    double *us;     /* [n][D] U Sigma */
-    double *z, *acc; /* [n] */
-} ea_work;
+/* One ranking: the inputs every query head's task reads, and its work
+ * space. Query heads are the parallel tasks (the model's pool, when the
+ * evictor has one): each writes its own row of p. */
+typedef struct ea_job {
+    const kv_scorer_rank *r;
+    int g0, n_kv;    /* the KV heads ranked: g0 .. g0 + n_kv - 1 */
+    double *c, *s;   /* [D/2] the average rotation */
+    double *u;       /* [n_kv][n][D] Rbar^T k of every candidate */
+    double *us;      /* [threads][n][D] U Sigma, per worker */
+    double *p;       /* [n_kv * G][n] each query head's softmax */
+} ea_job;
 
-/* u = Rbar^T k of the candidates of KV head g. */
-static void rotate_keys(const kv_scorer_rank *r, int g, const ea_work *w)
+/* u = Rbar^T k of the candidates of KV head g into u [n][D]. */
+static void rotate_keys(const ea_job *j, int g, double *u)
 {
+    const kv_scorer_rank *r = j->r;
     const kv_cache *c = r->cache;
     int D = c->head_dim, half = D / 2, row = kv_cache_row(c);
     for (int i = 0; i < r->n; i++) {
         const float *k = c->layers[r->layer].k + (size_t)(r->first + i) * (size_t)row +
                          (size_t)g * (size_t)D;
-        double *u = w->u + (size_t)i * (size_t)D;
+        double *ui = u + (size_t)i * (size_t)D;
         for (int f = 0; f < half; f++) {
             double x1 = k[f], x2 = k[f + half];
-            u[f] = w->c[f] * x1 + w->s[f] * x2;
-            u[f + half] = w->c[f] * x2 - w->s[f] * x1;
+            ui[f] = j->c[f] * x1 + j->s[f] * x2;
+            ui[f + half] = j->c[f] * x2 - j->s[f] * x1;
         }
     }
 }
 
-/* acc += softmax over the candidates of query head h's z, / G. */
-static void add_head(const kv_scorer_rank *r, int h, int G, const ea_work *w)
+/* Task t: query head j->g0 * G + t's softmax over the candidates of z. */
+static void head_task(void *ctx, int t, int worker)
 {
-    int D = r->cache->head_dim, n = r->n;
+    const ea_job *j = ctx;
+    const kv_scorer_rank *r = j->r;
+    int D = r->cache->head_dim, n = r->n, G = r->cfg->model->n_heads / r->cache->n_kv_heads;
+    int h = j->g0 * G + t;
+    size_t nd = (size_t)n * (size_t)D;
     const double *st = r->state + (size_t)h * head_size(D), *mu = st + 1, *cov = mu + D;
+    const double *u = j->u + (size_t)(t / G) * nd;
+    double *us = j->us + (size_t)worker * nd, *z = j->p + (size_t)t * (size_t)n;
     bool covariance = r->cfg->p->ea_use_covariance;
     if (covariance)
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, D, D, 1.0, w->u, D, cov, D, 0.0,
-                    w->us, D);
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, D, D, 1.0, u, D, cov, D, 0.0, us,
+                    D);
     double mx = -INFINITY, sum = 0.0;
     for (int i = 0; i < n; i++) {
-        const double *u = w->u + (size_t)i * (size_t)D, *us = w->us + (size_t)i * (size_t)D;
+        const double *ui = u + (size_t)i * (size_t)D, *usi = us + (size_t)i * (size_t)D;
         double lin = 0.0, quad = 0.0;
-        for (int j = 0; j < D; j++)
-            lin += mu[j] * u[j];
-        for (int j = 0; covariance && j < D; j++)
-            quad += us[j] * u[j];
-        w->z[i] = lin / sqrt((double)D) + quad / (2.0 * D);
-        mx = w->z[i] > mx ? w->z[i] : mx;
+        for (int k = 0; k < D; k++)
+            lin += mu[k] * ui[k];
+        for (int k = 0; covariance && k < D; k++)
+            quad += usi[k] * ui[k];
+        z[i] = lin / sqrt((double)D) + quad / (2.0 * D);
+        mx = z[i] > mx ? z[i] : mx;
     }
     for (int i = 0; i < n; i++)
-        sum += w->z[i] = exp(w->z[i] - mx);
+        sum += z[i] = exp(z[i] - mx);
     for (int i = 0; i < n; i++)
-        w->acc[i] += w->z[i] / sum / G;
+        z[i] /= sum;
 }
 
 /* ||v||_2 of KV head g's value at slot t. */
@@ -177,46 +189,54 @@ static double value_norm(const kv_cache *c, int layer, int t, int g)
                        c->head_dim);
 }
 
+/* scores += each KV head's mean over its query heads, (+ eps) x ||v||. */
+static void add_kv_heads(const ea_job *j, double *scores)
+{
+    const kv_scorer_rank *r = j->r;
+    const kv_evict_params *p = r->cfg->p;
+    int n = r->n, G = r->cfg->model->n_heads / r->cache->n_kv_heads;
+    for (int gi = 0; gi < j->n_kv; gi++)
+        for (int i = 0; i < n; i++) {
+            double a = 0.0;
+            for (int q = 0; q < G; q++)
+                a += j->p[(size_t)(gi * G + q) * (size_t)n + (size_t)i] / G;
+            scores[i] += p->ea_use_vnorm ? (a + p->ea_epsilon) *
+                                               value_norm(r->cache, r->layer, r->first + i,
+                                                          j->g0 + gi)
+                                         : a;
+        }
+}
+
 static int ea_rank(const kv_scorer_rank *r, double *scores, kv_error *err)
 {
     const kv_evict_cfg *cfg = r->cfg;
     const kv_cache *c = r->cache;
+    kv_pool *pool = cfg->model->pool;
     int D = c->head_dim, n = r->n, G = cfg->model->n_heads / c->n_kv_heads;
+    int threads = kv_pool_threads(pool);
+    ea_job j = {.r = r, .g0 = r->head < 0 ? 0 : r->head, .n_kv = r->head < 0 ? c->n_kv_heads : 1};
     size_t nd = (size_t)(n > 0 ? n : 1) * (size_t)D;
-    ea_work w = {.c = malloc((size_t)D * sizeof(double)),
-                 .u = malloc(nd * sizeof(double)),
-                 .us = malloc(nd * sizeof(double)),
-                 .z = malloc((size_t)(n > 0 ? n : 1) * sizeof(double)),
-                 .acc = malloc((size_t)(n > 0 ? n : 1) * sizeof(double))};
+    j.c = malloc((size_t)D * sizeof(double));
+    j.u = malloc((size_t)j.n_kv * nd * sizeof(double));
+    j.us = malloc((size_t)threads * nd * sizeof(double));
+    j.p = malloc((size_t)j.n_kv * (size_t)G * (size_t)(n > 0 ? n : 1) * sizeof(double));
     int rc = 0;
-    if (!w.c || !w.u || !w.us || !w.z || !w.acc) {
+    if (!j.c || !j.u || !j.us || !j.p) {
         rc = kv_fail(err, "eviction expected_attention: out of memory for %d slots", n);
-        goto done;
-    }
-    w.s = w.c + D / 2;
-    average_rotation(cfg, c->next_pos, w.c, w.s);
-    for (int i = 0; i < n; i++)
-        scores[i] = 0.0;
-    for (int g = 0; g < c->n_kv_heads; g++) {
-        if (r->head >= 0 && r->head != g)
-            continue;
-        rotate_keys(r, g, &w);
+    } else {
+        j.s = j.c + D / 2;
+        average_rotation(cfg, c->next_pos, j.c, j.s);
+        for (int gi = 0; gi < j.n_kv; gi++)
+            rotate_keys(&j, j.g0 + gi, j.u + (size_t)gi * nd);
+        kv_pool_run(pool, j.n_kv * G, head_task, &j);
         for (int i = 0; i < n; i++)
-            w.acc[i] = 0.0;
-        for (int h = g * G; h < (g + 1) * G; h++)
-            add_head(r, h, G, &w);
-        for (int i = 0; i < n; i++)
-            scores[i] += cfg->p->ea_use_vnorm
-                             ? (w.acc[i] + cfg->p->ea_epsilon) *
-                                   value_norm(c, r->layer, r->first + i, g)
-                             : w.acc[i];
+            scores[i] = 0.0;
+        add_kv_heads(&j, scores);
     }
-done:
-    free(w.c);
-    free(w.u);
-    free(w.us);
-    free(w.z);
-    free(w.acc);
+    free(j.c);
+    free(j.u);
+    free(j.us);
+    free(j.p);
     return rc;
 }
 
