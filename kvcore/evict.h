@@ -14,9 +14,10 @@
  * scores (summed over the query heads that share it), keeping its own
  * tokens -- the same number in every head (SnapKV's and kvpress's way).
  *
- * A policy is a scorer (how importance accumulates: h2o, snapkv, streaming,
- * random, knorm; one file each, one registry line) + this shared selection
- * machinery + an optional refiner.
+ * A policy is a scorer (how importance accumulates or is recomputed: h2o,
+ * snapkv, streaming, random, knorm, tova, keydiff, expected_attention; one
+ * file each, one registry line) + this shared selection machinery + an
+ * optional refiner.
  *
  * Driving it (one prompt):
  *     kv_evictor *ev = kv_evictor_new(&params, &model, &err);
