@@ -81,7 +81,7 @@ static int prefill(void *ctx, const int32_t *ids, size_t n_ids, const kb_gen_lim
     int room = st->max_new < 4096 ? st->max_new : 4096;
     if (rc == 0 && !(st->base = kv_model_cache_new(e->model, st->n_prompt + room + 1, err)))
         rc = -1;
-    bool want = st->req.col_sums || st->req.n_windows > 0;
+    bool want = kv_attn_stats_wanted(&st->req);
     if (rc == 0 && want &&
         !(st->stats = kv_model_stats_new(e->model, st->base, st->n_prompt, &st->req, err)))
         rc = -1;

@@ -174,6 +174,43 @@ char *kb_json_canonical(const cJSON *v)
     return b.s;
 }
 
+/* The parameters every config hash has spelt out since hashes were frozen
+ * (tests/test_hash.c): a parameter added to the table later joins the
+ * canonical text only when it differs from its default, so the configs
+ * stored before it keep their hashes. */
+static const char *const hashed_always[] = {
+    "algorithm",         "strategy",          "group_size",     "start_size",
+    "recent_size",       "intermediate_size", "refined_algorithm", "refined_size",
+    "kvcrush_anchor",    "window_size",       "score_aggregation", "apply_rerotation",
+    "positions",         "seed",
+};
+
+static bool is_hashed_always(const char *key)
+{
+    for (size_t i = 0; i < sizeof hashed_always / sizeof hashed_always[0]; i++)
+        if (strcmp(hashed_always[i], key) == 0)
+            return true;
+    return false;
+}
+
+/* Drops from full the later parameters that hold their defaults. */
+static int drop_later_defaults(cJSON *full)
+{
+    kv_evict_params d;
+    kv_evict_params_default(&d);
+    cJSON *dflt = kv_evict_params_to_json(&d);
+    if (!dflt)
+        return -1;
+    for (cJSON *c = full->child, *next; c; c = next) {
+        next = c->next;
+        if (!is_hashed_always(c->string) &&
+            cJSON_Compare(c, cJSON_GetObjectItemCaseSensitive(dflt, c->string), true))
+            cJSON_DeleteItemFromObjectCaseSensitive(full, c->string);
+    }
+    cJSON_Delete(dflt);
+    return 0;
+}
+
 /* The canonical text of a config as the engine runs it: every parameter,
  * defaults applied and resolved (snapkv's window), so configs that only
  * spell out defaults are one config. Params that do not parse (a matrix
@@ -187,7 +224,7 @@ static char *canonical_params(const cJSON *params)
         return kb_json_canonical(params);
     kv_evict_params_resolve(&p);
     cJSON *full = kv_evict_params_to_json(&p);
-    char *c = full ? kb_json_canonical(full) : NULL;
+    char *c = full && drop_later_defaults(full) == 0 ? kb_json_canonical(full) : NULL;
     cJSON_Delete(full);
     return c;
 }
@@ -356,6 +393,10 @@ static int check_param(const kv_evict_param_def *d, const cJSON *v, char *err, s
                    -1;
         if (v->valuedouble > (double)d->max)
             return snprintf(err, n, "%s: must be <= %lld", d->key, d->max), -1;
+        return 0;
+    case KV_PARAM_NUMBER:
+        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+            return snprintf(err, n, "%s: must be a finite number", d->key), -1;
         return 0;
     case KV_PARAM_BOOL:
         if (!cJSON_IsBool(v))

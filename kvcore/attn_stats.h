@@ -22,6 +22,14 @@ typedef struct kv_attn_stats_request {
     bool col_sums;                  /* sums over all query rows of the call */
     int n_windows;                  /* distinct window sizes, each > 0 */
     int windows[KV_MAX_WINDOWS];    /* sums over the last windows[i] rows */
+    /* The queries themselves as the model projects them (after q_norm,
+     * before RoPE), for ExpectedAttention: their sum and sum of outer
+     * products over the query rows q_from.. of the call, and the rows
+     * q_from .. q_from + q_rows - 1 one by one, so that a policy that skips
+     * more rows (a larger start area) subtracts them. Filled by
+     * kv_model_forward; the batched decode step leaves them zero. */
+    bool q_moments;
+    int q_from, q_rows;
 } kv_attn_stats_request;
 
 typedef struct kv_attn_stats {
@@ -29,6 +37,18 @@ typedef struct kv_attn_stats {
     int n_keys;                     /* columns: cache slots during the attention */
     double *col_sums;               /* [n_heads][n_keys], when requested */
     double *win_sums[KV_MAX_WINDOWS];/* [n_heads][n_keys] per requested window */
+    /* q_moments: */
+    int head_dim;
+    int q_count;                    /* rows summed: those from q_from on */
+    double *q_sum;                  /* [n_heads][head_dim] */
+    double *q_outer;                /* [n_heads][head_dim][head_dim], upper triangle (j >= i) */
+    float *q_first;                 /* [q_rows][n_heads][head_dim], rows past the call zero */
 } kv_attn_stats;
+
+/* Whether a request asks for anything at all. */
+static inline bool kv_attn_stats_wanted(const kv_attn_stats_request *r)
+{
+    return r && (r->col_sums || r->n_windows > 0 || r->q_moments);
+}
 
 #endif

@@ -16,7 +16,9 @@
 /* ---- registries: one line per scorer / refiner ---- */
 
 static const kv_scorer *const scorers[] = {
-    &kv_scorer_snapkv, &kv_scorer_h2o, &kv_scorer_streaming, &kv_scorer_random, &kv_scorer_knorm,
+    &kv_scorer_snapkv, &kv_scorer_h2o,     &kv_scorer_streaming,
+    &kv_scorer_random, &kv_scorer_knorm,   &kv_scorer_tova,
+    &kv_scorer_keydiff, &kv_scorer_expected_attention,
 };
 static const kv_refiner *const refiners[] = {&kv_refiner_kvcrush, &kv_refiner_criticalkv};
 
@@ -74,9 +76,28 @@ static void cfg_resolve(kv_evict_cfg *cfg, const kv_evict_params *p, const kv_ev
     cfg->model = m;
 }
 
+/* The query moments two requests need: from the lower first row, with the
+ * rows one by one up to the higher. */
+static void merge_q_moments(kv_attn_stats_request *dst, const kv_attn_stats_request *src)
+{
+    if (!src->q_moments)
+        return;
+    if (!dst->q_moments) {
+        dst->q_moments = true;
+        dst->q_from = src->q_from;
+        dst->q_rows = src->q_rows;
+        return;
+    }
+    int lo = dst->q_from < src->q_from ? dst->q_from : src->q_from;
+    int hi_d = dst->q_from + dst->q_rows, hi_s = src->q_from + src->q_rows;
+    dst->q_from = lo;
+    dst->q_rows = (hi_d > hi_s ? hi_d : hi_s) - lo;
+}
+
 int kv_attn_stats_request_merge(kv_attn_stats_request *dst, const kv_attn_stats_request *src)
 {
     dst->col_sums = dst->col_sums || src->col_sums;
+    merge_q_moments(dst, src);
     for (int w = 0; w < src->n_windows; w++)
         if (kv_attn_stats_request_window(dst, src->windows[w]) != 0)
             return -1;
@@ -104,6 +125,31 @@ int kv_evict_stats_request(const kv_evict_params *ps, int n, bool prefill,
                            "eviction: the configs need more than %d distinct "
                            "window sizes",
                            KV_MAX_WINDOWS);
+    }
+    return 0;
+}
+
+double kv_evict_l2(const float *x, int n)
+{
+    double ss = 0.0;
+    for (int j = 0; j < n; j++)
+        ss += (double)x[j] * x[j];
+    return sqrt(ss);
+}
+
+int kv_scorer_sum_heads(const kv_scorer_obs *o, const double *sums, double *contrib, kv_error *err)
+{
+    const kv_attn_stats *st = o->st;
+    int n = st->n_keys, sets = o->cfg->n_sets;
+    if (st->n_heads % sets != 0)
+        return kv_fail(err, "%d query heads do not split over %d KV heads", st->n_heads, sets);
+    for (size_t t = 0; t < (size_t)sets * (size_t)n; t++)
+        contrib[t] = 0.0;
+    for (int h = 0; h < st->n_heads; h++) {
+        const double *row = sums + (size_t)h * (size_t)n;
+        double *dst = contrib + (size_t)(h / (st->n_heads / sets)) * (size_t)n;
+        for (int t = 0; t < n; t++)
+            dst[t] += row[t];
     }
     return 0;
 }
@@ -188,6 +234,8 @@ struct kv_evictor {
     int step;
     kv_mt19937 rng;
     scratch tmp;
+    double *scorer_state; /* [n_layers][scorer_state_n]: the scorer's own, or NULL */
+    size_t scorer_state_n;
     int32_t *refined; /* [n_sets][refined_size]: positions the refiner picked at
                          the last eviction, so a trace can show them */
     int *n_refined;   /* [n_sets] */
@@ -285,6 +333,12 @@ kv_evictor *kv_evictor_new(const kv_evict_params *p, const kv_evict_model *m, kv
     }
     cfg_resolve(&ev->cfg, &ev->p, &ev->model);
     ev->n_sets = ev->cfg.n_sets;
+    if (ev->scorer->state_size && (ev->scorer_state_n = ev->scorer->state_size(&ev->cfg)) > 0 &&
+        !(ev->scorer_state = calloc((size_t)m->n_layers * ev->scorer_state_n, sizeof(double)))) {
+        kv_evictor_free(ev);
+        kv_fail(err, "eviction: out of memory for the %s state", ev->scorer->name);
+        return NULL;
+    }
     int half = m->head_dim / 2;
     ev->inv_freq = malloc((size_t)(half > 0 ? half : 1) * sizeof *ev->inv_freq);
     ev->layers = calloc((size_t)m->n_layers * (size_t)ev->n_sets, sizeof *ev->layers);
@@ -303,6 +357,7 @@ kv_evictor *kv_evictor_new(const kv_evict_params *p, const kv_evict_model *m, kv
     else
         kv_evict_rope_freqs(m->rope_theta, m->head_dim, ev->inv_freq);
     ev->model.inv_freq = NULL; /* the caller's array need not outlive this call */
+    ev->cfg.inv_freq = ev->inv_freq;
     kv_evictor_reset(ev);
     return ev;
 }
@@ -317,6 +372,7 @@ void kv_evictor_free(kv_evictor *ev)
         free(ev->layers[l].vnorm);
     }
     free(ev->layers);
+    free(ev->scorer_state);
     free(ev->inv_freq);
     free(ev->refined);
     free(ev->n_refined);
@@ -370,8 +426,20 @@ static int layer_extend(kv_evictor *ev, const kv_cache *c, int layer, int set, i
     return 0;
 }
 
+/* The scorer's state of a layer, or NULL when it keeps none. */
+static double *scorer_state(const kv_evictor *ev, int layer)
+{
+    return ev->scorer_state ? ev->scorer_state + (size_t)layer * ev->scorer_state_n : NULL;
+}
+
+const double *kv_evictor_scorer_state(const kv_evictor *ev, int layer)
+{
+    return scorer_state(ev, layer);
+}
+
 /* Adds one set's contribution of a forward to its scores (§2.4): old slots
- * accumulate, new ones start. */
+ * accumulate, new ones start; a scorer that recomputes replaces them all
+ * (old = 0). */
 static void accumulate(layer_state *ls, const double *contrib, int old, int n, int rows, int S)
 {
     for (int t = 0; t < n; t++) {
@@ -418,12 +486,12 @@ int kv_evictor_observe(kv_evictor *ev, int layer, const kv_attn_stats_request *r
             return -1;
     double *contrib = ev->tmp.d; /* [n_sets][n] */
     int rows = 0;
-    kv_scorer_obs o = {&ev->cfg, req, st, old == 0, n - old};
+    kv_scorer_obs o = {&ev->cfg, req, st, old == 0, n - old, scorer_state(ev, layer)};
     if (ev->scorer->observe(&o, contrib, &rows, err) != 0)
         return kv_fail_prefix(err, "eviction");
     for (int g = 0; g < ev->n_sets; g++)
-        accumulate(state(ev, layer, g), contrib + (size_t)g * (size_t)n, old, n, rows,
-                   ev->p.start_size);
+        accumulate(state(ev, layer, g), contrib + (size_t)g * (size_t)n,
+                   ev->scorer->recomputes ? 0 : old, n, rows, ev->p.start_size);
     return 0;
 }
 
@@ -436,7 +504,8 @@ static int selection_scores(kv_evictor *ev, const kv_cache *cache, int layer, in
     const layer_state *ls = state(ev, layer, set);
     int S = ev->p.start_size, n = ls->len - S;
     if (ev->scorer->rank) {
-        kv_scorer_rank r = {&ev->cfg, cache, layer, set_head(ev, set), S, n, &ev->rng};
+        kv_scorer_rank r = {&ev->cfg, cache, layer, set_head(ev, set), S, n, &ev->rng,
+                            scorer_state(ev, layer)};
         return ev->scorer->rank(&r, s, err);
     }
     bool fixed = ev->scorer->slot_score != NULL; /* not sums: no norm_sum */
@@ -782,12 +851,15 @@ static void compact_state(layer_state *ls, const int *keep, int n_keep)
     ls->len = n_keep;
 }
 
-/* Brings the attention-free scorers' state of a layer to its L slots. */
+/* Brings the state of a layer to its L slots for the scorers that need no
+ * statistics to do so: the attention-free ones, and those that rank on
+ * their own (expected_attention observes the prompt only). */
 static int track_length(kv_evictor *ev, const kv_cache *src, int layer, int L, kv_error *err)
 {
+    bool observed = ev->scorer->observe && !ev->scorer->rank;
     for (int g = 0; g < ev->n_sets; g++) {
         layer_state *ls = state(ev, layer, g);
-        if (ev->scorer->observe || ls->len == L)
+        if (observed || ls->len == L)
             continue;
         ls->len = ls->len < L ? ls->len : L;
         if (layer_extend(ev, src, layer, g, L, err) != 0)

@@ -14,9 +14,10 @@
  * scores (summed over the query heads that share it), keeping its own
  * tokens -- the same number in every head (SnapKV's and kvpress's way).
  *
- * A policy is a scorer (how importance accumulates: h2o, snapkv, streaming,
- * random, knorm; one file each, one registry line) + this shared selection
- * machinery + an optional refiner.
+ * A policy is a scorer (how importance accumulates or is recomputed: h2o,
+ * snapkv, streaming, random, knorm, tova, keydiff, expected_attention; one
+ * file each, one registry line) + this shared selection machinery + an
+ * optional refiner.
  *
  * Driving it (one prompt):
  *     kv_evictor *ev = kv_evictor_new(&params, &model, &err);
@@ -66,6 +67,11 @@ typedef struct kv_evict_params {
     char kvcrush_anchor[KV_EVICT_NAME_MAX];
     char positions[KV_EVICT_NAME_MAX]; /* absolute | compact (kvpress) */
     uint32_t seed;                     /* random scorer, KVCrush random anchor */
+    /* expected_attention (kvpress's ExpectedAttentionPress) */
+    int ea_n_future_positions; /* future query positions its rotation averages */
+    bool ea_use_covariance;    /* the queries' covariance term */
+    bool ea_use_vnorm;         /* scores times the value's L2 norm */
+    double ea_epsilon;         /* added to the score before the value norm */
 } kv_evict_params;
 
 /* The table's defaults (evict_table.h). */
@@ -121,6 +127,7 @@ typedef enum {
     KV_PARAM_BOOL,
     KV_PARAM_WINDOW, /* an int or none */
     KV_PARAM_SEED,   /* 0..UINT32_MAX */
+    KV_PARAM_NUMBER, /* a finite double */
 } kv_evict_param_type;
 
 typedef struct kv_evict_param_def {
@@ -156,7 +163,8 @@ typedef struct kv_evict_model {
     const struct kv_weight *o_proj; /* [n_layers] o_proj.weight [hidden][n_heads*head_dim]
                                        in any dtype of kernels.h (the model's own, not a
                                        copy); only CriticalKV (NULL otherwise) */
-    struct kv_pool *pool;           /* threads for CriticalKV's products (NULL: the caller's) */
+    struct kv_pool *pool;           /* threads for CriticalKV's products and ExpectedAttention's
+                                       query heads (NULL: the caller's) */
     const double *vnorm_gain;       /* [n_layers][n_kv_heads] or NULL: CriticalKV's weight of a
                                        slot is at most sum_g gain[g] * ||v_g||, which lets it skip
                                        most products (kv_evict_model_vnorm_gains) */

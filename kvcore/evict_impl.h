@@ -2,8 +2,10 @@
  * Private to kvcore/evict*.c.
  *
  * A scorer turns the attention statistics of one forward into a per-slot
- * contribution that the shared machinery accumulates (h2o, snapkv), or
- * ranks slots by itself at selection time (streaming, random, knorm).
+ * contribution that the shared machinery accumulates (h2o, snapkv) or
+ * keeps until the next forward replaces it (tova), or ranks slots by
+ * itself at selection time (streaming, random, knorm, keydiff,
+ * expected_attention).
  * A refiner picks refined_size of the intermediate slots among those the
  * coarse top-k left (KVCrush, CriticalKV).
  * Adding one: a file defining a const kv_scorer / kv_refiner, and one line
@@ -33,6 +35,7 @@ typedef struct kv_evict_cfg {
     int n_sets; /* kept sets per layer: 1, or n_kv_heads for per_head */
     bool norm_sum;
     const kv_evict_model *model;
+    const double *inv_freq; /* [head_dim / 2] the model's RoPE frequencies (in an evictor) */
 } kv_evict_cfg;
 
 /* One forward's statistics for one layer. */
@@ -42,6 +45,7 @@ typedef struct kv_scorer_obs {
     const kv_attn_stats *st;
     bool first; /* first forward of the prompt for this layer */
     int n_new;  /* query rows of this forward (slots appended) */
+    double *state; /* the layer's own state (kv_scorer.state_size), or NULL */
 } kv_scorer_obs;
 
 /* The candidates of one selection, for scorers that rank on their own. */
@@ -53,10 +57,18 @@ typedef struct kv_scorer_rank {
     int first; /* slot of scores[0] (start_size) */
     int n;     /* scored slots: first .. first + n - 1 */
     kv_mt19937 *rng;
+    const double *state; /* the layer's own state (kv_scorer.state_size), or NULL */
 } kv_scorer_rank;
 
 typedef struct kv_scorer {
     const char *name;
+    /* Non-accumulating (tova, keydiff, expected_attention): the scores are
+     * recomputed at every eviction, so norm_sum has nothing to divide and
+     * is rejected; an observation replaces the scores instead of adding. */
+    bool recomputes;
+    /* Doubles of state the scorer keeps per layer (observe writes it at the
+     * prompt's forward, rank reads it); NULL: none. */
+    size_t (*state_size)(const kv_evict_cfg *cfg);
     /* Adds the statistics this scorer reads to req (NULL: none). */
     void (*request)(const kv_evict_cfg *cfg, bool prefill, kv_attn_stats_request *req);
     /* Writes this forward's contribution of every slot of every set,
@@ -106,7 +118,18 @@ typedef struct kv_refiner {
 } kv_refiner;
 
 extern const kv_scorer kv_scorer_h2o, kv_scorer_snapkv, kv_scorer_streaming, kv_scorer_random,
-    kv_scorer_knorm;
+    kv_scorer_knorm, kv_scorer_tova, kv_scorer_keydiff, kv_scorer_expected_attention;
+
+/* The scorer's state of a layer (kv_scorer.state_size), or NULL (tests). */
+const double *kv_evictor_scorer_state(const kv_evictor *ev, int layer);
+
+/* ||x||_2 of n floats, in double (knorm, keydiff, expected_attention). */
+double kv_evict_l2(const float *x, int n);
+
+/* Adds every query head's row of sums[n_heads][n] into the set holding it,
+ * contrib[n_sets][n] (zeroed first): h2o's column sums, tova's last row. */
+int kv_scorer_sum_heads(const kv_scorer_obs *o, const double *sums, double *contrib,
+                        kv_error *err);
 extern const kv_refiner kv_refiner_kvcrush, kv_refiner_criticalkv;
 
 const kv_scorer *kv_scorer_find(const char *name);

@@ -34,8 +34,8 @@ int kv_evict_model_load(kv_evict_model *em, const kv_model *m, bool o_proj, kv_e
         .inv_freq = rope->inv_freq, /* the engine's, llama3 scaling included */
         .hidden = cfg->hidden,
     };
-    if (o_proj && (share_o_proj(em, m, err) != 0 || kv_evict_model_vnorm_gains(em, err) != 0 ||
-                   !(em->pool = kv_pool_new(kv_get_threads(), err)))) {
+    if ((o_proj && (share_o_proj(em, m, err) != 0 || kv_evict_model_vnorm_gains(em, err) != 0)) ||
+        !(em->pool = kv_pool_new(kv_get_threads(), err))) {
         kv_evict_model_release(em);
         return -1;
     }

@@ -155,6 +155,16 @@ static int set_field(kv_evict_params *p, const field *f, const char *v, kv_error
         p->seed = (uint32_t)x;
         return 0;
     }
+    case KV_PARAM_NUMBER: {
+        char *end;
+        errno = 0;
+        double x = strtod(v, &end);
+        if (end == v || *end != '\0' || errno == ERANGE || !isfinite(x))
+            return kv_fail(err, "eviction config: %s: expected a finite number, got '%s'", f->key,
+                           v);
+        *(double *)base = x;
+        return 0;
+    }
     }
     return kv_fail(err, "eviction config: %s: unsupported field", f->key);
 }
@@ -190,6 +200,12 @@ static int json_text(const field *f, const cJSON *v, char *buf, size_t n, kv_err
         return 0;
     }
     double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    if (f->type == KV_PARAM_NUMBER) {
+        if (!isfinite(d))
+            return kv_fail(err, "eviction config: %s: expected a finite number", f->key);
+        snprintf(buf, n, "%.17g", d); /* round-trips */
+        return 0;
+    }
     if (!isfinite(d) || d != floor(d) || fabs(d) > 4294967295.0)
         return kv_fail(err, "eviction config: %s: expected an integer%s", f->key,
                        f->type == KV_PARAM_WINDOW ? " or null" : "");
@@ -237,6 +253,9 @@ cJSON *kv_evict_params_to_json(const kv_evict_params *p)
             break;
         case KV_PARAM_SEED:
             v = cJSON_CreateNumber(p->seed);
+            break;
+        case KV_PARAM_NUMBER:
+            v = cJSON_CreateNumber(*(const double *)base);
             break;
         }
         ok = ok && v && cJSON_AddItemToObject(o, f->key, v);
@@ -341,9 +360,23 @@ static int check_kvbench(const kv_evict_params *p, kv_error *err)
     return 0;
 }
 
+/* The rules of the policies after NNCF's (kvpress's scorers), checked last. */
+static int check_policies(const kv_evict_params *p, kv_error *err)
+{
+    if (strcmp(p->score_aggregation, "norm_sum") == 0 && kv_scorer_find(p->algorithm)->recomputes)
+        return kv_fail(err, "score_aggregation 'norm_sum' needs an accumulating algorithm ('h2o' "
+                            "or 'snapkv').");
+    if (p->ea_n_future_positions < 1)
+        return kv_fail(err, "ea_n_future_positions must be >= 1.");
+    if (!isfinite(p->ea_epsilon))
+        return kv_fail(err, "ea_epsilon must be a finite number.");
+    return 0;
+}
+
 int kv_evict_params_validate(const kv_evict_params *p, kv_error *err)
 {
-    if (check_names(p, err) || check_nncf(p, err) || check_kvbench(p, err))
+    if (check_names(p, err) || check_nncf(p, err) || check_kvbench(p, err) ||
+        check_policies(p, err))
         return -1;
     return 0;
 }
@@ -363,6 +396,7 @@ static cJSON *schema_default(const field *f)
         return cJSON_CreateNumber(strtod(f->dflt, NULL));
     case KV_PARAM_INT:
     case KV_PARAM_SEED:
+    case KV_PARAM_NUMBER:
         return cJSON_CreateNumber(strtod(f->dflt, NULL));
     }
     return NULL;
@@ -395,6 +429,8 @@ static cJSON *schema_property(const field *f)
         cJSON_AddItemToObject(o, "enum", schema_enum(f));
     } else if (f->type == KV_PARAM_BOOL) {
         cJSON_AddStringToObject(o, "type", "boolean");
+    } else if (f->type == KV_PARAM_NUMBER) {
+        cJSON_AddStringToObject(o, "type", "number");
     } else {
         if (f->type == KV_PARAM_WINDOW) {
             const char *types[] = {"integer", "null"};

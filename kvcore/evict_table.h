@@ -10,7 +10,8 @@
  *
  * X(key, type, default, min, max, choices, only_for, flag, metavar, help, token, abbrev)
  *   key      config key and kv_evict_params field
- *   type     INT | NAME | BOOL | WINDOW (an int or none) | SEED (0..UINT32_MAX)
+ *   type     INT | NAME | BOOL | WINDOW (an int or none) | SEED (0..UINT32_MAX) |
+ *            NUMBER (a finite double; min and max unused)
  *   default  as text, as a user would type it
  *   min, max accepted integers (INT, WINDOW, SEED)
  *   choices  accepted names, NULL-terminated (NAME); NULL: the scorer registry
@@ -27,7 +28,8 @@
 /* clang-format off */
 #define KV_EVICT_PARAM_TABLE(X) \
     X(algorithm, NAME, "snapkv", 0, 0, NULL, NULL, \
-      "eviction", "ALGO", "evict KV-cache tokens with ALGO: snapkv, h2o, streaming, random, knorm", \
+      "eviction", "ALGO", "evict KV-cache tokens with ALGO: snapkv, h2o, streaming, random, knorm, tova, keydiff, " \
+      "expected_attention", \
       "", "") \
     X(strategy, NAME, "per_token", 0, 0, KV_NAMES("per_token", "per_group", "per_head"), NULL, \
       "strategy", "NAME", "eviction granularity: per_token, per_group or per_head", \
@@ -57,7 +59,18 @@
     X(positions, NAME, "absolute", 0, 0, KV_NAMES("absolute", "compact"), NULL, \
       "positions", "NAME", "absolute or compact (kvpress)", "", "absolute=") \
     X(seed, SEED, "0", 0, UINT32_MAX, NULL, NULL, \
-      "eviction-seed", "N", "seed of the random policy and anchor", "seed", "")
+      "eviction-seed", "N", "seed of the random policy and anchor", "seed", "") \
+    X(ea_n_future_positions, INT, "512", 1, INT_MAX, NULL, "expected_attention", \
+      "ea-n-future-positions", "N", "future query positions ExpectedAttention averages RoPE over", \
+      "nf", "") \
+    X(ea_use_covariance, BOOL, "true", 0, 0, NULL, "expected_attention", \
+      "ea-use-covariance", "BOOL", "ExpectedAttention's query covariance term", "", \
+      "true= false=nocov") \
+    X(ea_use_vnorm, BOOL, "true", 0, 0, NULL, "expected_attention", \
+      "ea-use-vnorm", "BOOL", "ExpectedAttention scores times the value norm", "", \
+      "true= false=novnorm") \
+    X(ea_epsilon, NUMBER, "0", 0, 0, NULL, "expected_attention", \
+      "ea-epsilon", "X", "added to ExpectedAttention's score before the value norm", "eps", "")
 /* clang-format on */
 
 #endif

@@ -19,9 +19,14 @@ int32_t kv_argmax(const float *x, int n)
     return best;
 }
 
-static bool wants_stats(const kv_attn_stats_request *r)
+
+/* What a decode forward collects of a request: the query moments describe
+ * the prompt (ExpectedAttention freezes them), so decode skips them. */
+static kv_attn_stats_request decode_request(const kv_attn_stats_request *r)
 {
-    return r->col_sums || r->n_windows > 0;
+    kv_attn_stats_request d = *r;
+    d.q_moments = false;
+    return d;
 }
 
 /* One forward with the statistics the options ask for, then the step hook. */
@@ -29,7 +34,8 @@ static int step(kv_model *m, kv_cache *c, const int32_t *tokens, int n, const kv
                 float *logits, bool all, int step_no, kv_error *err)
 {
     kv_attn_stats *stats = NULL;
-    const kv_attn_stats_request *req = wants_stats(&o->stats_req) ? &o->stats_req : NULL;
+    kv_attn_stats_request r = step_no == 0 ? o->stats_req : decode_request(&o->stats_req);
+    const kv_attn_stats_request *req = kv_attn_stats_wanted(&r) ? &r : NULL;
     if (req && !(stats = kv_model_stats_new(m, c, n, req, err)))
         return -1;
     int rc = kv_model_forward(m, c, tokens, n, req, stats, logits, all, err);
@@ -51,7 +57,7 @@ int kv_generate(kv_model *m, kv_cache *c, const int32_t *prompt, int n_prompt,
     /* With on_logits every prompt row is reported; without statistics the
      * prompt can go in slices (a forward over several calls equals one). */
     bool all = o->on_logits != NULL;
-    int slice = all && !wants_stats(&o->stats_req) ? LOGITS_SLICE : n_prompt;
+    int slice = all && !kv_attn_stats_wanted(&o->stats_req) ? LOGITS_SLICE : n_prompt;
     if (slice > n_prompt)
         slice = n_prompt;
     float *logits = malloc((all ? (size_t)slice : 1) * V * sizeof *logits);
@@ -145,6 +151,7 @@ typedef struct batch {
     int32_t *tokens;  /* [n] tokens of the next forward */
     kv_cache **fed;   /* [n] their caches */
     const kv_attn_stats_request **reqs; /* [n] */
+    kv_attn_stats_request *req_of;      /* [n] the decode requests reqs point into */
     kv_attn_stats **stats;              /* [n] */
     double t0;
 } batch;
@@ -189,7 +196,8 @@ static int forward_live(batch *bt, kv_error *err)
     int L = kv_model_get_config(bt->m)->n_layers, rc = 0;
     for (int j = 0; j < bt->n_live; j++) {
         const kv_generate_opts *o = bt->opts[bt->live[j]];
-        bt->reqs[j] = wants_stats(&o->stats_req) ? &o->stats_req : NULL;
+        bt->req_of[j] = decode_request(&o->stats_req);
+        bt->reqs[j] = kv_attn_stats_wanted(&bt->req_of[j]) ? &bt->req_of[j] : NULL;
         bt->stats[j] = NULL;
         if (bt->reqs[j] && !(bt->stats[j] = kv_model_stats_new(bt->m, bt->fed[j], 1, bt->reqs[j], err)))
             rc = -1;
@@ -221,6 +229,7 @@ static void batch_free(batch *bt)
     free(bt->tokens);
     free(bt->fed);
     free(bt->reqs);
+    free(bt->req_of);
     free(bt->stats);
 }
 
@@ -239,8 +248,10 @@ int kv_generate_batch(kv_model *m, int n, kv_cache *const *caches, const float *
     bt.tokens = malloc(un * sizeof *bt.tokens);
     bt.fed = malloc(un * sizeof *bt.fed);
     bt.reqs = malloc(un * sizeof *bt.reqs);
+    bt.req_of = malloc(un * sizeof *bt.req_of);
     bt.stats = malloc(un * sizeof *bt.stats);
-    bool ok = bt.texts && bt.live && bt.logits && bt.tokens && bt.fed && bt.reqs && bt.stats;
+    bool ok = bt.texts && bt.live && bt.logits && bt.tokens && bt.fed && bt.reqs && bt.req_of &&
+              bt.stats;
     for (int r = 0; r < n; r++) {
         memset(&outs[r], 0, sizeof outs[r]);
         outs[r].stop = KV_STOP_LENGTH;

@@ -358,6 +358,14 @@ kv_attn_stats *kv_model_stats_new(const kv_model *m, const kv_cache *c, int n,
             ok = (s[l].col_sums = calloc(cells, sizeof(double))) != NULL;
         for (int w = 0; w < req->n_windows && ok; w++)
             ok = (s[l].win_sums[w] = calloc(cells, sizeof(double))) != NULL;
+        s[l].head_dim = m->cfg.head_dim;
+        if (ok && req->q_moments) {
+            size_t hd = (size_t)m->cfg.n_heads * (size_t)m->cfg.head_dim;
+            ok = (s[l].q_sum = calloc(hd, sizeof(double))) &&
+                 (s[l].q_outer = calloc(hd * (size_t)m->cfg.head_dim, sizeof(double))) &&
+                 (s[l].q_first = calloc(hd * (size_t)(req->q_rows > 0 ? req->q_rows : 1),
+                                        sizeof(float)));
+        }
         if (!ok) {
             kv_model_stats_free(s, L);
             kv_fail(err, "out of memory for attention statistics");
@@ -375,6 +383,9 @@ void kv_model_stats_free(kv_attn_stats *stats, int n_layers)
         free(stats[l].col_sums);
         for (int w = 0; w < KV_MAX_WINDOWS; w++)
             free(stats[l].win_sums[w]);
+        free(stats[l].q_sum);
+        free(stats[l].q_outer);
+        free(stats[l].q_first);
     }
     free(stats);
 }
@@ -382,7 +393,7 @@ void kv_model_stats_free(kv_attn_stats *stats, int n_layers)
 static int check_stats(const kv_model *m, const kv_cache *c, int n,
                        const kv_attn_stats_request *req, kv_attn_stats *stats, kv_error *err)
 {
-    if (!req || (!req->col_sums && req->n_windows == 0))
+    if (!kv_attn_stats_wanted(req))
         return 0;
     if (!stats)
         return kv_fail(err, "attention statistics requested without buffers");
@@ -405,6 +416,12 @@ static int check_stats(const kv_model *m, const kv_cache *c, int n,
             if (!s->win_sums[w])
                 return kv_fail(err, "attention statistics: layer %d has no buffer for window %d", l,
                                req->windows[w]);
+        if (req->q_moments &&
+            (!s->q_sum || !s->q_outer || (req->q_rows > 0 && !s->q_first) ||
+             s->head_dim != m->cfg.head_dim || req->q_from < 0 || req->q_rows < 0))
+            return kv_fail(err, "attention statistics: layer %d has no buffers for the query "
+                                "moments",
+                           l);
     }
     return 0;
 }
@@ -417,7 +434,41 @@ static void zero_stats(const kv_attn_stats_request *req, kv_attn_stats *stats, i
             memset(stats[l].col_sums, 0, bytes);
         for (int w = 0; w < req->n_windows; w++)
             memset(stats[l].win_sums[w], 0, bytes);
+        if (req->q_moments) {
+            size_t hd = (size_t)stats[l].n_heads * (size_t)stats[l].head_dim;
+            memset(stats[l].q_sum, 0, hd * sizeof(double));
+            memset(stats[l].q_outer, 0, hd * (size_t)stats[l].head_dim * sizeof(double));
+            memset(stats[l].q_first, 0, hd * (size_t)req->q_rows * sizeof(float));
+            stats[l].q_count = 0;
+        }
     }
+}
+
+/* Adds the pre-RoPE queries of the chunk's rows row0 .. row0 + n - 1 of the
+ * call (qpre [n][n_heads * head_dim], in double) to the query moments: the
+ * sums, the upper triangle of the outer products (one dsyrk per head), and
+ * the rows req->q_from .. + q_rows one by one. */
+static void stats_add_queries(const kv_attn_stats_request *req, kv_attn_stats *s,
+                              const double *qpre, int row0, int n)
+{
+    int D = s->head_dim, first = req->q_from > row0 ? req->q_from - row0 : 0;
+    if (first >= n)
+        return;
+    size_t hd = (size_t)s->n_heads * (size_t)D;
+    for (int i = first; i < n; i++) {
+        const double *q = qpre + (size_t)i * hd;
+        for (size_t j = 0; j < hd; j++)
+            s->q_sum[j] += q[j];
+        int r = row0 + i - req->q_from;
+        if (r < req->q_rows)
+            for (size_t j = 0; j < hd; j++)
+                s->q_first[(size_t)r * hd + j] = (float)q[j];
+    }
+    for (int h = 0; h < s->n_heads; h++)
+        cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, D, n - first, 1.0,
+                    qpre + (size_t)first * hd + (size_t)h * (size_t)D, (int)hd, 1.0,
+                    s->q_outer + (size_t)h * (size_t)D * (size_t)D, D);
+    s->q_count += n - first;
 }
 
 /* Adds probability row p[0..keys) of query row r (of n in the call) to
@@ -459,6 +510,7 @@ typedef struct fwd {
      * token of its own cache; projections always take the batched GEMV. */
     bool batched;
     float *k_new, *v_new; /* [n][n_kv_heads * head_dim] before they enter their caches */
+    double *qpre;         /* [chunk][n_heads * head_dim] pre-RoPE queries, for query moments */
 } fwd;
 
 static void fwd_free(fwd *f)
@@ -476,6 +528,7 @@ static void fwd_free(fwd *f)
     free(f->layer_f32);
     free(f->k_new);
     free(f->v_new);
+    free(f->qpre);
 }
 
 static size_t max_size(size_t a, size_t b)
@@ -862,15 +915,19 @@ static void attention(const kv_model *m, const kv_cache_layer *cl, fwd *f, kv_at
 }
 
 /* Qwen3's per-head q/k norms, then RoPE at pos, of one row's query and key
- * (rounded to BF16 in BF16 mode: attention's matmuls read BF16 values). */
+ * (rounded to BF16 in BF16 mode: attention's matmuls read BF16 values).
+ * qpre (or NULL) receives the query between the two, for the query
+ * moments of the statistics. */
 static void rotate_row(const fwd *f, const kv_model *m, const layer *L, float *q, float *k,
-                       int32_t pos)
+                       int32_t pos, double *qpre)
 {
     const kv_model_config *cfg = &m->cfg;
     if (cfg->qk_norm) {
         rmsnorm_rows(q, q, L->q_norm, cfg->n_heads, cfg->head_dim, cfg->rms_eps);
         rmsnorm_rows(k, k, L->k_norm, cfg->n_kv_heads, cfg->head_dim, cfg->rms_eps);
     }
+    for (int j = 0; qpre && j < cfg->n_heads * cfg->head_dim; j++)
+        qpre[j] = q[j];
     kv_rope_apply(&m->rope, q, cfg->n_heads, pos);
     kv_rope_apply(&m->rope, k, cfg->n_kv_heads, pos);
     round_input(f, q, (size_t)cfg->n_heads * (size_t)cfg->head_dim);
@@ -878,9 +935,10 @@ static void rotate_row(const fwd *f, const kv_model *m, const layer *L, float *q
 }
 
 /* Projects the chunk's queries, keys and values; keys and values go
- * straight into their cache slots, rotated to their positions. */
+ * straight into their cache slots, rotated to their positions; the query
+ * moments into st when asked. */
 static void qkv(const kv_model *m, const layer *L, kv_cache *c, kv_cache_layer *cl, fwd *f, int cn,
-                int row0)
+                int row0, kv_attn_stats *st)
 {
     const kv_model_config *cfg = &m->cfg;
     int hd = cfg->head_dim, base = cl->len;
@@ -896,12 +954,15 @@ static void qkv(const kv_model *m, const layer *L, kv_cache *c, kv_cache_layer *
     kv_cache_measure_values(c, cl, base, cn);
     for (int i = 0; i < cn; i++) {
         int32_t pos = c->next_pos + row0 + i;
-        rotate_row(f, m, L, f->q + (size_t)i * qd, k + (size_t)i * kvd, pos);
+        rotate_row(f, m, L, f->q + (size_t)i * qd, k + (size_t)i * kvd, pos,
+                   f->qpre ? f->qpre + (size_t)i * qd : NULL);
         for (int h = 0; h < cfg->n_kv_heads; h++) /* every head holds the new token */
             cl->pos[(size_t)(base + i) * (size_t)cfg->n_kv_heads + (size_t)h] =
                 pos + c->token_offset;
     }
     cl->len = base + cn;
+    if (f->qpre && st)
+        stats_add_queries(f->req, st, f->qpre, row0, cn);
 }
 
 static void add_rows(float *x, const float *y, size_t n)
@@ -942,7 +1003,7 @@ static void layer_forward(const kv_model *m, const layer *L, int li, kv_cache *c
     int base = cl->len;
 
     rmsnorm_rows(f->h, x, L->attn_norm, cn, cfg->hidden, cfg->rms_eps);
-    qkv(m, L, c, cl, f, cn, row0);
+    qkv(m, L, c, cl, f, cn, row0, st);
     attention(m, cl, f, st, cn, base, row0);
     output_and_mlp(m, L, f, x, cn);
 }
@@ -998,10 +1059,16 @@ int kv_model_forward(kv_model *m, kv_cache *c, const int32_t *tokens, int n,
     fwd f = {.n = n, .chunk = chunk, .mode = m->compute, .pool = m->pool};
     if (fwd_alloc(m, keys_after(c, n), n, chunk, &f, err) != 0)
         return -1;
-    if (req && (req->col_sums || req->n_windows > 0)) {
+    if (kv_attn_stats_wanted(req)) {
         f.req = req;
         f.stats = stats;
         zero_stats(req, stats, cfg->n_layers);
+    }
+    if (f.req && req->q_moments &&
+        !(f.qpre = malloc((size_t)chunk * (size_t)cfg->n_heads * (size_t)cfg->head_dim *
+                          sizeof(double)))) {
+        fwd_free(&f);
+        return kv_fail(err, "out of memory for the query moments of %d rows", chunk);
     }
     size_t H = (size_t)cfg->hidden, V = (size_t)cfg->vocab;
     for (int i = 0; i < n; i++)
@@ -1113,7 +1180,7 @@ static void layer_forward_batch(const kv_model *m, const layer *L, int li, kv_ca
         kv_cache_layer *cl = &c->layers[li];
         int slot = cl->len;
         float *q = f->q + (size_t)b * qd, *k = f->k_new + (size_t)b * kvd;
-        rotate_row(f, m, L, q, k, c->next_pos);
+        rotate_row(f, m, L, q, k, c->next_pos, NULL);
         memcpy(cl->k + (size_t)slot * kvd, k, kvd * sizeof *k);
         memcpy(cl->v + (size_t)slot * kvd, f->v_new + (size_t)b * kvd, kvd * sizeof *k);
         kv_cache_measure_values(c, cl, slot, 1);
@@ -1122,11 +1189,6 @@ static void layer_forward_batch(const kv_model *m, const layer *L, int li, kv_ca
     }
     batch_attention(m, li, caches, reqs, stats, f);
     output_and_mlp(m, L, f, f->x, B);
-}
-
-static bool wants_stats(const kv_attn_stats_request *r)
-{
-    return r && (r->col_sums || r->n_windows > 0);
 }
 
 /* Checks every row of a batched call; *req_of[b] is set to reqs[b] when it
@@ -1141,7 +1203,7 @@ static int check_batch(const kv_model *m, kv_cache *const *caches, const int32_t
         for (int o = 0; o < b; o++)
             if (caches[o] == caches[b])
                 return kv_fail(err, "forward: batch rows %d and %d share one cache", o, b);
-        req_of[b] = reqs && wants_stats(reqs[b]) ? reqs[b] : NULL;
+        req_of[b] = reqs && kv_attn_stats_wanted(reqs[b]) ? reqs[b] : NULL;
         if (check_call(m, caches[b], tokens + b, 1, err) != 0 ||
             check_stats(m, caches[b], 1, req_of[b], req_of[b] ? stats[b] : NULL, err) != 0 ||
             kv_cache_reserve(caches[b], 1, err) != 0)

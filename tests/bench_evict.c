@@ -137,6 +137,27 @@ static double key_importance(int pos)
     return z[pos];
 }
 
+/* ExpectedAttention's query moments of `rows` prompt rows: unit-variance
+ * queries around a random mean (the values do not change the cost). */
+static void queries_fill(kv_attn_stats *st, int rows)
+{
+    size_t hd = (size_t)HEADS * DIM;
+    st->head_dim = DIM;
+    st->q_count = rows > 0 ? rows : 0;
+    st->q_sum = realloc(st->q_sum, hd * sizeof(double));
+    st->q_outer = realloc(st->q_outer, hd * DIM * sizeof(double));
+    if (!st->q_sum || !st->q_outer)
+        die("stats", NULL);
+    for (size_t i = 0; i < hd; i++)
+        st->q_sum[i] = 0.3 * frand() * st->q_count;
+    for (int h = 0; h < HEADS; h++)
+        for (int i = 0; i < DIM; i++)
+            for (int j = 0; j < DIM; j++)
+                st->q_outer[((size_t)h * DIM + i) * DIM + j] =
+                    st->q_sum[h * DIM + i] * st->q_sum[h * DIM + j] / (st->q_count ? st->q_count : 1) +
+                    (i == j) * (double)st->q_count;
+}
+
 /* Statistics for the n keys of cache c (NULL: keys at positions 0..n-1). */
 static void stats_fill(stats_set *s, const kv_attn_stats_request *req, const kv_cache *c, int n)
 {
@@ -160,6 +181,8 @@ static void stats_fill(stats_set *s, const kv_attn_stats_request *req, const kv_
         attention_fill(s->st.win_sums[w], z, n);
     }
     free(z);
+    if (req->q_moments)
+        queries_fill(&s->st, n - req->q_from);
 }
 
 static kv_cache *prefilled_cache(int n)
@@ -224,6 +247,9 @@ static const config configs[] = {
     {"h2o per_token M=672", {"algorithm", "h2o"}},
     {"streaming M=672", {"algorithm", "streaming"}},
     {"knorm M=672", {"algorithm", "knorm"}},
+    {"tova M=672", {"algorithm", "tova"}},
+    {"keydiff M=672", {"algorithm", "keydiff"}},
+    {"expected_attention M=672", {"algorithm", "expected_attention"}},
 };
 enum { N_CONFIGS = sizeof configs / sizeof configs[0] };
 
@@ -372,6 +398,8 @@ int main(int argc, char **argv)
     kv_cache_free(base);
     free(pre.st.col_sums);
     free(dec.st.col_sums);
+    free(pre.st.q_sum);
+    free(pre.st.q_outer);
     for (int w = 0; w < KV_MAX_WINDOWS; w++) {
         free(pre.st.win_sums[w]);
         free(dec.st.win_sums[w]);

@@ -952,7 +952,7 @@ Test(evict_params, json_round_trip)
                  0, "%s", err.msg);
     cJSON *j = kv_evict_params_to_json(&a);
     cr_assert_not_null(j);
-    cr_assert_eq(cJSON_GetArraySize(j), 14);
+    cr_assert_eq(cJSON_GetArraySize(j), 18);
     kv_evict_params_default(&b);
     cr_assert_eq(kv_evict_params_from_json(&b, j, &err), 0, "%s", err.msg);
     cr_assert_eq(memcmp(&a, &b, sizeof a), 0);
@@ -1573,10 +1573,11 @@ Test(evict_params, keys_and_algorithms_are_listed)
     for (; kv_evict_param_key(n); n++) /* every listed key is accepted */
         cr_assert_neq(strstr("algorithm strategy group_size start_size recent_size "
                              "intermediate_size refined_size score_aggregation apply_rerotation "
-                             "window_size refined_algorithm kvcrush_anchor positions seed",
+                             "window_size refined_algorithm kvcrush_anchor positions seed "
+                             "ea_n_future_positions ea_use_covariance ea_use_vnorm ea_epsilon",
                              kv_evict_param_key(n)),
                       NULL, "%s", kv_evict_param_key(n));
-    cr_assert_eq(n, 14);
+    cr_assert_eq(n, 18);
     cr_assert_null(kv_evict_param_key(-1));
     for (int i = 0; kv_evict_algorithm(i); i++) {
         cr_assert_eq(kv_evict_params_set(&p, "algorithm", kv_evict_algorithm(i), &err), 0);
@@ -1585,7 +1586,8 @@ Test(evict_params, keys_and_algorithms_are_listed)
                      err.msg);
     }
     cr_assert_str_eq(kv_evict_algorithm(0), "snapkv");
-    cr_assert_null(kv_evict_algorithm(5));
+    cr_assert_str_eq(kv_evict_algorithm(7), "expected_attention");
+    cr_assert_null(kv_evict_algorithm(8));
 }
 
 /* The table is the parser's: each row's key, CLI flag and --flag set the
@@ -1621,7 +1623,7 @@ Test(evict_params, every_table_row_parses_by_key_and_flag)
             cr_assert(strstr(err.msg, d->key), "%s", err.msg);
         }
     }
-    cr_assert_eq(n, 14);
+    cr_assert_eq(n, 18);
     cr_assert_null(kv_evict_param_find("--no-such-flag"));
     cJSON *schema = kv_evict_params_schema();
     cr_assert_eq(cJSON_GetArraySize(schema), n);

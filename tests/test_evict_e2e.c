@@ -171,6 +171,53 @@ Test(evict_e2e, snapkv_sum_per_head)
     check_fixture("ph2_snapkv_sum_head");
 }
 
+/* tova, keydiff and expected_attention against tools/ref_policies.py
+ * (float64 numpy, written from the policies' semantics). */
+Test(evict_e2e, tova_per_token)
+{
+    check_fixture("tv1_tova_token");
+}
+
+Test(evict_e2e, tova_per_group)
+{
+    check_fixture("tv2_tova_group4");
+}
+
+Test(evict_e2e, tova_per_head)
+{
+    check_fixture("tv3_tova_head");
+}
+
+Test(evict_e2e, keydiff_per_token)
+{
+    check_fixture("kd1_keydiff_token");
+}
+
+Test(evict_e2e, keydiff_per_group)
+{
+    check_fixture("kd2_keydiff_group4");
+}
+
+Test(evict_e2e, keydiff_per_head)
+{
+    check_fixture("kd3_keydiff_head");
+}
+
+Test(evict_e2e, expected_attention_per_token)
+{
+    check_fixture("ea1_expected_attention_token");
+}
+
+Test(evict_e2e, expected_attention_per_head_no_vnorm_short_future)
+{
+    check_fixture("ea2_expected_attention_head_novnorm");
+}
+
+Test(evict_e2e, expected_attention_per_group_no_covariance_epsilon)
+{
+    check_fixture("ea3_expected_attention_group4_nocov");
+}
+
 /* The flags of the seed example's shape give what the config file gives. */
 Test(evict_e2e, cli_flags_equal_config_file)
 {
@@ -220,9 +267,12 @@ Test(evict_e2e, budget_above_length_changes_nothing)
     tu_result full = generate(tmp, none);
     cr_assert_eq(full.status, 0, "%s", full.err);
     cr_assert_eq(rename(npy, full_npy), 0);
-    static const char *const algos[] = {"snapkv", "h2o", "knorm", "snapkv"};
-    static const char *const strategies[] = {"per_token", "per_token", "per_token", "per_head"};
-    for (int a = 0; a < 4; a++) {
+    static const char *const algos[] = {"snapkv", "h2o",     "knorm",
+                                        "snapkv", "tova",    "keydiff",
+                                        "expected_attention"};
+    static const char *const strategies[] = {"per_token", "per_token", "per_token", "per_head",
+                                             "per_token", "per_head",  "per_token"};
+    for (int a = 0; a < 7; a++) {
         const char *extra[] = {
             "--eviction", algos[a],        "--strategy", strategies[a],         "--start-size",
             "4",          "--recent-size", "16",         "--intermediate-size", "220",
@@ -415,6 +465,15 @@ static const char *const sweep_json[] = {
     "\"criticalkv\", \"score_aggregation\": \"norm_sum\"}",
     "{\"algorithm\": \"knorm\", \"strategy\": \"per_head\", \"start_size\": 4, \"recent_size\": "
     "16, \"intermediate_size\": 44}",
+    "{\"algorithm\": \"tova\", \"start_size\": 4, \"recent_size\": 16, \"intermediate_size\": 44}",
+    "{\"algorithm\": \"keydiff\", \"strategy\": \"per_group\", \"group_size\": 4, \"start_size\": "
+    "4, \"recent_size\": 16, \"intermediate_size\": 44}",
+    /* two start areas: the shared prefill's query moments start at the
+     * lower one, and the other config subtracts its extra rows */
+    "{\"algorithm\": \"expected_attention\", \"start_size\": 4, \"recent_size\": 16, "
+    "\"intermediate_size\": 44}",
+    "{\"algorithm\": \"expected_attention\", \"strategy\": \"per_head\", \"start_size\": 12, "
+    "\"recent_size\": 16, \"intermediate_size\": 40, \"ea_n_future_positions\": 32}",
 };
 #define N_SWEEP (int)(sizeof sweep_json / sizeof sweep_json[0])
 

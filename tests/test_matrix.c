@@ -185,6 +185,42 @@ Test(matrix, duplicate_configs_are_refused)
                  "configs[1] (\"full\") is the same config as configs[0] (\"full\"); remove one");
 }
 
+/* Parameters added to the table after a run was stored leave its config
+ * hashes as they were (a run resumes by them): these are the hashes main
+ * gave before the ea_* rows existed (main @ 504c209, its run.json); a later
+ * key joins the hash only when it leaves its default. */
+Test(matrix, stored_hashes_survive_new_parameters)
+{
+    static const char *const stored[][2] = {
+        {"{\"algorithm\": \"h2o\", \"start_size\": 4, \"recent_size\": 32, "
+         "\"intermediate_size\": 92}",
+         "17ee463df1a3db75"},
+        {"{\"algorithm\": \"snapkv\", \"strategy\": \"per_group\", \"group_size\": 4, "
+         "\"start_size\": 4, \"recent_size\": 32, \"intermediate_size\": 92, "
+         "\"score_aggregation\": \"norm_sum\"}",
+         "cc5b463c5ee7dcd4"},
+    };
+    for (size_t i = 0; i < sizeof stored / sizeof stored[0]; i++) {
+        cJSON *p = cJSON_Parse(stored[i][0]);
+        char h[17];
+        cr_assert_eq(kb_config_hash(p, h), 0);
+        cr_assert_str_eq(h, stored[i][1], "%s", stored[i][0]);
+        cJSON_Delete(p);
+    }
+    cJSON *a = cJSON_Parse("{\"algorithm\": \"expected_attention\"}");
+    cJSON *b = cJSON_Parse("{\"algorithm\": \"expected_attention\", \"ea_epsilon\": 0.0}");
+    cJSON *d = cJSON_Parse("{\"algorithm\": \"expected_attention\", \"ea_epsilon\": 1e-3}");
+    char ha[17], hb[17], hd[17];
+    cr_assert_eq(kb_config_hash(a, ha), 0);
+    cr_assert_eq(kb_config_hash(b, hb), 0);
+    cr_assert_eq(kb_config_hash(d, hd), 0);
+    cr_assert_str_eq(ha, hb);
+    cr_assert_str_neq(ha, hd);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    cJSON_Delete(d);
+}
+
 Test(matrix, hash_ignores_key_order_and_number_spelling)
 {
     cJSON *a = cJSON_Parse("{\"algorithm\": \"snapkv\", \"window_size\": 8, \"start_size\": 32}");
@@ -334,16 +370,19 @@ static void load_shipped(const char *rel, size_t n_tasks, size_t n_configs)
 Test(matrix, shipped_configs_parse)
 {
     /* 3 synthetic tasks; full + 2 streaming + 1 rerotated SnapKV + 2 H2O + 4 SnapKV
-     * (2 budgets x 2 windows) */
-    load_shipped("configs/demo.json", 3, 1 + 2 + 1 + 2 + 4);
+     * (2 budgets x 2 windows) + TOVA, KeyDiff, ExpectedAttention at 128 */
+    load_shipped("configs/demo.json", 3, 1 + 2 + 1 + 2 + 4 + 3);
+    for (size_t i = 10; i < 13; i++)
+        cr_assert_eq(m.configs[i].budget, 128);
     cr_assert_str_eq(m.run_name, "demo");
     kb_matrix_free(&m);
     load_shipped("configs/seed-example.json", 16, 2);
     cr_assert_str_eq(m.protocol, "nncf");
     cr_assert_eq(m.configs[1].budget, 224);
     kb_matrix_free(&m);
-    /* 16 tasks; full + 4 refined + 2x5x2 (H2O/SnapKV x budgets x sum/norm_sum) + 5 streaming */
-    load_shipped("configs/nightly.json", 16, 1 + 4 + 20 + 5);
+    /* 16 tasks; full + 4 refined + 2x5x2 (H2O/SnapKV x budgets x sum/norm_sum) + 5 streaming
+     * + 3x2 (TOVA/KeyDiff/ExpectedAttention x 512, 1024) */
+    load_shipped("configs/nightly.json", 16, 1 + 4 + 20 + 5 + 6);
     long budgets[5] = {0};
     for (size_t i = 5; i < 25; i += 2)
         budgets[(i - 5) / 2 % 5] = m.configs[i].budget;
@@ -351,6 +390,8 @@ Test(matrix, shipped_configs_parse)
     for (int i = 0; i < 5; i++)
         cr_assert_eq(budgets[i], want[i]);
     cr_assert_eq(m.configs[29].budget, 2048);
+    for (size_t i = 30; i < 36; i++)
+        cr_assert_eq(m.configs[i].budget, i % 2 ? 1024 : 512);
     kb_matrix_free(&m);
 }
 
@@ -379,7 +420,7 @@ Test(matrix, run_dry_run_shows_the_plan_and_errors_name_the_key)
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert(strstr(r.out, "run nightly -> results/nightly/shards/1-of-4\n"), "%s", r.out);
     cr_assert(strstr(r.out, "16 tasks:"));
-    cr_assert(strstr(r.out, "30 configs (one prefill per sample, shared by all):"));
+    cr_assert(strstr(r.out, "36 configs (one prefill per sample, shared by all):"));
     cr_assert(strstr(r.out, "  snapkv_s32_r64_i1952_normsum "), "%s", r.out);
     tu_result_free(&r);
     r = tu_kvbench("run", nightly, "--dry-run", "--shard", "4/4", NULL);
@@ -637,7 +678,11 @@ Test(matrix, parameter_table_drives_validation_cli_and_schema)
         char cfg[512], flag[128];
         const char *q = d->type == KV_PARAM_NAME ? "\"" : "";
         const char *v = strcmp(d->dflt, "none") == 0 ? "null" : d->dflt;
-        snprintf(cfg, sizeof cfg, "{" BASE ", \"configs\": [{\"%s\": %s%s%s}]}", d->key, q, v, q);
+        char alg[96] = ""; /* a key of one algorithm comes with it */
+        if (d->only_for)
+            snprintf(alg, sizeof alg, "\"algorithm\": \"%s\", ", d->only_for);
+        snprintf(cfg, sizeof cfg, "{" BASE ", \"configs\": [{%s\"%s\": %s%s%s}]}", alg, d->key, q,
+                 v, q);
         cr_assert_eq(parse(cfg), 0, "%s: %s", cfg, err.msg);
         kb_matrix_free(&m);
         snprintf(flag, sizeof flag, "--%s %s", d->flag, d->metavar);
