@@ -42,6 +42,23 @@ static int read_config(const char *path, kv_evict_params *p)
     return rc;
 }
 
+/* The params as JSON carry every key, defaults included; a key of another
+ * algorithm (ea_* under h2o) that neither a flag nor the config file moved
+ * from its default was not asked for, so it is not the user's mistake. */
+static void drop_untouched_foreign(const kb_args *a, const kv_evict_params *p, cJSON *j)
+{
+    kv_evict_params d;
+    kv_evict_params_default(&d);
+    cJSON *dj = j ? kv_evict_params_to_json(&d) : NULL;
+    const kv_evict_param_def *def;
+    for (int i = 0; dj && (def = kv_evict_param(i)); i++)
+        if (def->only_for && strcmp(def->only_for, p->algorithm) != 0 && !kb_arg(a, def->flag) &&
+            cJSON_Compare(cJSON_GetObjectItemCaseSensitive(j, def->key),
+                          cJSON_GetObjectItemCaseSensitive(dj, def->key), true))
+            cJSON_DeleteItemFromObjectCaseSensitive(j, def->key);
+    cJSON_Delete(dj);
+}
+
 /* The parameter table's checks on what the options gave (each key's range,
  * choices and algorithm, then the cross-field rules): the matrix's own
  * kb_matrix_validate_eviction, so a flag and a config key accept the same
@@ -50,6 +67,7 @@ static int validate(const kb_args *a, const kv_evict_params *p)
 {
     char msg[512];
     cJSON *j = kv_evict_params_to_json(p);
+    drop_untouched_foreign(a, p, j);
     int rc = j ? kb_matrix_validate_eviction(j, msg, sizeof msg)
                : (snprintf(msg, sizeof msg, "out of memory"), -1);
     cJSON_Delete(j);

@@ -388,6 +388,9 @@ Test(evict_e2e, cli_errors)
                        "kvbench: --group-size: must be > 0\n");
     expect_usage_error(tmp, ARGS("--eviction", "random", "--eviction-seed", "4294967296"),
                        "--eviction-seed: eviction config: seed: expected an integer 0..4294967295");
+    /* another algorithm's key is refused when given, not when left at its default */
+    expect_usage_error(tmp, ARGS("--eviction", "h2o", "--ea-n-future-positions", "512"),
+                       "--ea-n-future-positions: only supported for the expected_attention");
     expect_usage_error(tmp, ARGS("--trace", "x.jsonl"), "--trace needs eviction");
     expect_usage_error(tmp, ARGS("--eviction", "snapkv", "--start-size", "lots"),
                        "--start-size: eviction config: start_size: expected an integer");
