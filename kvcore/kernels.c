@@ -221,12 +221,21 @@ void kv_gemv_batch(kv_pool *p, int n, const kv_weight *const *ws, const float *x
     size_t floats = (size_t)batch * (size_t)cols;
     _Static_assert(KV_PREPARED_BYTES_PER_ELEMENT == sizeof(float), "prepared x: one float each");
     float stack[4096], *xps = floats <= 4096 ? stack : malloc(floats * sizeof *xps);
-    if (!xps) { /* no room for the prepared copies: the scalar kernel needs none */
+    if (!xps && batch > 1) {
+        /* No room for every row's prepared copy: one row at a time, which
+         * gives the same bits as the batch (and as kv_gemv). */
+        for (int b = 0; b < batch; b++) {
+            float *yb[8];
+            for (int i = 0; i < n; i++)
+                yb[i] = ys[i] + (size_t)b * (size_t)ws[i]->rows;
+            kv_gemv_batch(p, n, ws, xs + (size_t)b * (size_t)cols, 1, mode, yb);
+        }
+        return;
+    }
+    if (!xps) { /* no room for the prepared copy: the scalar kernel needs none */
         for (int i = 0; i < n; i++)
             for (int r = 0; r < ws[i]->rows; r++)
-                for (int b = 0; b < batch; b++)
-                    ys[i][(size_t)b * (size_t)ws[i]->rows + (size_t)r] =
-                        kv_dot_row_scalar(ws[i], r, xs + (size_t)b * (size_t)cols);
+                ys[i][r] = kv_dot_row_scalar(ws[i], r, xs);
         return;
     }
     for (int b = 0; b < batch; b++)
