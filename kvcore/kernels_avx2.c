@@ -119,7 +119,11 @@ static void prepare(const float *x, int n, kv_compute mode, void *out)
  * in 16 registers. The chains are independent, though, so a tile runs them
  * one after another -- the same FMAs in the same order per chain -- and
  * adds the chains' sums in the row kernel's order ((0 + 1) + (2 + 3)) at
- * the end. A partial tile repeats its last row (computed, not stored). */
+ * the end. A partial tile repeats its last row (computed, not stored).
+ * A tile reads two weight rows in step, which the note above warns against
+ * for the GEMV: there one row's FMAs wait on memory, while a tile does TB
+ * times the arithmetic per byte and is bound by the FMAs. A batch of one
+ * keeps the one-stream row kernel (kernels.c). */
 #define TR 2 /* weight rows per tile */
 #define TB 2 /* activation rows per tile */
 
@@ -201,8 +205,7 @@ static void bf16_tile(const kv_weight *wm, const int *r, const float *const *x,
 }
 
 /* dot_row_t on a TR x TB tile of F32 or F16 rows (kv_tile_fn's). */
-INLINE void tile_t(kv_dtype dt, const kv_weight *wm, const int *r, const float *const *x,
-                   float *y)
+INLINE void tile_t(kv_dtype dt, const kv_weight *wm, const int *r, const float *const *x, float *y)
 {
     size_t cols = (size_t)wm->cols, c32 = cols / 32 * 32, c8 = cols / 8 * 8;
     __m256 ch[4][TR][TB];
@@ -246,15 +249,15 @@ INLINE void tile_t(kv_dtype dt, const kv_weight *wm, const int *r, const float *
         }
 }
 
-static void f32_tile(const kv_weight *w, const int *r, const float *const *x,
-                     const void *const *xp, float *y)
+static void f32_tile(const kv_weight *w, const int *r, const float *const *x, const void *const *xp,
+                     float *y)
 {
     (void)xp;
     tile_t(KV_DTYPE_F32, w, r, x, y);
 }
 
-static void f16_tile(const kv_weight *w, const int *r, const float *const *x,
-                     const void *const *xp, float *y)
+static void f16_tile(const kv_weight *w, const int *r, const float *const *x, const void *const *xp,
+                     float *y)
 {
     (void)xp;
     tile_t(KV_DTYPE_F16, w, r, x, y);
@@ -264,7 +267,7 @@ static void rows_batch(const kv_weight *w, int r0, int r1, const float *xs, cons
                        int batch, kv_compute mode, float *y, size_t ldy)
 {
     (void)mode; /* in BF16 mode x holds BF16 values: the same kernels are exact */
-    kv_tile_fn *tile = w->dtype == KV_DTYPE_BF16 ? bf16_tile
+    kv_tile_fn *tile = w->dtype == KV_DTYPE_BF16  ? bf16_tile
                        : w->dtype == KV_DTYPE_F16 ? f16_tile
                                                   : f32_tile;
     kv_rows_batch_tiles(tile, TR, TB, w, r0, r1, xs, xps, batch, y, ldy);
@@ -308,7 +311,8 @@ static void rows_batch(const kv_weight *w, int r0, int r1, const float *xs, cons
     (void)xps, (void)mode;
     for (int r = r0; r < r1; r++)
         for (int b = 0; b < batch; b++)
-            y[(size_t)b * ldy + (size_t)r] = kv_dot_row_scalar(w, r, xs + (size_t)b * (size_t)w->cols);
+            y[(size_t)b * ldy + (size_t)r] =
+                kv_dot_row_scalar(w, r, xs + (size_t)b * (size_t)w->cols);
 }
 #endif
 

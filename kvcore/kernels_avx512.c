@@ -165,8 +165,7 @@ static void bf16_tile(const kv_weight *wm, const int *r, const float *const *x,
 }
 
 /* dot_row_t on a tile of F32 or F16 rows (kv_tile_fn's). */
-INLINE void tile_t(kv_dtype dt, const kv_weight *wm, const int *r, const float *const *x,
-                   float *y)
+INLINE void tile_t(kv_dtype dt, const kv_weight *wm, const int *r, const float *const *x, float *y)
 {
     size_t cols = (size_t)wm->cols, c64 = cols / 64 * 64, c16 = cols / 16 * 16;
     __m512 ch[4][TR][TB];
@@ -207,15 +206,15 @@ INLINE void tile_t(kv_dtype dt, const kv_weight *wm, const int *r, const float *
         }
 }
 
-static void f32_tile(const kv_weight *w, const int *r, const float *const *x,
-                     const void *const *xp, float *y)
+static void f32_tile(const kv_weight *w, const int *r, const float *const *x, const void *const *xp,
+                     float *y)
 {
     (void)xp;
     tile_t(KV_DTYPE_F32, w, r, x, y);
 }
 
-static void f16_tile(const kv_weight *w, const int *r, const float *const *x,
-                     const void *const *xp, float *y)
+static void f16_tile(const kv_weight *w, const int *r, const float *const *x, const void *const *xp,
+                     float *y)
 {
     (void)xp;
     tile_t(KV_DTYPE_F16, w, r, x, y);
@@ -225,7 +224,7 @@ void kv_avx512_rows_batch(const kv_weight *w, int r0, int r1, const float *xs, c
                           int batch, kv_compute mode, float *y, size_t ldy)
 {
     (void)mode;
-    kv_tile_fn *tile = w->dtype == KV_DTYPE_BF16 ? bf16_tile
+    kv_tile_fn *tile = w->dtype == KV_DTYPE_BF16  ? bf16_tile
                        : w->dtype == KV_DTYPE_F16 ? f16_tile
                                                   : f32_tile;
     kv_rows_batch_tiles(tile, TR, TB, w, r0, r1, xs, xps, batch, y, ldy);

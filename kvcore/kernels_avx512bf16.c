@@ -115,8 +115,8 @@ static void dp_tile(const kv_weight *wm, const int *r, const float *const *xf,
 #undef DP_TILE_STEP
     for (int i = 0; i < DP_TR; i++)
         for (int b = 0; b < DP_TB; b++)
-            y[b * DP_TR + i] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(ch[0][i][b], ch[1][i][b]),
-                                                         _mm512_add_ps(ch[2][i][b], ch[3][i][b])));
+            y[b * DP_TR + i] = _mm512_reduce_add_ps(_mm512_add_ps(
+                _mm512_add_ps(ch[0][i][b], ch[1][i][b]), _mm512_add_ps(ch[2][i][b], ch[3][i][b])));
 }
 
 static void rows_batch(const kv_weight *w, int r0, int r1, const float *xs, const void *xps,

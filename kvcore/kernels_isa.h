@@ -56,9 +56,9 @@ typedef void kv_tile_fn(const kv_weight *w, const int *r, const float *const *x,
  * while every input row passes. A partial tile repeats its last row: the
  * repeat is computed and not stored. Inline: it runs in each level's file,
  * under that file's target flags. */
-static inline void kv_rows_batch_tiles(kv_tile_fn *tile, int tr, int tb, const kv_weight *w,
-                                       int r0, int r1, const float *xs, const void *xps,
-                                       int batch, float *y, size_t ldy)
+static inline void kv_rows_batch_tiles(kv_tile_fn *tile, int tr, int tb, const kv_weight *w, int r0,
+                                       int r1, const float *xs, const void *xps, int batch,
+                                       float *y, size_t ldy)
 {
     size_t cols = (size_t)w->cols;
     for (int r = r0; r < r1; r += tr) {
