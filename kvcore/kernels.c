@@ -152,10 +152,6 @@ void kv_gemv(kv_pool *p, const kv_weight *w, const float *x, kv_compute mode, fl
  * slower than 256 KB ones). */
 #define GEMV_TASK_BYTES (256 * 1024)
 
-/* Weight rows a batched task keeps in L1 while the batch passes (16 rows
- * of 1,024 BF16 columns: 32 KB). */
-#define GEMV_BATCH_ROWS 16
-
 static int gemv_task_rows(const kv_weight *w)
 {
     size_t row_bytes = (size_t)w->cols * (w->dtype == KV_DTYPE_F32 ? 4 : 2);
@@ -167,11 +163,11 @@ static int gemv_task_rows(const kv_weight *w)
  *
  * Decode multiplies every weight by B activation rows, one per sequence of
  * the batch (B = 1 for a single generation). The weights are what costs: a
- * task reads one weight row from memory, then dots it against all B rows
- * while it sits in L1, so a step reads each weight byte once whatever B is.
- * Every (weight row, activation row) pair runs the level's row kernel, so a
- * row's result is bit-identical to a batch of one: batching never changes a
- * token. The row kernel is the active level's (kernels_isa.h). */
+ * task reads a few weight rows from memory, then dots them against all B
+ * rows while they sit in L1 (the level's rows_batch tiles), so a step reads
+ * each weight byte once whatever B is. Every (weight row, activation row)
+ * pair gets the bits of the level's row kernel, so a row's result is
+ * bit-identical to a batch of one: batching never changes a token. */
 
 typedef struct gemv_job {
     int n, batch;
@@ -197,21 +193,10 @@ static void gemv_task(void *ctx, int task, int worker)
     const kv_weight *w = j->ws[i];
     int r0 = (task - j->first[i]) * j->task_rows[i];
     int r1 = w->rows - r0 > j->task_rows[i] ? r0 + j->task_rows[i] : w->rows;
-    size_t rows = (size_t)w->rows, cols = (size_t)j->cols;
-    const char *xps = j->xps;
-    size_t xp_bytes = cols * KV_PREPARED_BYTES_PER_ELEMENT;
-    if (j->batch == 1) { /* one long stream, as the prefetcher likes it */
-        j->k->rows(w, r0, r1, j->xs, xps, j->mode, j->ys[i]);
-        return;
-    }
-    /* A block of weight rows stays in L1 while every input row passes over
-     * it, so memory delivers each weight once per step whatever the batch. */
-    for (int r = r0; r < r1; r += GEMV_BATCH_ROWS) {
-        int re = r1 - r > GEMV_BATCH_ROWS ? r + GEMV_BATCH_ROWS : r1;
-        for (int b = 0; b < j->batch; b++)
-            j->k->rows(w, r, re, j->xs + (size_t)b * cols, xps + (size_t)b * xp_bytes, j->mode,
-                       j->ys[i] + (size_t)b * rows);
-    }
+    if (j->batch == 1) /* one long stream, as the prefetcher likes it */
+        j->k->rows(w, r0, r1, j->xs, j->xps, j->mode, j->ys[i]);
+    else
+        j->k->rows_batch(w, r0, r1, j->xs, j->xps, j->batch, j->mode, j->ys[i], (size_t)w->rows);
 }
 
 void kv_gemv_batch(kv_pool *p, int n, const kv_weight *const *ws, const float *xs, int batch,
@@ -236,12 +221,21 @@ void kv_gemv_batch(kv_pool *p, int n, const kv_weight *const *ws, const float *x
     size_t floats = (size_t)batch * (size_t)cols;
     _Static_assert(KV_PREPARED_BYTES_PER_ELEMENT == sizeof(float), "prepared x: one float each");
     float stack[4096], *xps = floats <= 4096 ? stack : malloc(floats * sizeof *xps);
-    if (!xps) { /* no room for the prepared copies: the scalar kernel needs none */
+    if (!xps && batch > 1) {
+        /* No room for every row's prepared copy: one row at a time, which
+         * gives the same bits as the batch (and as kv_gemv). */
+        for (int b = 0; b < batch; b++) {
+            float *yb[8];
+            for (int i = 0; i < n; i++)
+                yb[i] = ys[i] + (size_t)b * (size_t)ws[i]->rows;
+            kv_gemv_batch(p, n, ws, xs + (size_t)b * (size_t)cols, 1, mode, yb);
+        }
+        return;
+    }
+    if (!xps) { /* no room for the prepared copy: the scalar kernel needs none */
         for (int i = 0; i < n; i++)
             for (int r = 0; r < ws[i]->rows; r++)
-                for (int b = 0; b < batch; b++)
-                    ys[i][(size_t)b * (size_t)ws[i]->rows + (size_t)r] =
-                        kv_dot_row_scalar(ws[i], r, xs + (size_t)b * (size_t)cols);
+                ys[i][r] = kv_dot_row_scalar(ws[i], r, xs);
         return;
     }
     for (int b = 0; b < batch; b++)

@@ -108,6 +108,171 @@ static void prepare(const float *x, int n, kv_compute mode, void *out)
         }
 }
 
+/* ---- the batched GEMV's tiles ----
+ *
+ * A tile dots TR weight rows with TB activation rows, so each weight vector
+ * is loaded and widened once for TB rows and each activation vector loaded
+ * once for TR rows. Every (weight row, activation row) pair must get the
+ * bits of the row kernels above, whose four accumulator chains (k = 0..3:
+ * the vectors at c + k * step of each block of 4 * step columns, the
+ * shorter tail folded into chain 0) are too many to keep for several pairs
+ * in 16 registers. The chains are independent, though, so a tile runs them
+ * one after another -- the same FMAs in the same order per chain -- and
+ * adds the chains' sums in the row kernel's order ((0 + 1) + (2 + 3)) at
+ * the end. A partial tile repeats its last row (computed, not stored).
+ * A tile reads two weight rows in step, which the note above warns against
+ * for the GEMV: there one row's FMAs wait on memory, while a tile does TB
+ * times the arithmetic per byte and is bound by the FMAs. A batch of one
+ * keeps the one-stream row kernel (kernels.c). */
+#define TR 2 /* weight rows per tile */
+#define TB 2 /* activation rows per tile */
+
+/* The activation vectors of one step pinned in registers (an empty asm):
+ * otherwise the compiler re-loads them for each weight row as FMA memory
+ * operands, more loads than the core issues per FMA. */
+#define PIN(v) __asm__("" : "+x"(v))
+
+/* out[i][b] = the chain sums (0 + 1) + (2 + 3) of a pair, from the tile's
+ * per-chain results. */
+INLINE void fold_chains(__m256 ch[4][TR][TB], __m256 out[TR][TB])
+{
+    for (int i = 0; i < TR; i++)
+        for (int b = 0; b < TB; b++)
+            out[i][b] = _mm256_add_ps(_mm256_add_ps(ch[0][i][b], ch[1][i][b]),
+                                      _mm256_add_ps(ch[2][i][b], ch[3][i][b]));
+}
+
+/* dot_row_bf16 on a TR x TB tile (kv_tile_fn): xp[b] is x[b] permuted. */
+static void bf16_tile(const kv_weight *wm, const int *r, const float *const *x,
+                      const void *const *xpv, float *y)
+{
+    size_t cols = (size_t)wm->cols;
+    const uint16_t *w[TR];
+    const float *xp[TB];
+    for (int i = 0; i < TR; i++)
+        w[i] = (const uint16_t *)wm->data + (size_t)r[i] * cols;
+    for (int b = 0; b < TB; b++)
+        xp[b] = xpv[b];
+    /* The odd elements by blending in zeros, not dot_row_bf16's mask: the
+     * same values, and a zero register the compiler keeps where it would
+     * reload the mask from the stack every step (all 16 registers are busy). */
+    const __m256i zero = _mm256_setzero_si256();
+    __m256 ch[4][TR][TB]; /* chain k's a[k] + b[k] of each pair */
+    size_t c64 = cols / 64 * 64, c16 = cols / 16 * 16;
+#define BF16_TILE_STEP(at)                                                                         \
+    do {                                                                                           \
+        __m256 xe[TB], xo[TB];                                                                     \
+        for (int b = 0; b < TB; b++) {                                                             \
+            xe[b] = _mm256_loadu_ps(xp[b] + (at));                                                 \
+            xo[b] = _mm256_loadu_ps(xp[b] + (at) + 8);                                             \
+            PIN(xe[b]);                                                                            \
+            PIN(xo[b]);                                                                            \
+        }                                                                                          \
+        for (int i = 0; i < TR; i++) {                                                             \
+            __m256i v = _mm256_loadu_si256((const __m256i *)(w[i] + (at)));                        \
+            __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));                             \
+            __m256 wo = _mm256_castsi256_ps(_mm256_blend_epi16(v, zero, 0x55));                    \
+            for (int b = 0; b < TB; b++) {                                                         \
+                ae[i][b] = _mm256_fmadd_ps(we, xe[b], ae[i][b]);                                   \
+                ao[i][b] = _mm256_fmadd_ps(wo, xo[b], ao[i][b]);                                   \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+    for (int k = 0; k < 4; k++) {
+        __m256 ae[TR][TB], ao[TR][TB];
+        for (int i = 0; i < TR; i++)
+            for (int b = 0; b < TB; b++)
+                ae[i][b] = ao[i][b] = _mm256_setzero_ps();
+        for (size_t c = 16 * (size_t)k; c < c64; c += 64)
+            BF16_TILE_STEP(c);
+        if (k == 0) /* chain 0 goes on over the blocks of 16 */
+            for (size_t c = c64; c < c16; c += 16)
+                BF16_TILE_STEP(c);
+        for (int i = 0; i < TR; i++)
+            for (int b = 0; b < TB; b++)
+                ch[k][i][b] = _mm256_add_ps(ae[i][b], ao[i][b]);
+    }
+#undef BF16_TILE_STEP
+    __m256 s8[TR][TB];
+    fold_chains(ch, s8);
+    for (int i = 0; i < TR; i++)
+        for (int b = 0; b < TB; b++) {
+            float s = hsum8(s8[i][b]);
+            for (size_t c = c16; c < cols; c++)
+                s += kv_bf16_to_f32(w[i][c]) * x[b][c];
+            y[b * TR + i] = s;
+        }
+}
+
+/* dot_row_t on a TR x TB tile of F32 or F16 rows (kv_tile_fn's). */
+INLINE void tile_t(kv_dtype dt, const kv_weight *wm, const int *r, const float *const *x, float *y)
+{
+    size_t cols = (size_t)wm->cols, c32 = cols / 32 * 32, c8 = cols / 8 * 8;
+    __m256 ch[4][TR][TB];
+#define TILE_T_STEP(at)                                                                            \
+    do {                                                                                           \
+        __m256 xv[TB];                                                                             \
+        for (int b = 0; b < TB; b++) {                                                             \
+            xv[b] = _mm256_loadu_ps(x[b] + (at));                                                  \
+            PIN(xv[b]);                                                                            \
+        }                                                                                          \
+        for (int i = 0; i < TR; i++) {                                                             \
+            __m256 wv = load8(dt, wm->data, (size_t)r[i] * cols + (at));                           \
+            for (int b = 0; b < TB; b++)                                                           \
+                a[i][b] = _mm256_fmadd_ps(wv, xv[b], a[i][b]);                                     \
+        }                                                                                          \
+    } while (0)
+    for (int k = 0; k < 4; k++) {
+        __m256 a[TR][TB];
+        for (int i = 0; i < TR; i++)
+            for (int b = 0; b < TB; b++)
+                a[i][b] = _mm256_setzero_ps();
+        for (size_t c = 8 * (size_t)k; c < c32; c += 32)
+            TILE_T_STEP(c);
+        if (k == 0)
+            for (size_t c = c32; c < c8; c += 8)
+                TILE_T_STEP(c);
+        for (int i = 0; i < TR; i++)
+            for (int b = 0; b < TB; b++)
+                ch[k][i][b] = a[i][b];
+    }
+#undef TILE_T_STEP
+    __m256 s8[TR][TB];
+    fold_chains(ch, s8);
+    for (int i = 0; i < TR; i++)
+        for (int b = 0; b < TB; b++) {
+            float s = hsum8(s8[i][b]);
+            size_t base = (size_t)r[i] * cols;
+            for (size_t c = c8; c < cols; c++)
+                s += kv_weight_at(wm, base + c) * x[b][c];
+            y[b * TR + i] = s;
+        }
+}
+
+static void f32_tile(const kv_weight *w, const int *r, const float *const *x, const void *const *xp,
+                     float *y)
+{
+    (void)xp;
+    tile_t(KV_DTYPE_F32, w, r, x, y);
+}
+
+static void f16_tile(const kv_weight *w, const int *r, const float *const *x, const void *const *xp,
+                     float *y)
+{
+    (void)xp;
+    tile_t(KV_DTYPE_F16, w, r, x, y);
+}
+
+static void rows_batch(const kv_weight *w, int r0, int r1, const float *xs, const void *xps,
+                       int batch, kv_compute mode, float *y, size_t ldy)
+{
+    (void)mode; /* in BF16 mode x holds BF16 values: the same kernels are exact */
+    kv_tile_fn *tile = w->dtype == KV_DTYPE_BF16  ? bf16_tile
+                       : w->dtype == KV_DTYPE_F16 ? f16_tile
+                                                  : f32_tile;
+    kv_rows_batch_tiles(tile, TR, TB, w, r0, r1, xs, xps, batch, y, ldy);
+}
+
 static void rows(const kv_weight *w, int r0, int r1, const float *x, const void *xp,
                  kv_compute mode, float *y)
 {
@@ -139,6 +304,17 @@ static void rows(const kv_weight *w, int r0, int r1, const float *x, const void 
     for (int r = r0; r < r1; r++)
         y[r] = kv_dot_row_scalar(w, r, x);
 }
+
+static void rows_batch(const kv_weight *w, int r0, int r1, const float *xs, const void *xps,
+                       int batch, kv_compute mode, float *y, size_t ldy)
+{
+    (void)xps, (void)mode;
+    for (int r = r0; r < r1; r++)
+        for (int b = 0; b < batch; b++)
+            y[(size_t)b * ldy + (size_t)r] =
+                kv_dot_row_scalar(w, r, xs + (size_t)b * (size_t)w->cols);
+}
 #endif
 
-const kv_isa_kernels kv_kernels_avx2 = {.prepare = prepare, .rows = rows, .gemm_bf16 = NULL};
+const kv_isa_kernels kv_kernels_avx2 = {
+    .prepare = prepare, .rows = rows, .rows_batch = rows_batch, .gemm_bf16 = NULL};

@@ -9,5 +9,7 @@
 void kv_avx512_prepare(const float *x, int n, kv_compute mode, void *xp);
 void kv_avx512_rows(const kv_weight *w, int r0, int r1, const float *x, const void *xp,
                     kv_compute mode, float *y);
+void kv_avx512_rows_batch(const kv_weight *w, int r0, int r1, const float *xs, const void *xps,
+                          int batch, kv_compute mode, float *y, size_t ldy);
 
 #endif

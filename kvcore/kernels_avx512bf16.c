@@ -63,6 +63,73 @@ static void rows(const kv_weight *w, int r0, int r1, const float *x, const void 
         y[r] = dot_row_dp(w, r, xp);
 }
 
+/* ---- the batched GEMV's tiles ----
+ *
+ * BF16 mode: a tile of DP_TR weight rows x DP_TB activation rows runs
+ * dot_row_dp's four accumulator chains one after another (the same
+ * vdpbf16ps in the same order per chain, the masked tail in chain 0) and
+ * adds them as dot_row_dp does, so each pair gets its bits (see
+ * kernels_avx2.c). Each 64-byte load of w or x feeds four vdpbf16ps. A
+ * partial tile repeats its last row (computed, not stored). */
+#define DP_TR 4
+#define DP_TB 4
+
+/* kv_tile_fn: xp[b] is x[b] packed to BF16. */
+static void dp_tile(const kv_weight *wm, const int *r, const float *const *xf,
+                    const void *const *xp, float *y)
+{
+    (void)xf;
+    size_t cols = (size_t)wm->cols;
+    const uint16_t *w[DP_TR], *x[DP_TB];
+    for (int i = 0; i < DP_TR; i++)
+        w[i] = (const uint16_t *)wm->data + (size_t)r[i] * cols;
+    for (int b = 0; b < DP_TB; b++)
+        x[b] = xp[b];
+    __m512 ch[4][DP_TR][DP_TB];
+    size_t c128 = cols / 128 * 128;
+#define DP_TILE_STEP(at, n)                                                                        \
+    do {                                                                                           \
+        __m512bh wv[DP_TR];                                                                        \
+        for (int i = 0; i < DP_TR; i++)                                                            \
+            wv[i] = load32(w[i] + (at), (n));                                                      \
+        for (int b = 0; b < DP_TB; b++) {                                                          \
+            __m512bh xv = load32(x[b] + (at), (n));                                                \
+            for (int i = 0; i < DP_TR; i++)                                                        \
+                a[i][b] = _mm512_dpbf16_ps(a[i][b], wv[i], xv);                                    \
+        }                                                                                          \
+    } while (0)
+    for (int k = 0; k < 4; k++) {
+        __m512 a[DP_TR][DP_TB];
+        for (int i = 0; i < DP_TR; i++)
+            for (int b = 0; b < DP_TB; b++)
+                a[i][b] = _mm512_setzero_ps();
+        for (size_t c = 32 * (size_t)k; c < c128; c += 128)
+            DP_TILE_STEP(c, 32);
+        if (k == 0) /* chain 0 goes on over the rest, 32 at a time */
+            for (size_t c = c128; c < cols; c += 32)
+                DP_TILE_STEP(c, cols - c);
+        for (int i = 0; i < DP_TR; i++)
+            for (int b = 0; b < DP_TB; b++)
+                ch[k][i][b] = a[i][b];
+    }
+#undef DP_TILE_STEP
+    for (int i = 0; i < DP_TR; i++)
+        for (int b = 0; b < DP_TB; b++)
+            y[b * DP_TR + i] = _mm512_reduce_add_ps(_mm512_add_ps(
+                _mm512_add_ps(ch[0][i][b], ch[1][i][b]), _mm512_add_ps(ch[2][i][b], ch[3][i][b])));
+}
+
+static void rows_batch(const kv_weight *w, int r0, int r1, const float *xs, const void *xps,
+                       int batch, kv_compute mode, float *y, size_t ldy)
+{
+    if (mode != KV_COMPUTE_BF16 || w->dtype != KV_DTYPE_BF16) { /* as rows() */
+        kv_avx512_rows_batch(w, r0, r1, xs, mode == KV_COMPUTE_BF16 ? NULL : xps, batch,
+                             KV_COMPUTE_F32, y, ldy);
+        return;
+    }
+    kv_rows_batch_tiles(dp_tile, DP_TR, DP_TB, w, r0, r1, xs, xps, batch, y, ldy);
+}
+
 /* Rows of x per block: a block of packed x (64 rows of 1,024 columns is
  * 128 KB) stays in L2 while the task's weight rows stream past it. */
 #define X_BLOCK 64
@@ -125,4 +192,4 @@ static void gemm_bf16(const kv_weight *w, int r0, int r1, const uint16_t *x, int
 }
 
 const kv_isa_kernels kv_kernels_avx512bf16 = {
-    .prepare = prepare, .rows = rows, .gemm_bf16 = gemm_bf16};
+    .prepare = prepare, .rows = rows, .rows_batch = rows_batch, .gemm_bf16 = gemm_bf16};

@@ -1,18 +1,19 @@
 /* Batched decoding (kv_generate_batch, kv_model_forward_batch): every config
- * of a sample decoded together gives each config the tokens, logits and
- * eviction decisions of decoding it alone with the one-token forward, on
- * every test model and the trained demo model, for every policy; rows
- * leave the batch when they stop without changing the others; and a sweep
- * costs one batched forward per step. */
+ * of a sample decoded together gives each config the tokens, logits (bit
+ * for bit) and eviction decisions of decoding it alone with the one-token
+ * forward, on every test model and the trained demo model, for every
+ * policy, in both compute modes and at every instruction-set level this CPU
+ * has; rows leave the batch when they stop without changing the others;
+ * and a sweep costs one batched forward per step. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "evict.h"
 #include "generate.h"
+#include "levels.h"
 #include "model.h"
 #include "testutil.h"
 
@@ -85,13 +86,14 @@ typedef struct setup {
     int vocab, n_layers;
 } setup;
 
-/* Loads the model and prefills a pseudo-random prompt once, with the
- * statistics of every policy. */
-static void setup_open(setup *s, const char *rel)
+/* Loads the model in compute mode `mode` and prefills a pseudo-random
+ * prompt once, with the statistics of every policy. */
+static void setup_open(setup *s, const char *rel, kv_compute mode)
 {
     char *dir = tu_source(rel);
     kv_error err;
     cr_assert_eq(kv_model_load(dir, &s->m, &err), 0, "%s", err.msg);
+    cr_assert_eq(kv_model_set_compute(s->m, mode, &err), 0, "%s", err.msg);
     cr_assert_eq(kv_evict_model_load(&s->em, s->m, true, &err), 0, "%s", err.msg);
     free(dir);
     s->vocab = kv_model_get_config(s->m)->vocab;
@@ -185,21 +187,13 @@ static int decode_alone(setup *s, int i, int max_new, int32_t stop_id, int32_t *
     return n;
 }
 
-static double max_diff(const float *a, const float *b, size_t n)
-{
-    double d = 0;
-    for (size_t i = 0; i < n; i++)
-        d = fmax(d, fabs((double)a[i] - (double)b[i]));
-    return d;
-}
-
 /* Every policy and the full cache decoded together vs each alone. Rows get
  * different lengths, and one stops at a stop id, so rows leave the batch at
  * different steps. */
-static void check_model(const char *rel)
+static void check_model(const char *rel, kv_compute mode)
 {
     setup s = {0};
-    setup_open(&s, rel);
+    setup_open(&s, rel, mode);
     int32_t alone[N_ROWS][GEN], stop_of[N_ROWS];
     int n_alone[N_ROWS], max_new[N_ROWS];
     row ra[N_ROWS], rb[N_ROWS];
@@ -244,8 +238,10 @@ static void check_model(const char *rel)
                      "%s row %d (%s): tokens differ", rel, i, i ? policies[i - 1] : "full");
         cr_assert_eq(rb[i].n_logits, n_alone[i] - 1, "one forward per fed token");
         cr_assert_eq(outs[i].n_decode_forwards, n_alone[i] - 1);
-        double d = max_diff(ra[i].logits, rb[i].logits, (size_t)rb[i].n_logits * (size_t)s.vocab);
-        cr_assert_leq(d, 1e-5, "%s row %d: logits differ by %g", rel, i, d);
+        cr_assert_eq(memcmp(ra[i].logits, rb[i].logits,
+                            (size_t)rb[i].n_logits * (size_t)s.vocab * sizeof(float)),
+                     0, "%s, %s, level %s, row %d: logits differ", rel, kv_compute_name(mode),
+                     kv_isa_name(kv_isa_active()), i);
         most = n_alone[i] - 1 > most ? n_alone[i] - 1 : most;
         kv_generation_free(&outs[i]);
         kv_cache_free(caches[i]);
@@ -257,23 +253,31 @@ static void check_model(const char *rel)
     setup_close(&s);
 }
 
-Test(batch, every_policy_equals_decoding_alone_on_every_model, .timeout = 300)
+static void check_level(kv_isa isa)
 {
-    for (int i = 0; i < N_MODELS; i++)
-        check_model(models[i]);
+    (void)isa; /* set by tu_each_level */
+    for (int i = 0; i < N_MODELS; i++) {
+        check_model(models[i], KV_COMPUTE_F32);
+        check_model(models[i], KV_COMPUTE_BF16);
+    }
+}
+
+Test(batch, every_policy_equals_decoding_alone_on_every_model, .timeout = 600)
+{
+    tu_each_level(check_level);
 }
 
 /* The forward itself: a batch over caches of different lengths and
  * positions gives each row the keys, values, positions and logits of the
  * one-token forward on a copy of its cache. */
-Test(batch, forward_rows_equal_one_token_forwards)
+static void check_forward(kv_compute mode)
 {
     setup s = {0};
-    setup_open(&s, "tests/data/models/qwen3-bf16");
+    setup_open(&s, "tests/data/models/qwen3-bf16", mode);
     kv_error err;
-    enum { B = 3 };
+    enum { B = 5 }; /* partial tiles of input rows at every level */
     kv_cache *a[B], *b[B];
-    int32_t tok[B] = {5, 17, 5};
+    int32_t tok[B] = {5, 17, 5, 9, 17};
     for (int i = 0; i < B; i++) {
         a[i] = kv_cache_fork(s.base, 0, &err);
         for (int l = 0; l < s.n_layers; l++) { /* different lengths per row */
@@ -290,7 +294,9 @@ Test(batch, forward_rows_equal_one_token_forwards)
                                       false, &err),
                      0, "%s", err.msg);
     cr_assert_eq(kv_model_forward_batch(s.m, b, tok, B, NULL, NULL, lb, &err), 0, "%s", err.msg);
-    cr_assert_eq(memcmp(la, lb, B * (size_t)s.vocab * sizeof *la), 0, "logits are bit-identical");
+    cr_assert_eq(memcmp(la, lb, B * (size_t)s.vocab * sizeof *la), 0,
+                 "%s, level %s: logits are bit-identical", kv_compute_name(mode),
+                 kv_isa_name(kv_isa_active()));
     size_t row = (size_t)kv_cache_row(a[0]);
     for (int i = 0; i < B; i++) {
         cr_assert_eq(a[i]->next_pos, b[i]->next_pos);
@@ -315,4 +321,16 @@ Test(batch, forward_rows_equal_one_token_forwards)
     free(la);
     free(lb);
     setup_close(&s);
+}
+
+static void check_forward_level(kv_isa isa)
+{
+    (void)isa; /* set by tu_each_level */
+    check_forward(KV_COMPUTE_F32);
+    check_forward(KV_COMPUTE_BF16);
+}
+
+Test(batch, forward_rows_equal_one_token_forwards)
+{
+    tu_each_level(check_forward_level);
 }

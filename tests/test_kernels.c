@@ -154,6 +154,73 @@ Test(kernels, products_match_reference_at_every_level_the_cpu_has)
     tu_each_level(check_level);
 }
 
+/* kv_gemv_batch of `batch` input rows through two matrices (q/k-like: one
+ * call, several weights) against kv_gemv of each input row alone: equal
+ * bit for bit, whatever the tile a row falls in. */
+static void check_batch(kv_pool *p, kv_dtype dt, kv_compute mode, int rows, int cols, int batch)
+{
+    float *ref[2];
+    void *data[2];
+    kv_weight w[2] = {random_weight(dt, rows, cols, &ref[0], &data[0]),
+                      random_weight(dt, rows / 2 + 1, cols, &ref[1], &data[1])};
+    float *xs = malloc((size_t)batch * (size_t)cols * sizeof *xs);
+    for (size_t i = 0; i < (size_t)batch * (size_t)cols; i++)
+        xs[i] = rnd();
+    if (mode == KV_COMPUTE_BF16)
+        kv_round_bf16(xs, (size_t)batch * (size_t)cols);
+    const kv_weight *ws[2] = {&w[0], &w[1]};
+    float *ys[2], *alone = malloc((size_t)rows * sizeof *alone);
+    for (int i = 0; i < 2; i++)
+        ys[i] = malloc((size_t)batch * (size_t)w[i].rows * sizeof *ys[i]);
+    kv_gemv_batch(p, 2, ws, xs, batch, mode, ys);
+    for (int i = 0; i < 2; i++)
+        for (int b = 0; b < batch; b++) {
+            kv_gemv(p, &w[i], xs + (size_t)b * (size_t)cols, mode, alone);
+            for (int r = 0; r < w[i].rows; r++)
+                cr_assert_eq(bits(ys[i][(size_t)b * (size_t)w[i].rows + (size_t)r]), bits(alone[r]),
+                             "%s: dtype %d, mode %s, %d x %d, batch %d: row %d of input %d is "
+                             "%.9g batched, %.9g alone",
+                             kv_isa_name(kv_isa_active()), (int)dt, kv_compute_name(mode),
+                             w[i].rows, cols, batch, r, b, ys[i][(size_t)b * w[i].rows + r],
+                             alone[r]);
+        }
+    for (int i = 0; i < 2; i++) {
+        free(ys[i]);
+        free(data[i]);
+        free(ref[i]);
+    }
+    free(alone);
+    free(xs);
+}
+
+/* Batched GEMVs at level isa: every dtype and mode, column counts that leave
+ * every tail, batch sizes that leave partial tiles of input rows, and row
+ * counts (37, 19, and 301 split into tasks of odd length) that leave
+ * partial tiles of weight rows. */
+static void check_batch_level(kv_isa isa)
+{
+    (void)isa; /* set by tu_each_level */
+    kv_error err;
+    kv_pool *p = kv_pool_new(2, &err);
+    cr_assert_not_null(p, "%s", err.msg);
+    static const int colss[] = {1, 7, 16, 31, 33, 64, 100, 129, 256, 1000};
+    static const int batches[] = {2, 3, 4, 5, 9, 17};
+    for (size_t c = 0; c < sizeof colss / sizeof colss[0]; c++)
+        for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++) {
+            int rows = colss[c] == 1000 && batches[b] == 17 ? 301 : 37;
+            check_batch(p, KV_DTYPE_F32, KV_COMPUTE_F32, rows, colss[c], batches[b]);
+            check_batch(p, KV_DTYPE_F16, KV_COMPUTE_F32, rows, colss[c], batches[b]);
+            check_batch(p, KV_DTYPE_BF16, KV_COMPUTE_F32, rows, colss[c], batches[b]);
+            check_batch(p, KV_DTYPE_BF16, KV_COMPUTE_BF16, rows, colss[c], batches[b]);
+        }
+    kv_pool_free(p);
+}
+
+Test(kernels, batched_gemv_rows_equal_gemv_bit_for_bit_at_every_level)
+{
+    tu_each_level(check_batch_level);
+}
+
 Test(kernels, a_level_the_cpu_lacks_is_refused)
 {
     kv_error err;

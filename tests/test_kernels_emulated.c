@@ -3,12 +3,14 @@
  * this program with kernels_avx512.c and kernels_avx512bf16.c), against a
  * double-precision reference: GEMV rows of every dtype in F32 mode, BF16
  * rows and the BF16 GEMM in BF16 mode, with column counts that leave every
- * kind of tail and row ranges that leave partial tiles. It runs on any CPU:
+ * kind of tail and row ranges that leave partial tiles; and the batched
+ * GEMV's tiles bit for bit against the same level's rows. It runs on any CPU:
  * the logic of the kernels is checked here; the instructions themselves
  * only by tests/test_kernels.c on a CPU that has them. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels_isa.h"
 
@@ -118,4 +120,60 @@ Test(kernels_emulated, bf16_gemm_tiles_and_leftovers)
         free((void *)w.data);
         free(ref);
     }
+}
+
+/* rows_batch of both levels against their own rows() on each input row
+ * alone: equal bit for bit (the tiles must keep the row kernel's
+ * accumulators and order of sums), for every dtype and mode, batch sizes
+ * that leave partial tiles of input rows and a row range that leaves
+ * partial tiles of weight rows. */
+Test(kernels_emulated, batched_rows_equal_rows_bit_for_bit)
+{
+    static const kv_dtype dts[] = {KV_DTYPE_F32, KV_DTYPE_F16, KV_DTYPE_BF16};
+    static const int batches[] = {2, 3, 5, 9};
+    const kv_isa_kernels *levels[] = {&kv_kernels_avx512, &kv_kernels_avx512bf16};
+    enum { MAX_B = 9 };
+    for (size_t ci = 0; ci < sizeof colss / sizeof *colss; ci++)
+        for (int di = 0; di < 3; di++)
+            for (int mode = 0; mode < 2; mode++) {
+                if (mode == KV_COMPUTE_BF16 && dts[di] != KV_DTYPE_BF16)
+                    continue;
+                int cols = colss[ci];
+                float *ref = malloc((size_t)ROWS * (size_t)cols * sizeof *ref);
+                kv_weight w = {.dtype = dts[di], .rows = ROWS, .cols = cols};
+                w.data = random_matrix(dts[di], ROWS, cols, ref);
+                float *xs = malloc((size_t)MAX_B * (size_t)cols * sizeof *xs);
+                float *xps = malloc((size_t)MAX_B * (size_t)cols * sizeof *xps);
+                float y[MAX_B * ROWS], alone[ROWS];
+                for (int i = 0; i < MAX_B * cols; i++)
+                    xs[i] = rnd();
+                if (mode == KV_COMPUTE_BF16)
+                    kv_round_bf16(xs, (size_t)MAX_B * (size_t)cols);
+                for (int l = 0; l < 2; l++)
+                    for (size_t bi = 0; bi < sizeof batches / sizeof *batches; bi++) {
+                        int batch = batches[bi];
+                        for (int b = 0; b < batch; b++)
+                            levels[l]->prepare(xs + (size_t)b * (size_t)cols, cols,
+                                               (kv_compute)mode, xps + (size_t)b * (size_t)cols);
+                        /* rows [4, 37): 16 tiles of 2 rows and one of 1; 8 of
+                         * 4 rows and one of 1 */
+                        levels[l]->rows_batch(&w, 4, ROWS, xs, xps, batch, (kv_compute)mode, y,
+                                              ROWS);
+                        for (int b = 0; b < batch; b++) {
+                            levels[l]->rows(&w, 4, ROWS, xs + (size_t)b * (size_t)cols,
+                                            xps + (size_t)b * (size_t)cols, (kv_compute)mode,
+                                            alone);
+                            for (int r = 4; r < ROWS; r++)
+                                cr_expect_eq(memcmp(&y[b * ROWS + r], &alone[r], sizeof(float)), 0,
+                                             "%s, dtype %d, mode %d, %d columns, batch %d: row %d "
+                                             "of input %d is %.9g batched, %.9g alone",
+                                             l ? "avx512bf16" : "avx512", (int)dts[di], mode, cols,
+                                             batch, r, b, y[b * ROWS + r], alone[r]);
+                        }
+                    }
+                free(xps);
+                free(xs);
+                free((void *)w.data);
+                free(ref);
+            }
 }

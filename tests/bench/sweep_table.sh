@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# sweep_table.sh — the README's sweep table ("Sweeps in one weight pass"), measured.
+#
+#   tests/bench/sweep_table.sh MODEL_DIR [PROMPT_TOKENS] [GEN_TOKENS] [CONFIGS] [THREADS] [REPEATS]
+#   (defaults: 2048 64 4,16,31 2 1; KVBENCH=path/to/kvbench, default build/harness/kvbench)
+#
+# Runs `kvbench bench sweep` once (the full cache alone, then 1 + K configs batched and 1 + K
+# one after another, alternating, in one process and from one prefill) under /usr/bin/time -v,
+# and prints the Markdown table of wall and CPU ratios to the full cache alone, with the
+# kernel level, the machine's load and the process's peak RSS. The CPU ratios are the ones to
+# trust on a shared machine (a neighbour's load moves the wall times).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+if [ $# -lt 1 ]; then
+  sed -n '4,5p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+fi
+model=$1 prompt=${2:-2048} gen=${3:-64} configs=${4:-4,16,31} threads=${5:-2} repeats=${6:-1}
+kvbench=${KVBENCH:-build/harness/kvbench}
+[ -x "$kvbench" ] || { echo "sweep_table.sh: $kvbench: not built (./kvbench.sh setup)" >&2; exit 1; }
+[ -x /usr/bin/time ] || { echo "sweep_table.sh: /usr/bin/time: missing (apt-get install time)" >&2; exit 1; }
+
+out=$(mktemp) err=$(mktemp)
+trap 'rm -f "$out" "$err"' EXIT
+start=$(date -u +%H:%M) load0=$(cut -d' ' -f1 /proc/loadavg)
+if ! /usr/bin/time -v "$kvbench" bench sweep --model "$model" --prompt-tokens "$prompt" \
+    --gen-tokens "$gen" --configs "$configs" --threads "$threads" --repeats "$repeats" \
+    >"$out" 2>"$err"; then
+  cat "$err" >&2
+  exit 1
+fi
+end=$(date -u +%H:%M) load1=$(cut -d' ' -f1 /proc/loadavg)
+
+level=$("$kvbench" version --libraries | sed -n 's/^kernels \([a-z0-9]*\).*/\1/p')
+rss_kib=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$err")
+echo "\`kvbench bench sweep --prompt-tokens $prompt --gen-tokens $gen --configs $configs" \
+  "--threads $threads --repeats $repeats\` on $(basename "$model"), kernels $level," \
+  "$start–$end UTC, load $load0 → $load1:"
+echo
+echo "| configs | batched / full (wall) | sequential / full (wall) | batched / full (CPU) | sequential / full (CPU) |"
+echo "|--:|--:|--:|--:|--:|"
+# bench sweep's table: configs, batched/full, sequent/full, seq/batch, CPU batched, CPU sequent.
+awk '$1 ~ /^[0-9]+$/ && NF == 6 {
+  gsub(/x/, "×"); printf "| %s | %s | %s | %s | %s |\n", $1, $2, $3, $5, $6 }' "$out"
+echo
+sed -n 's/^# repeat \([0-9]*\): full \([0-9.]*\) s (\([0-9.]*\) CPU s).*/repeat \1: full cache \2 s wall, \3 CPU-s/p' "$err"
+grep -q '^batched tokens identical to sequential: yes' "$out" && echo "Batched and sequential tokens identical."
+awk -v k="$rss_kib" 'BEGIN { printf "Peak RSS: %d KiB = %.2f GB.\n", k, k * 1024 / 1e9 }'
