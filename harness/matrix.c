@@ -357,6 +357,14 @@ static int check_param(const kv_evict_param_def *d, const cJSON *v, char *err, s
         if (v->valuedouble > (double)d->max)
             return snprintf(err, n, "%s: must be <= %lld", d->key, d->max), -1;
         return 0;
+    case KV_PARAM_NUMBER:
+        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+            return snprintf(err, n, "%s: must be a number", d->key), -1;
+        if (v->valuedouble < (double)d->min)
+            return snprintf(err, n, "%s: must be >= %lld", d->key, d->min), -1;
+        if (v->valuedouble > (double)d->max)
+            return snprintf(err, n, "%s: must be <= %lld", d->key, d->max), -1;
+        return 0;
     case KV_PARAM_BOOL:
         if (!cJSON_IsBool(v))
             return snprintf(err, n, "%s: must be true or false", d->key), -1;

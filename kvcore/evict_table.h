@@ -11,6 +11,7 @@
  * X(key, type, default, min, max, choices, only_for, flag, metavar, help, token, abbrev)
  *   key      config key and kv_evict_params field
  *   type     INT | NAME | BOOL | WINDOW (an int or none) | SEED (0..UINT32_MAX)
+ *            | NUMBER (a finite real; its range is checked by validation)
  *   default  as text, as a user would type it
  *   min, max accepted integers (INT, WINDOW, SEED)
  *   choices  accepted names, NULL-terminated (NAME); NULL: the scorer registry
@@ -57,7 +58,17 @@
     X(positions, NAME, "absolute", 0, 0, KV_NAMES("absolute", "compact"), NULL, \
       "positions", "NAME", "absolute or compact (kvpress)", "", "absolute=") \
     X(seed, SEED, "0", 0, UINT32_MAX, NULL, NULL, \
-      "eviction-seed", "N", "seed of the random policy and anchor", "seed", "")
+      "eviction-seed", "N", "seed of the random policy and anchor", "seed", "") \
+    X(layer_budget, NAME, "uniform", 0, 0, KV_NAMES("uniform", "pyramid"), NULL, \
+      "layer-budget", "NAME", "uniform, or pyramid (PyramidKV: more intermediate tokens in lower layers)", \
+      "", "uniform= pyramid=pyr") \
+    X(pyramid_beta, NUMBER, "20", 1, INT_MAX, NULL, NULL, \
+      "pyramid-beta", "X", "pyramid: the last layer keeps 1/beta of the mean (>= 1)", "beta", "") \
+    X(head_budget, NAME, "uniform", 0, 0, KV_NAMES("uniform", "adaptive"), NULL, \
+      "head-budget", "NAME", "uniform, or adaptive (AdaKV: a layer's KV heads share their budget; per_head)", \
+      "", "uniform= adaptive=ada") \
+    X(alpha_safeguard, NUMBER, "0.2", 0, 1, NULL, NULL, \
+      "alpha-safeguard", "X", "adaptive: the share of its budget every head keeps (0..1)", "alpha", "")
 /* clang-format on */
 
 #endif

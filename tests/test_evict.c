@@ -948,7 +948,7 @@ Test(evict_params, json_round_trip)
                  0, "%s", err.msg);
     cJSON *j = kv_evict_params_to_json(&a);
     cr_assert_not_null(j);
-    cr_assert_eq(cJSON_GetArraySize(j), 14);
+    cr_assert_eq(cJSON_GetArraySize(j), 18);
     kv_evict_params_default(&b);
     cr_assert_eq(kv_evict_params_from_json(&b, j, &err), 0, "%s", err.msg);
     cr_assert_eq(memcmp(&a, &b, sizeof a), 0);
@@ -1569,10 +1569,11 @@ Test(evict_params, keys_and_algorithms_are_listed)
     for (; kv_evict_param_key(n); n++) /* every listed key is accepted */
         cr_assert_neq(strstr("algorithm strategy group_size start_size recent_size "
                              "intermediate_size refined_size score_aggregation apply_rerotation "
-                             "window_size refined_algorithm kvcrush_anchor positions seed",
+                             "window_size refined_algorithm kvcrush_anchor positions seed layer_budget "
+                             "pyramid_beta head_budget alpha_safeguard",
                              kv_evict_param_key(n)),
                       NULL, "%s", kv_evict_param_key(n));
-    cr_assert_eq(n, 14);
+    cr_assert_eq(n, 18);
     cr_assert_null(kv_evict_param_key(-1));
     for (int i = 0; kv_evict_algorithm(i); i++) {
         cr_assert_eq(kv_evict_params_set(&p, "algorithm", kv_evict_algorithm(i), &err), 0);
@@ -1617,7 +1618,7 @@ Test(evict_params, every_table_row_parses_by_key_and_flag)
             cr_assert(strstr(err.msg, d->key), "%s", err.msg);
         }
     }
-    cr_assert_eq(n, 14);
+    cr_assert_eq(n, 18);
     cr_assert_null(kv_evict_param_find("--no-such-flag"));
     cJSON *schema = kv_evict_params_schema();
     cr_assert_eq(cJSON_GetArraySize(schema), n);
