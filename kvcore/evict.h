@@ -124,6 +124,12 @@ int kv_evict_layer_intermediate(const kv_evict_params *p, int n_layers, int laye
  * for parity checks: q the prompt length, r the compression ratio, w the
  * window. */
 int kv_evict_pyramid_kvpress(int q, double r, int w, double beta, int n_layers, int layer);
+/* The original's (KVCache-Factory's) budget of a layer, the window kept on
+ * top: integer floor arithmetic on base = max_capacity_prompt - w; all q
+ * tokens (less the window) when q < max_capacity_prompt, base when q <
+ * 2 base. For parity checks. */
+int kv_evict_pyramid_original(int q, int max_capacity_prompt, int w, int beta, int n_layers,
+                              int layer);
 
 /* The SnapKV observation window the policy uses: window_size, or 8 for
  * snapkv without one (NNCF's default); 0 for the other algorithms. */

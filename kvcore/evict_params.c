@@ -95,6 +95,22 @@ int kv_evict_pyramid_kvpress(int q, double r, int w, double beta, int n_layers, 
     return (int)nearbyint(hi - layer * steps);
 }
 
+int kv_evict_pyramid_original(int q, int max_capacity_prompt, int w, int beta, int n_layers,
+                              int layer)
+{
+    int base = max_capacity_prompt - w;
+    if (q < max_capacity_prompt)
+        return q - w;
+    if (q < 2 * base)
+        return base;
+    int lo = base / beta, hi = 2 * base - lo;
+    if (hi >= q - w) {
+        hi = q - w;
+        lo = 2 * base - hi;
+    }
+    return hi - layer * ((hi - lo) / (n_layers - 1));
+}
+
 int kv_evict_params_window(const kv_evict_params *p)
 {
     if (p->has_window)

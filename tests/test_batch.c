@@ -43,6 +43,10 @@ static const char *const policies[] = {
     "{\"algorithm\": \"h2o\", \"refined_size\": 12, \"refined_algorithm\": \"criticalkv\"}",
     "{\"algorithm\": \"h2o\", \"strategy\": \"per_head\", \"refined_size\": 12, "
     "\"refined_algorithm\": \"criticalkv\", \"apply_rerotation\": false}",
+    "{\"algorithm\": \"snapkv\", \"layer_budget\": \"pyramid\", \"pyramid_beta\": 4}",
+    "{\"algorithm\": \"h2o\", \"strategy\": \"per_head\", \"head_budget\": \"adaptive\"}",
+    "{\"algorithm\": \"snapkv\", \"strategy\": \"per_head\", \"head_budget\": \"adaptive\", "
+    "\"alpha_safeguard\": 0, \"layer_budget\": \"pyramid\", \"positions\": \"compact\"}",
 };
 #define N_POLICIES (int)(sizeof policies / sizeof policies[0])
 #define N_ROWS     (N_POLICIES + 1) /* row 0: the full cache */

@@ -1625,3 +1625,17 @@ Test(evict_params, every_table_row_parses_by_key_and_flag)
     cJSON_Delete(schema);
     cJSON_Delete(dj);
 }
+
+/* The budget schedules' messages (docs/eviction.md), after NNCF's checks. */
+Test(evict_tv, budgets_validation)
+{
+    INVALID("head_budget 'adaptive' (AdaKV) needs strategy 'per_head'.", "head_budget",
+            "adaptive");
+    INVALID("alpha_safeguard must be in [0, 1].", "alpha_safeguard", "1.5");
+    INVALID("alpha_safeguard must be in [0, 1].", "alpha_safeguard", "-0.1");
+    INVALID("refined_size must be 0 with strategy 'per_head'.", "strategy", "per_head",
+            "head_budget", "adaptive", "refined_size", "32");
+    INVALID("pyramid_beta must be >= 1.", "pyramid_beta", "0.5");
+    INVALID("layer_budget must be 'uniform' or 'pyramid'", "layer_budget", "cone");
+    INVALID("head_budget must be 'uniform' or 'adaptive'", "head_budget", "greedy");
+}

@@ -171,6 +171,30 @@ Test(evict_e2e, snapkv_sum_per_head)
     check_fixture("ph2_snapkv_sum_head");
 }
 
+/* The budget schedules against tools/ref_budgets.py (float64 numpy, written
+ * from the spec): layer_budget pyramid per_token and per_head, head_budget
+ * adaptive (AdaKV: the heads of a layer keep different numbers of tokens,
+ * attention skips each head's gap), and both together. */
+Test(evict_e2e, snapkv_pyramid_per_token)
+{
+    check_fixture("pk1_snapkv_pyramid_token");
+}
+
+Test(evict_e2e, h2o_pyramid_per_head)
+{
+    check_fixture("pk2_h2o_pyramid_head");
+}
+
+Test(evict_e2e, h2o_adaptive_heads)
+{
+    check_fixture("ad1_h2o_adaptive");
+}
+
+Test(evict_e2e, snapkv_adaptive_heads_pyramid_layers)
+{
+    check_fixture("ad2_snapkv_adaptive_pyramid");
+}
+
 /* The flags of the seed example's shape give what the config file gives. */
 Test(evict_e2e, cli_flags_equal_config_file)
 {
@@ -220,13 +244,32 @@ Test(evict_e2e, budget_above_length_changes_nothing)
     tu_result full = generate(tmp, none);
     cr_assert_eq(full.status, 0, "%s", full.err);
     cr_assert_eq(rename(npy, full_npy), 0);
-    static const char *const algos[] = {"snapkv", "h2o", "knorm", "snapkv"};
-    static const char *const strategies[] = {"per_token", "per_token", "per_token", "per_head"};
-    for (int a = 0; a < 4; a++) {
-        const char *extra[] = {
-            "--eviction", algos[a],        "--strategy", strategies[a],         "--start-size",
-            "4",          "--recent-size", "16",         "--intermediate-size", "220",
-            "--trace",    trace,           NULL};
+    /* pyramid with beta 1 gives every layer intermediate_size; adaptive
+     * heads within Hkv * I candidates keep them all */
+    static const char *const algos[] = {"snapkv", "h2o", "knorm", "snapkv", "snapkv", "h2o"};
+    static const char *const strategies[] = {"per_token", "per_token", "per_token",
+                                             "per_head",  "per_token", "per_head"};
+    static const char *const budgets[][2] = {
+        {"--layer-budget", "uniform"}, {"--layer-budget", "uniform"}, {"--layer-budget", "uniform"},
+        {"--layer-budget", "uniform"}, {"--pyramid-beta", "1"},       {"--head-budget", "adaptive"}};
+    for (int a = 0; a < 6; a++) {
+        const char *extra[] = {"--eviction",
+                               algos[a],
+                               "--strategy",
+                               strategies[a],
+                               "--start-size",
+                               "4",
+                               "--recent-size",
+                               "16",
+                               "--intermediate-size",
+                               "220",
+                               "--trace",
+                               trace,
+                               budgets[a][0],
+                               budgets[a][1],
+                               a == 4 ? "--layer-budget" : NULL,
+                               "pyramid",
+                               NULL};
         tu_result r = generate(tmp, extra);
         cr_assert_eq(r.status, 0, "%s", r.err);
         int a_ids[64], b_ids[64];
