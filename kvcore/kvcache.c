@@ -180,6 +180,14 @@ long kv_cache_entries(const kv_cache *c, int layer)
     return n;
 }
 
+long kv_cache_mean_kept(const kv_cache *c)
+{
+    double sum = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        sum += (double)kv_cache_entries(c, l);
+    return lround(sum / ((double)c->n_layers * c->n_kv_heads));
+}
+
 int kv_cache_shrink(kv_cache *c, int cap, kv_error *err)
 {
     for (int i = 0; i < c->n_layers; i++) {

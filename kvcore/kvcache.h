@@ -91,6 +91,10 @@ static inline int kv_cache_holds(const kv_cache *c, int layer, int slot, int hea
 /* The tokens a layer holds, over all its KV heads: len per head, less the
  * gaps. */
 long kv_cache_entries(const kv_cache *c, int layer);
+/* The tokens a layer holds per KV head, averaged over the layers and heads
+ * and rounded: the cache length when all are alike; what reports show as
+ * kept tokens when layers (pyramid) or heads (adaptive) differ. */
+long kv_cache_mean_kept(const kv_cache *c);
 
 /* Sets every KV head's position of one slot (a token just written). */
 static inline void kv_cache_set_pos(kv_cache *c, int layer, int slot, int32_t pos)

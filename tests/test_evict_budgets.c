@@ -248,6 +248,7 @@ Test(pyramid, tv_p6_each_layer_its_own_budget)
     cr_assert_eq(r.trace_n[0], 0);
     HEAD(&r, 1, 0, 0, 1, 7);
     HEAD(&r, 1, 1, 0, 1, 7);
+    cr_assert_eq(kv_cache_mean_kept(r.cache), 6, "reports show (8 + 3) / 2, rounded");
     rig_free(&r);
 }
 
@@ -333,6 +334,7 @@ Test(adakv, tv_a2_heads_share_the_budget)
     HEAD(&r, 0, 1, 0, 4, 6);
     cr_assert_eq(r.cache->layers[0].len, 5, "as long as the fullest head, not the union (6)");
     cr_assert_eq(kv_cache_entries(r.cache, 0), 8, "2 x (S + I + R) entries");
+    cr_assert_eq(kv_cache_mean_kept(r.cache), 4, "S + I + R per head");
     rig_free(&r);
     tv_a2_prefill(&r, 0.0); /* the same here */
     HEAD(&r, 0, 0, 0, 1, 2, 3, 6);

@@ -95,13 +95,16 @@ static float *read_npy(const char *path, size_t *rows, size_t *cols)
     return x;
 }
 
-static void check_fixture(const char *name)
+/* The fixture's config, with up to two flags (NULL-terminated) on top. */
+static void check_fixture_with(const char *name, const char *const *flags)
 {
     char *tmp = tu_mkdtemp(), trace[512], npy[512];
     snprintf(trace, sizeof trace, "%s/trace.jsonl", tmp);
     snprintf(npy, sizeof npy, "%s/logits.npy", tmp);
     char *config = data(name, ".config.json");
-    const char *extra[] = {"--eviction-config", config, "--trace", trace, NULL};
+    const char *extra[9] = {"--eviction-config", config, "--trace", trace};
+    for (int i = 0; flags && flags[i] && i < 4; i++)
+        extra[4 + i] = flags[i];
     tu_result r = generate(tmp, extra);
     cr_assert_eq(r.status, 0, "%s: %s", name, r.err);
 
@@ -142,6 +145,11 @@ static void check_fixture(const char *name)
     tu_result_free(&r);
     tu_rmtree(tmp);
     free(tmp);
+}
+
+static void check_fixture(const char *name)
+{
+    check_fixture_with(name, NULL);
 }
 
 Test(evict_e2e, h2o_sum_per_token)
@@ -193,6 +201,16 @@ Test(evict_e2e, h2o_adaptive_heads)
 Test(evict_e2e, snapkv_adaptive_heads_pyramid_layers)
 {
     check_fixture("ad2_snapkv_adaptive_pyramid");
+}
+
+/* alpha 1: every head keeps its own best I first, which is all of the
+ * budget: plain per_head, the very same trace, tokens and logits. */
+Test(evict_e2e, adaptive_alpha_1_is_per_head)
+{
+    static const char *const flags[] = {"--head-budget", "adaptive", "--alpha-safeguard", "1",
+                                        NULL};
+    check_fixture_with("ph1_h2o_sum_head", flags);
+    check_fixture_with("ph2_snapkv_sum_head", flags);
 }
 
 /* The flags of the seed example's shape give what the config file gives. */
