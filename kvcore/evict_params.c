@@ -424,6 +424,14 @@ static int check_budgets(const kv_evict_params *p, kv_error *err)
         return kv_fail(err, "refined_size must be 0 with strategy 'per_head'.");
     if (!(p->pyramid_beta >= 1.0))
         return kv_fail(err, "pyramid_beta must be >= 1.");
+    /* the lowest pyramid layer keeps up to 2 I */
+    long long lowest = (long long)p->start_size + 2LL * p->intermediate_size + p->recent_size;
+    if (strcmp(p->layer_budget, "pyramid") == 0 && lowest > KV_EVICT_MAX_BUDGET)
+        return kv_fail(err,
+                       "start_size + 2 * intermediate_size + recent_size = %lld: must be <= %d "
+                       "with layer_budget 'pyramid' (its first layer keeps up to twice the "
+                       "intermediate size).",
+                       lowest, KV_EVICT_MAX_BUDGET);
     if (!name_ok(p, "layer_budget"))
         return kv_fail(err, "layer_budget must be 'uniform' or 'pyramid' (got '%s').",
                        p->layer_budget);

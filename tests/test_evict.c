@@ -1636,6 +1636,8 @@ Test(evict_tv, budgets_validation)
     INVALID("refined_size must be 0 with strategy 'per_head'.", "strategy", "per_head",
             "head_budget", "adaptive", "refined_size", "32");
     INVALID("pyramid_beta must be >= 1.", "pyramid_beta", "0.5");
+    INVALID("must be <= 1073741824 with layer_budget 'pyramid'", "layer_budget", "pyramid",
+            "intermediate_size", "600000000", "start_size", "0", "recent_size", "0");
     INVALID("layer_budget must be 'uniform' or 'pyramid'", "layer_budget", "cone");
     INVALID("head_budget must be 'uniform' or 'adaptive'", "head_budget", "greedy");
 }
