@@ -782,8 +782,13 @@ static int gather(kv_evictor *ev, const kv_cache *src, kv_cache *dst, int layer,
     for (int j = 0; j < len; j++)
         for (int g = 0; g < sets; g++) {
             int h0 = sets > 1 ? g : 0;
-            if (j >= n_keep[g]) { /* the set's gap */
+            if (j >= n_keep[g]) { /* the set's gap: attention weighs it 0, and 0 times
+                                     a NaN left in fresh memory would still be NaN */
+                size_t at = (size_t)j * row + (size_t)h0 * D;
+                memset(d->k + at, 0, span * sizeof(float));
+                memset(d->v + at, 0, span * sizeof(float));
                 d->pos[(size_t)j * nkv + h0] = -1;
+                d->vlen[(size_t)j * nkv + h0] = 0.0f;
                 continue;
             }
             int from = keep[(size_t)g * (size_t)stride + (size_t)j];

@@ -347,6 +347,44 @@ Test(adakv, tv_a2_heads_share_the_budget)
     rig_free(&r);
 }
 
+/* Gap slots hold zeros, compacted in place or forked from a shared prefill
+ * (kv_evictor_compress_into), not old tokens or the garbage of fresh
+ * memory: attention weighs them 0, but 0 times a NaN is NaN. */
+Test(adakv, a_forked_cache_has_zeros_in_its_gaps)
+{
+    rig r;
+    tv_a2_prefill(&r, 0.5); /* in place: head 1's gap held tokens 4, 5 before */
+    for (int j = 3; j < 5; j++)
+        for (int i = 4; i < 8; i++)
+            cr_assert(r.cache->layers[0].k[j * 8 + i] == 0.0f &&
+                          r.cache->layers[0].v[j * 8 + i] == 0.0f,
+                      "in place, slot %d", j);
+    kv_error err;
+    kv_cache *src = kv_cache_new(1, 2, 4, 8, &err), *dst = NULL;
+    cr_assert_not_null(src, "%s", err.msg);
+    for (int t = 0; t < 7; t++) {
+        for (int i = 0; i < 8; i++)
+            src->layers[0].k[t * 8 + i] = src->layers[0].v[t * 8 + i] = (float)(t + 1);
+        kv_cache_set_pos(src, 0, src->layers[0].len++, t);
+    }
+    src->next_pos = 7;
+    static const double sums[2][7] = {{0, .9, .8, .7, .6, .5, 0}, {0, .1, .2, .3, .95, .05, 0}};
+    kv_attn_stats_request req = {.col_sums = true};
+    kv_attn_stats st = {.n_heads = 2, .n_keys = 7, .col_sums = (double *)&sums[0][0]};
+    cr_assert_eq(kv_evictor_observe(r.ev, 0, &req, &st, true, &err), 0, "%s", err.msg);
+    cr_assert_eq(kv_evictor_compress_into(r.ev, src, &dst, NULL, NULL, &err), 0, "%s", err.msg);
+    const kv_cache_layer *d = &dst->layers[0];
+    cr_assert_eq(d->len, 5);
+    for (int j = 3; j < 5; j++) { /* head 1 holds 3 tokens: slots 3, 4 are its gap */
+        cr_assert(!kv_cache_holds(dst, 0, j, 1));
+        for (int i = 4; i < 8; i++)
+            cr_assert(d->k[j * 8 + i] == 0.0f && d->v[j * 8 + i] == 0.0f, "slot %d", j);
+    }
+    kv_cache_free(src);
+    kv_cache_free(dst);
+    rig_free(&r);
+}
+
 /* TV-A4/A5: decode after TV-A2 (alpha .5). The new token 7 goes after the
  * longest head (slot 5) in both heads; head 1's gap stays at slots 3..4. One
  * decode row adds .05 to token 3 in head 0 and .9 to token 6 in head 1:
