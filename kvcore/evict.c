@@ -1052,8 +1052,10 @@ static int largest_budget(const kv_evictor *ev)
     return m;
 }
 
-/* After an eviction a layer never holds more than M + 1 slots (M, plus the
- * token of the next step), so memory above that goes back. */
+/* After an eviction a layer holds at most M_l + 1 slots (M_l, plus the
+ * token of the next step; more only where AdaKV's fullest head keeps more,
+ * and kv_cache_shrink keeps what a layer holds), so memory above the
+ * largest M_l + 1 goes back. */
 static int release_memory(kv_evictor *ev, kv_cache *cache, kv_error *err)
 {
     int keep_cap = largest_budget(ev) + 1;

@@ -244,7 +244,8 @@ int kv_evictor_compress(kv_evictor *ev, kv_cache *cache, kv_evict_trace_fn trace
                         kv_error *err);
 
 /* The same, leaving src untouched: *out is a new cache holding only the
- * kept slots (M + 1 slots allocated per layer). Prefill once, fork many:
+ * kept slots (the largest M_l + 1 slots allocated per layer, more where an
+ * AdaKV layer's fullest head needs them). Prefill once, fork many:
  * each config compresses the shared prefill's cache into its own, copying
  * M rows per layer instead of the whole prompt. */
 int kv_evictor_compress_into(kv_evictor *ev, const kv_cache *src, kv_cache **out,
