@@ -301,7 +301,8 @@ kv_evictor *kv_evictor_new(const kv_evict_params *p, const kv_evict_model *m, kv
         ev->refined = calloc((size_t)ev->n_sets * (size_t)p->refined_size, sizeof *ev->refined);
         ev->n_refined = calloc((size_t)ev->n_sets, sizeof *ev->n_refined);
     }
-    if (!ev->inv_freq || !ev->inter || !ev->layers || (ev->refiner && (!ev->refined || !ev->n_refined))) {
+    if (!ev->inv_freq || !ev->inter || !ev->layers ||
+        (ev->refiner && (!ev->refined || !ev->n_refined))) {
         kv_evictor_free(ev);
         kv_fail(err, "eviction: out of memory");
         return NULL;

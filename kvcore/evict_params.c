@@ -443,8 +443,7 @@ static int check_budgets(const kv_evict_params *p, kv_error *err)
 
 int kv_evict_params_validate(const kv_evict_params *p, kv_error *err)
 {
-    if (check_names(p, err) || check_nncf(p, err) || check_kvbench(p, err) ||
-        check_budgets(p, err))
+    if (check_names(p, err) || check_nncf(p, err) || check_kvbench(p, err) || check_budgets(p, err))
         return -1;
     return 0;
 }

@@ -23,8 +23,8 @@
  * the layer is as long as its fullest head, and tokens appended later go
  * after that, for every head. So each head has at most one gap: slots
  * [gap[2h], gap[2h+1]) hold no token of head h (their keys and values
- * are zeros), and attention gives them no weight. That is per-head (ragged) storage padded to the fullest head:
- * never longer than the union of the heads' tokens, and the same layout as
+ * are zeros), and attention gives them no weight. That is per-head (ragged) storage padded to the
+ * fullest head: never longer than the union of the heads' tokens, and the same layout as
  * equal-count per_head, which it equals when the counts agree.
  */
 #ifndef KV_KVCACHE_H

@@ -877,8 +877,7 @@ static void attention(const kv_model *m, const kv_cache_layer *cl, fwd *f, kv_at
     } else
         /* the flash tiles know no gaps: the rare multi-row forward over a
          * layer with gaps (AdaKV) takes the plain path */
-        kv_pool_run(p, c->n_heads, st || cl->gap ? attention_gemm_task : attention_flash_task,
-                    &j);
+        kv_pool_run(p, c->n_heads, st || cl->gap ? attention_gemm_task : attention_flash_task, &j);
 }
 
 /* Qwen3's per-head q/k norms, then RoPE at pos, of one row's query and key

@@ -152,8 +152,8 @@ static double key_importance(int pos)
 
 /* Statistics for the n keys of a layer of cache c (NULL: keys at positions
  * 0..n-1). */
-static void stats_fill(stats_set *s, const kv_attn_stats_request *req, const kv_cache *c,
-                       int layer, int n)
+static void stats_fill(stats_set *s, const kv_attn_stats_request *req, const kv_cache *c, int layer,
+                       int n)
 {
     s->req = *req;
     s->st.n_heads = HEADS;

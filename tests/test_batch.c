@@ -346,7 +346,8 @@ Test(batch, rows_over_head_gaps_equal_one_token_forwards)
     int32_t tok[N];
     for (int i = 0; i < N; i++)
         tok[i] = (int32_t)((7 * i + 3) % s.vocab);
-    float *la = malloc(N * (size_t)s.vocab * sizeof *la), *lb = malloc((size_t)s.vocab * sizeof *lb);
+    float *la = malloc(N * (size_t)s.vocab * sizeof *la),
+          *lb = malloc((size_t)s.vocab * sizeof *lb);
     cr_assert_eq(kv_model_forward(s.m, a, tok, N, NULL, NULL, la, true, &err), 0, "%s", err.msg);
     for (int i = 0; i < N; i++) {
         cr_assert_eq(kv_model_forward(s.m, b, &tok[i], 1, NULL, NULL, lb, false, &err), 0, "%s",

@@ -1567,12 +1567,13 @@ Test(evict_params, keys_and_algorithms_are_listed)
     kv_error err;
     int n = 0;
     for (; kv_evict_param_key(n); n++) /* every listed key is accepted */
-        cr_assert_neq(strstr("algorithm strategy group_size start_size recent_size "
-                             "intermediate_size refined_size score_aggregation apply_rerotation "
-                             "window_size refined_algorithm kvcrush_anchor positions seed layer_budget "
-                             "pyramid_beta head_budget alpha_safeguard",
-                             kv_evict_param_key(n)),
-                      NULL, "%s", kv_evict_param_key(n));
+        cr_assert_neq(
+            strstr("algorithm strategy group_size start_size recent_size "
+                   "intermediate_size refined_size score_aggregation apply_rerotation "
+                   "window_size refined_algorithm kvcrush_anchor positions seed layer_budget "
+                   "pyramid_beta head_budget alpha_safeguard",
+                   kv_evict_param_key(n)),
+            NULL, "%s", kv_evict_param_key(n));
     cr_assert_eq(n, 18);
     cr_assert_null(kv_evict_param_key(-1));
     for (int i = 0; kv_evict_algorithm(i); i++) {
@@ -1629,8 +1630,7 @@ Test(evict_params, every_table_row_parses_by_key_and_flag)
 /* The budget schedules' messages (docs/eviction.md), after NNCF's checks. */
 Test(evict_tv, budgets_validation)
 {
-    INVALID("head_budget 'adaptive' (AdaKV) needs strategy 'per_head'.", "head_budget",
-            "adaptive");
+    INVALID("head_budget 'adaptive' (AdaKV) needs strategy 'per_head'.", "head_budget", "adaptive");
     INVALID("alpha_safeguard must be in [0, 1].", "alpha_safeguard", "1.5");
     INVALID("alpha_safeguard must be in [0, 1].", "alpha_safeguard", "-0.1");
     INVALID("refined_size must be 0 with strategy 'per_head'.", "strategy", "per_head",

@@ -468,8 +468,8 @@ Test(budgets, validation)
     p.refined_size = 64;
     cr_assert_eq(kv_evict_params_validate(&p, &err), 0, "%s", err.msg);
     cr_assert_neq(kv_evict_params_validate_layers(&p, 4, &err), 0);
-    cr_assert(strstr(err.msg, "refined_size 64 exceeds the smallest pyramid layer budget 26"),
-              "%s", err.msg);
+    cr_assert(strstr(err.msg, "refined_size 64 exceeds the smallest pyramid layer budget 26"), "%s",
+              err.msg);
     kv_evict_model m = {
         .n_layers = 4, .n_heads = 1, .n_kv_heads = 1, .head_dim = 2, .rope_theta = 1e4};
     cr_assert_null(kv_evictor_new(&p, &m, &err), "the policy refuses it too");

@@ -268,8 +268,9 @@ Test(evict_e2e, budget_above_length_changes_nothing)
     static const char *const strategies[] = {"per_token", "per_token", "per_token",
                                              "per_head",  "per_token", "per_head"};
     static const char *const budgets[][2] = {
-        {"--layer-budget", "uniform"}, {"--layer-budget", "uniform"}, {"--layer-budget", "uniform"},
-        {"--layer-budget", "uniform"}, {"--pyramid-beta", "1"},       {"--head-budget", "adaptive"}};
+        {"--layer-budget", "uniform"}, {"--layer-budget", "uniform"},
+        {"--layer-budget", "uniform"}, {"--layer-budget", "uniform"},
+        {"--pyramid-beta", "1"},       {"--head-budget", "adaptive"}};
     for (int a = 0; a < 6; a++) {
         const char *extra[] = {"--eviction",
                                algos[a],

@@ -19,7 +19,7 @@ static void drive(const kv_evict_params *p)
         .n_layers = 2, .n_heads = 2, .n_kv_heads = 1, .head_dim = 4, .rope_theta = 1e4};
     kv_error err;
     if (kv_evict_params_validate_layers(p, m.n_layers, &err) != 0)
-        return; /* refined_size above the smaller pyramid layer of two */
+        return;    /* refined_size above the smaller pyramid layer of two */
     int budget[2]; /* each layer's M */
     for (int l = 0; l < 2; l++)
         budget[l] = p->start_size + kv_evict_layer_intermediate(p, 2, l) + p->recent_size;
