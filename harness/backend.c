@@ -172,7 +172,7 @@ static int decode_batch(void *ctx, void *state, const size_t *configs, size_t n,
             opts[i] = &rows[i].o;
             lasts[i] = st->logits;
             if (rc == 0)
-                outs[i].kept_tokens = rows[i].c->layers[0].len;
+                outs[i].kept_tokens = kv_cache_mean_kept(rows[i].c);
         }
     kv_cache_free(st->base);
     st->base = NULL;

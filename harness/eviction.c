@@ -108,17 +108,19 @@ int kb_eviction_params(const kb_args *a, kv_evict_params *p)
     return validate(a, p);
 }
 
+/* A set's positions; a head that keeps fewer tokens than others (AdaKV)
+ * ends in -1s, which are no tokens. */
 static void write_positions(FILE *f, const int32_t *pos, int n)
 {
     fputc('[', f);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n && pos[i] >= 0; i++)
         fprintf(f, i ? ", %d" : "%d", pos[i]);
     fputc(']', f);
 }
 
 /* Trace lines are written as they happen and flushed, so a killed run
  * still leaves every eviction it made. One kept set: "kept_positions" is
- * its list; per_head: a list per KV head. */
+ * its list; per_head: a list per KV head (of its own length with AdaKV). */
 static void write_trace(void *ctx, int step, int layer, const int32_t *pos, int n, int sets)
 {
     kb_eviction *e = ctx;

@@ -149,8 +149,8 @@ static void canon(kv_strbuf *b, const cJSON *v)
         double d = v->valuedouble;
         if (d == floor(d) && fabs(d) < 9007199254740992.0)
             snprintf(num, sizeof num, "%.0f", d);
-        else
-            snprintf(num, sizeof num, "%.17g", d);
+        else if (snprintf(num, sizeof num, "%.15g", d), strtod(num, NULL) != d)
+            snprintf(num, sizeof num, "%.17g", d); /* the shortest text that reads back as d */
         kv_strbuf_puts(b, num);
     } else if (cJSON_IsString(v)) {
         canon_string(b, v->valuestring);

@@ -3,9 +3,12 @@
  * norm_sum, refiners) and compaction with key rerotation.
  *
  * A layer has one kept set, or with per_head one per KV head: each set has
- * its own scores (a layer_state) and runs the same selection; all sets of a
- * layer keep the same number of slots, so the cache keeps one length per
- * layer and only which token a head holds in a slot differs. */
+ * its own scores (a layer_state, indexed by cache slot) and runs the same
+ * selection; all sets of a layer keep the same number of slots, so only
+ * which token a head holds in a slot differs. With head_budget adaptive
+ * (AdaKV) the heads of a layer choose together and keep different numbers
+ * of tokens: the cache then pads the shorter heads with a gap (kvcache.h).
+ * With layer_budget pyramid each layer has its own intermediate size. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -230,6 +233,8 @@ struct kv_evictor {
     const kv_scorer *scorer;
     const kv_refiner *refiner; /* NULL when refined_size == 0 */
     int n_sets;                /* kept sets per layer (cfg.n_sets) */
+    bool adaptive;             /* head_budget adaptive: the sets choose together */
+    int *inter;                /* [n_layers] each layer's intermediate size */
     layer_state *layers;       /* [n_layers][n_sets] */
     int step;
     kv_mt19937 rng;
@@ -316,7 +321,7 @@ static int check_model(const kv_evict_model *m, const kv_evictor *ev, kv_error *
 
 kv_evictor *kv_evictor_new(const kv_evict_params *p, const kv_evict_model *m, kv_error *err)
 {
-    if (kv_evict_params_validate(p, err) != 0)
+    if (kv_evict_params_validate_layers(p, m->n_layers, err) != 0)
         return NULL;
     kv_evictor *ev = calloc(1, sizeof *ev);
     if (!ev) {
@@ -339,6 +344,10 @@ kv_evictor *kv_evictor_new(const kv_evict_params *p, const kv_evict_model *m, kv
         kv_fail(err, "eviction: out of memory for the %s state", ev->scorer->name);
         return NULL;
     }
+    ev->adaptive = strcmp(p->head_budget, "adaptive") == 0;
+    ev->inter = malloc((size_t)m->n_layers * sizeof *ev->inter);
+    for (int l = 0; ev->inter && l < m->n_layers; l++)
+        ev->inter[l] = kv_evict_layer_intermediate(p, m->n_layers, l);
     int half = m->head_dim / 2;
     ev->inv_freq = malloc((size_t)(half > 0 ? half : 1) * sizeof *ev->inv_freq);
     ev->layers = calloc((size_t)m->n_layers * (size_t)ev->n_sets, sizeof *ev->layers);
@@ -346,7 +355,8 @@ kv_evictor *kv_evictor_new(const kv_evict_params *p, const kv_evict_model *m, kv
         ev->refined = calloc((size_t)ev->n_sets * (size_t)p->refined_size, sizeof *ev->refined);
         ev->n_refined = calloc((size_t)ev->n_sets, sizeof *ev->n_refined);
     }
-    if (!ev->inv_freq || !ev->layers || (ev->refiner && (!ev->refined || !ev->n_refined))) {
+    if (!ev->inv_freq || !ev->inter || !ev->layers ||
+        (ev->refiner && (!ev->refined || !ev->n_refined))) {
         kv_evictor_free(ev);
         kv_fail(err, "eviction: out of memory");
         return NULL;
@@ -373,6 +383,7 @@ void kv_evictor_free(kv_evictor *ev)
     }
     free(ev->layers);
     free(ev->scorer_state);
+    free(ev->inter);
     free(ev->inv_freq);
     free(ev->refined);
     free(ev->n_refined);
@@ -692,9 +703,10 @@ static int refine(kv_evictor *ev, const kv_cache *cache, int layer, int set, con
 }
 
 /* The kept slots of one set of a layer of L slots, ascending, into keep;
- * returns how many. s holds the selection scores of slots S..L-1. */
+ * returns how many. s holds the selection scores of slots S..L-1; the
+ * layer's intermediate size is I. */
 static int select_keep(kv_evictor *ev, const kv_cache *cache, int layer, int set, const double *s,
-                       int L, int *keep, kv_error *err)
+                       int L, int I, int *keep, kv_error *err)
 {
     const kv_evict_params *p = &ev->p;
     int S = p->start_size, G = ev->cfg.group, n = L - S;
@@ -714,7 +726,7 @@ static int select_keep(kv_evictor *ev, const kv_cache *cache, int layer, int set
             sum += s[u * G + r]; /* candidate units are whole */
         unit_scores[u] = sum;
     }
-    choose_top(unit_scores, n_cand, (p->intermediate_size - p->refined_size) / G, order, chosen);
+    choose_top(unit_scores, n_cand, (I - p->refined_size) / G, order, chosen);
     if (ev->refiner &&
         refine(ev, cache, layer, set, s, n_cand, chosen, unit_scores, picks, err) != 0)
         return -1;
@@ -771,15 +783,47 @@ void kv_evict_rope_rotate(float *x, int head_dim, const double *inv_freq, double
     }
 }
 
+/* The rank of slot t among the tokens KV head h holds in layer l: its slot
+ * less the head's gap below it. Rerotation turns a key by the change of
+ * its rank, the index it has in its own head's list, so a head's keys
+ * rotate as in per-head (ragged) storage whatever the padding. */
+static int held_rank(const kv_cache_layer *l, int h, int t)
+{
+    return l->gap && t >= l->gap[2 * h + 1] ? t - (l->gap[2 * h + 1] - l->gap[2 * h]) : t;
+}
+
+/* dst's gaps after a gather whose sets keep n_keep[g] slots, len the
+ * longest: none when all sets are as long. */
+static int set_gaps(kv_cache_layer *d, int sets, const int *n_keep, int len, kv_error *err)
+{
+    bool ragged = false;
+    for (int g = 0; g < sets; g++)
+        ragged = ragged || n_keep[g] != len;
+    if (!ragged) {
+        free(d->gap);
+        d->gap = NULL;
+        return 0;
+    }
+    if (!d->gap && !(d->gap = malloc(2 * (size_t)sets * sizeof *d->gap)))
+        return kv_fail(err, "eviction: out of memory");
+    for (int g = 0; g < sets; g++) {
+        d->gap[2 * g] = n_keep[g];
+        d->gap[2 * g + 1] = len;
+    }
+    return 0;
+}
+
 /* Writes the kept slots of src's layer into dst's, in order; set g keeps
- * keep[g * stride + 0 .. n_keep) and moves the KV heads it holds (all of
- * them when one set is shared, head g with per_head). dst may be src (rows
- * then move down in place). With rerotation each key turns by (new slot -
- * old slot) as it is copied, so a key is read and written once. Deltas only
- * decrease along the slots and come in long runs (per_token decode: one run
- * of -1), so each set's angles are computed once per run, not once per key. */
+ * keep[g * stride + 0 .. n_keep[g]) and moves the KV heads it holds (all
+ * of them when one set is shared, head g with per_head). dst may be src
+ * (rows then move down in place). The layer becomes as long as its longest
+ * set; a shorter set leaves a gap after its tokens (kvcache.h). With
+ * rerotation each key turns by the change of its rank (held_rank) as it is
+ * copied, so a key is read and written once. Deltas only decrease along
+ * the slots and come in long runs (per_token decode: one run of -1), so
+ * each set's angles are computed once per run, not once per key. */
 static int gather(kv_evictor *ev, const kv_cache *src, kv_cache *dst, int layer, const int *keep,
-                  int stride, int n_keep, kv_error *err)
+                  int stride, const int *n_keep, kv_error *err)
 {
     const kv_cache_layer *s = &src->layers[layer];
     kv_cache_layer *d = &dst->layers[layer];
@@ -787,15 +831,17 @@ static int gather(kv_evictor *ev, const kv_cache *src, kv_cache *dst, int layer,
     int heads = sets > 1 ? 1 : nkv; /* KV heads moved per set */
     size_t row = (size_t)kv_cache_row(src), span = (size_t)heads * (size_t)D;
     bool in_place = src == dst, rotate = ev->p.apply_rerotation;
+    int len = 0, shortest = s->len;
     for (int g = 0; g < sets; g++) {
         const int *kg = keep + (size_t)g * (size_t)stride;
-        for (int j = 0; j < n_keep; j++)
+        for (int j = 0; j < n_keep[g]; j++)
             if (kg[j] < j || kg[j] >= s->len || (j > 0 && kg[j] <= kg[j - 1]))
                 return kv_fail(err, "eviction: kept slots must be ascending and < %d", s->len);
+        len = n_keep[g] > len ? n_keep[g] : len;
+        shortest = n_keep[g] < shortest ? n_keep[g] : shortest;
     }
-    if (n_keep > d->cap)
-        return kv_fail(err, "eviction: the target cache holds %d slots, %d are kept", d->cap,
-                       n_keep);
+    if (kv_cache_reserve_layer(dst, layer, len + 1, err) != 0)
+        return -1;
     double *cs = malloc((size_t)sets * (size_t)D * sizeof *cs); /* per set: cos | sin */
     int *delta = calloc((size_t)sets, sizeof *delta);
     if (!cs || !delta) {
@@ -803,21 +849,32 @@ static int gather(kv_evictor *ev, const kv_cache *src, kv_cache *dst, int layer,
         free(delta);
         return kv_fail(err, "eviction: out of memory");
     }
-    for (int j = 0; j < n_keep; j++)
+    for (int j = 0; j < len; j++)
         for (int g = 0; g < sets; g++) {
-            int from = keep[(size_t)g * (size_t)stride + (size_t)j], h0 = sets > 1 ? g : 0;
+            int h0 = sets > 1 ? g : 0;
+            if (j >= n_keep[g]) { /* the set's gap: attention weighs it 0, and 0 times
+                                     a NaN left in fresh memory would still be NaN */
+                size_t at = (size_t)j * row + (size_t)h0 * D;
+                memset(d->k + at, 0, span * sizeof(float));
+                memset(d->v + at, 0, span * sizeof(float));
+                d->pos[(size_t)j * nkv + h0] = -1;
+                d->vlen[(size_t)j * nkv + h0] = 0.0f;
+                continue;
+            }
+            int from = keep[(size_t)g * (size_t)stride + (size_t)j];
             if (in_place && from == j)
                 continue;
             double *c = cs + (size_t)g * (size_t)D, *sn = c + half;
-            if (rotate && j - from != delta[g]) {
-                delta[g] = j - from;
+            int shift = j - held_rank(s, h0, from);
+            if (rotate && shift != delta[g]) {
+                delta[g] = shift;
                 for (int f = 0; f < half; f++)
                     sincos(delta[g] * ev->inv_freq[f], &sn[f], &c[f]);
             }
             /* in place, keep[j] >= j and ascending: row j is free once read */
             size_t to_off = (size_t)j * row + (size_t)h0 * D,
                    from_off = (size_t)from * row + (size_t)h0 * D;
-            if (rotate && from != j)
+            if (rotate && shift != 0)
                 for (int h = 0; h < heads; h++)
                     rotate_by(d->k + to_off + (size_t)h * D, s->k + from_off + (size_t)h * D, half,
                               c, sn);
@@ -829,14 +886,16 @@ static int gather(kv_evictor *ev, const kv_cache *src, kv_cache *dst, int layer,
                 d->vlen[(size_t)j * nkv + h] = s->vlen[(size_t)from * nkv + h];
             }
         }
-    d->vlen_n = measured_prefix(keep, stride, sets, n_keep, s->vlen_n);
-    d->len = n_keep;
+    d->vlen_n = measured_prefix(keep, stride, sets, shortest, s->vlen_n);
+    d->len = len;
     free(cs);
     free(delta);
-    return 0;
+    return set_gaps(d, sets, n_keep, len, err);
 }
 
-static void compact_state(layer_state *ls, const int *keep, int n_keep)
+/* A set's scores follow its tokens to their new slots; a gap (len past
+ * n_keep) scores nothing. */
+static void compact_state(layer_state *ls, const int *keep, int n_keep, int len)
 {
     for (int j = 0; j < n_keep; j++) {
         ls->score[j] = ls->score[keep[j]];
@@ -848,7 +907,9 @@ static void compact_state(layer_state *ls, const int *keep, int n_keep)
     while (n_vnorm < n_keep && keep[n_vnorm] < ls->n_vnorm)
         n_vnorm++;
     ls->n_vnorm = n_vnorm;
-    ls->len = n_keep;
+    for (int j = n_keep; j < len; j++)
+        ls->score[j] = ls->count[j] = 0.0;
+    ls->len = len;
 }
 
 /* Brings the state of a layer to its L slots for the scorers that need no
@@ -874,36 +935,148 @@ static int track_length(kv_evictor *ev, const kv_cache *src, int layer, int L, k
     return 0;
 }
 
-/* Every set's kept slots, keep[set * L + ...]; returns the count, the same
- * for every set (it depends only on L and the sizes). */
-static int select_sets(kv_evictor *ev, const kv_cache *src, int layer, int L, int *keep,
-                       kv_error *err)
+/* The slots of a layer that hold a token of KV head h (all, but a gap),
+ * ascending, into out; returns how many. */
+static int held_slots(const kv_cache *c, int layer, int h, int *out)
 {
-    int n_keep = -1;
+    int n = 0;
+    for (int t = 0; t < c->layers[layer].len; t++)
+        if (kv_cache_holds(c, layer, t, h))
+            out[n++] = t;
+    return n;
+}
+
+/* Every set's kept slots, keep[set * L + ...], and their counts n_keep[set]
+ * (the same for every set: they depend only on L and the sizes). */
+static int select_sets(kv_evictor *ev, const kv_cache *src, int layer, int L, int *keep,
+                       int *n_keep, kv_error *err)
+{
     for (int g = 0; g < ev->n_sets; g++) {
         int *kg = keep + (size_t)g * (size_t)L;
         if (selection_scores(ev, src, layer, g, ev->tmp.d, err) != 0)
             return -1;
-        int k = select_keep(ev, src, layer, g, ev->tmp.d, L, kg, err);
-        if (k < 0)
+        n_keep[g] = select_keep(ev, src, layer, g, ev->tmp.d, L, ev->inter[layer], kg, err);
+        if (n_keep[g] < 0)
             return -1;
-        if (n_keep >= 0 && k != n_keep)
-            return kv_fail(err, "eviction: KV heads of layer %d keep %d and %d slots", layer,
-                           n_keep, k);
-        n_keep = k;
     }
-    return n_keep;
+    return 0;
 }
 
-/* Reports one eviction: each set's positions, read from the head it holds. */
-static void report(kv_evictor *ev, const kv_cache *c, int layer, int n_keep, int32_t *buf,
+/* AdaKV's candidates of a layer: each head's held slots past its first S,
+ * before its last R; held[h * L ...] lists a head's held slots, n_held[h]
+ * how many. The entries come out in (position, head) order, the order
+ * kv_adaptive_pick breaks ties by: a merge of the heads' lists, each of
+ * them in token order. */
+typedef struct ada_entries {
+    double *score;
+    int *head, *slot;
+    char *take;
+    int n;
+} ada_entries;
+
+static void ada_free(ada_entries *e)
+{
+    free(e->score);
+    free(e->head);
+    free(e->slot);
+    free(e->take);
+}
+
+static int ada_collect(kv_evictor *ev, const kv_cache *src, int layer, int L, const int *held,
+                       const int *n_held, int total, ada_entries *e, kv_error *err)
+{
+    int sets = ev->n_sets, S = ev->p.start_size, R = ev->p.recent_size;
+    size_t n = (size_t)(total > 0 ? total : 1);
+    double *sc = malloc((size_t)sets * (size_t)L * sizeof *sc);
+    int *at = malloc((size_t)sets * sizeof *at);
+    *e = (ada_entries){malloc(n * sizeof *e->score), malloc(n * sizeof *e->head),
+                       malloc(n * sizeof *e->slot), malloc(n), 0};
+    int rc = sc && at && e->score && e->head && e->slot && e->take
+                 ? 0
+                 : kv_fail(err, "eviction: out of memory for %d candidates", total);
+    for (int g = 0; rc == 0 && g < sets; g++) {
+        rc = selection_scores(ev, src, layer, g, ev->tmp.d, err);
+        for (int t = S; rc == 0 && t < L; t++)
+            sc[(size_t)g * (size_t)L + (size_t)t] = ev->tmp.d[t - S];
+        at[g] = S;
+    }
+    while (rc == 0 && e->n < total) {
+        int best = -1;
+        int32_t best_pos = 0;
+        for (int g = 0; g < sets; g++) {
+            if (at[g] >= n_held[g] - R)
+                continue;
+            int32_t pos = kv_cache_pos(src, layer, held[(size_t)g * (size_t)L + (size_t)at[g]], g);
+            if (best < 0 || pos < best_pos) {
+                best = g;
+                best_pos = pos;
+            }
+        }
+        int t = held[(size_t)best * (size_t)L + (size_t)at[best]++];
+        e->score[e->n] = sc[(size_t)best * (size_t)L + (size_t)t];
+        e->head[e->n] = best;
+        e->slot[e->n++] = t;
+    }
+    free(sc);
+    free(at);
+    return rc;
+}
+
+/* AdaKV (head_budget adaptive): when a layer's heads hold more than
+ * Hkv * I candidates together, they keep Hkv * I of them, chosen together
+ * (kv_adaptive_pick), plus each head's start and recent tokens. keep and
+ * n_keep hold each head's held slots on entry and its kept slots after.
+ * Returns 1 when it evicted, 0 when within the budget. */
+static int select_adaptive(kv_evictor *ev, const kv_cache *src, int layer, int L, int *keep,
+                           int *n_keep, kv_error *err)
+{
+    int sets = ev->n_sets, S = ev->p.start_size, R = ev->p.recent_size, I = ev->inter[layer];
+    int total = 0;
+    for (int g = 0; g < sets; g++)
+        total += n_keep[g] - S - R > 0 ? n_keep[g] - S - R : 0;
+    if (total <= sets * I)
+        return 0;
+    ada_entries e;
+    int rc = ada_collect(ev, src, layer, L, keep, n_keep, total, &e, err);
+    int n_safe = (int)(I * ev->p.alpha_safeguard); /* truncated, as kvpress does */
+    if (rc == 0)
+        rc = kv_adaptive_pick(e.score, e.head, e.n, sets, n_safe, sets * I, e.take, err);
+    char *mark = rc == 0 ? calloc((size_t)sets * (size_t)L, 1) : NULL;
+    if (rc == 0 && !mark)
+        rc = kv_fail(err, "eviction: out of memory");
+    for (int i = 0; rc == 0 && i < e.n; i++)
+        mark[(size_t)e.head[i] * (size_t)L + (size_t)e.slot[i]] = e.take[i];
+    for (int g = 0; rc == 0 && g < sets; g++) {
+        int *kg = keep + (size_t)g * (size_t)L, k = 0; /* kept slots overwrite held ones */
+        for (int i = 0; i < n_keep[g]; i++)
+            if (i < S || i >= n_keep[g] - R || mark[(size_t)g * (size_t)L + (size_t)kg[i]])
+                kg[k++] = kg[i];
+        n_keep[g] = k;
+    }
+    free(mark);
+    ada_free(&e);
+    return rc == 0 ? 1 : -1;
+}
+
+/* Reports one eviction: each set's positions, read from the head it holds;
+ * a set shorter than the layer (AdaKV) ends in -1s. */
+static void report(kv_evictor *ev, const kv_cache *c, int layer, int32_t *buf,
                    kv_evict_trace_fn trace, void *trace_ctx)
 {
+    int len = c->layers[layer].len;
     for (int g = 0; g < ev->n_sets; g++)
-        for (int j = 0; j < n_keep; j++)
-            buf[(size_t)g * (size_t)n_keep + (size_t)j] =
-                kv_cache_pos(c, layer, j, ev->n_sets > 1 ? g : 0);
-    trace(trace_ctx, ev->step, layer, buf, n_keep, ev->n_sets);
+        for (int j = 0; j < len; j++) {
+            int h = ev->n_sets > 1 ? g : 0;
+            buf[(size_t)g * (size_t)len + (size_t)j] =
+                kv_cache_holds(c, layer, j, h) ? kv_cache_pos(c, layer, j, h) : -1;
+        }
+    trace(trace_ctx, ev->step, layer, buf, len, ev->n_sets);
+}
+
+/* The cache length above which layer l evicts (M_l = S + I_l + R). */
+static int layer_budget(const kv_evictor *ev, int l)
+{
+    return ev->p.start_size + ev->inter[l] + ev->p.recent_size;
 }
 
 /* Evicts one layer of src into dst (dst may be src). A layer within the
@@ -917,30 +1090,48 @@ static int compress_layer(kv_evictor *ev, const kv_cache *src, kv_cache *dst, in
     if (scratch_need(&ev->tmp, L + 1, err) != 0)
         return -1;
     int *keep = malloc((size_t)(L > 0 ? L : 1) * (size_t)sets * sizeof *keep);
-    if (!keep)
+    int *n_keep = malloc((size_t)sets * sizeof *n_keep);
+    if (!keep || !n_keep) {
+        free(keep);
+        free(n_keep);
         return kv_fail(err, "eviction: out of memory");
-    bool evict = L > kv_evict_params_budget(&ev->p);
-    int n_keep = L;
-    for (int j = 0; j < L * sets; j++)
-        keep[j] = j % L;
-    if (evict)
-        n_keep = select_sets(ev, src, layer, L, keep, err);
-    int rc = n_keep < 0 ? -1 : 0;
+    }
+    for (int g = 0; g < sets; g++) /* to begin with, every token a head holds */
+        n_keep[g] = held_slots(src, layer, sets > 1 ? g : 0, keep + (size_t)g * (size_t)L);
+    int evict = 0;
+    if (ev->adaptive)
+        evict = select_adaptive(ev, src, layer, L, keep, n_keep, err);
+    else if (L > layer_budget(ev, layer))
+        evict = select_sets(ev, src, layer, L, keep, n_keep, err) == 0 ? 1 : -1;
+    int rc = evict < 0 ? -1 : 0;
     if (rc == 0 && (evict || src != dst))
         rc = gather(ev, src, dst, layer, keep, L, n_keep, err);
     for (int g = 0; rc == 0 && evict && g < sets; g++)
-        compact_state(state(ev, layer, g), keep + (size_t)g * (size_t)L, n_keep);
+        compact_state(state(ev, layer, g), keep + (size_t)g * (size_t)L, n_keep[g],
+                      dst->layers[layer].len);
     if (rc == 0 && evict && trace)
-        report(ev, dst, layer, n_keep, keep, trace, trace_ctx); /* keep is free now */
+        report(ev, dst, layer, keep, trace, trace_ctx); /* keep is free now */
     free(keep);
+    free(n_keep);
     return rc;
 }
 
-/* After an eviction a layer never holds more than M + 1 slots (M, plus the
- * token of the next step), so memory above that goes back. */
+/* The largest M_l over the layers. */
+static int largest_budget(const kv_evictor *ev)
+{
+    int m = 0;
+    for (int l = 0; l < ev->model.n_layers; l++)
+        m = layer_budget(ev, l) > m ? layer_budget(ev, l) : m;
+    return m;
+}
+
+/* After an eviction a layer holds at most M_l + 1 slots (M_l, plus the
+ * token of the next step; more only where AdaKV's fullest head keeps more,
+ * and kv_cache_shrink keeps what a layer holds), so memory above the
+ * largest M_l + 1 goes back. */
 static int release_memory(kv_evictor *ev, kv_cache *cache, kv_error *err)
 {
-    int keep_cap = kv_evict_params_budget(&ev->p) + 1;
+    int keep_cap = largest_budget(ev) + 1;
     if (kv_cache_shrink(cache, keep_cap, err) != 0)
         return -1;
     for (int l = 0; l < ev->model.n_layers * ev->n_sets; l++) {
@@ -999,7 +1190,7 @@ int kv_evictor_compress_into(kv_evictor *ev, const kv_cache *src, kv_cache **out
                        ev->model.n_layers);
     /* every layer ends with at most M slots, or its own length when shorter:
      * a budget above the prompt allocates the prompt, not the budget */
-    int cap = kv_evict_params_budget(&ev->p);
+    int cap = largest_budget(ev);
     int longest = 0;
     for (int l = 0; l < src->n_layers; l++)
         longest = src->layers[l].len > longest ? src->layers[l].len : longest;

@@ -72,6 +72,10 @@ typedef struct kv_evict_params {
     bool ea_use_covariance;    /* the queries' covariance term */
     bool ea_use_vnorm;         /* scores times the value's L2 norm */
     double ea_epsilon;         /* added to the score before the value norm */
+    char layer_budget[KV_EVICT_NAME_MAX]; /* uniform | pyramid (PyramidKV) */
+    double pyramid_beta;                  /* pyramid: >= 1 */
+    char head_budget[KV_EVICT_NAME_MAX];  /* uniform | adaptive (AdaKV, per_head only) */
+    double alpha_safeguard;               /* adaptive: in [0, 1] */
 } kv_evict_params;
 
 /* The table's defaults (evict_table.h). */
@@ -95,6 +99,9 @@ struct cJSON *kv_evict_params_to_json(const kv_evict_params *p);
  * per_token KVCrush cannot use the mean anchor, positions, M at most
  * KV_EVICT_MAX_BUDGET, summed without overflow). */
 int kv_evict_params_validate(const kv_evict_params *p, kv_error *err);
+/* The same, then the checks that need the number of layers: refined_size
+ * at most the smallest pyramid layer's intermediate size. */
+int kv_evict_params_validate_layers(const kv_evict_params *p, int n_layers, kv_error *err);
 
 /* The largest M kv_evict_params_validate accepts: sums of a few sizes and
  * slot counts stay far from INT_MAX, yet no real context reaches it. */
@@ -103,8 +110,32 @@ int kv_evict_params_validate(const kv_evict_params *p, kv_error *err);
 /* M = start + intermediate + recent: the cache length after an eviction
  * (validated params: at most KV_EVICT_MAX_BUDGET), for every algorithm
  * (streaming's intermediate area keeps the newest candidates). The one
- * budget: reports and plans show this number. */
+ * budget: reports and plans show this number. With layer_budget pyramid it
+ * is the mean over the layers (exact up to the rounding of each layer's
+ * intermediate size), with head_budget adaptive the mean over a layer's
+ * KV heads (exact: the heads share Hkv * intermediate_size tokens). */
 int kv_evict_params_budget(const kv_evict_params *p);
+
+/* The intermediate size of layer `layer` of n_layers: intermediate_size,
+ * or with layer_budget pyramid PyramidKV's linear schedule (kvpress's
+ * arithmetic without the window and the cap, docs/eviction.md): in units
+ * of K = I / G (G = group_size with per_group, else 1), lo = K / beta,
+ * hi = 2K - lo, step = (hi - lo) / (n_layers - 1), and layer l keeps
+ * G * round_half_even(hi - l * step) -- in double, in that order. The mean
+ * over the layers is intermediate_size up to that rounding. */
+int kv_evict_layer_intermediate(const kv_evict_params *p, int n_layers, int layer);
+
+/* kvpress's own PyramidKV budget of a layer (get_layer_budget, window
+ * included, with its cap and its silent fallback to round(q (1 - r))),
+ * for parity checks: q the prompt length, r the compression ratio, w the
+ * window. */
+int kv_evict_pyramid_kvpress(int q, double r, int w, double beta, int n_layers, int layer);
+/* The original's (KVCache-Factory's) budget of a layer, the window kept on
+ * top: integer floor arithmetic on base = max_capacity_prompt - w; all q
+ * tokens (less the window) when q < max_capacity_prompt, base when q <
+ * 2 base. For parity checks. */
+int kv_evict_pyramid_original(int q, int max_capacity_prompt, int w, int beta, int n_layers,
+                              int layer);
 
 /* The SnapKV observation window the policy uses: window_size, or 8 for
  * snapkv without one (NNCF's default); 0 for the other algorithms. */
@@ -181,8 +212,10 @@ typedef struct kv_evictor kv_evictor;
 /* One eviction event: after (step, layer) the cache keeps these absolute
  * positions, in slot order: kept_positions[set][n_kept] for n_sets sets --
  * one set shared by all KV heads (n_sets = 1), or one per KV head with
- * strategy per_head (n_sets = n_kv_heads). step 0 = end of prefill, k = the
- * forward pass of generated token k. */
+ * strategy per_head (n_sets = n_kv_heads). With head_budget adaptive the
+ * heads keep different numbers of tokens: n_kept is the longest, and a
+ * shorter set ends in -1s. step 0 = end of prefill, k = the forward pass
+ * of generated token k. */
 typedef void (*kv_evict_trace_fn)(void *ctx, int step, int layer, const int32_t *kept_positions,
                                   int n_kept, int n_sets);
 
@@ -218,7 +251,8 @@ int kv_evictor_compress(kv_evictor *ev, kv_cache *cache, kv_evict_trace_fn trace
                         kv_error *err);
 
 /* The same, leaving src untouched: *out is a new cache holding only the
- * kept slots (M + 1 slots allocated per layer). Prefill once, fork many:
+ * kept slots (the largest M_l + 1 slots allocated per layer, more where an
+ * AdaKV layer's fullest head needs them). Prefill once, fork many:
  * each config compresses the shared prefill's cache into its own, copying
  * M rows per layer instead of the whole prompt. */
 int kv_evictor_compress_into(kv_evictor *ev, const kv_cache *src, kv_cache **out,

@@ -154,4 +154,14 @@ void kv_evict_top(const double *scores, int n, int k, int *idx);
  * first k of idx are the k best of them. */
 void kv_evict_top_among(const double *scores, int *idx, int n, int k);
 
+/* AdaKV's choice among the candidate entries of one layer (evict_adakv.c):
+ * entry i is a token of KV head head[i] with score score[i]; entries are in
+ * (position, head) order, so the later entry is the later token, or the
+ * higher head of the same token. Each head first keeps its best
+ * min(n_safe, its entries); the best of all other entries then fill the
+ * budget up to k in total (all of them when fewer), each ranked by (score
+ * desc, entry desc). take[i] = 1 for the kept entries. */
+int kv_adaptive_pick(const double *score, const int *head, int n, int n_heads, int n_safe, int k,
+                     char *take, kv_error *err);
+
 #endif

@@ -68,6 +68,49 @@ int kv_evict_params_budget(const kv_evict_params *p)
     return p->start_size + p->intermediate_size + p->recent_size;
 }
 
+int kv_evict_layer_intermediate(const kv_evict_params *p, int n_layers, int layer)
+{
+    if (strcmp(p->layer_budget, "pyramid") != 0 || n_layers <= 1)
+        return p->intermediate_size;
+    int G = strcmp(p->strategy, "per_group") == 0 ? p->group_size : 1;
+    double K = (double)(p->intermediate_size / G);
+    double lo = K / p->pyramid_beta, hi = 2.0 * K - lo;
+    double step = (hi - lo) / (double)(n_layers - 1);
+    /* nearbyint rounds half to even in the default rounding mode, as
+     * Python's round does; round() would round half away from zero */
+    return G * (int)nearbyint(hi - (double)layer * step);
+}
+
+int kv_evict_pyramid_kvpress(int q, double r, int w, double beta, int n_layers, int layer)
+{
+    double mcp = w + q * (1.0 - r);
+    double lo = (mcp - w) / beta, hi = (mcp - w) * 2.0 - lo;
+    if (hi >= q - w) {
+        hi = q - w;
+        lo = (mcp - w) * 2.0 - hi;
+    }
+    if (!(q >= hi && hi >= lo && lo >= w))
+        return (int)nearbyint(q * (1.0 - r));
+    double steps = (hi - lo) / (double)(n_layers - 1);
+    return (int)nearbyint(hi - layer * steps);
+}
+
+int kv_evict_pyramid_original(int q, int max_capacity_prompt, int w, int beta, int n_layers,
+                              int layer)
+{
+    int base = max_capacity_prompt - w;
+    if (q < max_capacity_prompt)
+        return q - w;
+    if (q < 2 * base)
+        return base;
+    int lo = base / beta, hi = 2 * base - lo;
+    if (hi >= q - w) {
+        hi = q - w;
+        lo = 2 * base - hi;
+    }
+    return hi - layer * ((hi - lo) / (n_layers - 1));
+}
+
 int kv_evict_params_window(const kv_evict_params *p)
 {
     if (p->has_window)
@@ -80,6 +123,13 @@ void kv_evict_params_resolve(kv_evict_params *p)
     int w = kv_evict_params_window(p);
     p->has_window = w > 0;
     p->window_size = w;
+    /* a schedule's parameter does nothing without its schedule */
+    kv_evict_params d;
+    kv_evict_params_default(&d);
+    if (strcmp(p->layer_budget, "pyramid") != 0)
+        p->pyramid_beta = d.pyramid_beta;
+    if (strcmp(p->head_budget, "adaptive") != 0)
+        p->alpha_safeguard = d.alpha_safeguard;
 }
 
 static int unknown_key(const char *key, kv_error *err)
@@ -112,6 +162,17 @@ static int parse_int(const field *f, const char *v, int *out, kv_error *err)
     if (end == v || *end != '\0' || errno || x < INT_MIN || x > INT_MAX)
         return kv_fail(err, "eviction config: %s: expected an integer, got '%s'", f->key, v);
     *out = (int)x;
+    return 0;
+}
+
+static int parse_number(const field *f, const char *v, double *out, kv_error *err)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || *end != '\0' || errno == ERANGE || !isfinite(x))
+        return kv_fail(err, "eviction config: %s: expected a finite number, got '%s'", f->key, v);
+    *out = x;
     return 0;
 }
 
@@ -155,16 +216,8 @@ static int set_field(kv_evict_params *p, const field *f, const char *v, kv_error
         p->seed = (uint32_t)x;
         return 0;
     }
-    case KV_PARAM_NUMBER: {
-        char *end;
-        errno = 0;
-        double x = strtod(v, &end);
-        if (end == v || *end != '\0' || errno == ERANGE || !isfinite(x))
-            return kv_fail(err, "eviction config: %s: expected a finite number, got '%s'", f->key,
-                           v);
-        *(double *)base = x;
-        return 0;
-    }
+    case KV_PARAM_NUMBER:
+        return parse_number(f, v, (double *)base, err);
     }
     return kv_fail(err, "eviction config: %s: unsupported field", f->key);
 }
@@ -373,11 +426,57 @@ static int check_policies(const kv_evict_params *p, kv_error *err)
     return 0;
 }
 
+/* The budget schedules' rules (PyramidKV, AdaKV), after kvbench's. */
+static int check_budgets(const kv_evict_params *p, kv_error *err)
+{
+    bool adaptive = strcmp(p->head_budget, "adaptive") == 0;
+    if (adaptive && strcmp(p->strategy, "per_head") != 0)
+        return kv_fail(err, "head_budget 'adaptive' (AdaKV) needs strategy 'per_head'.");
+    if (!(p->alpha_safeguard >= 0.0 && p->alpha_safeguard <= 1.0))
+        return kv_fail(err, "alpha_safeguard must be in [0, 1].");
+    /* a head's kept tokens differ in number under AdaKV: the refiners'
+     * slot-based picks have no common count to work in */
+    if (adaptive && p->refined_size > 0)
+        return kv_fail(err, "refined_size must be 0 with strategy 'per_head'.");
+    if (!(p->pyramid_beta >= 1.0))
+        return kv_fail(err, "pyramid_beta must be >= 1.");
+    /* the lowest pyramid layer keeps up to 2 I */
+    long long lowest = (long long)p->start_size + 2LL * p->intermediate_size + p->recent_size;
+    if (strcmp(p->layer_budget, "pyramid") == 0 && lowest > KV_EVICT_MAX_BUDGET)
+        return kv_fail(err,
+                       "start_size + 2 * intermediate_size + recent_size = %lld: must be <= %d "
+                       "with layer_budget 'pyramid' (its first layer keeps up to twice the "
+                       "intermediate size).",
+                       lowest, KV_EVICT_MAX_BUDGET);
+    if (!name_ok(p, "layer_budget"))
+        return kv_fail(err, "layer_budget must be 'uniform' or 'pyramid' (got '%s').",
+                       p->layer_budget);
+    if (!name_ok(p, "head_budget"))
+        return kv_fail(err, "head_budget must be 'uniform' or 'adaptive' (got '%s').",
+                       p->head_budget);
+    return 0;
+}
+
 int kv_evict_params_validate(const kv_evict_params *p, kv_error *err)
 {
     if (check_names(p, err) || check_nncf(p, err) || check_kvbench(p, err) ||
-        check_policies(p, err))
+        check_policies(p, err) || check_budgets(p, err))
         return -1;
+    return 0;
+}
+
+int kv_evict_params_validate_layers(const kv_evict_params *p, int n_layers, kv_error *err)
+{
+    if (kv_evict_params_validate(p, err) != 0)
+        return -1;
+    int smallest = p->intermediate_size;
+    for (int l = 0; l < n_layers; l++) {
+        int i = kv_evict_layer_intermediate(p, n_layers, l);
+        smallest = i < smallest ? i : smallest;
+    }
+    if (p->refined_size > smallest)
+        return kv_fail(err, "refined_size %d exceeds the smallest pyramid layer budget %d.",
+                       p->refined_size, smallest);
     return 0;
 }
 

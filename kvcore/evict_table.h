@@ -70,7 +70,17 @@
       "ea-use-vnorm", "BOOL", "ExpectedAttention scores times the value norm", "", \
       "true= false=novnorm") \
     X(ea_epsilon, NUMBER, "0", 0, 0, NULL, "expected_attention", \
-      "ea-epsilon", "X", "added to ExpectedAttention's score before the value norm", "eps", "")
+      "ea-epsilon", "X", "added to ExpectedAttention's score before the value norm", "eps", "") \
+    X(layer_budget, NAME, "uniform", 0, 0, KV_NAMES("uniform", "pyramid"), NULL, \
+      "layer-budget", "NAME", "uniform, or pyramid (PyramidKV: more intermediate tokens in lower layers)", \
+      "", "uniform= pyramid=pyr") \
+    X(pyramid_beta, NUMBER, "20", 0, 0, NULL, NULL, \
+      "pyramid-beta", "X", "pyramid: the last layer keeps 1/beta of the mean (>= 1)", "beta", "") \
+    X(head_budget, NAME, "uniform", 0, 0, KV_NAMES("uniform", "adaptive"), NULL, \
+      "head-budget", "NAME", "uniform, or adaptive (AdaKV: a layer's KV heads share their budget; per_head)", \
+      "", "uniform= adaptive=ada") \
+    X(alpha_safeguard, NUMBER, "0.2", 0, 0, NULL, NULL, \
+      "alpha-safeguard", "X", "adaptive: the share of its budget every head keeps (0..1)", "alpha", "")
 /* clang-format on */
 
 #endif

@@ -65,6 +65,7 @@ void kv_cache_free(kv_cache *c)
         free(c->layers[i].v);
         free(c->layers[i].pos);
         free(c->layers[i].vlen);
+        free(c->layers[i].gap);
     }
     free(c->layers);
     free(c);
@@ -92,6 +93,15 @@ kv_cache *kv_cache_fork(const kv_cache *c, int cap_hint, kv_error *err)
         memcpy(dst->vlen, src->vlen, (size_t)src->vlen_n * (size_t)c->n_kv_heads * sizeof(float));
         dst->vlen_n = src->vlen_n;
         dst->len = src->len;
+        if (src->gap) {
+            size_t bytes = 2 * (size_t)c->n_kv_heads * sizeof *src->gap;
+            if (!(dst->gap = malloc(bytes))) {
+                kv_cache_free(f);
+                kv_fail(err, "KV cache: out of memory");
+                return NULL;
+            }
+            memcpy(dst->gap, src->gap, bytes);
+        }
     }
     return f;
 }
@@ -107,6 +117,14 @@ int kv_cache_reserve(kv_cache *c, int n, kv_error *err)
             return -1;
     }
     return 0;
+}
+
+int kv_cache_reserve_layer(kv_cache *c, int layer, int slots, kv_error *err)
+{
+    kv_cache_layer *l = &c->layers[layer];
+    if (slots <= l->cap)
+        return 0;
+    return layer_resize(l, kv_cache_row(c), c->n_kv_heads, slots, err);
 }
 
 void kv_cache_measure_values(const kv_cache *c, kv_cache_layer *l, int from, int n)
@@ -129,6 +147,9 @@ int kv_cache_compact(kv_cache *c, int layer, const int *keep, int n_keep, kv_err
     if (layer < 0 || layer >= c->n_layers)
         return kv_fail(err, "KV cache: no layer %d", layer);
     kv_cache_layer *l = &c->layers[layer];
+    if (l->gap)
+        return kv_fail(err, "KV cache: layer %d has per-head gaps; slots cannot move as rows",
+                       layer);
     size_t row = (size_t)kv_cache_row(c), heads = (size_t)c->n_kv_heads;
     for (int i = 0; i < n_keep; i++) {
         int s = keep[i];
@@ -148,6 +169,23 @@ int kv_cache_compact(kv_cache *c, int layer, const int *keep, int n_keep, kv_err
     l->vlen_n = measured;
     l->len = n_keep;
     return 0;
+}
+
+long kv_cache_entries(const kv_cache *c, int layer)
+{
+    const kv_cache_layer *l = &c->layers[layer];
+    long n = (long)l->len * c->n_kv_heads;
+    for (int h = 0; l->gap && h < c->n_kv_heads; h++)
+        n -= l->gap[2 * h + 1] - l->gap[2 * h];
+    return n;
+}
+
+long kv_cache_mean_kept(const kv_cache *c)
+{
+    double sum = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        sum += (double)kv_cache_entries(c, l);
+    return lround(sum / ((double)c->n_layers * c->n_kv_heads));
 }
 
 int kv_cache_shrink(kv_cache *c, int cap, kv_error *err)

@@ -12,11 +12,20 @@
  * may hold different numbers of slots.
  *
  * Per-head eviction (strategy per_head) lets each KV head keep its own
- * tokens, at the same count for every head of a layer: slot s of head h
- * then holds another token than slot s of head h', so positions are kept
- * per slot AND head. Attention needs nothing more: keys carry their RoPE
- * rotation, and every cached slot precedes the tokens of the next forward,
- * so the causal mask by slot order stays right for every head.
+ * tokens: slot s of head h then holds another token than slot s of head
+ * h', so positions are kept per slot AND head. Attention needs nothing more
+ * while every head keeps as many tokens: keys carry their RoPE rotation,
+ * and every cached slot precedes the tokens of the next forward, so the
+ * causal mask by slot order stays right for every head.
+ *
+ * With head-adaptive budgets (AdaKV) the heads of a layer keep different
+ * numbers of tokens. Each head's tokens stay packed from slot 0 in order;
+ * the layer is as long as its fullest head, and tokens appended later go
+ * after that, for every head. So each head has at most one gap: slots
+ * [gap[2h], gap[2h+1]) hold no token of head h (their keys and values
+ * are zeros), and attention gives them no weight. That is per-head (ragged) storage padded to the
+ * fullest head: never longer than the union of the heads' tokens, and the same layout as
+ * equal-count per_head, which it equals when the counts agree.
  */
 #ifndef KV_KVCACHE_H
 #define KV_KVCACHE_H
@@ -38,6 +47,8 @@ typedef struct kv_cache_layer {
                         costs CriticalKV its shortcut */
     int len;         /* slots in use */
     int cap;         /* slots allocated */
+    int *gap;        /* [n_kv_heads][2] or NULL: slots [gap[2h], gap[2h+1]) hold
+                        no token of KV head h (see above); NULL: no gaps */
 } kv_cache_layer;
 
 typedef struct kv_cache {
@@ -58,6 +69,8 @@ kv_cache *kv_cache_fork(const kv_cache *c, int cap_hint, kv_error *err);
 
 /* Makes room for n more slots in every layer. */
 int kv_cache_reserve(kv_cache *c, int n, kv_error *err);
+/* Makes room for `slots` slots in all in one layer. */
+int kv_cache_reserve_layer(kv_cache *c, int layer, int slots, kv_error *err);
 
 /* Floats in one slot row (n_kv_heads * head_dim). */
 static inline int kv_cache_row(const kv_cache *c) { return c->n_kv_heads * c->head_dim; }
@@ -67,6 +80,21 @@ static inline int32_t kv_cache_pos(const kv_cache *c, int layer, int slot, int h
 {
     return c->layers[layer].pos[(size_t)slot * (size_t)c->n_kv_heads + (size_t)head];
 }
+
+/* Whether slot `slot` of KV head `head` holds a token (not in its gap). */
+static inline int kv_cache_holds(const kv_cache *c, int layer, int slot, int head)
+{
+    const int *g = c->layers[layer].gap;
+    return !g || slot < g[2 * head] || slot >= g[2 * head + 1];
+}
+
+/* The tokens a layer holds, over all its KV heads: len per head, less the
+ * gaps. */
+long kv_cache_entries(const kv_cache *c, int layer);
+/* The tokens a layer holds per KV head, averaged over the layers and heads
+ * and rounded: the cache length when all are alike; what reports show as
+ * kept tokens when layers (pyramid) or heads (adaptive) differ. */
+long kv_cache_mean_kept(const kv_cache *c);
 
 /* Sets every KV head's position of one slot (a token just written). */
 static inline void kv_cache_set_pos(kv_cache *c, int layer, int slot, int32_t pos)
@@ -82,7 +110,7 @@ void kv_cache_measure_values(const kv_cache *c, kv_cache_layer *l, int from, int
 
 /* Keeps only the slots listed in keep[0..n_keep) of one layer, which must be
  * strictly ascending; survivors move down in order (slot keep[i] becomes i)
- * in every KV head. */
+ * in every KV head. Not for a layer with gaps (refused). */
 int kv_cache_compact(kv_cache *c, int layer, const int *keep, int n_keep, kv_error *err);
 
 /* Gives memory above `cap` slots per layer back to the allocator, so a

@@ -713,12 +713,27 @@ static void decode_scores_task(void *ctx, int t, int worker)
     }
 }
 
+/* Sets the scores of the slots of a score row p[keys] that hold no token of
+ * KV head kvh (kvcache.h: its gap) to x: -inf before the softmax, then 0,
+ * since the vector exp turns -inf into a tiny number, not into 0. */
+static void mask_gap(const kv_cache_layer *cl, int kvh, float *p, int keys, float x)
+{
+    if (!cl->gap)
+        return;
+    int to = cl->gap[2 * kvh + 1] < keys ? cl->gap[2 * kvh + 1] : keys;
+    for (int k = cl->gap[2 * kvh]; k < to; k++)
+        p[k] = x;
+}
+
 static void decode_softmax_task(void *ctx, int h, int worker)
 {
     (void)worker;
     const decode_job *j = ctx;
     float *p = j->scores + (size_t)h * (size_t)j->f->max_keys;
+    int kvh = h / (j->cfg->n_heads / j->cfg->n_kv_heads);
+    mask_gap(j->cl, kvh, p, j->keys, -INFINITY);
     kv_softmax(p, j->keys);
+    mask_gap(j->cl, kvh, p, j->keys, 0.0f);
     if (j->st)
         stats_add_row(j->req, j->st, h, p, j->keys, j->row, j->n);
 }
@@ -795,7 +810,9 @@ static void attention_gemm_task(void *ctx, int h, int worker)
         for (int i = 0; i < rows; i++) {
             float *row = sc + (size_t)i * (size_t)keys;
             int visible = j->base + r0 + i + 1;
+            mask_gap(j->cl, h / group, row, visible, -INFINITY);
             kv_softmax(row, visible);
+            mask_gap(j->cl, h / group, row, visible, 0.0f);
             memset(row + visible, 0, (size_t)(keys - visible) * sizeof *row);
         }
         if (j->st)
@@ -911,7 +928,9 @@ static void attention(const kv_model *m, const kv_cache_layer *cl, fwd *f, kv_at
             decode_attention(&d, p, f->att + (size_t)i * qd);
         }
     } else
-        kv_pool_run(p, c->n_heads, st ? attention_gemm_task : attention_flash_task, &j);
+        /* the flash tiles know no gaps: the rare multi-row forward over a
+         * layer with gaps (AdaKV) takes the plain path */
+        kv_pool_run(p, c->n_heads, st || cl->gap ? attention_gemm_task : attention_flash_task, &j);
 }
 
 /* Qwen3's per-head q/k norms, then RoPE at pos, of one row's query and key

@@ -114,12 +114,25 @@ static double normal(void)
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-static void attention_fill(double *mass, const double *z, int n)
+static double key_importance(int pos);
+
+/* The attention mass of every head on the n keys of a layer of cache c
+ * (NULL: keys at positions 0..n-1): each key's importance follows its
+ * token; a slot in a KV head's gap (AdaKV) gets nothing. */
+static void attention_fill(double *mass, const kv_cache *c, int layer, int n)
 {
-    for (int h = 0; h < HEADS; h++)
-        for (int t = 0; t < n; t++)
-            mass[(size_t)h * n + t] =
-                uniform_attention ? rand() / (double)RAND_MAX : exp(2.0 * z[t] + normal());
+    for (int h = 0; h < HEADS; h++) {
+        int g = h / (HEADS / KV_HEADS);
+        for (int t = 0; t < n; t++) {
+            double *m = &mass[(size_t)h * n + t];
+            if (c && !kv_cache_holds(c, layer, t, g)) {
+                *m = 0.0;
+                continue;
+            }
+            double z = key_importance(c ? kv_cache_pos(c, layer, t, g) : t);
+            *m = uniform_attention ? rand() / (double)RAND_MAX : exp(2.0 * z + normal());
+        }
+    }
 }
 
 static double key_importance(int pos)
@@ -158,8 +171,10 @@ static void queries_fill(kv_attn_stats *st, int rows)
                     (i == j) * (double)st->q_count;
 }
 
-/* Statistics for the n keys of cache c (NULL: keys at positions 0..n-1). */
-static void stats_fill(stats_set *s, const kv_attn_stats_request *req, const kv_cache *c, int n)
+/* Statistics for the n keys of a layer of cache c (NULL: keys at positions
+ * 0..n-1). */
+static void stats_fill(stats_set *s, const kv_attn_stats_request *req, const kv_cache *c, int layer,
+                       int n)
 {
     s->req = *req;
     s->st.n_heads = HEADS;
@@ -168,19 +183,13 @@ static void stats_fill(stats_set *s, const kv_attn_stats_request *req, const kv_
     s->st.col_sums = realloc(s->st.col_sums, cells * sizeof(double));
     if (!s->st.col_sums)
         die("stats", NULL);
-    double *z = malloc((size_t)n * sizeof *z);
-    if (!z)
-        die("stats", NULL);
-    for (int t = 0; t < n; t++) /* a token keeps its importance from step to step */
-        z[t] = key_importance(c ? kv_cache_pos(c, 0, t, 0) : t);
-    attention_fill(s->st.col_sums, z, n);
+    attention_fill(s->st.col_sums, c, layer, n);
     for (int w = 0; w < req->n_windows; w++) {
         s->st.win_sums[w] = realloc(s->st.win_sums[w], cells * sizeof(double));
         if (!s->st.win_sums[w])
             die("stats", NULL);
-        attention_fill(s->st.win_sums[w], z, n);
+        attention_fill(s->st.win_sums[w], c, layer, n);
     }
-    free(z);
     if (req->q_moments)
         queries_fill(&s->st, n - req->q_from);
 }
@@ -240,6 +249,13 @@ static const config configs[] = {
     {"  per_head",
      {"algorithm", "snapkv", "start_size", "32", "recent_size", "64", "intermediate_size", "128",
       "window_size", "8", "score_aggregation", "norm_sum", "strategy", "per_head"}},
+    {"  pyramid (beta 20)",
+     {"algorithm", "snapkv", "start_size", "32", "recent_size", "64", "intermediate_size", "128",
+      "window_size", "8", "score_aggregation", "norm_sum", "layer_budget", "pyramid"}},
+    {"  per_head adaptive (AdaKV)",
+     {"algorithm", "snapkv", "start_size", "32", "recent_size", "64", "intermediate_size", "128",
+      "window_size", "8", "score_aggregation", "norm_sum", "strategy", "per_head", "head_budget",
+      "adaptive"}},
     {"  no rerotation",
      {"algorithm", "snapkv", "start_size", "32", "recent_size", "64", "intermediate_size", "128",
       "window_size", "8", "score_aggregation", "norm_sum", "apply_rerotation", "false"}},
@@ -278,19 +294,57 @@ static kv_evict_model model(void)
                             .o_proj = wo};
 }
 
-/* observe every layer's statistics (same values for each layer: content
- * does not change the cost) and compress; returns seconds. */
+/* observe every layer's statistics (s[l], or with shared the same s[0]
+ * for each layer: a prefill's content does not change the cost) and
+ * compress; returns seconds. */
 __attribute__((noinline)) static double forward_evict(kv_evictor *ev, kv_cache *c, stats_set *s,
-                                                      bool prefill)
+                                                      bool shared, bool prefill)
 {
     kv_error err;
     double t0 = kv_clock_s();
     for (int l = 0; l < LAYERS; l++)
-        if (kv_evictor_observe(ev, l, &s->req, &s->st, prefill, &err) != 0)
+        if (kv_evictor_observe(ev, l, &s[shared ? 0 : l].req, &s[shared ? 0 : l].st, prefill,
+                               &err) != 0)
             die("observe", &err);
     if (kv_evictor_compress(ev, c, NULL, NULL, &err) != 0)
         die("compress", &err);
     return kv_clock_s() - t0;
+}
+
+/* What a compressed cache holds, averaged over the layers: its slots, the
+ * tokens per KV head (the exact ragged size), and the distinct tokens of all
+ * heads (what a shared-slot layout with a validity mask would need). */
+typedef struct slot_counts {
+    double slots, tokens, union_slots;
+} slot_counts;
+
+static int cmp_pos(const void *a, const void *b)
+{
+    return *(const int32_t *)a - *(const int32_t *)b;
+}
+
+static slot_counts count_slots(const kv_cache *c)
+{
+    slot_counts r = {0};
+    for (int l = 0; l < LAYERS; l++) {
+        int len = c->layers[l].len, n = 0;
+        int32_t *all = malloc((size_t)(len > 0 ? len : 1) * KV_HEADS * sizeof *all);
+        if (!all)
+            die("count", NULL);
+        for (int g = 0; g < KV_HEADS; g++)
+            for (int t = 0; t < len; t++)
+                if (kv_cache_holds(c, l, t, g))
+                    all[n++] = kv_cache_pos(c, l, t, g);
+        qsort(all, (size_t)n, sizeof *all, cmp_pos);
+        int distinct = 0;
+        for (int i = 0; i < n; i++)
+            distinct += i == 0 || all[i] != all[i - 1];
+        free(all);
+        r.slots += (double)len / LAYERS;
+        r.tokens += (double)n / KV_HEADS / LAYERS;
+        r.union_slots += (double)distinct / LAYERS;
+    }
+    return r;
 }
 
 int main(int argc, char **argv)
@@ -322,7 +376,7 @@ int main(int argc, char **argv)
            layer_s * 1e3, decode_s * 1e3);
     printf("%-30s %12s %9s %14s %9s\n", "config", "prefill ms", "% prefill", "decode ms/step",
            "% decode");
-    stats_set pre = {0}, dec = {0};
+    static stats_set pre, dec[LAYERS];
     kv_cache *base = prefilled_cache(n);
     kv_evict_model m = model();
     openblas_set_num_threads(1); /* threads come from the pool, as in the engine */
@@ -347,20 +401,26 @@ int main(int argc, char **argv)
             die(configs[i].name, &err);
         kv_attn_stats_request req;
         kv_evictor_stats_request(ev, true, &req);
-        stats_fill(&pre, &req, NULL, n);
+        stats_fill(&pre, &req, NULL, 0, n);
         kv_cache *c = kv_cache_fork(base, 0, &err);
         if (!c)
             die("fork", &err);
-        double tp = forward_evict(ev, c, &pre, true);
+        double tp = forward_evict(ev, c, &pre, true, true);
+        slot_counts prefilled = count_slots(c);
         kv_evictor_stats_request(ev, false, &req);
         double td = 0;
         for (int s = 0; s < steps; s++) {
             append_token(c);
-            stats_fill(&dec, &req, c, c->layers[0].len);
-            td += forward_evict(ev, c, &dec, false);
+            for (int l = 0; l < LAYERS; l++) /* layers (pyramid) and heads (AdaKV) differ */
+                stats_fill(&dec[l], &req, c, l, c->layers[l].len);
+            td += forward_evict(ev, c, dec, false, false);
         }
         printf("%-30s %12.1f %8.3f%% %14.3f %8.2f%%", configs[i].name, tp * 1e3,
                100 * tp / prefill_s, td / steps * 1e3, 100 * td / steps / decode_s);
+        if (prefilled.slots != prefilled.tokens) /* a layout with gaps: what it costs */
+            printf("  (slots/layer after prefill: %.1f; union of the heads' tokens %.1f; "
+                   "tokens per head %.1f)",
+                   prefilled.slots, prefilled.union_slots, prefilled.tokens);
         if (kv_evictor_vnorm_count(ev) > 0) /* of the slots that were ever candidates */
             printf("  (value weights computed: %lld of %lld)", kv_evictor_vnorm_count(ev),
                    (long long)LAYERS * (n + steps - p.start_size - p.recent_size));
@@ -378,7 +438,7 @@ int main(int argc, char **argv)
     kv_error err;
     if (kv_evict_stats_request(ps, N_CONFIGS, true, &req, &err) != 0)
         die("union", &err);
-    stats_fill(&pre, &req, NULL, n);
+    stats_fill(&pre, &req, NULL, 0, n);
     kv_attn_stats layers[LAYERS];
     for (int l = 0; l < LAYERS; l++)
         layers[l] = pre.st; /* the same values for every layer */
@@ -397,12 +457,14 @@ int main(int argc, char **argv)
            N_CONFIGS, n, sweep * 1e3, 100 * sweep / prefill_s, N_CONFIGS);
     kv_cache_free(base);
     free(pre.st.col_sums);
-    free(dec.st.col_sums);
     free(pre.st.q_sum);
     free(pre.st.q_outer);
-    for (int w = 0; w < KV_MAX_WINDOWS; w++) {
+    for (int w = 0; w < KV_MAX_WINDOWS; w++)
         free(pre.st.win_sums[w]);
-        free(dec.st.win_sums[w]);
+    for (int l = 0; l < LAYERS; l++) {
+        free(dec[l].st.col_sums);
+        for (int w = 0; w < KV_MAX_WINDOWS; w++)
+            free(dec[l].st.win_sums[w]);
     }
     for (int l = 0; l < LAYERS; l++)
         free(o_proj[l]);

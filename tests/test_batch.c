@@ -7,6 +7,7 @@
  * and a sweep costs one batched forward per step. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,10 @@ static const char *const policies[] = {
     "{\"algorithm\": \"h2o\", \"refined_size\": 12, \"refined_algorithm\": \"criticalkv\"}",
     "{\"algorithm\": \"h2o\", \"strategy\": \"per_head\", \"refined_size\": 12, "
     "\"refined_algorithm\": \"criticalkv\", \"apply_rerotation\": false}",
+    "{\"algorithm\": \"snapkv\", \"layer_budget\": \"pyramid\", \"pyramid_beta\": 4}",
+    "{\"algorithm\": \"h2o\", \"strategy\": \"per_head\", \"head_budget\": \"adaptive\"}",
+    "{\"algorithm\": \"snapkv\", \"strategy\": \"per_head\", \"head_budget\": \"adaptive\", "
+    "\"alpha_safeguard\": 0, \"layer_budget\": \"pyramid\", \"positions\": \"compact\"}",
 };
 #define N_POLICIES (int)(sizeof policies / sizeof policies[0])
 #define N_ROWS     (N_POLICIES + 1) /* row 0: the full cache */
@@ -333,4 +338,54 @@ static void check_forward_level(kv_isa isa)
 Test(batch, forward_rows_equal_one_token_forwards)
 {
     tu_each_level(check_forward_level);
+}
+
+static double max_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0;
+    for (size_t i = 0; i < n; i++)
+        d = fmax(d, fabs((double)a[i] - b[i]));
+    return d;
+}
+
+/* A cache whose KV heads keep different numbers of tokens (AdaKV: each
+ * shorter head has a gap that attention masks): a forward of several rows,
+ * which takes the blocked prefill path, gives the logits of feeding the
+ * same tokens one at a time, which takes the decode path. */
+Test(batch, rows_over_head_gaps_equal_one_token_forwards)
+{
+    setup s = {0};
+    setup_open(&s, "tests/data/models/qwen3-bf16", KV_COMPUTE_F32);
+    int ada = -1;
+    for (int i = 0; i < N_POLICIES; i++)
+        if (strcmp(s.ps[i].head_budget, "adaptive") == 0 && ada < 0)
+            ada = i;
+    cr_assert_geq(ada, 0);
+    row r;
+    kv_cache *a = row_open(&s, ada + 1, &r), *b;
+    kv_error err;
+    bool gaps = false;
+    for (int l = 0; l < s.n_layers; l++)
+        gaps = gaps || a->layers[l].gap;
+    cr_assert(gaps, "the policy left no gap: the test would not test it");
+    cr_assert_not_null(b = kv_cache_fork(a, 0, &err), "%s", err.msg);
+    enum { N = 12 };
+    int32_t tok[N];
+    for (int i = 0; i < N; i++)
+        tok[i] = (int32_t)((7 * i + 3) % s.vocab);
+    float *la = malloc(N * (size_t)s.vocab * sizeof *la),
+          *lb = malloc((size_t)s.vocab * sizeof *lb);
+    cr_assert_eq(kv_model_forward(s.m, a, tok, N, NULL, NULL, la, true, &err), 0, "%s", err.msg);
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(kv_model_forward(s.m, b, &tok[i], 1, NULL, NULL, lb, false, &err), 0, "%s",
+                     err.msg);
+        double d = max_diff(la + (size_t)i * s.vocab, lb, (size_t)s.vocab);
+        cr_assert_leq(d, 1e-4, "row %d: logits differ by %g", i, d);
+    }
+    kv_cache_free(a);
+    kv_cache_free(b);
+    row_close(&r);
+    free(la);
+    free(lb);
+    setup_close(&s);
 }

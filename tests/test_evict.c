@@ -952,7 +952,7 @@ Test(evict_params, json_round_trip)
                  0, "%s", err.msg);
     cJSON *j = kv_evict_params_to_json(&a);
     cr_assert_not_null(j);
-    cr_assert_eq(cJSON_GetArraySize(j), 18);
+    cr_assert_eq(cJSON_GetArraySize(j), 22);
     kv_evict_params_default(&b);
     cr_assert_eq(kv_evict_params_from_json(&b, j, &err), 0, "%s", err.msg);
     cr_assert_eq(memcmp(&a, &b, sizeof a), 0);
@@ -1574,10 +1574,11 @@ Test(evict_params, keys_and_algorithms_are_listed)
         cr_assert_neq(strstr("algorithm strategy group_size start_size recent_size "
                              "intermediate_size refined_size score_aggregation apply_rerotation "
                              "window_size refined_algorithm kvcrush_anchor positions seed "
-                             "ea_n_future_positions ea_use_covariance ea_use_vnorm ea_epsilon",
+                             "ea_n_future_positions ea_use_covariance ea_use_vnorm ea_epsilon "
+                             "layer_budget pyramid_beta head_budget alpha_safeguard",
                              kv_evict_param_key(n)),
                       NULL, "%s", kv_evict_param_key(n));
-    cr_assert_eq(n, 18);
+    cr_assert_eq(n, 22);
     cr_assert_null(kv_evict_param_key(-1));
     for (int i = 0; kv_evict_algorithm(i); i++) {
         cr_assert_eq(kv_evict_params_set(&p, "algorithm", kv_evict_algorithm(i), &err), 0);
@@ -1623,10 +1624,25 @@ Test(evict_params, every_table_row_parses_by_key_and_flag)
             cr_assert(strstr(err.msg, d->key), "%s", err.msg);
         }
     }
-    cr_assert_eq(n, 18);
+    cr_assert_eq(n, 22);
     cr_assert_null(kv_evict_param_find("--no-such-flag"));
     cJSON *schema = kv_evict_params_schema();
     cr_assert_eq(cJSON_GetArraySize(schema), n);
     cJSON_Delete(schema);
     cJSON_Delete(dj);
+}
+
+/* The budget schedules' messages (docs/eviction.md), after NNCF's checks. */
+Test(evict_tv, budgets_validation)
+{
+    INVALID("head_budget 'adaptive' (AdaKV) needs strategy 'per_head'.", "head_budget", "adaptive");
+    INVALID("alpha_safeguard must be in [0, 1].", "alpha_safeguard", "1.5");
+    INVALID("alpha_safeguard must be in [0, 1].", "alpha_safeguard", "-0.1");
+    INVALID("refined_size must be 0 with strategy 'per_head'.", "strategy", "per_head",
+            "head_budget", "adaptive", "refined_size", "32");
+    INVALID("pyramid_beta must be >= 1.", "pyramid_beta", "0.5");
+    INVALID("must be <= 1073741824 with layer_budget 'pyramid'", "layer_budget", "pyramid",
+            "intermediate_size", "600000000", "start_size", "0", "recent_size", "0");
+    INVALID("layer_budget must be 'uniform' or 'pyramid'", "layer_budget", "cone");
+    INVALID("head_budget must be 'uniform' or 'adaptive'", "head_budget", "greedy");
 }

@@ -95,13 +95,16 @@ static float *read_npy(const char *path, size_t *rows, size_t *cols)
     return x;
 }
 
-static void check_fixture(const char *name)
+/* The fixture's config, with up to two flags (NULL-terminated) on top. */
+static void check_fixture_with(const char *name, const char *const *flags)
 {
     char *tmp = tu_mkdtemp(), trace[512], npy[512];
     snprintf(trace, sizeof trace, "%s/trace.jsonl", tmp);
     snprintf(npy, sizeof npy, "%s/logits.npy", tmp);
     char *config = data(name, ".config.json");
-    const char *extra[] = {"--eviction-config", config, "--trace", trace, NULL};
+    const char *extra[9] = {"--eviction-config", config, "--trace", trace};
+    for (int i = 0; flags && flags[i] && i < 4; i++)
+        extra[4 + i] = flags[i];
     tu_result r = generate(tmp, extra);
     cr_assert_eq(r.status, 0, "%s: %s", name, r.err);
 
@@ -142,6 +145,11 @@ static void check_fixture(const char *name)
     tu_result_free(&r);
     tu_rmtree(tmp);
     free(tmp);
+}
+
+static void check_fixture(const char *name)
+{
+    check_fixture_with(name, NULL);
 }
 
 Test(evict_e2e, h2o_sum_per_token)
@@ -218,6 +226,40 @@ Test(evict_e2e, expected_attention_per_group_no_covariance_epsilon)
     check_fixture("ea3_expected_attention_group4_nocov");
 }
 
+/* The budget schedules against tools/ref_budgets.py (float64 numpy, written
+ * from the spec): layer_budget pyramid per_token and per_head, head_budget
+ * adaptive (AdaKV: the heads of a layer keep different numbers of tokens,
+ * attention skips each head's gap), and both together. */
+Test(evict_e2e, snapkv_pyramid_per_token)
+{
+    check_fixture("pk1_snapkv_pyramid_token");
+}
+
+Test(evict_e2e, h2o_pyramid_per_head)
+{
+    check_fixture("pk2_h2o_pyramid_head");
+}
+
+Test(evict_e2e, h2o_adaptive_heads)
+{
+    check_fixture("ad1_h2o_adaptive");
+}
+
+Test(evict_e2e, snapkv_adaptive_heads_pyramid_layers)
+{
+    check_fixture("ad2_snapkv_adaptive_pyramid");
+}
+
+/* alpha 1: every head keeps its own best I first, which is all of the
+ * budget: plain per_head, the very same trace, tokens and logits. */
+Test(evict_e2e, adaptive_alpha_1_is_per_head)
+{
+    static const char *const flags[] = {"--head-budget", "adaptive", "--alpha-safeguard", "1",
+                                        NULL};
+    check_fixture_with("ph1_h2o_sum_head", flags);
+    check_fixture_with("ph2_snapkv_sum_head", flags);
+}
+
 /* The flags of the seed example's shape give what the config file gives. */
 Test(evict_e2e, cli_flags_equal_config_file)
 {
@@ -267,16 +309,38 @@ Test(evict_e2e, budget_above_length_changes_nothing)
     tu_result full = generate(tmp, none);
     cr_assert_eq(full.status, 0, "%s", full.err);
     cr_assert_eq(rename(npy, full_npy), 0);
+    /* pyramid with beta 1 gives every layer intermediate_size; adaptive
+     * heads within Hkv * I candidates keep them all */
     static const char *const algos[] = {"snapkv", "h2o",     "knorm",
                                         "snapkv", "tova",    "keydiff",
-                                        "expected_attention"};
-    static const char *const strategies[] = {"per_token", "per_token", "per_token", "per_head",
-                                             "per_token", "per_head",  "per_token"};
-    for (int a = 0; a < 7; a++) {
-        const char *extra[] = {
-            "--eviction", algos[a],        "--strategy", strategies[a],         "--start-size",
-            "4",          "--recent-size", "16",         "--intermediate-size", "220",
-            "--trace",    trace,           NULL};
+                                        "expected_attention", "snapkv", "h2o"};
+    static const char *const strategies[] = {"per_token", "per_token", "per_token",
+                                             "per_head",  "per_token", "per_head",
+                                             "per_token", "per_token", "per_head"};
+    static const char *const budgets[][2] = {
+        {"--layer-budget", "uniform"}, {"--layer-budget", "uniform"},
+        {"--layer-budget", "uniform"}, {"--layer-budget", "uniform"},
+        {"--layer-budget", "uniform"}, {"--layer-budget", "uniform"},
+        {"--layer-budget", "uniform"}, {"--pyramid-beta", "1"},
+        {"--head-budget", "adaptive"}};
+    for (int a = 0; a < 9; a++) {
+        const char *extra[] = {"--eviction",
+                               algos[a],
+                               "--strategy",
+                               strategies[a],
+                               "--start-size",
+                               "4",
+                               "--recent-size",
+                               "16",
+                               "--intermediate-size",
+                               "220",
+                               "--trace",
+                               trace,
+                               budgets[a][0],
+                               budgets[a][1],
+                               a == 7 ? "--layer-budget" : NULL,
+                               "pyramid",
+                               NULL};
         tu_result r = generate(tmp, extra);
         cr_assert_eq(r.status, 0, "%s", r.err);
         int a_ids[64], b_ids[64];

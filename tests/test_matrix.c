@@ -369,11 +369,13 @@ static void load_shipped(const char *rel, size_t n_tasks, size_t n_configs)
 
 Test(matrix, shipped_configs_parse)
 {
-    /* 3 synthetic tasks; full + 2 streaming + 1 rerotated SnapKV + 2 H2O + 4 SnapKV
-     * (2 budgets x 2 windows) + TOVA, KeyDiff, ExpectedAttention at 128 */
-    load_shipped("configs/demo.json", 3, 1 + 2 + 1 + 2 + 4 + 3);
-    for (size_t i = 10; i < 13; i++)
-        cr_assert_eq(m.configs[i].budget, 128);
+    /* 3 synthetic tasks; full + 2 streaming + 1 rerotated SnapKV + PyramidKV + per_head +
+     * AdaKV + 2 H2O + 4 SnapKV (2 budgets x 2 windows) + TOVA, KeyDiff, ExpectedAttention */
+    load_shipped("configs/demo.json", 3, 1 + 2 + 1 + 3 + 2 + 4 + 3);
+    for (size_t i = 4; i < 7; i++)
+        cr_assert_eq(m.configs[i].budget, 128, "%s", m.configs[i].name);
+    for (size_t i = 13; i < 16; i++)
+        cr_assert_eq(m.configs[i].budget, 128, "%s", m.configs[i].name);
     cr_assert_str_eq(m.run_name, "demo");
     kb_matrix_free(&m);
     load_shipped("configs/seed-example.json", 16, 2);
@@ -381,8 +383,8 @@ Test(matrix, shipped_configs_parse)
     cr_assert_eq(m.configs[1].budget, 224);
     kb_matrix_free(&m);
     /* 16 tasks; full + 4 refined + 2x5x2 (H2O/SnapKV x budgets x sum/norm_sum) + 5 streaming
-     * + 3x2 (TOVA/KeyDiff/ExpectedAttention x 512, 1024) */
-    load_shipped("configs/nightly.json", 16, 1 + 4 + 20 + 5 + 6);
+     * + 3x2 (TOVA/KeyDiff/ExpectedAttention x 512, 1024) + 2 PyramidKV + 2 AdaKV */
+    load_shipped("configs/nightly.json", 16, 1 + 4 + 20 + 5 + 6 + 2 + 2);
     long budgets[5] = {0};
     for (size_t i = 5; i < 25; i += 2)
         budgets[(i - 5) / 2 % 5] = m.configs[i].budget;
@@ -390,8 +392,9 @@ Test(matrix, shipped_configs_parse)
     for (int i = 0; i < 5; i++)
         cr_assert_eq(budgets[i], want[i]);
     cr_assert_eq(m.configs[29].budget, 2048);
-    for (size_t i = 30; i < 36; i++)
-        cr_assert_eq(m.configs[i].budget, i % 2 ? 1024 : 512);
+    /* the schedules' budget is their mean: the same 512 and 1024 */
+    for (int i = 30; i < 40; i++)
+        cr_assert_eq(m.configs[i].budget, i % 2 ? 1024 : 512, "%s", m.configs[i].name);
     kb_matrix_free(&m);
 }
 
@@ -420,7 +423,7 @@ Test(matrix, run_dry_run_shows_the_plan_and_errors_name_the_key)
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert(strstr(r.out, "run nightly -> results/nightly/shards/1-of-4\n"), "%s", r.out);
     cr_assert(strstr(r.out, "16 tasks:"));
-    cr_assert(strstr(r.out, "36 configs (one prefill per sample, shared by all):"));
+    cr_assert(strstr(r.out, "40 configs (one prefill per sample, shared by all):"));
     cr_assert(strstr(r.out, "  snapkv_s32_r64_i1952_normsum "), "%s", r.out);
     tu_result_free(&r);
     r = tu_kvbench("run", nightly, "--dry-run", "--shard", "4/4", NULL);

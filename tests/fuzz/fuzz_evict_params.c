@@ -18,13 +18,18 @@ static void drive(const kv_evict_params *p)
     kv_evict_model m = {
         .n_layers = 2, .n_heads = 2, .n_kv_heads = 1, .head_dim = 4, .rope_theta = 1e4};
     kv_error err;
+    if (kv_evict_params_validate_layers(p, m.n_layers, &err) != 0)
+        return;    /* refined_size above the smaller pyramid layer of two */
+    int budget[2]; /* each layer's M */
+    for (int l = 0; l < 2; l++)
+        budget[l] = p->start_size + kv_evict_layer_intermediate(p, 2, l) + p->recent_size;
     kv_evictor *ev = kv_evictor_new(p, &m, &err);
     kv_cache *c = kv_cache_new(2, 1, 4, 8, &err);
     if (!ev || !c)
         abort(); /* a validated config must give a policy */
     kv_attn_stats_request req;
     kv_evictor_generation_request(ev, &req);
-    int n = kv_evict_params_budget(p) + 3;
+    int n = (budget[0] > budget[1] ? budget[0] : budget[1]) + 3;
     for (int step = 0; step < 6; step++) {
         int add = step == 0 ? n : 1;
         if (kv_cache_reserve(c, add, &err) != 0)
@@ -58,7 +63,7 @@ static void drive(const kv_evict_params *p)
         if (rc != 0)
             abort(); /* eviction of a valid config never fails */
         for (int l = 0; l < 2; l++)
-            if (c->layers[l].len > kv_evict_params_budget(p))
+            if (c->layers[l].len > budget[l])
                 abort();
     }
     kv_cache_free(c);
