@@ -6,6 +6,8 @@
                         [--prompts 512,2048,8192] [--decode-after 512,8192]
                         [--gen 64] [--rounds 2] [--log FILE.jsonl]
 
+(--prompts none or --decode-after none leaves those measures out.)
+
 MODEL.gguf is MODEL_DIR written by tests/bench/peer_gguf.py (the same BF16
 weights). Every round runs every measure once per engine -- kvbench in f32
 mode, kvbench in bf16 mode, llama-bench -- in an order that rotates from
@@ -43,6 +45,8 @@ def fail(msg):
 
 
 def int_list(s):
+    if s == "none":
+        return []
     try:
         values = [int(v) for v in s.split(",") if v]
     except ValueError:
