@@ -14,6 +14,11 @@ int kb_bench_tokenizer(const kb_args *a);
  * --configs K,K,.., --repeats, --threads). */
 int kb_bench_sweep(const kb_args *a);
 
+/* This machine's limits, measured the way the engine runs: FP32 FMA and
+ * BF16 dot-product throughput at the kernel level in use, and memory read
+ * bandwidth (--threads, --repeats, --buffer-mib, --json). */
+int kb_bench_machine(const kb_args *a);
+
 /* The median of n values (sorts v). */
 double kb_median(double *v, int n);
 

@@ -22,6 +22,8 @@ static const bench_kind kinds[] = {
     {"model", "prefill and decode tokens/s of --model, and peak RSS", kb_bench_model_run, NULL},
     {"sweep", "full cache alone vs 1 + K configs decoded batched and one after another",
      kb_bench_sweep, NULL},
+    {"machine", "FP32 and BF16 arithmetic peak at the kernel level in use, memory read bandwidth",
+     kb_bench_machine, NULL},
     {NULL, NULL, NULL, NULL},
 };
 
@@ -32,11 +34,12 @@ static const kb_option options[] = {
     {"seconds", "S", "tokenizer: measure each phase for at least S seconds (default 2)"},
     {"prompt-tokens", "N,N,..", "model: prompt lengths to measure (default 512,2048,8192); sweep: one length (default 2048)"},
     {"gen-tokens", "N", "model, sweep: decode steps after each prompt (default 128; sweep 64)"},
-    {"repeats", "N", "model: runs per prompt length; the median is reported (default 3)"},
-    {"threads", "N", "model, sweep: threads (default: all cores)"},
+    {"repeats", "N", "model: runs per prompt length; machine: runs per figure; the median is reported (default 3; machine 5)"},
+    {"threads", "N", "model, sweep, machine: threads (default: all cores)"},
     {"compute", "f32|bf16", "model: compute mode (default f32)"},
     {"evict-keep", "N", "model: also decode after evicting to N slots per layer"},
     {"configs", "K,K,..", "sweep: eviction configs next to the full cache (default 4,16,31)"},
+    {"buffer-mib", "N", "machine: read-bandwidth buffer (default: 8x the last-level cache, at least 512)"},
     {"json", NULL, "print the measurements as one JSON line"},
     {NULL, NULL, NULL},
 };
@@ -99,14 +102,16 @@ static int run(const kb_args *a)
 const kb_command kb_cmd_bench = {
     .name = "bench",
     .summary = "measure throughput of the model, tokenizer, loader or scorers",
-    .usage = "kvbench bench KIND [options]   (KIND: tokenizer, model, sweep)",
+    .usage = "kvbench bench KIND [options]   (KIND: tokenizer, model, sweep, machine)",
     .description = "Measures one part of kvbench and prints what it measured. "
                    "tokenizer: --model DIR --file F (load time, encode and decode tokens/s). "
                    "model: --model DIR [--prompt-tokens 512,2048,8192] [--gen-tokens 128] "
                    "(prefill and decode tokens/s, median of --repeats, and peak RSS). "
                    "sweep: --model DIR [--prompt-tokens 2048] [--gen-tokens 64] "
                    "[--configs 4,16,31] [--repeats 1] (wall time of the full cache alone, of 1 + K "
-                   "configs decoded batched and one after another, and the ratios).",
+                   "configs decoded batched and one after another, and the ratios). "
+                   "machine: [--threads N] [--repeats 5] [--buffer-mib N] (FP32 FMA and BF16 "
+                   "dot-product GFLOP/s at the kernel level in use, memory read GB/s).",
     .options = options,
     .min_positional = 1,
     .max_positional = 1,

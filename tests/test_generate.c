@@ -421,3 +421,54 @@ Test(generate_cli, compute_mode_and_kernel_level_are_reported)
     unsetenv(KV_ISA_ENV);
     free(dir);
 }
+
+/* The median a `bench machine --json` line reports for measure, or NAN when
+ * the line is missing or its median is null. */
+static double machine_median(const char *out, const char *measure, char *isa, size_t isa_size)
+{
+    char key[64];
+    snprintf(key, sizeof key, "{\"measure\":\"%s\",\"isa\":\"", measure);
+    const char *p = strstr(out, key);
+    if (!p)
+        return NAN;
+    p += strlen(key);
+    snprintf(isa, isa_size, "%.*s", (int)strcspn(p, "\""), p);
+    const char *m = strstr(p, "\"median\":");
+    double v;
+    return m && sscanf(m + 9, "%lf", &v) == 1 ? v : NAN;
+}
+
+/* `kvbench bench machine` measures at the kernels' level (the AVX-512 FMA
+ * loop where the level has it, vdpbf16ps only at avx512bf16, none below),
+ * follows KVBENCH_ISA, and refuses a nonsense buffer size. What it measures
+ * is not asserted beyond being a rate: performance is not a unit test; the
+ * loops check their own sums against a scalar recurrence on every run. */
+Test(generate_cli, bench_machine_measures_at_the_kernel_level)
+{
+    kv_isa best = kv_isa_detected();
+    for (int forced = 0; forced < 2; forced++) {
+        if (forced)
+            setenv(KV_ISA_ENV, "avx2", 1);
+        kv_isa level = forced ? KV_ISA_AVX2 : best;
+        tu_result r = tu_kvbench("bench", "machine", "--threads", "2", "--repeats", "2",
+                                 "--buffer-mib", "8", "--json", NULL);
+        cr_assert_eq(r.status, 0, "%s", r.err);
+        char isa[32];
+        double fp32 = machine_median(r.out, "fp32", isa, sizeof isa);
+        cr_expect_gt(fp32, 0, "%s", r.out);
+        cr_expect_str_eq(isa, level >= KV_ISA_AVX512 ? "avx512" : "avx2");
+        double bf16 = machine_median(r.out, "bf16", isa, sizeof isa);
+        if (level >= KV_ISA_AVX512BF16)
+            cr_expect_gt(bf16, 0, "%s", r.out);
+        else
+            cr_expect(strstr(r.out, "\"measure\":\"bf16\"") && isnan(bf16), "%s", r.out);
+        cr_expect_gt(machine_median(r.out, "read", isa, sizeof isa), 0, "%s", r.out);
+        cr_expect(strstr(r.err, "read buffer 8 MiB"), "%s", r.err);
+        tu_result_free(&r);
+    }
+    unsetenv(KV_ISA_ENV);
+    tu_result r = tu_kvbench("bench", "machine", "--buffer-mib", "0", NULL);
+    cr_expect_eq(r.status, 2);
+    cr_expect(strstr(r.err, "kvbench: --buffer-mib"), "%s", r.err);
+    tu_result_free(&r);
+}
