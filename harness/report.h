@@ -74,24 +74,6 @@ typedef struct kb_report_run {
 /* Saves rows as <dir>/scores.json (atomically). */
 int kb_scores_save(const char *dir, const kb_score_row *rows, size_t n, kv_error *err);
 
-/* What a scorer says of one task's lines. */
-typedef struct kb_task_result {
-    double score;          /* the task's score, in percent */
-    const char *metric;    /* the metric's name (static) */
-    double *sample_scores; /* [n], given: line i's metric, 0..1 (what intervals resample) */
-    /* LongBench-E tasks: eval.py --e's scores by length (0-4k, 4-8k, 8k+;
-     * NaN when empty); all bucket_n 0 for other tasks */
-    size_t bucket_n[KB_N_BUCKETS];
-    double bucket[KB_N_BUCKETS];
-} kb_task_result;
-
-/* Scores one task's prediction lines (each line's JSON text, file order; the
- * scorer parses them, so that strings keep their NULs) into *out. Returns 0
- * or negative with a message in err. This is where the scorer plugs in
- * (score.h's kb_scorer_task). */
-typedef int (*kb_task_scorer)(const char *task, const char *const *lines, size_t n,
-                              kb_task_result *out, char *err, size_t err_n, void *ctx);
-
 /* Builds the rows of a run folder from its predictions: the score and the
  * per-sample scores (with each line's "id" and "length") from the scorer, n
  * and the means from the lines' prompt_tokens, kept_tokens, prefill_s and

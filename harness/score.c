@@ -13,7 +13,6 @@
 #include "jieba.h"
 #include "jsonl.h"
 #include "jsonstr.h"
-#include "report.h"
 #include "vec.h"
 
 /* eval.py's dataset2metric and its first-line rule come from the task

@@ -107,13 +107,31 @@ int kb_scorer_open(kb_scorer **out, kv_error *err);
 int kb_scorer_prepare(kb_scorer *s, const char *task, kv_error *err);
 void kb_scorer_close(kb_scorer *s);
 
-/* report.h's kb_task_scorer over a kb_scorer (ctx): the task's score as
+/* What a scorer says of one task's lines. */
+typedef struct kb_task_result {
+    double score;          /* the task's score, in percent */
+    const char *metric;    /* the metric's name (static) */
+    double *sample_scores; /* [n], given: line i's metric, 0..1 (what intervals resample) */
+    /* LongBench-E tasks: eval.py --e's scores by length (0-4k, 4-8k, 8k+;
+     * NaN when empty); all bucket_n 0 for other tasks */
+    size_t bucket_n[KB_N_BUCKETS];
+    double bucket[KB_N_BUCKETS];
+} kb_task_result;
+
+/* Scores one task's prediction lines (each line's JSON text, file order; the
+ * scorer parses them, so that strings keep their NULs) into *out. Returns 0
+ * or negative with a message in err. This is where the scorer plugs in
+ * (kb_scorer_task below). */
+typedef int (*kb_task_scorer)(const char *task, const char *const *lines, size_t n,
+                              kb_task_result *out, char *err, size_t err_n, void *ctx);
+
+/* kb_task_scorer over a kb_scorer (ctx): the task's score as
  * kb_score_predictions gives it (v2: accuracy), each line's score, the
- * metric's name and, for a LongBench-E task, its length buckets. out is a
- * kb_task_result (report.h). */
-struct kb_task_result;
-int kb_scorer_task(const char *task, const char *const *lines, size_t n,
-                   struct kb_task_result *out, char *msg, size_t msg_n, void *ctx);
+ * metric's name and, for a LongBench-E task, its length buckets. The
+ * scorer's result lives here, beside the scorers, so reports (which
+ * read it) sit above scoring and scoring needs nothing of them. */
+int kb_scorer_task(const char *task, const char *const *lines, size_t n, kb_task_result *out,
+                   char *msg, size_t msg_n, void *ctx);
 
 /* result.py's accuracies, in percent rounded to 1 decimal (NaN for an empty
  * group): overall, easy, hard, short, medium, long. */
