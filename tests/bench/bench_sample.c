@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sample.h"
+#include "longbench/sample.h"
 
 static double clock_s(clockid_t id)
 {

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes a Qwen3 model folder (config.json, tokenizer.json, one BF16
-model.safetensors) as a GGUF file for llama.cpp, so that tests/bench/peer.sh
+model.safetensors) as a GGUF file for llama.cpp, so that tests/bench/peer.py
 can run llama-bench on the very weights kvbench reads.
 
     PYTHONPATH=LLAMA_CPP/gguf-py python3 tests/bench/peer_gguf.py MODEL_DIR OUT.gguf

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "file.h"
+#include "util/file.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

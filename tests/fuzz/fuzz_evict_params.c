@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "fuzz_file.h"
-#include "evict.h"
+#include "evict/evict.h"
 
 /* A few forwards of a 2-layer model with uniform attention. */
 static void drive(const kv_evict_params *p)

@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include "fuzz_file.h"
-#include "jsonl.h"
+#include "longbench/jsonl.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jsonstr.h"
-#include "utf8.h"
+#include "util/jsonstr.h"
+#include "util/utf8.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "fuzz_file.h"
-#include "matrix.h"
+#include "matrix/matrix.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

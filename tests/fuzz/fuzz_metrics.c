@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jieba.h"
-#include "metrics.h"
-#include "score.h"
+#include "score/jieba.h"
+#include "score/metrics.h"
+#include "score/score.h"
 
 static kb_jieba *jieba;
 static kb_metrics *metrics;

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model_config.h"
-#include "rope.h"
+#include "model/model_config.h"
+#include "model/rope.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

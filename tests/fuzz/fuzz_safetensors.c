@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "safetensors.h"
+#include "model/safetensors.h"
 
 static char dir[] = "/tmp/kvbfuzz-st-XXXXXX";
 static char path[64];

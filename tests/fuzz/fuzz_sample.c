@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "fuzz_file.h"
-#include "sample.h"
+#include "longbench/sample.h"
 
 static void check_sample(const lb_sample *s)
 {

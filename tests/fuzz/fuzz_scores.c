@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "report.h"
+#include "report/report.h"
 
 static const char run_json[] =
     "{\"kvbench_version\": \"fuzz\", \"model\": \"m\", \"model_hash\": \"h\", \"protocol\": "

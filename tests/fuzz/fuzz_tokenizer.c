@@ -9,11 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat.h"
+#include "tokenizer/chat.h"
 #include "fuzz_file.h"
-#include "file.h"
-#include "tokenizer.h"
-#include "utf8.h"
+#include "util/file.h"
+#include "tokenizer/tokenizer.h"
+#include "util/utf8.h"
 
 static kv_tokenizer *tok;
 

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "file.h"
-#include "tokenizer.h"
+#include "util/file.h"
+#include "tokenizer/tokenizer.h"
 
 static char dir[] = "/tmp/kvbfuzz-tokjson-XXXXXX";
 static char *path;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Independent percentile-bootstrap intervals for a run folder's scores.json,
-to check kvbench's own (harness/bootstrap.c, harness/rowstats.c) against.
+to check kvbench's own (harness/report/bootstrap.c, harness/report/rowstats.c) against.
 
 Deliberately different from kvbench's resampler: numpy's PCG64 generator
 instead of SplitMix64, and multinomial resampling WEIGHTS (how often each

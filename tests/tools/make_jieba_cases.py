@@ -1,6 +1,6 @@
 """Writes tests/data/scorers/jieba_cases.jsonl: random mixed Chinese/ASCII strings
 and jieba 0.42.1's accurate-mode segmentation of each (jieba.cut, HMM on), for
-tests/test_metrics.c. Run with /usr/bin/python3 (Debian's python3-jieba).
+tests/unit/score/test_metrics.c. Run with /usr/bin/python3 (Debian's python3-jieba).
 """
 import json
 import logging

@@ -4,8 +4,8 @@ For every code point outside the surrogates, one line
     "<hex cp> <isspace><\\w><\\d> <final-sigma bits> <utf8 hex of c.lower()>\\n"
 where the final-sigma bits tell whether ("A" + c + "Σ").lower() ends in "ς" and
 whether ("AΣ" + c).lower() keeps "σ" (i.e. Cased / Case_Ignorable). Prints the
-FNV-1a 64-bit hash of all lines; tests/test_unicode.c computes the same over
-harness/unicode.c and compares. Run with /usr/bin/python3 (3.11, Unicode 14).
+FNV-1a 64-bit hash of all lines; tests/unit/score/test_unicode.c computes the same over
+harness/score/unicode.c and compares. Run with /usr/bin/python3 (3.11, Unicode 14).
 """
 import re
 

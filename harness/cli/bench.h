@@ -1,0 +1,29 @@
+/* The kinds of `kvbench bench`: each measures one part of kvbench and prints
+ * what it measured. A kind is one function here, one file bench_KIND.c and
+ * one line in cmd_bench.c's table (plus its options there). */
+#ifndef KB_BENCH_H
+#define KB_BENCH_H
+
+#include "cli/cli.h"
+
+/* Tokenizer load time and encode/decode throughput (--model, --file). */
+int kb_bench_tokenizer(const kb_args *a);
+
+/* Wall time of the full cache alone vs 1 + K configs decoded batched and one
+ * after another, from one prefill (--model, --prompt-tokens, --gen-tokens,
+ * --configs K,K,.., --repeats, --threads). */
+int kb_bench_sweep(const kb_args *a);
+
+/* This machine's limits, measured the way the engine runs: FP32 FMA and
+ * BF16 dot-product throughput at the kernel level in use, and memory read
+ * bandwidth (--threads, --repeats, --buffer-mib, --json). */
+int kb_bench_machine(const kb_args *a);
+
+/* The median of n values (sorts v). */
+double kb_median(double *v, int n);
+
+/* Parses "N,N,.." (at most max values, each in [lo, hi]) into out; the
+ * number of values, or -1 after a one-line error naming --flag. */
+int kb_parse_int_list(const char *s, const char *flag, int *out, int max, long lo, long hi);
+
+#endif

@@ -1,0 +1,222 @@
+#include "cli/bench_model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "util/clock.h"
+#include "model/cpu.h"
+#include "cli/bench.h"
+#include "model/generate.h"
+#include "model/kernels.h"
+#include "model/model.h"
+
+const kb_option kb_bench_model_options[] = {
+    {"model", "DIR", "Hugging Face model folder"},
+    {"prompt-tokens", "N,N,..", "prompt lengths to measure (default 512,2048,8192)"},
+    {"gen-tokens", "N", "decode steps after each prompt (default 128)"},
+    {"repeats", "N", "runs per prompt length; the median is reported (default 3)"},
+    {"threads", "N", "threads (default: all cores)"},
+    {"compute", "f32|bf16", "compute mode (default f32)"},
+    {"evict-keep", "N", "also decode after evicting to N slots per layer (first 4 + recent)"},
+    {"json", NULL, "print one JSON object per measurement"},
+    {NULL, NULL, NULL},
+};
+
+/* CPU seconds of the whole process (all threads): on a shared machine the
+ * wall time depends on the neighbours, CPU time much less. */
+static double peak_rss_gib(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / (1024.0 * 1024.0); /* ru_maxrss is in KiB */
+}
+
+/* Median, min and max of the wall-clock rates; median of the CPU rates. */
+static void report(const kb_bench_model_opts *o, const char *what, int tokens, double *v,
+                   double *cpu, int n)
+{
+    double med = kb_median(v, n), cmed = kb_median(cpu, n);
+    if (o->json)
+        printf("{\"measure\":\"%s\",\"tokens\":%d,\"tokens_per_s_median\":%.2f,"
+               "\"tokens_per_s_min\":%.2f,\"tokens_per_s_max\":%.2f,\"runs\":%d,"
+               "\"tokens_per_cpu_s_median\":%.2f,\"peak_rss_gib\":%.3f}\n",
+               what, tokens, med, v[0], v[n - 1], n, cmed, peak_rss_gib());
+    else
+        printf("%-22s %6d  %8.2f tok/s  (min %.2f, max %.2f, %d runs; %.2f tok/cpu-s)  "
+               "peak RSS %.2f GiB\n",
+               what, tokens, med, v[0], v[n - 1], n, cmed, peak_rss_gib());
+    fflush(stdout);
+}
+
+/* Keeps the first 4 and the most recent keep - 4 slots of every layer, the
+ * shape of a StreamingLLM cache: decode speed depends only on how many
+ * slots remain. */
+static int evict(kv_cache *c, int keep, kv_error *err)
+{
+    for (int l = 0; l < c->n_layers; l++) {
+        int len = c->layers[l].len;
+        if (len <= keep)
+            continue;
+        int *idx = malloc((size_t)keep * sizeof *idx), n = 0;
+        if (!idx)
+            return kv_fail(err, "out of memory");
+        for (int j = 0; j < len; j++)
+            if (j < 4 || j >= len - (keep - 4))
+                idx[n++] = j;
+        int rc = kv_cache_compact(c, l, idx, n, err);
+        free(idx);
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
+typedef struct run_result {
+    double prefill, decode, decode_evicted;             /* tokens per wall second */
+    double prefill_cpu, decode_cpu, decode_evicted_cpu; /* tokens per CPU second */
+} run_result;
+
+static int decode(kv_model *m, kv_cache *c, const float *logits, int steps, double *tok_s,
+                  double *tok_cpu_s, kv_error *err)
+{
+    kv_generate_opts g = {.max_new_tokens = steps + 1, .ignore_eos = true};
+    kv_generation out;
+    double cpu = kv_clock_cpu_s();
+    if (kv_generate_from(m, c, logits, &g, &out, err) != 0)
+        return -1;
+    *tok_cpu_s = out.n_decode_forwards / (kv_clock_cpu_s() - cpu);
+    *tok_s = out.n_decode_forwards / out.decode_seconds;
+    kv_generation_free(&out);
+    return 0;
+}
+
+/* One run: prefill P random tokens, decode, optionally evict and decode. */
+static int one_run(const kb_bench_model_opts *o, kv_model *m, int P, unsigned seed, run_result *r,
+                   kv_error *err)
+{
+    const kv_model_config *cfg = kv_model_get_config(m);
+    int32_t *tokens = malloc((size_t)P * sizeof *tokens);
+    float *logits = malloc((size_t)cfg->vocab * sizeof *logits);
+    kv_cache *c = kv_model_cache_new(m, P + o->gen_tokens + 1, err);
+    int rc = tokens && logits && c ? 0 : (c ? kv_fail(err, "out of memory") : -1);
+    for (int i = 0; rc == 0 && i < P; i++) {
+        seed = seed * 1103515245u + 12345u;
+        tokens[i] = (int32_t)((seed >> 8) % (unsigned)cfg->vocab);
+    }
+    if (rc == 0) {
+        double t0 = kv_clock_s(), cpu = kv_clock_cpu_s();
+        rc = kv_model_forward(m, c, tokens, P, NULL, NULL, logits, false, err);
+        r->prefill = P / (kv_clock_s() - t0);
+        r->prefill_cpu = P / (kv_clock_cpu_s() - cpu);
+    }
+    /* The evicted decode reuses the same cache, compacted in place: a fork
+     * would hold a second full cache and double the peak memory. */
+    if (rc == 0 && o->gen_tokens > 0)
+        rc = decode(m, c, logits, o->gen_tokens, &r->decode, &r->decode_cpu, err);
+    if (rc == 0 && o->gen_tokens > 0 && o->evict_keep > 0 && P > o->evict_keep) {
+        rc = evict(c, o->evict_keep, err);
+        if (rc == 0)
+            rc = kv_cache_shrink(c, o->evict_keep + o->gen_tokens + 1, err);
+        if (rc == 0)
+            rc = decode(m, c, logits, o->gen_tokens, &r->decode_evicted, &r->decode_evicted_cpu,
+                        err);
+    }
+    kv_cache_free(c);
+    free(tokens);
+    free(logits);
+    return rc;
+}
+
+static int bench_prompt(const kb_bench_model_opts *o, kv_model *m, int P)
+{
+    double pf[64], dc[64], de[64], pfc[64], dcc[64], dec[64];
+    int n = o->repeats < 64 ? o->repeats : 64;
+    kv_error err;
+    for (int i = 0; i < n; i++) {
+        run_result r = {0};
+        if (one_run(o, m, P, 1234u + (unsigned)i, &r, &err) != 0) {
+            kb_error("%s", err.msg);
+            return KB_EXIT_FAIL;
+        }
+        pf[i] = r.prefill;
+        dc[i] = r.decode;
+        de[i] = r.decode_evicted;
+        pfc[i] = r.prefill_cpu;
+        dcc[i] = r.decode_cpu;
+        dec[i] = r.decode_evicted_cpu;
+    }
+    char what[64];
+    report(o, "prefill", P, pf, pfc, n);
+    if (o->gen_tokens > 0) {
+        snprintf(what, sizeof what, "decode after prompt");
+        report(o, what, P, dc, dcc, n);
+    }
+    if (o->gen_tokens > 0 && o->evict_keep > 0 && P > o->evict_keep) {
+        snprintf(what, sizeof what, "decode evicted to %d", o->evict_keep);
+        report(o, what, P, de, dec, n);
+    }
+    return 0;
+}
+
+int kb_bench_model(const kb_bench_model_opts *o)
+{
+    kv_set_threads(o->threads);
+    kv_error err;
+    kv_model *m;
+    double t0 = kv_clock_s();
+    if (kv_model_load(o->model, &m, &err) != 0) {
+        kb_error("%s", err.msg);
+        return KB_EXIT_FAIL;
+    }
+    if (kv_model_set_compute(m, o->compute, &err) != 0) {
+        kb_error("%s", err.msg);
+        kv_model_free(m);
+        return KB_EXIT_FAIL;
+    }
+    const kv_model_config *c = kv_model_get_config(m);
+    fprintf(stderr,
+            "# %s: %s, %d layers, hidden %d, %d/%d heads x %d, ffn %d, vocab %d; %.2f GiB of "
+            "weights loaded in %.1f s; %d threads; compute %s, kernels %s\n",
+            o->model, kv_arch_name(c->arch), c->n_layers, c->hidden, c->n_heads, c->n_kv_heads,
+            c->head_dim, c->ffn, c->vocab, (double)kv_model_weight_bytes(m) / (1 << 30),
+            kv_clock_s() - t0, kv_model_threads(m), kv_compute_name(o->compute),
+            kv_isa_name(kv_isa_active()));
+    int rc = 0;
+    for (int i = 0; i < o->n_prompts && rc == 0; i++)
+        rc = bench_prompt(o, m, o->prompt_tokens[i]);
+    kv_model_free(m);
+    return rc;
+}
+
+int kb_bench_model_run(const kb_args *a)
+{
+    kb_bench_model_opts o = {
+        .prompt_tokens = {512, 2048, 8192}, .n_prompts = 3, .gen_tokens = 128, .repeats = 3};
+    long gen = o.gen_tokens, rep = o.repeats, threads = 0, keep = 0;
+    o.model = kb_arg(a, "model");
+    o.json = kb_flag(a, "json");
+    if (kb_arg(a, "compute") && kv_compute_parse(kb_arg(a, "compute"), &o.compute) != 0) {
+        kb_error("--compute: want f32 or bf16, not '%s'", kb_arg(a, "compute"));
+        return KB_EXIT_USAGE;
+    }
+    if (!o.model) {
+        kb_error("bench model: --model DIR is required");
+        return KB_EXIT_USAGE;
+    }
+    if ((kb_arg(a, "prompt-tokens") &&
+         (o.n_prompts = kb_parse_int_list(kb_arg(a, "prompt-tokens"), "prompt-tokens",
+                                          o.prompt_tokens, 16, 1, 1 << 24)) <= 0) ||
+        kb_arg_long(a, "gen-tokens", 0, 1 << 20, &gen) != 0 ||
+        kb_arg_long(a, "repeats", 1, 64, &rep) != 0 ||
+        kb_arg_long(a, "threads", 1, 1024, &threads) != 0 ||
+        kb_arg_long(a, "evict-keep", 8, 1 << 24, &keep) != 0)
+        return KB_EXIT_USAGE;
+    o.gen_tokens = (int)gen;
+    o.repeats = (int)rep;
+    o.threads = (int)threads;
+    o.evict_keep = (int)keep;
+    return kb_bench_model(&o);
+}

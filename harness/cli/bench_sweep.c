@@ -1,0 +1,296 @@
+/* kvbench bench sweep: what decoding a sample's configs together saves.
+ *
+ * One prefill of a random prompt (with the attention statistics every
+ * config needs), then, from that same prefill, in one process:
+ *   full      the full cache alone (what a run without eviction costs),
+ *   batched   the full cache + K eviction configs decoded together, one
+ *             batched forward per step (kv_generate_batch),
+ *   sequential the same 1 + K decoded one after another,
+ * each reported as prefill + its decode wall time, with the ratios to the
+ * full cache alone. The modes alternate within each repeat (the order
+ * reversed every other repeat), so a busy neighbour slows all of them.
+ * Batched and sequential must produce the same tokens; the bench checks it.
+ *
+ * The configs are the issue's sweep: H2O and SnapKV x intermediate 160, 416,
+ * 928, 1952 x sum / norm_sum (16), then the same with rerotation (32); K
+ * takes the first K of that list. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/bench.h"
+#include "util/clock.h"
+#include "evict/evict.h"
+#include "model/generate.h"
+#include "model/kernels.h"
+#include "model/model.h"
+
+#define MAX_CONFIGS 32
+#define MAX_KS      8
+
+typedef struct sweep_opts {
+    const char *model;
+    int prompt, gen, repeats, threads;
+    int ks[MAX_KS], n_ks;
+} sweep_opts;
+
+/* The i-th config of the sweep (see the top of the file). */
+static void sweep_params(int i, kv_evict_params *p)
+{
+    static const int inter[] = {160, 416, 928, 1952};
+    kv_evict_params_default(p);
+    snprintf(p->algorithm, sizeof p->algorithm, "%s", i % 2 ? "snapkv" : "h2o");
+    p->intermediate_size = inter[(i / 2) % 4];
+    snprintf(p->score_aggregation, sizeof p->score_aggregation, "%s",
+             (i / 8) % 2 ? "norm_sum" : "sum");
+    p->apply_rerotation = (i / 16) % 2 == 1;
+}
+
+typedef struct sweep {
+    const sweep_opts *o;
+    kv_model *m;
+    kv_evict_model em;
+    kv_evictor *ev[MAX_CONFIGS];
+    kv_attn_stats_request prefill_req;
+    kv_attn_stats_request step_req[MAX_CONFIGS];
+    kv_cache *base;
+    kv_attn_stats *stats;
+    float *logits;
+} sweep;
+
+static int on_step(void *user, kv_cache *c, const kv_attn_stats *stats, int step, kv_error *err)
+{
+    kv_evictor *ev = user;
+    kv_attn_stats_request req;
+    kv_evictor_generation_request(ev, &req);
+    return kv_evictor_step(ev, c, &req, stats, step, NULL, NULL, err);
+}
+
+/* Row 0 is the full cache, row i > 0 config i - 1: its cache and options. */
+static int fork_row(sweep *s, int row, kv_cache **c, kv_generate_opts *g, kv_error *err)
+{
+    *g = (kv_generate_opts){.max_new_tokens = s->o->gen, .ignore_eos = true};
+    if (row == 0)
+        return (*c = kv_cache_fork(s->base, s->o->prompt + s->o->gen + 1, err)) ? 0 : -1;
+    kv_evictor *ev = s->ev[row - 1];
+    g->on_step = on_step;
+    g->stats_req = s->step_req[row - 1];
+    g->user = ev;
+    return kv_evictor_fork(ev, s->base, &s->prefill_req, s->stats, c, NULL, NULL, err);
+}
+
+/* Decodes rows [0, n) together (batched) or one after another; ids[row]
+ * gets each row's tokens ([gen] each). Returns the wall seconds. */
+static double decode_rows(sweep *s, int n, bool batched, int32_t *ids, kv_error *err)
+{
+    kv_cache *caches[MAX_CONFIGS + 1] = {0};
+    kv_generate_opts gs[MAX_CONFIGS + 1];
+    const kv_generate_opts *opts[MAX_CONFIGS + 1];
+    const float *lasts[MAX_CONFIGS + 1];
+    kv_generation outs[MAX_CONFIGS + 1] = {0};
+    double t0 = kv_clock_s();
+    int rc = 0;
+    for (int r = 0; r < n && rc == 0; r++) {
+        opts[r] = &gs[r];
+        lasts[r] = s->logits;
+        if (batched)
+            rc = fork_row(s, r, &caches[r], &gs[r], err);
+        else if ((rc = fork_row(s, r, &caches[r], &gs[r], err)) == 0) {
+            rc = kv_generate_from(s->m, caches[r], s->logits, &gs[r], &outs[r], err);
+            kv_cache_free(caches[r]);
+            caches[r] = NULL;
+        }
+    }
+    if (rc == 0 && batched)
+        rc = kv_generate_batch(s->m, n, caches, lasts, opts, outs, NULL, err);
+    double t = kv_clock_s() - t0;
+    for (int r = 0; r < n; r++) {
+        if (rc == 0)
+            memcpy(ids + (size_t)r * (size_t)s->o->gen, outs[r].ids,
+                   (size_t)outs[r].n * sizeof *ids);
+        kv_generation_free(&outs[r]);
+        kv_cache_free(caches[r]);
+    }
+    return rc == 0 ? t : -1;
+}
+
+/* The prompt's forward, with the statistics of every config. */
+static double prefill(sweep *s, unsigned seed, kv_error *err)
+{
+    const kv_model_config *cfg = kv_model_get_config(s->m);
+    int P = s->o->prompt;
+    int32_t *tokens = malloc((size_t)P * sizeof *tokens);
+    if (!tokens)
+        return kv_fail(err, "out of memory");
+    for (int i = 0; i < P; i++) {
+        seed = seed * 1103515245u + 12345u;
+        tokens[i] = (int32_t)((seed >> 8) % (unsigned)cfg->vocab);
+    }
+    kv_cache_free(s->base);
+    kv_model_stats_free(s->stats, cfg->n_layers);
+    s->stats = NULL;
+    double t0 = kv_clock_s();
+    int rc = (s->base = kv_model_cache_new(s->m, P + 1, err)) ? 0 : -1;
+    if (rc == 0 && !(s->stats = kv_model_stats_new(s->m, s->base, P, &s->prefill_req, err)))
+        rc = -1;
+    if (rc == 0)
+        rc = kv_model_forward(s->m, s->base, tokens, P, &s->prefill_req, s->stats, s->logits, false,
+                              err);
+    free(tokens);
+    return rc == 0 ? kv_clock_s() - t0 : -1;
+}
+
+static int setup(sweep *s, int n_configs, kv_error *err)
+{
+    kv_set_threads(s->o->threads);
+    if (kv_model_load(s->o->model, &s->m, err) < 0 ||
+        kv_evict_model_load(&s->em, s->m, false, err) < 0)
+        return -1;
+    kv_evict_params ps[MAX_CONFIGS];
+    for (int i = 0; i < n_configs; i++) {
+        sweep_params(i, &ps[i]);
+        if (!(s->ev[i] = kv_evictor_new(&ps[i], &s->em, err)))
+            return -1;
+        kv_evictor_generation_request(s->ev[i], &s->step_req[i]);
+    }
+    if (kv_evict_stats_request(ps, n_configs, true, &s->prefill_req, err) < 0)
+        return -1;
+    s->logits = malloc((size_t)kv_model_get_config(s->m)->vocab * sizeof *s->logits);
+    return s->logits ? 0 : kv_fail(err, "out of memory");
+}
+
+static void teardown(sweep *s)
+{
+    for (int i = 0; i < MAX_CONFIGS; i++)
+        kv_evictor_free(s->ev[i]);
+    if (s->m) {
+        kv_model_stats_free(s->stats, kv_model_get_config(s->m)->n_layers);
+        kv_evict_model_release(&s->em);
+    }
+    kv_cache_free(s->base);
+    free(s->logits);
+    kv_model_free(s->m);
+}
+
+/* One repeat: the full cache alone, then batched and sequential for each K
+ * (reversed order on odd repeats). t[0] full; t[1 + 2k] batched, t[2 + 2k]
+ * sequential of ks[k]; every time includes the prefill; cpu: the same in
+ * CPU seconds. ids: [2][1 + K][gen] room for the tokens of one K's two modes. */
+static int one_repeat(sweep *s, int rep, double *t, double *cpu, int32_t *ids, kv_error *err)
+{
+    const sweep_opts *o = s->o;
+    double c0 = kv_clock_cpu_s(), pf = prefill(s, 1234u + (unsigned)rep, err),
+           pf_cpu = kv_clock_cpu_s() - c0;
+    if (pf < 0)
+        return -1;
+    size_t per_mode = (size_t)(o->ks[0] + 1) * (size_t)o->gen;
+    for (int k = 1; k < o->n_ks; k++)
+        if ((size_t)(o->ks[k] + 1) * (size_t)o->gen > per_mode)
+            per_mode = (size_t)(o->ks[k] + 1) * (size_t)o->gen;
+    int n_modes = 1 + 2 * o->n_ks;
+    for (int i = 0; i < n_modes; i++) {
+        int mode = rep % 2 ? n_modes - 1 - i : i;
+        int rows = mode == 0 ? 1 : 1 + o->ks[(mode - 1) / 2];
+        bool batched = mode % 2 == 1;
+        c0 = kv_clock_cpu_s();
+        double d = decode_rows(s, rows, mode == 0 || batched, ids + (batched ? 0 : per_mode), err);
+        if (d < 0)
+            return -1;
+        t[mode] = pf + d;
+        cpu[mode] = pf_cpu + kv_clock_cpu_s() - c0;
+        /* The two modes of one K run back to back in either order: compare. */
+        bool second = mode > 0 && (rep % 2 ? batched : !batched);
+        if (second && memcmp(ids, ids + per_mode, (size_t)rows * (size_t)o->gen * sizeof *ids))
+            return kv_fail(err, "batched and sequential decoding of %d configs differ", rows - 1);
+    }
+    return 0;
+}
+
+static int bench_sweep(const sweep_opts *o)
+{
+    int max_k = 0;
+    for (int i = 0; i < o->n_ks; i++)
+        max_k = o->ks[i] > max_k ? o->ks[i] : max_k;
+    sweep s = {.o = o};
+    kv_error err;
+    int32_t *ids = malloc(2 * (size_t)(max_k + 1) * (size_t)o->gen * sizeof *ids);
+    int n_modes = 1 + 2 * o->n_ks;
+    double *t = calloc((size_t)(n_modes * o->repeats), sizeof *t);
+    double *cpu = calloc((size_t)(n_modes * o->repeats), sizeof *cpu);
+    int rc = ids && t && cpu ? setup(&s, max_k, &err) : kv_fail(&err, "out of memory");
+    if (rc == 0)
+        fprintf(stderr, "# %s: prompt %d tokens, %d new tokens, %d threads, %d repeat(s)\n",
+                o->model, o->prompt, o->gen, kv_model_threads(s.m), o->repeats);
+    for (int r = 0; r < o->repeats && rc == 0; r++) {
+        size_t at = (size_t)r * (size_t)n_modes;
+        rc = one_repeat(&s, r, t + at, cpu + at, ids, &err);
+        if (rc == 0) {
+            const double *tr = t + at, *cr = cpu + at;
+            fprintf(stderr, "# repeat %d: full %.2f s (%.2f CPU s)", r + 1, tr[0], cr[0]);
+            for (int k = 0; k < o->n_ks; k++)
+                fprintf(stderr,
+                        "; 1+%d batched %.2f s (x%.2f; CPU x%.2f), sequential %.2f s (x%.2f; "
+                        "CPU x%.2f)",
+                        o->ks[k], tr[1 + 2 * k], tr[1 + 2 * k] / tr[0], cr[1 + 2 * k] / cr[0],
+                        tr[2 + 2 * k], tr[2 + 2 * k] / tr[0], cr[2 + 2 * k] / cr[0]);
+            fputc('\n', stderr);
+        }
+    }
+    if (rc != 0) {
+        kb_error("bench sweep: %s", err.msg);
+    } else {
+        /* Ratios per repeat (both times of one repeat saw the same machine),
+         * then their median. */
+        double full[64], rb[64], rs[64];
+        for (int r = 0; r < o->repeats; r++)
+            full[r] = t[(size_t)r * (size_t)n_modes];
+        printf("full cache alone: %.2f s (median of %d)\n", kb_median(full, o->repeats),
+               o->repeats);
+        printf("%8s  %12s  %12s  %10s  %16s  %16s\n", "configs", "batched/full", "sequent/full",
+               "seq/batch", "CPU batched/full", "CPU sequent/full");
+        for (int k = 0; k < o->n_ks; k++) {
+            double sb[64], cb[64], cs[64];
+            for (int r = 0; r < o->repeats; r++) {
+                const double *tr = t + (size_t)r * (size_t)n_modes;
+                const double *cr = cpu + (size_t)r * (size_t)n_modes;
+                rb[r] = tr[1 + 2 * k] / tr[0];
+                rs[r] = tr[2 + 2 * k] / tr[0];
+                sb[r] = tr[2 + 2 * k] / tr[1 + 2 * k];
+                cb[r] = cr[1 + 2 * k] / cr[0];
+                cs[r] = cr[2 + 2 * k] / cr[0];
+            }
+            printf("%8d  %11.2fx  %11.2fx  %9.2fx  %15.2fx  %15.2fx\n", o->ks[k],
+                   kb_median(rb, o->repeats), kb_median(rs, o->repeats), kb_median(sb, o->repeats),
+                   kb_median(cb, o->repeats), kb_median(cs, o->repeats));
+        }
+        printf("batched tokens identical to sequential: yes\n");
+    }
+    teardown(&s);
+    free(ids);
+    free(t);
+    free(cpu);
+    return rc == 0 ? 0 : KB_EXIT_FAIL;
+}
+
+int kb_bench_sweep(const kb_args *a)
+{
+    sweep_opts o = {.prompt = 2048, .gen = 64, .repeats = 1, .ks = {4, 16, 31}, .n_ks = 3};
+    long P = o.prompt, gen = o.gen, rep = o.repeats, threads = 0;
+    o.model = kb_arg(a, "model");
+    if (!o.model) {
+        kb_error("bench sweep: --model DIR is required");
+        return KB_EXIT_USAGE;
+    }
+    if ((kb_arg(a, "configs") && (o.n_ks = kb_parse_int_list(kb_arg(a, "configs"), "configs", o.ks,
+                                                             MAX_KS, 1, MAX_CONFIGS)) <= 0) ||
+        kb_arg_long(a, "prompt-tokens", 1, 1 << 20, &P) != 0 ||
+        kb_arg_long(a, "gen-tokens", 1, 1 << 20, &gen) != 0 ||
+        kb_arg_long(a, "repeats", 1, 64, &rep) != 0 ||
+        kb_arg_long(a, "threads", 1, 1024, &threads) != 0)
+        return KB_EXIT_USAGE;
+    o.prompt = (int)P;
+    o.gen = (int)gen;
+    o.repeats = (int)rep;
+    o.threads = (int)threads;
+    return bench_sweep(&o);
+}

@@ -1,0 +1,53 @@
+/* kvbench version: the build and the libraries it runs on, so a result can be
+ * traced to the code that made it. */
+#include <cblas.h>
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+#include <openssl/crypto.h>
+#include <stdio.h>
+#include <utf8proc.h>
+#include <zip.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "cli/cli.h"
+#include "model/cpu.h"
+#include "cli/version.h"
+
+static const kb_option options[] = {
+    {"libraries", NULL, "also list the versions of the libraries kvbench uses"},
+    {NULL, NULL, NULL},
+};
+
+static int run(const kb_args *a)
+{
+    printf("kvbench %s (%s)\n", KB_VERSION, KB_GIT_VERSION);
+    if (!kb_flag(a, "libraries"))
+        return KB_EXIT_OK;
+    char pcre[64] = "?";
+    pcre2_config(PCRE2_CONFIG_VERSION, pcre);
+    printf("cJSON %s\n", cJSON_Version());
+    printf("%s\n", curl_version());
+    printf("%s\n", OpenSSL_version(OPENSSL_VERSION));
+    printf("PCRE2 %s\n", pcre);
+    printf("utf8proc %s\n", utf8proc_version());
+    printf("libzip %s\n", zip_libzip_version());
+    printf("OpenBLAS %s\n", openblas_get_config());
+    /* The kernels' level: the CPU's best, or the lower one KVBENCH_ISA asks for. */
+    kv_error err;
+    if (kv_isa_init(&err) != 0) {
+        kb_error("%s", err.msg);
+        return KB_EXIT_FAIL;
+    }
+    printf("kernels %s (CPU: %s; %s=avx2|avx512|avx512bf16 forces a lower level)\n",
+           kv_isa_name(kv_isa_active()), kv_isa_name(kv_isa_detected()), KV_ISA_ENV);
+    return KB_EXIT_OK;
+}
+
+const kb_command kb_cmd_version = {
+    .name = "version",
+    .summary = "print the kvbench version (and with --libraries, its libraries')",
+    .usage = "kvbench version [--libraries]",
+    .options = options,
+    .run = run,
+};

@@ -1,0 +1,248 @@
+#include "cli/eviction.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/file.h"
+#include "matrix/matrix.h"
+#include "util/strbuf.h"
+
+struct kb_eviction {
+    kv_evict_params params;
+    kv_evict_model model;
+    kv_evictor *ev;
+    kv_attn_stats_request req;
+    FILE *trace;
+    const char *trace_path;
+    int trace_errno;
+};
+
+static int read_config(const char *path, kv_evict_params *p)
+{
+    char *text = NULL;
+    size_t len = 0;
+    kv_error err;
+    if (kv_file_read(path, &text, &len, &err) != 0) {
+        kb_error("%s", err.msg);
+        return -1;
+    }
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!j) {
+        kb_error("%s: not valid JSON", path);
+        return -1;
+    }
+    int rc = kv_evict_params_from_json(p, j, &err);
+    cJSON_Delete(j);
+    if (rc != 0)
+        kb_error("%s: %s", path, err.msg);
+    return rc;
+}
+
+/* The params as JSON carry every key, defaults included; a key of another
+ * algorithm (ea_* under h2o) that neither a flag nor the config file moved
+ * from its default was not asked for, so it is not the user's mistake. */
+static void drop_untouched_foreign(const kb_args *a, const kv_evict_params *p, cJSON *j)
+{
+    kv_evict_params d;
+    kv_evict_params_default(&d);
+    cJSON *dj = j ? kv_evict_params_to_json(&d) : NULL;
+    const kv_evict_param_def *def;
+    for (int i = 0; dj && (def = kv_evict_param(i)); i++)
+        if (def->only_for && strcmp(def->only_for, p->algorithm) != 0 && !kb_arg(a, def->flag) &&
+            cJSON_Compare(cJSON_GetObjectItemCaseSensitive(j, def->key),
+                          cJSON_GetObjectItemCaseSensitive(dj, def->key), true))
+            cJSON_DeleteItemFromObjectCaseSensitive(j, def->key);
+    cJSON_Delete(dj);
+}
+
+/* The parameter table's checks on what the options gave (each key's range,
+ * choices and algorithm, then the cross-field rules): the matrix's own
+ * kb_matrix_validate_eviction, so a flag and a config key accept the same
+ * values. Its "KEY: problem" names the flag when a flag set KEY. */
+static int validate(const kb_args *a, const kv_evict_params *p)
+{
+    char msg[512];
+    cJSON *j = kv_evict_params_to_json(p);
+    drop_untouched_foreign(a, p, j);
+    int rc = j ? kb_matrix_validate_eviction(j, msg, sizeof msg)
+               : (snprintf(msg, sizeof msg, "out of memory"), -1);
+    cJSON_Delete(j);
+    if (rc == 0)
+        return 0;
+    size_t key_len = strcspn(msg, ":");
+    const kv_evict_param_def *d;
+    for (int i = 0; (d = kv_evict_param(i)); i++)
+        if (msg[key_len] && strlen(d->key) == key_len && strncmp(msg, d->key, key_len) == 0 &&
+            kb_arg(a, d->flag)) {
+            kb_error("--%s%s", d->flag, msg + key_len);
+            return -1;
+        }
+    kb_error("eviction: %s", msg);
+    return -1;
+}
+
+int kb_eviction_params(const kb_args *a, kv_evict_params *p)
+{
+    const char *config = kb_arg(a, "eviction-config");
+    bool any = config != NULL;
+    const kv_evict_param_def *d;
+    for (int i = 0; (d = kv_evict_param(i)); i++)
+        any = any || kb_arg(a, d->flag) != NULL;
+    if (!any)
+        return 1;
+    kv_evict_params_default(p);
+    if (config && read_config(config, p) != 0)
+        return -1;
+    kv_error err;
+    for (int i = 0; (d = kv_evict_param(i)); i++) {
+        const char *v = kb_arg(a, d->flag);
+        if (v && kv_evict_params_set(p, d->key, v, &err) != 0) {
+            kb_error("--%s: %s", d->flag, err.msg);
+            return -1;
+        }
+    }
+    return validate(a, p);
+}
+
+/* A set's positions; a head that keeps fewer tokens than others (AdaKV)
+ * ends in -1s, which are no tokens. */
+static void write_positions(FILE *f, const int32_t *pos, int n)
+{
+    fputc('[', f);
+    for (int i = 0; i < n && pos[i] >= 0; i++)
+        fprintf(f, i ? ", %d" : "%d", pos[i]);
+    fputc(']', f);
+}
+
+/* Trace lines are written as they happen and flushed, so a killed run
+ * still leaves every eviction it made. One kept set: "kept_positions" is
+ * its list; per_head: a list per KV head (of its own length with AdaKV). */
+static void write_trace(void *ctx, int step, int layer, const int32_t *pos, int n, int sets)
+{
+    kb_eviction *e = ctx;
+    if (!e->trace || e->trace_errno)
+        return;
+    fprintf(e->trace, "{\"step\": %d, \"layer\": %d, \"kept_positions\": ", step, layer);
+    if (sets > 1)
+        fputc('[', e->trace);
+    for (int g = 0; g < sets; g++) {
+        if (g > 0)
+            fputs(", ", e->trace);
+        write_positions(e->trace, pos + (size_t)g * (size_t)n, n);
+    }
+    if (sets > 1)
+        fputc(']', e->trace);
+    int n_ref = 0;
+    if (kv_evictor_refined_positions(e->ev, 0, &n_ref)) {
+        /* the refiner's picks among the kept positions (KVCrush, CriticalKV) */
+        fputs(", \"refined_positions\": ", e->trace);
+        if (sets > 1)
+            fputc('[', e->trace);
+        for (int g = 0; g < sets; g++) {
+            const int32_t *r = kv_evictor_refined_positions(e->ev, g, &n_ref);
+            if (g > 0)
+                fputs(", ", e->trace);
+            write_positions(e->trace, r, n_ref);
+        }
+        if (sets > 1)
+            fputc(']', e->trace);
+    }
+    if (fputs("}\n", e->trace) == EOF || fflush(e->trace) != 0)
+        e->trace_errno = errno ? errno : EIO;
+}
+
+int kb_eviction_open(const kb_args *a, const kv_model *m, kb_eviction **out)
+{
+    *out = NULL;
+    kv_evict_params p;
+    int rc = kb_eviction_params(a, &p);
+    if (rc != 0) {
+        if (rc > 0 && kb_arg(a, "trace")) {
+            kb_error("--trace needs eviction (--eviction ALGO or --eviction-config FILE)");
+            return KB_EXIT_USAGE;
+        }
+        return rc > 0 ? KB_EXIT_OK : KB_EXIT_USAGE;
+    }
+    kb_eviction *e = calloc(1, sizeof *e);
+    if (!e) {
+        kb_error("out of memory");
+        return KB_EXIT_FAIL;
+    }
+    e->params = p;
+    kv_error err;
+    bool o_proj = p.refined_size > 0 && strcmp(p.refined_algorithm, "criticalkv") == 0;
+    if (kv_evict_model_load(&e->model, m, o_proj, &err) != 0 ||
+        !(e->ev = kv_evictor_new(&e->params, &e->model, &err))) {
+        kb_error("%s", err.msg);
+        kb_eviction_close(e);
+        return KB_EXIT_FAIL;
+    }
+    kv_evictor_generation_request(e->ev, &e->req);
+    e->trace_path = kb_arg(a, "trace");
+    if (e->trace_path && !(e->trace = fopen(e->trace_path, "w"))) {
+        kb_error("%s: cannot write: %s", e->trace_path, strerror(errno));
+        kb_eviction_close(e);
+        return KB_EXIT_FAIL;
+    }
+    *out = e;
+    return KB_EXIT_OK;
+}
+
+void kb_eviction_close(kb_eviction *e)
+{
+    if (!e)
+        return;
+    if (e->trace)
+        fclose(e->trace);
+    kv_evictor_free(e->ev);
+    kv_evict_model_release(&e->model);
+    free(e);
+}
+
+kv_attn_stats_request kb_eviction_request(const kb_eviction *e)
+{
+    return e->req;
+}
+
+int kb_eviction_step(kb_eviction *e, kv_cache *c, const kv_attn_stats *stats, int step,
+                     kv_error *err)
+{
+    if (kv_evictor_step(e->ev, c, &e->req, stats, step, write_trace, e, err) != 0)
+        return -1;
+    if (e->trace_errno)
+        return kv_fail(err, "%s: cannot write: %s", e->trace_path, strerror(e->trace_errno));
+    return 0;
+}
+
+char *kb_eviction_schema_text(void)
+{
+    cJSON *props = kv_evict_params_schema();
+    if (!props)
+        return NULL;
+    kv_strbuf b = {0};
+    kv_strbuf_puts(&b, "\"properties\": {\n");
+    for (const cJSON *p = props->child; p; p = p->next) {
+        char *v = cJSON_PrintUnformatted(p);
+        if (!v) {
+            b.oom = true;
+            break;
+        }
+        kv_strbuf_puts(&b, "        \"");
+        kv_strbuf_puts(&b, p->string);
+        kv_strbuf_puts(&b, "\": ");
+        kv_strbuf_puts(&b, v);
+        kv_strbuf_puts(&b, p->next ? ",\n" : "\n");
+        free(v);
+    }
+    kv_strbuf_puts(&b, "      }");
+    cJSON_Delete(props);
+    if (b.oom) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s;
+}

@@ -1,0 +1,75 @@
+/* kvbench: LongBench evaluation of KV-cache eviction. This file only
+ * dispatches to the subcommands registered in commands.c. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/version.h"
+
+static void print_main_help(void)
+{
+    printf("usage: kvbench [--help] [--version] <command> [<args>]\n\n"
+           "kvbench measures how much accuracy each KV-cache eviction configuration\n"
+           "costs on LongBench, with its own CPU transformer engine.\n\ncommands:\n");
+    for (int i = 0; kb_commands[i]; i++)
+        printf("  %-10s %s%s\n", kb_commands[i]->name, kb_commands[i]->summary,
+               kb_commands[i]->run ? "" : "  [not implemented yet]");
+    printf("\nSee 'kvbench <command> --help' for the options of a command.\n");
+}
+
+static const kb_command *find_command(const char *name)
+{
+    for (int i = 0; kb_commands[i]; i++)
+        if (strcmp(kb_commands[i]->name, name) == 0)
+            return kb_commands[i];
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        print_main_help();
+        return KB_EXIT_USAGE;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
+        print_main_help();
+        return KB_EXIT_OK;
+    }
+    if (strcmp(name, "--version") == 0) {
+        printf("kvbench %s (%s)\n", KB_VERSION, KB_GIT_VERSION);
+        return KB_EXIT_OK;
+    }
+    if (strcmp(name, "help") == 0) {
+        if (argc < 3) {
+            print_main_help();
+            return KB_EXIT_OK;
+        }
+        name = argv[2];
+        const kb_command *cmd = find_command(name);
+        if (!cmd) {
+            kb_error("'%s' is not a kvbench command. See 'kvbench --help'.", name);
+            return KB_EXIT_USAGE;
+        }
+        if (!cmd->run) {
+            kb_error("%s: not implemented yet (tracked in %s)", cmd->name, cmd->pending);
+            return KB_EXIT_USAGE;
+        }
+        kb_print_command_help(cmd);
+        return KB_EXIT_OK;
+    }
+    const kb_command *cmd = find_command(name);
+    if (!cmd) {
+        kb_error("'%s' is not a kvbench command. See 'kvbench --help'.", name);
+        return KB_EXIT_USAGE;
+    }
+    if (!cmd->run) {
+        kb_error("%s: not implemented yet (tracked in %s)", cmd->name, cmd->pending);
+        return KB_EXIT_USAGE;
+    }
+    kb_args args;
+    int rc = kb_args_parse(&args, cmd, argc - 1, argv + 1);
+    if (rc >= 0)
+        return rc;
+    return cmd->run(&args);
+}

@@ -1,0 +1,133 @@
+/* The config matrix: what one `kvbench run` evaluates (configs/NAME.json).
+ *
+ * A matrix file names a model, the tasks (names or groups such as "en16"),
+ * run settings, and the eviction configs: a list of named configs and/or one
+ * or more `sweep` objects whose list-valued keys are multiplied out
+ * (cartesian product, keys in file order, the last key varying fastest).
+ * The full-cache baseline is always configs[0], named "full", whether or not
+ * the file lists it: every delta in a report is taken against it.
+ *
+ * The structure is validated here; the eviction parameters of one config are
+ * validated by a callback (the eviction module's parser, which knows the
+ * defaults and cross-field rules). Every error names the file and the key
+ * path: "configs/x.json: configs[3].window_size: must be > 0".
+ *
+ * configs/schema.json documents the same format for editors and readers.
+ */
+#ifndef KB_MATRIX_H
+#define KB_MATRIX_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "util/error.h"
+
+/* Validates one eviction config (a JSON object without the matrix-level
+ * "name"). Returns 0, or a negative value with a message in err. A message
+ * that starts with "KEY: " is reported under that key's path. */
+typedef int (*kb_evict_validate_fn)(const cJSON *cfg, char *err, size_t n);
+
+/* Where the matrix gets what other modules own. NULL members fall back to
+ * kb_matrix_validate_eviction and the task registry (taskset.h). */
+typedef struct kb_matrix_hooks {
+    kb_evict_validate_fn validate_eviction;
+    bool (*task_known)(const char *name);
+    const char *const *(*task_group)(const char *name, size_t *n);
+} kb_matrix_hooks;
+
+/* The largest max_length and max_new_tokens a matrix accepts, checked when
+ * it is loaded (so --dry-run refuses what a run could not do): the engine
+ * counts prompt tokens in an int, and the decode cache holds the prompt plus
+ * up to max_new_tokens answer tokens. */
+#define KB_MAX_LENGTH     2147483647L
+#define KB_MAX_NEW_TOKENS (1L << 20)
+
+typedef struct kb_task_spec {
+    char *name;
+    long limit;          /* first `limit` samples; 0 = all */
+    long max_length;     /* prompt tokens before middle truncation; 0 = the model's default */
+    long max_new_tokens; /* 0 = the task's own (dataset2maxlen) */
+} kb_task_spec;
+
+typedef struct kb_config {
+    char *name;    /* file-system safe: [a-z0-9_.-]; "full" for the baseline */
+    char hash[17]; /* stable hash of the canonical params (see kb_config_hash) */
+    cJSON *params; /* the eviction parameters; NULL for the full cache */
+    char *origin;  /* where it came from: "configs[2]", "sweep[0]{algorithm=h2o,...}" */
+    long budget;   /* start + intermediate + recent (KV entries per layer); -1: full cache */
+} kb_config;
+
+typedef struct kb_matrix {
+    char *run_name;
+    char *description;    /* may be NULL */
+    char *model;          /* a folder or a hub name "ORG/NAME" */
+    char *model_revision; /* hub revision, may be NULL */
+    char *protocol;       /* "longbench" | "nncf" */
+    char *compute;        /* the engine's compute mode: "f32" (default) | "bf16" */
+    char *output;         /* folder that holds run folders; default "results" */
+    bool output_given;    /* the file sets "output" (not the default) */
+    char *data;           /* folder with <task>.jsonl; default "datasets/longbench" */
+    long threads;         /* 0 = all cores */
+    bool empty_tasks_missing; /* kvbench run --empty-tasks missing: an empty task file is
+                               * a task without samples (no score), not an error */
+    kb_task_spec *tasks;
+    size_t n_tasks;
+    kb_config *configs; /* configs[0] is the full-cache baseline */
+    size_t n_configs;
+} kb_matrix;
+
+/* Parses text. default_run_name is used when the file has no "name" (the
+ * config file's base name). hooks may be NULL. On error nothing is left to
+ * free and err holds "PATH: message". */
+int kb_matrix_parse(const char *text, const char *default_run_name, const kb_matrix_hooks *hooks,
+                    kb_matrix *m, kv_error *err);
+
+/* A run or config name that is safe as one folder name: not empty, only
+ * letters, digits, '.', '_', '-', not starting with '.' or '-' (so never
+ * "..", never a path). */
+bool kb_name_is_safe(const char *s);
+
+/* Reads and parses a file; errors are prefixed with the file name. Relative
+ * paths (model, data, an explicit output) that do not exist from the
+ * working folder are taken relative to the file's own folder when they
+ * exist there (output: always then), so a config runs from any working
+ * folder. A model must be a folder or a hub name ORG/NAME whose ORG is no
+ * local folder: a missing local model is an error, never a download. */
+int kb_matrix_load(const char *path, const kb_matrix_hooks *hooks, kb_matrix *m, kv_error *err);
+
+void kb_matrix_free(kb_matrix *m);
+
+/* The expanded matrix as JSON (for run.json): settings, tasks, and every
+ * config with its name, hash, budget and params. Caller frees. NULL on OOM. */
+cJSON *kb_matrix_to_json(const kb_matrix *m);
+
+/* The index of the config called name, or -1. */
+int kb_matrix_find_config(const kb_matrix *m, const char *name);
+
+/* Canonical JSON of a value: object keys sorted, no spaces, integers without
+ * a fraction, other numbers as %.17g. Two configs mean the same thing exactly
+ * when their canonical texts are equal. Caller frees; NULL on OOM. */
+char *kb_json_canonical(const cJSON *v);
+
+/* hash = 16 hex digits of the canonical params with every default applied
+ * (kv_evict_params_to_json), so configs equal once defaults apply share it;
+ * "full" for NULL. */
+int kb_config_hash(const cJSON *params, char hash[17]);
+
+/* The deterministic name of a config: the algorithm, then one short token
+ * per parameter in the parameter table's order and spelling
+ * (kvcore/evict/evict_table.h), e.g. "snapkv_s32_r64_i128_w8_normsum". Only keys
+ * present in params appear. Caller frees; NULL on OOM. */
+char *kb_config_name(const cJSON *params);
+
+/* KV entries per layer a config keeps: kv_evict_params_budget of the params
+ * with defaults applied. -1 for NULL (full cache) or invalid params. */
+long kb_config_budget(const cJSON *params);
+
+/* Checks one eviction config against the parameter table (each key's JSON
+ * type, range, choices and algorithm, as "KEY: problem"), then the eviction
+ * module's cross-field rules (kv_evict_params_validate). */
+int kb_matrix_validate_eviction(const cJSON *cfg, char *err, size_t n);
+
+#endif

@@ -1,0 +1,287 @@
+#include "run/backend.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "evict/evict.h"
+#include "model/generate.h"
+#include "model/kernels.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct engine {
+    const kb_matrix *m;
+    kv_model *model;
+    kv_tokenizer *tok;
+    kv_evict_model em;
+    bool em_loaded;
+    kv_evict_params *params; /* [n_configs]; unused for configs[0] (full cache) */
+    kv_evictor **ev;         /* [n_configs]; NULL for the full cache */
+} engine;
+
+typedef struct prefill_state {
+    kv_cache *base;
+    kv_attn_stats *stats; /* [n_layers] of the prompt's forward */
+    kv_attn_stats_request req;
+    float *logits; /* [vocab] of the last prompt position */
+    int32_t *stop;
+    int n_stop;
+    int max_new;
+    int n_prompt;
+} prefill_state;
+
+/* ---- prefill once, decode per config ---- */
+
+static void prefill_free(void *ctx, void *state)
+{
+    engine *e = ctx;
+    prefill_state *st = state;
+    if (!st)
+        return;
+    kv_cache_free(st->base);
+    kv_model_stats_free(st->stats, kv_model_get_config(e->model)->n_layers);
+    free(st->logits);
+    free(st->stop);
+    free(st);
+}
+
+/* The prompt's ids (the runner built them) through the model once, with
+ * the statistics every config in `configs` reads. */
+static int prefill(void *ctx, const int32_t *ids, size_t n_ids, const kb_gen_limits *g,
+                   const size_t *configs, size_t n_configs, void **state, kv_error *err)
+{
+    engine *e = ctx;
+    if (n_ids == 0 || n_ids > (size_t)INT_MAX)
+        return kv_fail(err, "cannot prefill a prompt of %zu tokens", n_ids);
+    prefill_state *st = calloc(1, sizeof *st);
+    if (!st)
+        return kv_fail(err, "out of memory");
+    st->max_new = g->max_new_tokens;
+    st->n_stop = g->n_stop_ids;
+    st->n_prompt = (int)n_ids;
+    st->stop = malloc((size_t)(g->n_stop_ids + 1) * sizeof *st->stop);
+    if (st->stop && g->n_stop_ids > 0)
+        memcpy(st->stop, g->stop_ids, (size_t)g->n_stop_ids * sizeof *st->stop);
+
+    /* The union of what every pending config reads from the prefill. */
+    kv_evict_params *ps = malloc((n_configs + 1) * sizeof *ps);
+    int n_ps = 0;
+    for (size_t i = 0; ps && i < n_configs; i++)
+        if (e->ev[configs[i]])
+            ps[n_ps++] = e->params[configs[i]];
+    int rc = !ps || !st->stop ? kv_fail(err, "out of memory")
+             : n_ps ? kv_evict_stats_request(ps, n_ps, true, &st->req, err)
+                    : 0;
+    free(ps);
+    const kv_model_config *mc = kv_model_get_config(e->model);
+    /* Room for the full cache's answer too (its row takes this cache over):
+     * a usual answer's; a longer one grows it. */
+    int room = st->max_new < 4096 ? st->max_new : 4096;
+    if (rc == 0 && !(st->base = kv_model_cache_new(e->model, st->n_prompt + room + 1, err)))
+        rc = -1;
+    bool want = kv_attn_stats_wanted(&st->req);
+    if (rc == 0 && want &&
+        !(st->stats = kv_model_stats_new(e->model, st->base, st->n_prompt, &st->req, err)))
+        rc = -1;
+    if (rc == 0 && !(st->logits = malloc((size_t)mc->vocab * sizeof *st->logits)))
+        rc = kv_fail(err, "out of memory for logits");
+    if (rc == 0)
+        rc = kv_model_forward(e->model, st->base, ids, st->n_prompt, want ? &st->req : NULL,
+                              st->stats, st->logits, false, err);
+    if (rc < 0) {
+        prefill_free(e, st);
+        return -1;
+    }
+    *state = st;
+    return 0;
+}
+
+typedef struct decode_hook {
+    kv_evictor *ev;
+    kv_attn_stats_request req;
+} decode_hook;
+
+static int on_step(void *user, kv_cache *c, const kv_attn_stats *stats, int step, kv_error *err)
+{
+    decode_hook *h = user;
+    return kv_evictor_step(h->ev, c, &h->req, stats, step, NULL, NULL, err);
+}
+
+/* One config's row of the batch: its own cache (the prefilled one,
+ * compressed under its policy) and the hook that keeps the policy active at
+ * every step. */
+typedef struct decode_row {
+    kv_cache *c;
+    decode_hook hook;
+    kv_generate_opts o;
+} decode_row;
+
+/* Row r of a config: an eviction config compresses the prefilled cache into
+ * its own; the full cache (after them) takes the prefilled cache over, so
+ * no second copy of the prompt's keys and values is ever held. */
+static int row_start(engine *e, prefill_state *st, size_t config, decode_row *r, kv_error *err)
+{
+    const kb_config *cfg = &e->m->configs[config];
+    kv_evictor *ev = e->ev[config];
+    r->hook.ev = ev;
+    r->o = (kv_generate_opts){
+        .max_new_tokens = st->max_new,
+        .stop_ids = st->stop,
+        .n_stop_ids = st->n_stop,
+    };
+    if (!ev) {
+        if (!st->base)
+            return kv_fail(err, "%s: a second full-cache config", cfg->name);
+        r->c = st->base;
+        st->base = NULL;
+        return 0;
+    }
+    if (kv_evictor_fork(ev, st->base, &st->req, st->stats, &r->c, NULL, NULL, err) < 0)
+        return kv_fail_prefix(err, cfg->name);
+    kv_evictor_generation_request(ev, &r->hook.req);
+    r->o.on_step = on_step;
+    r->o.stats_req = r->hook.req;
+    r->o.user = &r->hook;
+    return 0;
+}
+
+/* Every pending config of the sample decodes in one batch: one forward per
+ * step for all configs still generating (kv_generate_batch). The eviction
+ * configs fork first; then the full cache takes the prefilled cache over,
+ * or it is freed, and the prefill's statistics with it: the batch holds
+ * only its own caches. */
+static int decode_batch(void *ctx, void *state, const size_t *configs, size_t n,
+                        kb_decode_result *outs, long *steps, kv_error *err)
+{
+    engine *e = ctx;
+    prefill_state *st = state;
+    decode_row *rows = calloc(n, sizeof *rows);
+    kv_generation *gens = calloc(n, sizeof *gens);
+    kv_cache **caches = calloc(n, sizeof *caches);
+    const kv_generate_opts **opts = calloc(n, sizeof *opts);
+    const float **lasts = calloc(n, sizeof *lasts);
+    int rc = rows && gens && caches && opts && lasts ? 0 : kv_fail(err, "out of memory");
+    for (int full = 0; full < 2; full++)
+        for (size_t i = 0; i < n && rc == 0; i++) {
+            if ((e->ev[configs[i]] == NULL) != full)
+                continue;
+            rc = row_start(e, st, configs[i], &rows[i], err);
+            caches[i] = rows[i].c;
+            opts[i] = &rows[i].o;
+            lasts[i] = st->logits;
+            if (rc == 0)
+                outs[i].kept_tokens = kv_cache_mean_kept(rows[i].c);
+        }
+    kv_cache_free(st->base);
+    st->base = NULL;
+    kv_model_stats_free(st->stats, kv_model_get_config(e->model)->n_layers);
+    st->stats = NULL;
+    int forwards = 0;
+    if (rc == 0)
+        rc = kv_generate_batch(e->model, (int)n, caches, lasts, opts, gens, &forwards, err);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        outs[i].generated_tokens = gens[i].n;
+        outs[i].decode_s = gens[i].decode_seconds;
+        outs[i].text = kv_tokenizer_decode_len(e->tok, gens[i].ids, (size_t)gens[i].n, true,
+                                              &outs[i].text_len);
+        if (!outs[i].text)
+            rc = kv_fail(err, "out of memory decoding the answer");
+    }
+    *steps = forwards;
+    for (size_t i = 0; rows && gens && i < n; i++) {
+        kv_generation_free(&gens[i]);
+        kv_cache_free(rows[i].c);
+    }
+    free(rows);
+    free(gens);
+    free(caches);
+    free(opts);
+    free(lasts);
+    return rc;
+}
+
+/* ---- setup ---- */
+
+static bool any_criticalkv(const engine *e)
+{
+    for (size_t i = 1; i < e->m->n_configs; i++)
+        if (e->params[i].refined_size > 0 &&
+            strcmp(e->params[i].refined_algorithm, "criticalkv") == 0)
+            return true;
+    return false;
+}
+
+int kb_engine_backend_open(const kb_matrix *m, const char *model_dir, kb_runner_backend *b,
+                           kv_error *err)
+{
+    memset(b, 0, sizeof *b);
+    engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return kv_fail(err, "out of memory");
+    e->m = m;
+    b->ctx = e;
+    e->params = calloc(m->n_configs, sizeof *e->params);
+    e->ev = calloc(m->n_configs, sizeof *e->ev);
+    if (!e->params || !e->ev) {
+        kv_fail(err, "out of memory");
+        goto fail;
+    }
+    kv_set_threads((int)m->threads);
+    if (kv_model_load(model_dir, &e->model, err) < 0)
+        goto fail;
+    kv_compute mode;
+    if (kv_compute_parse(m->compute, &mode) < 0) {
+        kv_fail(err, "compute: unknown mode \"%s\" (want f32 or bf16)", m->compute);
+        goto fail;
+    }
+    if (kv_model_set_compute(e->model, mode, err) < 0)
+        goto fail;
+    if (!(e->tok = kv_tokenizer_load(model_dir, err)))
+        goto fail;
+    for (size_t i = 1; i < m->n_configs; i++) {
+        kv_evict_params_default(&e->params[i]);
+        if (kv_evict_params_from_json(&e->params[i], m->configs[i].params, err) < 0 ||
+            kv_evict_params_validate(&e->params[i], err) < 0) {
+            kv_fail_prefix(err, m->configs[i].name);
+            goto fail;
+        }
+    }
+    if (m->n_configs > 1) {
+        if (kv_evict_model_load(&e->em, e->model, any_criticalkv(e), err) < 0)
+            goto fail;
+        e->em_loaded = true;
+        for (size_t i = 1; i < m->n_configs; i++)
+            if (!(e->ev[i] = kv_evictor_new(&e->params[i], &e->em, err))) {
+                kv_fail_prefix(err, m->configs[i].name);
+                goto fail;
+            }
+    }
+    b->tok = e->tok;
+    b->max_positions = kv_model_get_config(e->model)->max_positions;
+    b->prefill = prefill;
+    b->decode_batch = decode_batch;
+    b->prefill_free = prefill_free;
+    return 0;
+fail:
+    kb_engine_backend_close(b);
+    return -1;
+}
+
+void kb_engine_backend_close(kb_runner_backend *b)
+{
+    engine *e = b->ctx;
+    if (!e)
+        return;
+    for (size_t i = 0; e->ev && i < e->m->n_configs; i++)
+        kv_evictor_free(e->ev[i]);
+    if (e->em_loaded)
+        kv_evict_model_release(&e->em);
+    free(e->ev);
+    free(e->params);
+    kv_tokenizer_free(e->tok);
+    kv_model_free(e->model);
+    free(e);
+    b->ctx = NULL;
+}

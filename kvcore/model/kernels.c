@@ -1,0 +1,511 @@
+#include "model/kernels.h"
+
+#include <assert.h>
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model/cpu.h"
+#include "model/kernels_isa.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define KV_AVX2 1
+#endif
+
+/* The thread count new pools get; 0 = the number of online CPUs. A process
+ * setting, like OMP_NUM_THREADS. */
+static int default_threads;
+
+void kv_set_threads(int n)
+{
+    default_threads = n > 0 ? n : 0;
+}
+
+int kv_get_threads(void)
+{
+    if (default_threads > 0)
+        return default_threads;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+float kv_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    union {
+        uint32_t u;
+        float f;
+    } v;
+    if (exp == 0x1f)
+        v.u = sign | 0x7f800000 | man << 13; /* inf / nan */
+    else if (exp != 0)
+        v.u = sign | (exp + 112) << 23 | man << 13;
+    else if (man == 0)
+        v.u = sign;
+    else { /* subnormal: exact as man * 2^-24 */
+        v.f = (float)man * 5.9604644775390625e-8f;
+        v.u |= sign;
+    }
+    return v.f;
+}
+
+float kv_weight_at(const kv_weight *w, size_t i)
+{
+    switch (w->dtype) {
+    case KV_DTYPE_BF16:
+        return kv_bf16_to_f32(((const uint16_t *)w->data)[i]);
+    case KV_DTYPE_F16:
+        return kv_f16_to_f32(((const uint16_t *)w->data)[i]);
+    default:
+        return ((const float *)w->data)[i];
+    }
+}
+
+/* Row r of w against x, one element at a time: the portable kernel, and the
+ * fallback when there is no memory for the prepared copy of x. */
+float kv_dot_row_scalar(const kv_weight *w, int r, const float *x)
+{
+    size_t base = (size_t)r * (size_t)w->cols;
+    float s = 0;
+    for (int c = 0; c < w->cols; c++)
+        s += kv_weight_at(w, base + (size_t)c) * x[c];
+    return s;
+}
+
+const char *kv_compute_name(kv_compute mode)
+{
+    return mode == KV_COMPUTE_BF16 ? "bf16" : "f32";
+}
+
+int kv_compute_parse(const char *s, kv_compute *out)
+{
+    if (strcmp(s, "f32") == 0)
+        *out = KV_COMPUTE_F32;
+    else if (strcmp(s, "bf16") == 0)
+        *out = KV_COMPUTE_BF16;
+    else
+        return -1;
+    return 0;
+}
+
+void kv_round_bf16(float *x, size_t n)
+{
+    size_t i = 0;
+#ifdef KV_AVX2
+    /* The scalar rounding vectorised: add 0x7fff plus the lowest kept bit,
+     * clear the low half; NaN lanes keep their value (quietened). */
+    const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1),
+                  hi = _mm256_set1_epi32((int)0xffff0000u), quiet = _mm256_set1_epi32(0x400000);
+    for (; i + 8 <= n; i += 8) {
+        __m256 f = _mm256_loadu_ps(x + i);
+        __m256i u = _mm256_castps_si256(f);
+        __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+        __m256i r = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(bias, lsb)), hi);
+        __m256 nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
+        __m256i qn = _mm256_and_si256(_mm256_or_si256(u, quiet), hi);
+        _mm256_storeu_ps(x + i,
+                         _mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(qn), nan));
+    }
+#endif
+    for (; i < n; i++)
+        x[i] = kv_bf16_to_f32(kv_f32_to_bf16(x[i]));
+}
+
+void kv_pack_bf16(const float *x, size_t n, uint16_t *dst)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = kv_f32_to_bf16(x[i]);
+}
+
+/* The kernels of the active level (cpu.h). */
+static const kv_isa_kernels *isa_kernels(void)
+{
+    static const kv_isa_kernels *const table[KV_ISA_COUNT] = {
+        [KV_ISA_AVX2] = &kv_kernels_avx2,
+        [KV_ISA_AVX512] = &kv_kernels_avx512,
+        [KV_ISA_AVX512BF16] = &kv_kernels_avx512bf16,
+    };
+    return table[kv_isa_active()];
+}
+
+#ifdef KV_AVX2
+static inline float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#endif
+
+void kv_gemv(kv_pool *p, const kv_weight *w, const float *x, kv_compute mode, float *y)
+{
+    kv_gemv_many(p, 1, &w, x, mode, &y);
+}
+
+/* Weight bytes per GEMV task: small enough that a late thread finds work,
+ * large enough that each task is one long sequential read (every task start
+ * is a new stream the prefetcher has to pick up: 64 KB tasks ran ~15 %
+ * slower than 256 KB ones). */
+#define GEMV_TASK_BYTES (256 * 1024)
+
+static int gemv_task_rows(const kv_weight *w)
+{
+    size_t row_bytes = (size_t)w->cols * (w->dtype == KV_DTYPE_F32 ? 4 : 2);
+    size_t rows = GEMV_TASK_BYTES / (row_bytes ? row_bytes : 1);
+    return rows < 4 ? 4 : rows > (size_t)w->rows ? w->rows : (int)rows;
+}
+
+/* ---- the decode GEMV, batched ----
+ *
+ * Decode multiplies every weight by B activation rows, one per sequence of
+ * the batch (B = 1 for a single generation). The weights are what costs: a
+ * task reads a few weight rows from memory, then dots them against all B
+ * rows while they sit in L1 (the level's rows_batch tiles), so a step reads
+ * each weight byte once whatever B is. Every (weight row, activation row)
+ * pair gets the bits of the level's row kernel, so a row's result is
+ * bit-identical to a batch of one: batching never changes a token. */
+
+typedef struct gemv_job {
+    int n, batch;
+    const kv_weight *const *ws;
+    float *const *ys;
+    const float *xs; /* [batch][cols] */
+    const void *xps; /* each row prepared for the level's row kernel */
+    int cols;
+    kv_compute mode;
+    const kv_isa_kernels *k;
+    int first[9];     /* first task of each matrix; first[n] = all tasks */
+    int task_rows[8]; /* rows per task of each matrix */
+} gemv_job;
+
+
+static void gemv_task(void *ctx, int task, int worker)
+{
+    (void)worker;
+    const gemv_job *j = ctx;
+    int i = 0;
+    while (task >= j->first[i + 1])
+        i++;
+    const kv_weight *w = j->ws[i];
+    int r0 = (task - j->first[i]) * j->task_rows[i];
+    int r1 = w->rows - r0 > j->task_rows[i] ? r0 + j->task_rows[i] : w->rows;
+    if (j->batch == 1) /* one long stream, as the prefetcher likes it */
+        j->k->rows(w, r0, r1, j->xs, j->xps, j->mode, j->ys[i]);
+    else
+        j->k->rows_batch(w, r0, r1, j->xs, j->xps, j->batch, j->mode, j->ys[i], (size_t)w->rows);
+}
+
+void kv_gemv_batch(kv_pool *p, int n, const kv_weight *const *ws, const float *xs, int batch,
+                   kv_compute mode, float *const *ys)
+{
+    assert(n >= 1 && n <= 8 && batch >= 1);
+    int cols = ws[0]->cols;
+    gemv_job j = {.n = n,
+                  .batch = batch,
+                  .ws = ws,
+                  .ys = ys,
+                  .xs = xs,
+                  .cols = cols,
+                  .mode = mode,
+                  .k = isa_kernels()};
+    size_t work = 0;
+    for (int i = 0; i < n; i++) {
+        j.task_rows[i] = gemv_task_rows(ws[i]);
+        j.first[i + 1] = j.first[i] + (ws[i]->rows + j.task_rows[i] - 1) / j.task_rows[i];
+        work += (size_t)ws[i]->rows * (size_t)ws[i]->cols * (size_t)batch;
+    }
+    size_t floats = (size_t)batch * (size_t)cols;
+    _Static_assert(KV_PREPARED_BYTES_PER_ELEMENT == sizeof(float), "prepared x: one float each");
+    float stack[4096], *xps = floats <= 4096 ? stack : malloc(floats * sizeof *xps);
+    if (!xps && batch > 1) {
+        /* No room for every row's prepared copy: one row at a time, which
+         * gives the same bits as the batch (and as kv_gemv). */
+        for (int b = 0; b < batch; b++) {
+            float *yb[8];
+            for (int i = 0; i < n; i++)
+                yb[i] = ys[i] + (size_t)b * (size_t)ws[i]->rows;
+            kv_gemv_batch(p, n, ws, xs + (size_t)b * (size_t)cols, 1, mode, yb);
+        }
+        return;
+    }
+    if (!xps) { /* no room for the prepared copy: the scalar kernel needs none */
+        for (int i = 0; i < n; i++)
+            for (int r = 0; r < ws[i]->rows; r++)
+                ys[i][r] = kv_dot_row_scalar(ws[i], r, xs);
+        return;
+    }
+    for (int b = 0; b < batch; b++)
+        j.k->prepare(xs + (size_t)b * (size_t)cols, cols, mode, xps + (size_t)b * (size_t)cols);
+    j.xps = xps;
+    /* Small matrices are not worth waking the other threads for. */
+    kv_pool_run(work > KV_PARALLEL_MIN_WORK ? p : NULL, j.first[n], gemv_task, &j);
+    if (xps != stack)
+        free(xps);
+}
+
+void kv_gemv_many(kv_pool *p, int n, const kv_weight *const *ws, const float *x, kv_compute mode,
+                  float *const *ys)
+{
+    kv_gemv_batch(p, n, ws, x, 1, mode, ys);
+}
+
+static void widen_range(const kv_weight *w, int row0, int n, float *dst)
+{
+    size_t cols = (size_t)w->cols, base = (size_t)row0 * cols;
+    if (w->dtype == KV_DTYPE_F32) {
+        memcpy(dst, (const float *)w->data + base, (size_t)n * cols * sizeof *dst);
+        return;
+    }
+    for (int r = 0; r < n; r++) {
+        size_t i = 0, off = base + (size_t)r * cols;
+        float *d = dst + (size_t)r * cols;
+#ifdef KV_AVX2
+        const uint16_t *src = (const uint16_t *)w->data + off;
+        if (w->dtype == KV_DTYPE_BF16)
+            for (; i + 8 <= cols; i += 8) {
+                __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + i)));
+                _mm256_storeu_ps(d + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+            }
+        else
+            for (; i + 8 <= cols; i += 8)
+                _mm256_storeu_ps(d + i,
+                                 _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+#endif
+        for (; i < cols; i++)
+            d[i] = kv_weight_at(w, off + i);
+    }
+}
+
+typedef struct widen_job {
+    const kv_weight *w;
+    int row0, n, per_task;
+    float *dst;
+} widen_job;
+
+static void widen_task(void *ctx, int task, int worker)
+{
+    (void)worker;
+    const widen_job *j = ctx;
+    int r0 = task * j->per_task, n = j->n - r0 < j->per_task ? j->n - r0 : j->per_task;
+    widen_range(j->w, j->row0 + r0, n, j->dst + (size_t)r0 * (size_t)j->w->cols);
+}
+
+void kv_widen_rows(kv_pool *p, const kv_weight *w, int row0, int n, float *dst)
+{
+    widen_job j = {.w = w, .row0 = row0, .n = n, .dst = dst};
+    j.per_task = (int)(16384 / (size_t)w->cols) + 1;
+    kv_pool_run((size_t)n * (size_t)w->cols > KV_PARALLEL_MIN_WORK ? p : NULL,
+                (n + j.per_task - 1) / j.per_task, widen_task, &j);
+}
+
+/* Output columns (weight rows) per sgemm task. */
+static int matmul_block(const kv_pool *p, const kv_weight *w)
+{
+    int threads = kv_pool_threads(p);
+    int b = (w->rows + threads * 4 - 1) / (threads * 4);
+    b = (b + 15) / 16 * 16;
+    if (b < 64)
+        b = 64;
+    if (w->dtype != KV_DTYPE_F32 && b > 1024)
+        b = 1024; /* bounds the per-worker widening scratch */
+    return b < w->rows ? b : w->rows;
+}
+
+size_t kv_matmul_scratch(const kv_pool *p, const kv_weight *w)
+{
+    return w->dtype == KV_DTYPE_F32 ? 0 : (size_t)matmul_block(p, w) * (size_t)w->cols;
+}
+
+bool kv_matmul_widens(const kv_weight *w, kv_compute mode)
+{
+    if (w->dtype == KV_DTYPE_F32)
+        return false;
+    return !(mode == KV_COMPUTE_BF16 && w->dtype == KV_DTYPE_BF16 && isa_kernels()->gemm_bf16);
+}
+
+typedef struct matmul_job {
+    const kv_weight *w;
+    const float *x;
+    const uint16_t *x16; /* x packed to BF16 for the level's gemm_bf16, or NULL */
+    int n, block;
+    float *y, *scratch;
+    size_t scratch_floats;
+    const kv_isa_kernels *k;
+} matmul_job;
+
+/* One block of output columns on one thread (OpenBLAS stays
+ * single-threaded; the pool spreads the blocks): the level's BF16 GEMM, or
+ * sgemm on F32 weights (16-bit ones widened first). */
+static void matmul_task(void *ctx, int task, int worker)
+{
+    const matmul_job *j = ctx;
+    const kv_weight *w = j->w;
+    int r0 = task * j->block, nr = w->rows - r0 < j->block ? w->rows - r0 : j->block;
+    if (j->x16) {
+        j->k->gemm_bf16(w, r0, r0 + nr, j->x16, j->n, (size_t)w->cols, j->y, (size_t)w->rows);
+        return;
+    }
+    const float *b = (const float *)w->data + (size_t)r0 * (size_t)w->cols;
+    if (w->dtype != KV_DTYPE_F32) {
+        float *s = j->scratch + (size_t)worker * j->scratch_floats;
+        widen_range(w, r0, nr, s);
+        b = s;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->n, nr, w->cols, 1.0f, j->x, w->cols, b,
+                w->cols, 0.0f, j->y + r0, w->rows);
+}
+
+void kv_matmul(kv_pool *p, const kv_weight *w, const float *x, int n, kv_compute mode, float *y,
+               float *scratch)
+{
+    if (n <= KV_GEMV_MAX_ROWS) {
+        for (int i = 0; i < n; i++)
+            kv_gemv(p, w, x + (size_t)i * (size_t)w->cols, mode, y + (size_t)i * (size_t)w->rows);
+        return;
+    }
+    matmul_job j = {.w = w,
+                    .x = x,
+                    .n = n,
+                    .y = y,
+                    .scratch = scratch,
+                    .block = matmul_block(p, w),
+                    .scratch_floats = kv_matmul_scratch(p, w),
+                    .k = isa_kernels()};
+    uint16_t *x16 = NULL;
+    if (w->dtype != KV_DTYPE_F32 && !kv_matmul_widens(w, mode)) {
+        /* The caller kept no scratch for widening w: without memory for
+         * the packed copy, one GEMV per row (slow, exact, no memory). */
+        x16 = malloc((size_t)n * (size_t)w->cols * sizeof *x16);
+        if (!x16) {
+            for (int i = 0; i < n; i++)
+                kv_gemv(p, w, x + (size_t)i * (size_t)w->cols, mode,
+                        y + (size_t)i * (size_t)w->rows);
+            return;
+        }
+        kv_pack_bf16(x, (size_t)n * (size_t)w->cols, x16);
+        j.x16 = x16;
+    }
+    kv_pool_run(p, (w->rows + j.block - 1) / j.block, matmul_task, &j);
+    free(x16);
+}
+
+#ifdef KV_AVX2
+/* e^x for 8 floats, about 1 ulp: Cody-Waite reduction by ln 2 and Cephes'
+ * polynomial. Softmax over an 8k prompt evaluates billions of
+ * exponentials, and the scalar libm call would dominate attention. */
+static inline __m256 exp8(__m256 x)
+{
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33654f)), _mm256_set1_ps(88.72283f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+#endif
+
+float kv_max(const float *x, int n)
+{
+    float mx = x[0];
+    for (int i = 1; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    return mx;
+}
+
+float kv_exp_shift(float *x, int n, float m)
+{
+    int i = 0;
+    float sum = 0;
+#ifdef KV_AVX2
+    __m256 acc = _mm256_setzero_ps(), mv = _mm256_set1_ps(m);
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
+        _mm256_storeu_ps(x + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    sum = hsum8(acc);
+#endif
+    for (; i < n; i++) {
+        x[i] = expf(x[i] - m);
+        sum += x[i];
+    }
+    return sum;
+}
+
+void kv_softmax(float *x, int n)
+{
+    float inv = 1.0f / kv_exp_shift(x, n, kv_max(x, n));
+    for (int i = 0; i < n; i++)
+        x[i] *= inv;
+}
+
+void kv_silu_mul(float *g, const float *u, size_t n)
+{
+    size_t i = 0;
+#ifdef KV_AVX2
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(g + i);
+        __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), v));
+        __m256 s = _mm256_div_ps(v, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
+    }
+#endif
+    for (; i < n; i++)
+        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+void kv_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
+{
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    float r = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (int i = 0; i < n; i++)
+        out[i] = x[i] * r * w[i];
+}
+
+float kv_dot(const float *a, const float *b, int n)
+{
+    int i = 0;
+    float s = 0;
+#ifdef KV_AVX2
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    }
+    for (; i + 8 <= n; i += 8)
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    s = hsum8(_mm256_add_ps(acc0, acc1));
+#endif
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+void kv_axpy(float *y, float a, const float *x, int n)
+{
+    int i = 0;
+#ifdef KV_AVX2
+    __m256 av = _mm256_set1_ps(a);
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i,
+                         _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+#endif
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}

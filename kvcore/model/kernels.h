@@ -1,0 +1,142 @@
+/* kernels: the arithmetic of the forward pass.
+ *
+ * A kv_weight is a row-major [rows][cols] matrix in F32, F16 or BF16, kept in
+ * its file dtype. Decode multiplies one vector by every weight (kv_gemv):
+ * memory-bound, so 16-bit weights are widened in registers and each byte is
+ * read once, rows split over the pool's threads. Prefill multiplies many
+ * rows (kv_matmul): compute-bound, so weights are widened block by block
+ * into F32 scratch and handed to OpenBLAS sgemm, or (BF16 mode on an
+ * AVX512_BF16 CPU) multiplied as BF16 with vdpbf16ps.
+ *
+ * The GEMV and GEMM kernels exist once per instruction-set level (cpu.h,
+ * kernels_isa.h); these functions run the active level's.
+ *
+ * Compute modes: KV_COMPUTE_F32 multiplies in FP32 (the reference's
+ * exactness). KV_COMPUTE_BF16 is how PyTorch runs a bfloat16 model: matmul
+ * inputs are BF16 (weights BF16, activations rounded to nearest even with
+ * kv_round_bf16 before the call), products accumulated in FP32.
+ */
+#ifndef KV_KERNELS_H
+#define KV_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/pool.h"
+#include "model/safetensors.h"
+
+typedef enum kv_compute { KV_COMPUTE_F32, KV_COMPUTE_BF16 } kv_compute;
+
+/* "f32" / "bf16", and back (-1 for another name). */
+const char *kv_compute_name(kv_compute mode);
+int kv_compute_parse(const char *s, kv_compute *out);
+
+typedef struct kv_weight {
+    kv_dtype dtype; /* F32, F16 or BF16 */
+    const void *data;
+    int rows, cols;
+} kv_weight;
+
+/* Up to this many input rows kv_matmul runs one GEMV per row, reading 16-bit
+ * weights directly; beyond it, widening + sgemm is faster. */
+#define KV_GEMV_MAX_ROWS 4
+
+/* Threads of the pools created from now on (kv_model_load); n <= 0: the
+ * number of online CPUs, which kv_get_threads then reports. OpenBLAS is
+ * called single-threaded from the pool's threads. */
+void kv_set_threads(int n);
+int kv_get_threads(void);
+
+static inline float kv_bf16_to_f32(uint16_t h)
+{
+    union {
+        uint32_t u;
+        float f;
+    } v = {(uint32_t)h << 16};
+    return v.f;
+}
+float kv_f16_to_f32(uint16_t h);
+
+/* f rounded to BF16, round to nearest even (NaN stays NaN). */
+static inline uint16_t kv_f32_to_bf16(float f)
+{
+    union {
+        float f;
+        uint32_t u;
+    } v = {f};
+    if ((v.u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)(v.u >> 16 | 0x40); /* quiet NaN */
+    return (uint16_t)((v.u + 0x7fffu + (v.u >> 16 & 1u)) >> 16);
+}
+
+/* In place over n floats: x = the nearest BF16 value (ties to even). */
+void kv_round_bf16(float *x, size_t n);
+
+/* dst[i] = the BF16 bits of x[i], round to nearest even. */
+void kv_pack_bf16(const float *x, size_t n, uint16_t *dst);
+
+/* Work (multiply-adds) below which a loop stays on one thread: waking the
+ * team costs microseconds on an idle machine and far more on a busy one. */
+#define KV_PARALLEL_MIN_WORK 65536
+
+/* Parallel work runs on pool p; p may be NULL (the calling thread only). */
+
+/* In every product below, mode KV_COMPUTE_BF16 requires BF16 weights and
+ * an x of BF16 values (kv_round_bf16). */
+
+/* y[r] = W[r] . x for every row r. */
+void kv_gemv(kv_pool *p, const kv_weight *w, const float *x, kv_compute mode, float *y);
+
+/* Several GEMVs of one input vector (q/k/v, gate/up) as one job:
+ * ys[i][r] = ws[i][r] . x (1 <= n <= 8). All ws have x's length as cols. */
+void kv_gemv_many(kv_pool *p, int n, const kv_weight *const *ws, const float *x, kv_compute mode,
+                  float *const *ys);
+
+/* The batched GEMV of decode: ys[i][b][r] = ws[i][r] . xs[b] for `batch`
+ * input rows xs[batch][cols] (1 <= n <= 8). Each weight row is read once for
+ * all input rows; row b's results are bit-identical to kv_gemv_many on
+ * xs[b] alone. */
+void kv_gemv_batch(kv_pool *p, int n, const kv_weight *const *ws, const float *xs, int batch,
+                   kv_compute mode, float *const *ys);
+
+/* Widens rows [row0, row0 + n) of w into dst ([n][cols] floats). */
+void kv_widen_rows(kv_pool *p, const kv_weight *w, int row0, int n, float *dst);
+
+/* Floats of scratch one worker of p needs in kv_matmul over w (0 for F32). */
+size_t kv_matmul_scratch(const kv_pool *p, const kv_weight *w);
+
+/* Whether kv_matmul of more than KV_GEMV_MAX_ROWS rows in this mode reads
+ * w as F32 (widening a 16-bit w for sgemm): a caller running many such
+ * calls may widen w once itself. */
+bool kv_matmul_widens(const kv_weight *w, kv_compute mode);
+
+/* y[i][r] = W[r] . x[i] for n input rows of w->cols floats; y rows are
+ * w->rows floats apart. scratch: kv_pool_threads(p) * kv_matmul_scratch(p, w)
+ * floats for widening 16-bit weights (unused for F32 weights). */
+void kv_matmul(kv_pool *p, const kv_weight *w, const float *x, int n, kv_compute mode, float *y,
+               float *scratch);
+
+/* out = x / rms(x) * w over n floats (out may alias x). */
+void kv_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+
+/* In place: x = softmax(x) over n floats. */
+void kv_softmax(float *x, int n);
+
+/* The largest of n >= 1 floats. */
+float kv_max(const float *x, int n);
+
+/* In place over n floats: x = e^(x - m); returns their sum. The step of an
+ * online softmax, which rescales when a later block raises the maximum. */
+float kv_exp_shift(float *x, int n, float m);
+
+/* In place over n floats: g = silu(g) * u, the gated FFN activation. */
+void kv_silu_mul(float *g, const float *u, size_t n);
+
+/* dot product of n floats. */
+float kv_dot(const float *a, const float *b, int n);
+
+/* y += a * x over n floats. */
+void kv_axpy(float *y, float a, const float *x, int n);
+
+#endif

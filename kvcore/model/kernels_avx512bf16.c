@@ -1,0 +1,195 @@
+/* The AVX512_BF16 level: in BF16 mode, GEMV and prefill GEMM with
+ * vdpbf16ps (pairs of BF16 products summed into FP32 lanes, twice the
+ * FP32 FMA rate and half the bytes of x); in F32 mode the AVX-512F
+ * kernels, since vdpbf16ps would round F32 inputs. Compiled with
+ * -mavx512f -mavx512bw -mavx512vl -mavx512bf16 (kvcore/meson.build) and
+ * only called on a CPU that has them (cpu.c).
+ *
+ * vdpbf16ps flushes denormal inputs and outputs to zero and rounds each
+ * pair's sum once: on BF16 inputs its results differ from an FP32 FMA chain
+ * only in accumulation rounding, the freedom BF16 mode already allows. */
+#include <immintrin.h>
+
+#include "model/kernels_avx512.h"
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* The BF16 lanes of the 32 elements at p, zero past n (masked load: no
+ * scalar tail, and never a read past the row). */
+INLINE __m512bh load32(const uint16_t *p, size_t n)
+{
+    if (n >= 32)
+        return (__m512bh)_mm512_loadu_si512((const void *)p);
+    return (__m512bh)_mm512_maskz_loadu_epi16((__mmask32)((1u << n) - 1u), p);
+}
+
+/* Row r of BF16 w against BF16 x: four accumulators hide the latency. */
+static float dot_row_dp(const kv_weight *w, int r, const uint16_t *x)
+{
+    size_t cols = (size_t)w->cols, c = 0;
+    const uint16_t *p = (const uint16_t *)w->data + (size_t)r * cols;
+    __m512 a[4];
+    for (int k = 0; k < 4; k++)
+        a[k] = _mm512_setzero_ps();
+    for (; c + 128 <= cols; c += 128)
+        for (int k = 0; k < 4; k++)
+            a[k] = _mm512_dpbf16_ps(a[k], load32(p + c + 32 * k, 32), load32(x + c + 32 * k, 32));
+    for (; c < cols; c += 32)
+        a[0] = _mm512_dpbf16_ps(a[0], load32(p + c, cols - c), load32(x + c, cols - c));
+    return _mm512_reduce_add_ps(
+        _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
+}
+
+/* BF16 mode: x holds BF16 values, so its upper halves are x exactly. */
+static void prepare(const float *x, int n, kv_compute mode, void *out)
+{
+    if (mode != KV_COMPUTE_BF16) {
+        kv_avx512_prepare(x, n, mode, out);
+        return;
+    }
+    kv_pack_bf16(x, (size_t)n, out);
+}
+
+static void rows(const kv_weight *w, int r0, int r1, const float *x, const void *xp,
+                 kv_compute mode, float *y)
+{
+    if (mode != KV_COMPUTE_BF16 || w->dtype != KV_DTYPE_BF16) {
+        /* BF16 mode has BF16 weights only (kv_model_set_compute); the
+         * fallback keeps a stray call exact all the same. */
+        kv_avx512_rows(w, r0, r1, x, mode == KV_COMPUTE_BF16 ? NULL : xp, KV_COMPUTE_F32, y);
+        return;
+    }
+    for (int r = r0; r < r1; r++)
+        y[r] = dot_row_dp(w, r, xp);
+}
+
+/* ---- the batched GEMV's tiles ----
+ *
+ * BF16 mode: a tile of DP_TR weight rows x DP_TB activation rows runs
+ * dot_row_dp's four accumulator chains one after another (the same
+ * vdpbf16ps in the same order per chain, the masked tail in chain 0) and
+ * adds them as dot_row_dp does, so each pair gets its bits (see
+ * kernels_avx2.c). Each 64-byte load of w or x feeds four vdpbf16ps. A
+ * partial tile repeats its last row (computed, not stored). */
+#define DP_TR 4
+#define DP_TB 4
+
+/* kv_tile_fn: xp[b] is x[b] packed to BF16. */
+static void dp_tile(const kv_weight *wm, const int *r, const float *const *xf,
+                    const void *const *xp, float *y)
+{
+    (void)xf;
+    size_t cols = (size_t)wm->cols;
+    const uint16_t *w[DP_TR], *x[DP_TB];
+    for (int i = 0; i < DP_TR; i++)
+        w[i] = (const uint16_t *)wm->data + (size_t)r[i] * cols;
+    for (int b = 0; b < DP_TB; b++)
+        x[b] = xp[b];
+    __m512 ch[4][DP_TR][DP_TB];
+    size_t c128 = cols / 128 * 128;
+#define DP_TILE_STEP(at, n)                                                                        \
+    do {                                                                                           \
+        __m512bh wv[DP_TR];                                                                        \
+        for (int i = 0; i < DP_TR; i++)                                                            \
+            wv[i] = load32(w[i] + (at), (n));                                                      \
+        for (int b = 0; b < DP_TB; b++) {                                                          \
+            __m512bh xv = load32(x[b] + (at), (n));                                                \
+            for (int i = 0; i < DP_TR; i++)                                                        \
+                a[i][b] = _mm512_dpbf16_ps(a[i][b], wv[i], xv);                                    \
+        }                                                                                          \
+    } while (0)
+    for (int k = 0; k < 4; k++) {
+        __m512 a[DP_TR][DP_TB];
+        for (int i = 0; i < DP_TR; i++)
+            for (int b = 0; b < DP_TB; b++)
+                a[i][b] = _mm512_setzero_ps();
+        for (size_t c = 32 * (size_t)k; c < c128; c += 128)
+            DP_TILE_STEP(c, 32);
+        if (k == 0) /* chain 0 goes on over the rest, 32 at a time */
+            for (size_t c = c128; c < cols; c += 32)
+                DP_TILE_STEP(c, cols - c);
+        for (int i = 0; i < DP_TR; i++)
+            for (int b = 0; b < DP_TB; b++)
+                ch[k][i][b] = a[i][b];
+    }
+#undef DP_TILE_STEP
+    for (int i = 0; i < DP_TR; i++)
+        for (int b = 0; b < DP_TB; b++)
+            y[b * DP_TR + i] = _mm512_reduce_add_ps(_mm512_add_ps(
+                _mm512_add_ps(ch[0][i][b], ch[1][i][b]), _mm512_add_ps(ch[2][i][b], ch[3][i][b])));
+}
+
+static void rows_batch(const kv_weight *w, int r0, int r1, const float *xs, const void *xps,
+                       int batch, kv_compute mode, float *y, size_t ldy)
+{
+    if (mode != KV_COMPUTE_BF16 || w->dtype != KV_DTYPE_BF16) { /* as rows() */
+        kv_avx512_rows_batch(w, r0, r1, xs, mode == KV_COMPUTE_BF16 ? NULL : xps, batch,
+                             KV_COMPUTE_F32, y, ldy);
+        return;
+    }
+    kv_rows_batch_tiles(dp_tile, DP_TR, DP_TB, w, r0, r1, xs, xps, batch, y, ldy);
+}
+
+/* Rows of x per block: a block of packed x (64 rows of 1,024 columns is
+ * 128 KB) stays in L2 while the task's weight rows stream past it. */
+#define X_BLOCK 64
+
+/* A 4 x 4 tile: x rows i..i+3 against weight rows r..r+3. Each 64-byte
+ * load of x or w feeds four vdpbf16ps. */
+static void tile4x4(const uint16_t *w, size_t cols, const uint16_t *x, size_t ldx, float *y,
+                    size_t ldy)
+{
+    __m512 acc[4][4];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++)
+            acc[i][j] = _mm512_setzero_ps();
+    for (size_t c = 0; c < cols; c += 32) {
+        size_t left = cols - c;
+        __m512bh wv[4];
+        for (int j = 0; j < 4; j++)
+            wv[j] = load32(w + (size_t)j * cols + c, left);
+        for (int i = 0; i < 4; i++) {
+            __m512bh xv = load32(x + (size_t)i * ldx + c, left);
+            for (int j = 0; j < 4; j++)
+                acc[i][j] = _mm512_dpbf16_ps(acc[i][j], wv[j], xv);
+        }
+    }
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++)
+            y[(size_t)i * ldy + (size_t)j] = _mm512_reduce_add_ps(acc[i][j]);
+}
+
+static float dot1(const uint16_t *w, const uint16_t *x, size_t cols)
+{
+    __m512 acc = _mm512_setzero_ps();
+    for (size_t c = 0; c < cols; c += 32)
+        acc = _mm512_dpbf16_ps(acc, load32(w + c, cols - c), load32(x + c, cols - c));
+    return _mm512_reduce_add_ps(acc);
+}
+
+static void gemm_bf16(const kv_weight *w, int r0, int r1, const uint16_t *x, int n, size_t ldx,
+                      float *y, size_t ldy)
+{
+    size_t cols = (size_t)w->cols;
+    const uint16_t *wd = w->data;
+    for (int i0 = 0; i0 < n; i0 += X_BLOCK) {
+        int i1 = n - i0 < X_BLOCK ? n : i0 + X_BLOCK;
+        for (int r = r0; r < r1; r += 4) {
+            const uint16_t *wr = wd + (size_t)r * cols;
+            int i = i0;
+            if (r + 4 <= r1)
+                for (; i + 4 <= i1; i += 4)
+                    tile4x4(wr, cols, x + (size_t)i * ldx, ldx, y + (size_t)i * ldy + (size_t)r,
+                            ldy);
+            /* Leftover rows of x, or the last < 4 weight rows. */
+            int rn = r1 - r < 4 ? r1 - r : 4;
+            for (; i < i1; i++)
+                for (int j = 0; j < rn; j++)
+                    y[(size_t)i * ldy + (size_t)(r + j)] =
+                        dot1(wr + (size_t)j * cols, x + (size_t)i * ldx, cols);
+        }
+    }
+}
+
+const kv_isa_kernels kv_kernels_avx512bf16 = {
+    .prepare = prepare, .rows = rows, .rows_batch = rows_batch, .gemm_bf16 = gemm_bf16};

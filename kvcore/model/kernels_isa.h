@@ -1,0 +1,92 @@
+/* kernels_isa: the kernels that exist once per instruction-set level
+ * (cpu.h), gathered in one table per level. kernels.c picks the table of
+ * the active level and does the threading; each kernels_<level>.c is
+ * compiled for its level alone and is only called on a CPU that has it.
+ *
+ * A GEMV goes in two steps: prepare turns the input vector x into the
+ * layout the level's row kernel reads (its permutation of x, or x packed
+ * to BF16), once per call; rows then computes y[r] = W[r] . x for a range
+ * of rows, on any thread.
+ */
+#ifndef KV_KERNELS_ISA_H
+#define KV_KERNELS_ISA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/kernels.h"
+
+/* Bytes of prepared input a level may need per element of x. */
+#define KV_PREPARED_BYTES_PER_ELEMENT 4
+
+typedef struct kv_isa_kernels {
+    /* Writes the prepared form of x[0..cols) to xp (cols * 4 bytes).
+     * mode KV_COMPUTE_BF16: x holds BF16 values (kv_round_bf16). */
+    void (*prepare)(const float *x, int cols, kv_compute mode, void *xp);
+    /* y[r] = W[r] . x for r in [r0, r1); x and its prepared form xp.
+     * mode KV_COMPUTE_BF16: W is BF16 and x holds BF16 values. */
+    void (*rows)(const kv_weight *w, int r0, int r1, const float *x, const void *xp,
+                 kv_compute mode, float *y);
+    /* The batched GEMV of decode: y[b * ldy + r] = W[r] . x_b for r in
+     * [r0, r1) and `batch` input rows x_b = xs + b * cols, prepared at
+     * xps + b * cols * KV_PREPARED_BYTES_PER_ELEMENT. Tiles of weight rows
+     * x input rows read each weight vector once for several x_b, and every
+     * result has the bits rows() gives for x_b alone (same accumulators,
+     * same order of sums), so batching never changes a token. */
+    void (*rows_batch)(const kv_weight *w, int r0, int r1, const float *xs, const void *xps,
+                       int batch, kv_compute mode, float *y, size_t ldy);
+    /* Prefill in BF16 mode, or NULL (widen to F32 + sgemm, exact for BF16
+     * inputs): y[i * ldy + r] = W[r] . x[i] for i < n, r in [r0, r1); x rows
+     * are BF16 packed with kv_pack_bf16, ldx elements apart. W is BF16. */
+    void (*gemm_bf16)(const kv_weight *w, int r0, int r1, const uint16_t *x, int n, size_t ldx,
+                      float *y, size_t ldy);
+} kv_isa_kernels;
+
+extern const kv_isa_kernels kv_kernels_avx2, kv_kernels_avx512, kv_kernels_avx512bf16;
+
+/* One tile of a level's rows_batch: out[b * tr + i] = W[r[i]] . x[b] for
+ * its tr weight rows and tb input rows (xp[b]: x[b] prepared). */
+typedef void kv_tile_fn(const kv_weight *w, const int *r, const float *const *x,
+                        const void *const *xp, float *out);
+
+#define KV_TILE_MAX 8
+
+/* rows_batch (above) in tiles of tr weight rows x tb input rows (each at
+ * most KV_TILE_MAX), in the order that keeps a tile's weight rows in L1
+ * while every input row passes. A partial tile repeats its last row: the
+ * repeat is computed and not stored. Inline: it runs in each level's file,
+ * under that file's target flags. */
+static inline void kv_rows_batch_tiles(kv_tile_fn *tile, int tr, int tb, const kv_weight *w, int r0,
+                                       int r1, const float *xs, const void *xps, int batch,
+                                       float *y, size_t ldy)
+{
+    size_t cols = (size_t)w->cols;
+    for (int r = r0; r < r1; r += tr) {
+        int nr = r1 - r < tr ? r1 - r : tr, rr[KV_TILE_MAX];
+        for (int i = 0; i < tr; i++)
+            rr[i] = r + (i < nr ? i : nr - 1);
+        for (int b0 = 0; b0 < batch; b0 += tb) {
+            int nb = batch - b0 < tb ? batch - b0 : tb;
+            const float *x[KV_TILE_MAX];
+            const void *xp[KV_TILE_MAX];
+            for (int b = 0; b < tb; b++) {
+                size_t row = (size_t)(b0 + (b < nb ? b : nb - 1));
+                x[b] = xs + row * cols;
+                xp[b] = xps ? (const char *)xps + row * cols * KV_PREPARED_BYTES_PER_ELEMENT : NULL;
+            }
+            float out[KV_TILE_MAX * KV_TILE_MAX];
+            tile(w, rr, x, xp, out);
+            for (int b = 0; b < nb; b++)
+                for (int i = 0; i < nr; i++)
+                    y[(size_t)(b0 + b) * ldy + (size_t)(r + i)] = out[b * tr + i];
+        }
+    }
+}
+
+/* The portable dot product of row r of w with x (tails and fallbacks). */
+float kv_dot_row_scalar(const kv_weight *w, int r, const float *x);
+
+/* Element i of w as a float. */
+float kv_weight_at(const kv_weight *w, size_t i);
+
+#endif

@@ -1,0 +1,120 @@
+/* The KV cache: per layer, keys and values of every kept token plus each
+ * one's position: its index in the token sequence. That is also the RoPE
+ * position it was written at, except after "compact" eviction, which
+ * restarts RoPE at the compacted length (next_pos) while tokens keep
+ * counting on (next_pos + token_offset), so that eviction traces name the
+ * tokens kept, never two alike.
+ *
+ * Layout per layer: k and v are [slot][kv_head][head_dim] floats, row-major,
+ * so one slot is one contiguous row of n_kv_heads * head_dim floats and
+ * compaction moves whole rows. Slots stay in the order tokens arrived.
+ * Layers are independent: eviction compacts each one on its own, so layers
+ * may hold different numbers of slots.
+ *
+ * Per-head eviction (strategy per_head) lets each KV head keep its own
+ * tokens: slot s of head h then holds another token than slot s of head
+ * h', so positions are kept per slot AND head. Attention needs nothing more
+ * while every head keeps as many tokens: keys carry their RoPE rotation,
+ * and every cached slot precedes the tokens of the next forward, so the
+ * causal mask by slot order stays right for every head.
+ *
+ * With head-adaptive budgets (AdaKV) the heads of a layer keep different
+ * numbers of tokens. Each head's tokens stay packed from slot 0 in order;
+ * the layer is as long as its fullest head, and tokens appended later go
+ * after that, for every head. So each head has at most one gap: slots
+ * [gap[2h], gap[2h+1]) hold no token of head h (their keys and values
+ * are zeros), and attention gives them no weight. That is per-head (ragged) storage padded to the
+ * fullest head: never longer than the union of the heads' tokens, and the same layout as
+ * equal-count per_head, which it equals when the counts agree.
+ */
+#ifndef KV_KVCACHE_H
+#define KV_KVCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/error.h"
+
+typedef struct kv_cache_layer {
+    float *k;        /* [cap][n_kv_heads * head_dim] */
+    float *v;        /* [cap][n_kv_heads * head_dim] */
+    int32_t *pos;    /* [cap][n_kv_heads] index in the sequence of the token
+                        each KV head holds in each slot (see kv_cache_pos) */
+    float *vlen;     /* [cap][n_kv_heads] L2 norm of each value row: with it
+                        CriticalKV bounds a slot's weight without reading V */
+    int vlen_n;      /* slots [0, vlen_n) have their vlen (kv_cache_measure_values);
+                        code that fills v by hand leaves it behind, which only
+                        costs CriticalKV its shortcut */
+    int len;         /* slots in use */
+    int cap;         /* slots allocated */
+    int *gap;        /* [n_kv_heads][2] or NULL: slots [gap[2h], gap[2h+1]) hold
+                        no token of KV head h (see above); NULL: no gaps */
+} kv_cache_layer;
+
+typedef struct kv_cache {
+    int n_layers, n_kv_heads, head_dim;
+    int next_pos;     /* RoPE position the next appended token gets */
+    int token_offset; /* its index in the sequence is next_pos + token_offset
+                         (0 unless "compact" eviction moved next_pos back) */
+    kv_cache_layer *layers;
+} kv_cache;
+
+/* An empty cache with room for `cap` slots per layer (it grows on demand). */
+kv_cache *kv_cache_new(int n_layers, int n_kv_heads, int head_dim, int cap, kv_error *err);
+void kv_cache_free(kv_cache *c);
+
+/* A deep copy holding max(len, cap_hint) slots per layer: the fork that
+ * lets one prefill serve many eviction configs. */
+kv_cache *kv_cache_fork(const kv_cache *c, int cap_hint, kv_error *err);
+
+/* Makes room for n more slots in every layer. */
+int kv_cache_reserve(kv_cache *c, int n, kv_error *err);
+/* Makes room for `slots` slots in all in one layer. */
+int kv_cache_reserve_layer(kv_cache *c, int layer, int slots, kv_error *err);
+
+/* Floats in one slot row (n_kv_heads * head_dim). */
+static inline int kv_cache_row(const kv_cache *c) { return c->n_kv_heads * c->head_dim; }
+
+/* The position of the token in slot `slot` of KV head `head`. */
+static inline int32_t kv_cache_pos(const kv_cache *c, int layer, int slot, int head)
+{
+    return c->layers[layer].pos[(size_t)slot * (size_t)c->n_kv_heads + (size_t)head];
+}
+
+/* Whether slot `slot` of KV head `head` holds a token (not in its gap). */
+static inline int kv_cache_holds(const kv_cache *c, int layer, int slot, int head)
+{
+    const int *g = c->layers[layer].gap;
+    return !g || slot < g[2 * head] || slot >= g[2 * head + 1];
+}
+
+/* The tokens a layer holds, over all its KV heads: len per head, less the
+ * gaps. */
+long kv_cache_entries(const kv_cache *c, int layer);
+/* The tokens a layer holds per KV head, averaged over the layers and heads
+ * and rounded: the cache length when all are alike; what reports show as
+ * kept tokens when layers (pyramid) or heads (adaptive) differ. */
+long kv_cache_mean_kept(const kv_cache *c);
+
+/* Sets every KV head's position of one slot (a token just written). */
+static inline void kv_cache_set_pos(kv_cache *c, int layer, int slot, int32_t pos)
+{
+    int32_t *p = c->layers[layer].pos + (size_t)slot * (size_t)c->n_kv_heads;
+    for (int h = 0; h < c->n_kv_heads; h++)
+        p[h] = pos;
+}
+
+/* Records the value norms of slots [from, from + n) of one layer, just
+ * written (the model calls it as it appends). */
+void kv_cache_measure_values(const kv_cache *c, kv_cache_layer *l, int from, int n);
+
+/* Keeps only the slots listed in keep[0..n_keep) of one layer, which must be
+ * strictly ascending; survivors move down in order (slot keep[i] becomes i)
+ * in every KV head. Not for a layer with gaps (refused). */
+int kv_cache_compact(kv_cache *c, int layer, const int *keep, int n_keep, kv_error *err);
+
+/* Gives memory above `cap` slots per layer back to the allocator, so a
+ * compressed cache costs only what it holds. */
+int kv_cache_shrink(kv_cache *c, int cap, kv_error *err);
+
+#endif

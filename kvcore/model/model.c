@@ -1,0 +1,1271 @@
+#include "model/model.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/cpu.h"
+#include "model/kernels.h"
+#include "model/safetensors.h"
+
+#define DEFAULT_CHUNK 1024
+
+/* Query rows per attention block in prefill: a block only multiplies the
+ * keys its last row can see, so a chunk skips most of the masked upper
+ * triangle (a 512-row chunk computed 37 % more QK^T and PV than needed). */
+#define ATTN_BLOCK_ROWS 128
+
+/* Keys per tile of the blocked (flash) prefill attention: a block's scores
+ * for one tile (128 x 256 floats, 128 KB) stay in L2 between QK^T, the
+ * softmax step and PV, where a block's whole score rows (4 MB at 8k keys)
+ * went out to L3 and back three times. */
+#define ATTN_TILE_KEYS 256
+
+typedef struct layer {
+    kv_weight wq, wk, wv, wo, gate, up, down;
+    float *attn_norm, *ffn_norm, *q_norm, *k_norm;     /* q/k norms: Qwen3 only */
+    float *bq, *bk, *bv, *bo, *b_gate, *b_up, *b_down; /* NULL when absent */
+} layer;
+
+struct kv_model {
+    kv_model_config cfg;
+    kv_rope rope;
+    kv_weight embed, lm_head;
+    float *norm;
+    layer *layers;
+    void **blobs; /* every weight allocation, freed with the model */
+    int n_blobs;
+    size_t weight_bytes;
+    int chunk;
+    kv_compute compute;
+    bool rounded; /* F32/F16 weights were rounded to BF16 for BF16 mode */
+    kv_pool *pool;
+};
+
+/* ---------------------------------------------------------------- loading */
+
+typedef struct loader {
+    kv_model *m;
+    kv_safetensors *st;
+    const char *dir;
+    kv_error *err;
+} loader;
+
+static void *alloc_blob(loader *ld, size_t bytes)
+{
+    void **blobs = realloc(ld->m->blobs, (size_t)(ld->m->n_blobs + 1) * sizeof *blobs);
+    if (!blobs)
+        return NULL;
+    ld->m->blobs = blobs;
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (p)
+        blobs[ld->m->n_blobs++] = p;
+    return p;
+}
+
+/* The tensor `name`, checked to be a float tensor of the shape config.json
+ * implies ([d0] when d1 == 0, else [d0, d1]). */
+static const kv_st_tensor *find_tensor(loader *ld, const char *name, int d0, int d1)
+{
+    const kv_st_tensor *t = kv_safetensors_find(ld->st, name);
+    if (!t) {
+        kv_fail(ld->err, "%s: tensor '%s' is missing from the safetensors", ld->dir, name);
+        return NULL;
+    }
+    if (t->dtype == KV_DTYPE_OTHER) {
+        kv_fail(ld->err, "%s: tensor '%s' has dtype %s (supported: F32, F16, BF16)", ld->dir, name,
+                t->dtype_name);
+        return NULL;
+    }
+    int want_dims = d1 ? 2 : 1;
+    if (t->n_dims != want_dims || t->shape[0] != d0 || (d1 && t->shape[1] != d1)) {
+        char got[128] = "";
+        for (int i = 0, o = 0; i < t->n_dims && o < 100; i++)
+            o += snprintf(got + o, sizeof got - (size_t)o, "%s%lld", i ? ", " : "",
+                          (long long)t->shape[i]);
+        if (d1)
+            kv_fail(ld->err, "%s: tensor '%s' has shape [%s], config.json implies [%d, %d]",
+                    ld->dir, name, got, d0, d1);
+        else
+            kv_fail(ld->err, "%s: tensor '%s' has shape [%s], config.json implies [%d]", ld->dir,
+                    name, got, d0);
+        return NULL;
+    }
+    return t;
+}
+
+static int load_matrix(loader *ld, const char *name, int rows, int cols, kv_weight *w)
+{
+    const kv_st_tensor *t = find_tensor(ld, name, rows, cols);
+    if (!t)
+        return -1;
+    void *p = alloc_blob(ld, t->nbytes);
+    if (!p)
+        return kv_fail(ld->err, "%s: out of memory for tensor '%s' (%zu bytes)", ld->dir, name,
+                       t->nbytes);
+    if (kv_safetensors_read(ld->st, t, p, ld->err) != 0)
+        return -1;
+    *w = (kv_weight){.dtype = t->dtype, .data = p, .rows = rows, .cols = cols};
+    ld->m->weight_bytes += t->nbytes;
+    return 0;
+}
+
+/* Norm weights and biases: small, so widened to F32 once. Absent optional
+ * vectors leave *out NULL. */
+static int load_vector(loader *ld, const char *name, int n, bool required, float **out)
+{
+    *out = NULL;
+    if (!required && !kv_safetensors_find(ld->st, name))
+        return 0;
+    kv_weight w;
+    if (load_matrix(ld, name, n, 0, &w) != 0)
+        return -1;
+    w.rows = 1;
+    w.cols = n;
+    float *f = alloc_blob(ld, (size_t)n * sizeof *f);
+    if (!f)
+        return kv_fail(ld->err, "%s: out of memory", ld->dir);
+    kv_widen_rows(NULL, &w, 0, 1, f);
+    *out = f;
+    return 0;
+}
+
+static int load_layer(loader *ld, int i, layer *L)
+{
+    const kv_model_config *c = &ld->m->cfg;
+    int H = c->hidden, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    char name[256];
+#define NAME(s) (snprintf(name, sizeof name, "model.layers.%d.%s", i, s), name)
+    if (load_vector(ld, NAME("input_layernorm.weight"), H, true, &L->attn_norm) ||
+        load_vector(ld, NAME("post_attention_layernorm.weight"), H, true, &L->ffn_norm) ||
+        load_matrix(ld, NAME("self_attn.q_proj.weight"), qd, H, &L->wq) ||
+        load_matrix(ld, NAME("self_attn.k_proj.weight"), kvd, H, &L->wk) ||
+        load_matrix(ld, NAME("self_attn.v_proj.weight"), kvd, H, &L->wv) ||
+        load_matrix(ld, NAME("self_attn.o_proj.weight"), H, qd, &L->wo) ||
+        load_matrix(ld, NAME("mlp.gate_proj.weight"), c->ffn, H, &L->gate) ||
+        load_matrix(ld, NAME("mlp.up_proj.weight"), c->ffn, H, &L->up) ||
+        load_matrix(ld, NAME("mlp.down_proj.weight"), H, c->ffn, &L->down))
+        return -1;
+    if (c->qkv_bias && (load_vector(ld, NAME("self_attn.q_proj.bias"), qd, true, &L->bq) ||
+                        load_vector(ld, NAME("self_attn.k_proj.bias"), kvd, true, &L->bk) ||
+                        load_vector(ld, NAME("self_attn.v_proj.bias"), kvd, true, &L->bv)))
+        return -1;
+    if (c->o_bias && load_vector(ld, NAME("self_attn.o_proj.bias"), H, true, &L->bo))
+        return -1;
+    if (c->mlp_bias && (load_vector(ld, NAME("mlp.gate_proj.bias"), c->ffn, true, &L->b_gate) ||
+                        load_vector(ld, NAME("mlp.up_proj.bias"), c->ffn, true, &L->b_up) ||
+                        load_vector(ld, NAME("mlp.down_proj.bias"), H, true, &L->b_down)))
+        return -1;
+    if (c->qk_norm &&
+        (load_vector(ld, NAME("self_attn.q_norm.weight"), c->head_dim, true, &L->q_norm) ||
+         load_vector(ld, NAME("self_attn.k_norm.weight"), c->head_dim, true, &L->k_norm)))
+        return -1;
+#undef NAME
+    return 0;
+}
+
+static int load_weights(loader *ld)
+{
+    kv_model *m = ld->m;
+    const kv_model_config *c = &m->cfg;
+    if (load_matrix(ld, "model.embed_tokens.weight", c->vocab, c->hidden, &m->embed) ||
+        load_vector(ld, "model.norm.weight", c->hidden, true, &m->norm))
+        return -1;
+    if (c->tied_embeddings)
+        m->lm_head = m->embed;
+    else if (load_matrix(ld, "lm_head.weight", c->vocab, c->hidden, &m->lm_head))
+        return -1;
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers)
+        return kv_fail(ld->err, "out of memory");
+    for (int i = 0; i < c->n_layers; i++)
+        if (load_layer(ld, i, &m->layers[i]) != 0)
+            return -1;
+    return 0;
+}
+
+int kv_model_load(const char *dir, kv_model **out, kv_error *err)
+{
+    *out = NULL;
+    kv_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return kv_fail(err, "out of memory");
+    m->chunk = DEFAULT_CHUNK;
+    loader ld = {.m = m, .dir = dir, .err = err};
+    /* The kernels' level, from KVBENCH_ISA: a bad value fails here, before
+     * any work, rather than in the middle of a run. */
+    int rc = kv_isa_init(err);
+    if (rc == 0)
+        rc = kv_model_config_load(dir, &m->cfg, err);
+    if (rc == 0)
+        rc = kv_rope_init(&m->rope, &m->cfg.rope, m->cfg.head_dim, err);
+    if (rc == 0)
+        rc = kv_safetensors_open(dir, &ld.st, err);
+    if (rc == 0)
+        rc = load_weights(&ld);
+    /* sgemm runs on the pool's threads, one block each: OpenBLAS's own
+     * threads would only compete with them. */
+    openblas_set_num_threads(1);
+    if (rc == 0 && !(m->pool = kv_pool_new(kv_get_threads(), err)))
+        rc = -1;
+    kv_safetensors_free(ld.st);
+    if (rc != 0) {
+        kv_model_free(m);
+        return -1;
+    }
+    *out = m;
+    return 0;
+}
+
+void kv_model_free(kv_model *m)
+{
+    if (!m)
+        return;
+    for (int i = 0; i < m->n_blobs; i++)
+        free(m->blobs[i]);
+    free(m->blobs);
+    free(m->layers);
+    kv_pool_free(m->pool);
+    kv_rope_free(&m->rope);
+    kv_model_config_free(&m->cfg);
+    free(m);
+}
+
+const kv_model_config *kv_model_get_config(const kv_model *m)
+{
+    return &m->cfg;
+}
+
+const kv_rope *kv_model_get_rope(const kv_model *m)
+{
+    return &m->rope;
+}
+
+const kv_weight *kv_model_o_proj(const kv_model *m, int layer)
+{
+    return &m->layers[layer].wo;
+}
+
+size_t kv_model_weight_bytes(const kv_model *m)
+{
+    return m->weight_bytes;
+}
+
+int kv_model_set_threads(kv_model *m, int threads, kv_error *err)
+{
+    kv_pool *p = kv_pool_new(threads, err);
+    if (!p)
+        return -1;
+    kv_pool_free(m->pool);
+    m->pool = p;
+    return 0;
+}
+
+int kv_model_threads(const kv_model *m)
+{
+    return kv_pool_threads(m->pool);
+}
+
+/* w rounded to BF16 in a new blob that replaces its old one. */
+static int round_matrix(kv_model *m, kv_weight *w, kv_error *err)
+{
+    if (w->dtype == KV_DTYPE_BF16)
+        return 0;
+    size_t n = (size_t)w->rows * (size_t)w->cols,
+           old_bytes = n * (w->dtype == KV_DTYPE_F32 ? 4 : 2);
+    uint16_t *dst = aligned_alloc(64, (n * sizeof *dst + 63) / 64 * 64);
+    float *row = malloc((size_t)w->cols * sizeof *row);
+    if (!dst || !row) {
+        free(dst);
+        free(row);
+        return kv_fail(err, "out of memory rounding the weights to BF16");
+    }
+    for (int r = 0; r < w->rows; r++) {
+        kv_widen_rows(NULL, w, r, 1, row);
+        kv_pack_bf16(row, (size_t)w->cols, dst + (size_t)r * (size_t)w->cols);
+    }
+    free(row);
+    for (int i = 0; i < m->n_blobs; i++)
+        if (m->blobs[i] == w->data) {
+            free(m->blobs[i]);
+            m->blobs[i] = dst;
+        }
+    m->weight_bytes = m->weight_bytes - old_bytes + n * sizeof *dst;
+    *w = (kv_weight){.dtype = KV_DTYPE_BF16, .data = dst, .rows = w->rows, .cols = w->cols};
+    return 0;
+}
+
+int kv_model_set_compute(kv_model *m, kv_compute mode, kv_error *err)
+{
+    if (mode == KV_COMPUTE_F32 && m->rounded)
+        return kv_fail(err, "this model's F32/F16 weights were rounded to BF16 for bf16 compute: "
+                            "load it again for f32");
+    if (mode == KV_COMPUTE_BF16 && !m->rounded) {
+        /* BF16 mode multiplies BF16 weights only (kernels.h). */
+        m->rounded = true;
+        if (round_matrix(m, &m->embed, err) != 0)
+            return -1;
+        if (m->cfg.tied_embeddings)
+            m->lm_head = m->embed;
+        else if (round_matrix(m, &m->lm_head, err) != 0)
+            return -1;
+        for (int l = 0; l < m->cfg.n_layers; l++) {
+            layer *L = &m->layers[l];
+            kv_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+                if (round_matrix(m, ws[i], err) != 0)
+                    return -1;
+        }
+    }
+    m->compute = mode;
+    return 0;
+}
+
+kv_compute kv_model_compute(const kv_model *m)
+{
+    return m->compute;
+}
+
+void kv_model_set_chunk(kv_model *m, int chunk)
+{
+    m->chunk = chunk > 0 ? chunk : 1;
+}
+
+kv_cache *kv_model_cache_new(const kv_model *m, int cap, kv_error *err)
+{
+    return kv_cache_new(m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim, cap, err);
+}
+
+/* ------------------------------------------------------------- statistics */
+
+kv_attn_stats *kv_model_stats_new(const kv_model *m, const kv_cache *c, int n,
+                                  const kv_attn_stats_request *req, kv_error *err)
+{
+    int L = m->cfg.n_layers;
+    kv_attn_stats *s = calloc((size_t)L, sizeof *s);
+    if (!s) {
+        kv_fail(err, "out of memory for attention statistics");
+        return NULL;
+    }
+    for (int l = 0; l < L; l++) {
+        s[l].n_heads = m->cfg.n_heads;
+        s[l].n_keys = c->layers[l].len + n;
+        size_t cells = (size_t)s[l].n_heads * (size_t)s[l].n_keys;
+        bool ok = true;
+        if (req->col_sums)
+            ok = (s[l].col_sums = calloc(cells, sizeof(double))) != NULL;
+        for (int w = 0; w < req->n_windows && ok; w++)
+            ok = (s[l].win_sums[w] = calloc(cells, sizeof(double))) != NULL;
+        s[l].head_dim = m->cfg.head_dim;
+        if (ok && req->q_moments) {
+            size_t hd = (size_t)m->cfg.n_heads * (size_t)m->cfg.head_dim;
+            ok = (s[l].q_sum = calloc(hd, sizeof(double))) &&
+                 (s[l].q_outer = calloc(hd * (size_t)m->cfg.head_dim, sizeof(double))) &&
+                 (s[l].q_first = calloc(hd * (size_t)(req->q_rows > 0 ? req->q_rows : 1),
+                                        sizeof(float)));
+        }
+        if (!ok) {
+            kv_model_stats_free(s, L);
+            kv_fail(err, "out of memory for attention statistics");
+            return NULL;
+        }
+    }
+    return s;
+}
+
+void kv_model_stats_free(kv_attn_stats *stats, int n_layers)
+{
+    if (!stats)
+        return;
+    for (int l = 0; l < n_layers; l++) {
+        free(stats[l].col_sums);
+        for (int w = 0; w < KV_MAX_WINDOWS; w++)
+            free(stats[l].win_sums[w]);
+        free(stats[l].q_sum);
+        free(stats[l].q_outer);
+        free(stats[l].q_first);
+    }
+    free(stats);
+}
+
+static int check_stats(const kv_model *m, const kv_cache *c, int n,
+                       const kv_attn_stats_request *req, kv_attn_stats *stats, kv_error *err)
+{
+    if (!kv_attn_stats_wanted(req))
+        return 0;
+    if (!stats)
+        return kv_fail(err, "attention statistics requested without buffers");
+    if (req->n_windows < 0 || req->n_windows > KV_MAX_WINDOWS)
+        return kv_fail(err, "attention statistics: %d windows (at most %d)", req->n_windows,
+                       KV_MAX_WINDOWS);
+    for (int w = 0; w < req->n_windows; w++)
+        if (req->windows[w] <= 0)
+            return kv_fail(err, "attention statistics: window %d is not positive", req->windows[w]);
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const kv_attn_stats *s = &stats[l];
+        if (s->n_heads != m->cfg.n_heads || s->n_keys != c->layers[l].len + n)
+            return kv_fail(err,
+                           "attention statistics of layer %d are shaped [%d][%d], the forward "
+                           "needs [%d][%d]",
+                           l, s->n_heads, s->n_keys, m->cfg.n_heads, c->layers[l].len + n);
+        if (req->col_sums && !s->col_sums)
+            return kv_fail(err, "attention statistics: layer %d has no col_sums buffer", l);
+        for (int w = 0; w < req->n_windows; w++)
+            if (!s->win_sums[w])
+                return kv_fail(err, "attention statistics: layer %d has no buffer for window %d", l,
+                               req->windows[w]);
+        if (req->q_moments &&
+            (!s->q_sum || !s->q_outer || (req->q_rows > 0 && !s->q_first) ||
+             s->head_dim != m->cfg.head_dim || req->q_from < 0 || req->q_rows < 0))
+            return kv_fail(err, "attention statistics: layer %d has no buffers for the query "
+                                "moments",
+                           l);
+    }
+    return 0;
+}
+
+static void zero_stats(const kv_attn_stats_request *req, kv_attn_stats *stats, int n_layers)
+{
+    for (int l = 0; l < n_layers; l++) {
+        size_t bytes = (size_t)stats[l].n_heads * (size_t)stats[l].n_keys * sizeof(double);
+        if (req->col_sums)
+            memset(stats[l].col_sums, 0, bytes);
+        for (int w = 0; w < req->n_windows; w++)
+            memset(stats[l].win_sums[w], 0, bytes);
+        if (req->q_moments) {
+            size_t hd = (size_t)stats[l].n_heads * (size_t)stats[l].head_dim;
+            memset(stats[l].q_sum, 0, hd * sizeof(double));
+            memset(stats[l].q_outer, 0, hd * (size_t)stats[l].head_dim * sizeof(double));
+            memset(stats[l].q_first, 0, hd * (size_t)req->q_rows * sizeof(float));
+            stats[l].q_count = 0;
+        }
+    }
+}
+
+/* Adds the pre-RoPE queries of the chunk's rows row0 .. row0 + n - 1 of the
+ * call (qpre [n][n_heads * head_dim], in double) to the query moments: the
+ * sums, the upper triangle of the outer products (one dsyrk per head), and
+ * the rows req->q_from .. + q_rows one by one. */
+static void stats_add_queries(const kv_attn_stats_request *req, kv_attn_stats *s,
+                              const double *qpre, int row0, int n)
+{
+    int D = s->head_dim, first = req->q_from > row0 ? req->q_from - row0 : 0;
+    if (first >= n)
+        return;
+    size_t hd = (size_t)s->n_heads * (size_t)D;
+    for (int i = first; i < n; i++) {
+        const double *q = qpre + (size_t)i * hd;
+        for (size_t j = 0; j < hd; j++)
+            s->q_sum[j] += q[j];
+        int r = row0 + i - req->q_from;
+        if (r < req->q_rows)
+            for (size_t j = 0; j < hd; j++)
+                s->q_first[(size_t)r * hd + j] = (float)q[j];
+    }
+    for (int h = 0; h < s->n_heads; h++)
+        cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, D, n - first, 1.0,
+                    qpre + (size_t)first * hd + (size_t)h * (size_t)D, (int)hd, 1.0,
+                    s->q_outer + (size_t)h * (size_t)D * (size_t)D, D);
+    s->q_count += n - first;
+}
+
+/* Adds probability row p[0..keys) of query row r (of n in the call) to
+ * head h's sums. */
+static void stats_add_row(const kv_attn_stats_request *req, kv_attn_stats *s, int h, const float *p,
+                          int keys, int r, int n)
+{
+    size_t off = (size_t)h * (size_t)s->n_keys;
+    if (req->col_sums)
+        for (int j = 0; j < keys; j++)
+            s->col_sums[off + (size_t)j] += p[j];
+    for (int w = 0; w < req->n_windows; w++)
+        if (r >= n - req->windows[w])
+            for (int j = 0; j < keys; j++)
+                s->win_sums[w][off + (size_t)j] += p[j];
+}
+
+/* ---------------------------------------------------------------- forward */
+
+/* Buffers of one forward call: the hidden states of all its tokens, and
+ * per-chunk work space sized for the longest layer. */
+typedef struct fwd {
+    float *x; /* [n][hidden] */
+    float *h, *q, *att, *tmp, *g, *u;
+    float *scores;    /* [max(threads * min(chunk, ATTN_BLOCK_ROWS), heads)][max_keys] */
+    float *partial;   /* decode: [key blocks][n_heads * head_dim] partial outputs */
+    int key_block;    /* decode: cache slots per attention task */
+    float *wide;      /* per-worker room to widen the output embedding for sgemm */
+    float *layer_f32; /* one layer's 16-bit matrices widened for sgemm, or NULL */
+    size_t layer_floats;
+    int max_keys;
+    const kv_attn_stats_request *req; /* NULL when no statistics are wanted */
+    kv_attn_stats *stats;
+    int n; /* tokens in the call */
+    int chunk;
+    kv_compute mode;
+    kv_pool *pool;
+    /* A batched decode step (kv_model_forward_batch): row b is the next
+     * token of its own cache; projections always take the batched GEMV. */
+    bool batched;
+    float *k_new, *v_new; /* [n][n_kv_heads * head_dim] before they enter their caches */
+    double *qpre;         /* [chunk][n_heads * head_dim] pre-RoPE queries, for query moments */
+} fwd;
+
+static void fwd_free(fwd *f)
+{
+    free(f->x);
+    free(f->h);
+    free(f->q);
+    free(f->att);
+    free(f->tmp);
+    free(f->g);
+    free(f->u);
+    free(f->scores);
+    free(f->partial);
+    free(f->wide);
+    free(f->layer_f32);
+    free(f->k_new);
+    free(f->v_new);
+    free(f->qpre);
+}
+
+static size_t max_size(size_t a, size_t b)
+{
+    return a > b ? a : b;
+}
+
+/* Cache slots per decode attention task: about 256 KB of keys (all KV
+ * heads of a slot are one contiguous row), so each task streams one long
+ * run of memory. */
+static int decode_key_block(const kv_model_config *c)
+{
+    size_t row_bytes = (size_t)c->n_kv_heads * (size_t)c->head_dim * sizeof(float);
+    size_t b = (256 * 1024) / row_bytes;
+    return b < 16 ? 16 : (int)b;
+}
+
+/* The most keys any layer of c will hold after n more tokens. */
+static int keys_after(const kv_cache *c, int n)
+{
+    int mk = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        if (c->layers[l].len + n > mk)
+            mk = c->layers[l].len + n;
+    return mk;
+}
+
+/* Buffers for a call of n rows processed chunk rows at a time, attending to
+ * at most max_keys keys; f->batched set by the caller. */
+static int fwd_alloc(const kv_model *m, int max_keys, int n, int chunk, fwd *f, kv_error *err)
+{
+    const kv_model_config *cfg = &m->cfg;
+    size_t C = (size_t)chunk, qd = (size_t)cfg->n_heads * (size_t)cfg->head_dim;
+    f->max_keys = max_keys;
+    size_t threads = (size_t)kv_pool_threads(m->pool);
+    size_t block = C < ATTN_BLOCK_ROWS ? C : ATTN_BLOCK_ROWS;
+    size_t rows = max_size(block * threads, (size_t)cfg->n_heads);
+    if (f->batched) /* each worker may run a whole row's attention */
+        rows = threads * (size_t)cfg->n_heads;
+    f->x = malloc((size_t)n * (size_t)cfg->hidden * sizeof(float));
+    f->h = malloc(C * (size_t)cfg->hidden * sizeof(float));
+    f->tmp = malloc(C * (size_t)cfg->hidden * sizeof(float));
+    f->q = malloc(C * qd * sizeof(float));
+    f->att = malloc(C * qd * sizeof(float));
+    f->g = malloc(C * (size_t)cfg->ffn * sizeof(float));
+    f->u = malloc(C * (size_t)cfg->ffn * sizeof(float));
+    f->scores = malloc(rows * (size_t)f->max_keys * sizeof(float));
+    bool ok = f->x && f->h && f->tmp && f->q && f->att && f->g && f->u && f->scores;
+    /* Any chunk can end in a remainder of at most KV_GEMV_MAX_ROWS rows
+     * (a 1,026-token prompt in 1,024-row chunks ends with 2), and those
+     * rows take the decode attention path: it needs its blocks always. */
+    if (ok) {
+        f->key_block = decode_key_block(cfg);
+        size_t blocks = ((size_t)f->max_keys + (size_t)f->key_block - 1) / (size_t)f->key_block;
+        if (f->batched)
+            blocks *= threads;
+        ok = (f->partial = malloc(blocks * qd * sizeof(float))) != NULL;
+    }
+    if (ok && f->batched) {
+        size_t kvd = (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim;
+        ok = (f->k_new = malloc(C * kvd * sizeof(float))) &&
+             (f->v_new = malloc(C * kvd * sizeof(float)));
+    }
+    if (ok && !f->batched && chunk > KV_GEMV_MAX_ROWS) {
+        /* sgemm wants F32: a layer's 16-bit matrices are widened once per
+         * call (not per chunk), the embedding in blocks of rows. */
+        size_t wide = threads * kv_matmul_scratch(m->pool, &m->lm_head);
+        /* Layers may mix dtypes: room for the largest 16-bit share. */
+        f->layer_floats = 0;
+        for (int l = 0; l < cfg->n_layers; l++) {
+            const layer *L = &m->layers[l];
+            const kv_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+            size_t floats = 0;
+            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+                if (kv_matmul_widens(ws[i], f->mode))
+                    floats += (size_t)ws[i]->rows * (size_t)ws[i]->cols;
+            f->layer_floats = max_size(f->layer_floats, floats);
+        }
+        if (wide > 0)
+            ok = (f->wide = malloc(wide * sizeof(float))) != NULL;
+        if (ok && f->layer_floats > 0)
+            ok = (f->layer_f32 = malloc(f->layer_floats * sizeof(float))) != NULL;
+    }
+    if (!ok) {
+        fwd_free(f);
+        return kv_fail(err, "out of memory for a forward of %d tokens over %d keys", n,
+                       f->max_keys);
+    }
+    return 0;
+}
+
+/* In BF16 mode a matmul's input is rounded to BF16 first (in place: each
+ * input buffer of the forward is read by its matmuls only). */
+static void round_input(const fwd *f, float *x, size_t n)
+{
+    if (f->mode == KV_COMPUTE_BF16)
+        kv_round_bf16(x, n);
+}
+
+static void matmul(const fwd *f, const kv_weight *w, float *x, int n, float *y, const float *bias)
+{
+    round_input(f, x, (size_t)n * (size_t)w->cols);
+    if (f->batched)
+        kv_gemv_batch(f->pool, 1, &w, x, n, f->mode, &y);
+    else
+        kv_matmul(f->pool, w, x, n, f->mode, y, f->wide);
+    if (bias)
+        for (int i = 0; i < n; i++)
+            for (int r = 0; r < w->rows; r++)
+                y[(size_t)i * (size_t)w->rows + (size_t)r] += bias[r];
+}
+
+/* matmul of several weights over the same input; one parallel loop for all
+ * of them in decode. */
+static void matmul_many(const fwd *f, int n, const kv_weight *const *ws, float *x, int rows,
+                        float *const *ys, const float *const *bias)
+{
+    round_input(f, x, (size_t)rows * (size_t)ws[0]->cols);
+    if (rows == 1 || f->batched)
+        kv_gemv_batch(f->pool, n, ws, x, rows, f->mode, ys);
+    else
+        for (int i = 0; i < n; i++)
+            kv_matmul(f->pool, ws[i], x, rows, f->mode, ys[i], f->wide);
+    for (int i = 0; i < n; i++)
+        if (bias[i])
+            for (int t = 0; t < rows; t++)
+                for (int r = 0; r < ws[i]->rows; r++)
+                    ys[i][(size_t)t * (size_t)ws[i]->rows + (size_t)r] += bias[i][r];
+}
+
+static void rmsnorm_rows(float *out, const float *x, const float *w, int n, int dim, double eps)
+{
+    for (int i = 0; i < n; i++)
+        kv_rmsnorm(out + (size_t)i * (size_t)dim, x + (size_t)i * (size_t)dim, w, dim, (float)eps);
+}
+
+/* One attention call: a chunk of query rows against a layer's cache. */
+typedef struct attn_job {
+    const kv_model_config *cfg;
+    const kv_cache_layer *cl;
+    fwd *f;
+    kv_attn_stats *st; /* NULL: no statistics */
+    int cn, base, row0;
+    float scale;
+} attn_job;
+
+/* Decode attention of one query row, in three passes over blocks of cache
+ * slots (split-K, as in flash-decoding): scores of every head for a block,
+ * then each head's softmax, then each block's share of P V, summed in block
+ * order (deterministic whichever thread ran which block). A cache slot holds
+ * all KV heads in one contiguous row, so every pass streams the cache
+ * front to back and reads each key/value row once for all the query heads
+ * that share it (GQA). Splitting by head instead read 512-byte pieces 4 KB
+ * apart, a TLB miss per slot: 3x slower than the memory allows at 8k. */
+typedef struct decode_job {
+    const kv_model_config *cfg;
+    const kv_cache_layer *cl;
+    fwd *f;
+    kv_attn_stats *st; /* NULL: no statistics */
+    const kv_attn_stats_request *req; /* what st collects */
+    const float *q;    /* [n_heads][head_dim] of the row */
+    int keys, row, n;  /* keys visible to the row; its index in the call of n rows */
+    float scale;
+    float *scores;     /* [n_heads][f->max_keys] */
+    float *partial;    /* [key blocks][n_heads * head_dim] */
+} decode_job;
+
+static void decode_scores_task(void *ctx, int t, int worker)
+{
+    (void)worker;
+    const decode_job *j = ctx;
+    const kv_model_config *c = j->cfg;
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, bs = j->f->key_block;
+    size_t kvd = (size_t)c->n_kv_heads * (size_t)hd, mk = (size_t)j->f->max_keys;
+    int k1 = (t + 1) * bs < j->keys ? (t + 1) * bs : j->keys;
+    for (int k = t * bs; k < k1; k++) {
+        const float *kr = j->cl->k + (size_t)k * kvd;
+        for (int h = 0; h < c->n_heads; h++)
+            j->scores[(size_t)h * mk + (size_t)k] =
+                kv_dot(j->q + (size_t)h * (size_t)hd, kr + (size_t)(h / group) * (size_t)hd, hd) *
+                j->scale;
+    }
+}
+
+/* Sets the scores of the slots of a score row p[keys] that hold no token of
+ * KV head kvh (kvcache.h: its gap) to x: -inf before the softmax, then 0,
+ * since the vector exp turns -inf into a tiny number, not into 0. */
+static void mask_gap(const kv_cache_layer *cl, int kvh, float *p, int keys, float x)
+{
+    if (!cl->gap)
+        return;
+    int to = cl->gap[2 * kvh + 1] < keys ? cl->gap[2 * kvh + 1] : keys;
+    for (int k = cl->gap[2 * kvh]; k < to; k++)
+        p[k] = x;
+}
+
+static void decode_softmax_task(void *ctx, int h, int worker)
+{
+    (void)worker;
+    const decode_job *j = ctx;
+    float *p = j->scores + (size_t)h * (size_t)j->f->max_keys;
+    int kvh = h / (j->cfg->n_heads / j->cfg->n_kv_heads);
+    mask_gap(j->cl, kvh, p, j->keys, -INFINITY);
+    kv_softmax(p, j->keys);
+    mask_gap(j->cl, kvh, p, j->keys, 0.0f);
+    if (j->st)
+        stats_add_row(j->req, j->st, h, p, j->keys, j->row, j->n);
+}
+
+static void decode_values_task(void *ctx, int t, int worker)
+{
+    (void)worker;
+    const decode_job *j = ctx;
+    const kv_model_config *c = j->cfg;
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, bs = j->f->key_block;
+    size_t kvd = (size_t)c->n_kv_heads * (size_t)hd, qd = (size_t)c->n_heads * (size_t)hd;
+    size_t mk = (size_t)j->f->max_keys;
+    float *o = j->partial + (size_t)t * qd;
+    memset(o, 0, qd * sizeof *o);
+    int k1 = (t + 1) * bs < j->keys ? (t + 1) * bs : j->keys;
+    for (int k = t * bs; k < k1; k++) {
+        const float *vr = j->cl->v + (size_t)k * kvd;
+        for (int h = 0; h < c->n_heads; h++)
+            kv_axpy(o + (size_t)h * (size_t)hd, j->scores[(size_t)h * mk + (size_t)k],
+                    vr + (size_t)(h / group) * (size_t)hd, hd);
+    }
+}
+
+static void decode_attention(decode_job *j, kv_pool *p, float *out)
+{
+    const kv_model_config *c = j->cfg;
+    int blocks = (j->keys + j->f->key_block - 1) / j->f->key_block;
+    size_t qd = (size_t)c->n_heads * (size_t)c->head_dim;
+    kv_pool_run(p, blocks, decode_scores_task, j);
+    kv_pool_run(p, c->n_heads, decode_softmax_task, j);
+    kv_pool_run(p, blocks, decode_values_task, j);
+    memcpy(out, j->partial, qd * sizeof *out);
+    for (int t = 1; t < blocks; t++)
+        kv_axpy(out, 1.0f, j->partial + (size_t)t * qd, (int)qd);
+}
+
+/* Adds head h's probability rows p[n][keys] (query rows r0.. of the chunk)
+ * to the statistics. */
+static void stats_add_matrix(const attn_job *j, int h, const float *p, int r0, int n, int keys)
+{
+    const kv_attn_stats_request *req = j->f->req;
+    kv_attn_stats *st = j->st;
+    size_t off = (size_t)h * (size_t)st->n_keys;
+    for (int i = 0; i < n; i++) {
+        const float *row = p + (size_t)i * (size_t)keys;
+        if (req->col_sums)
+            for (int k = 0; k < keys; k++)
+                st->col_sums[off + (size_t)k] += row[k];
+        for (int w = 0; w < req->n_windows; w++)
+            if (j->row0 + r0 + i >= j->f->n - req->windows[w])
+                for (int k = 0; k < keys; k++)
+                    st->win_sums[w][off + (size_t)k] += row[k];
+    }
+}
+
+/* A chunk of query rows, one head per task, in blocks of rows: scores =
+ * Q K^T with sgemm, causal softmax by slot order, then P V with sgemm. */
+static void attention_gemm_task(void *ctx, int h, int worker)
+{
+    const attn_job *j = ctx;
+    const kv_model_config *c = j->cfg;
+    fwd *f = j->f;
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
+    int qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, kvo = (h / group) * hd;
+    /* fwd_alloc gave each worker min(chunk, ATTN_BLOCK_ROWS) rows. */
+    size_t block = f->chunk < ATTN_BLOCK_ROWS ? (size_t)f->chunk : ATTN_BLOCK_ROWS;
+    float *sc = f->scores + (size_t)worker * block * (size_t)f->max_keys;
+    for (int r0 = 0; r0 < j->cn; r0 += ATTN_BLOCK_ROWS) {
+        int rows = j->cn - r0 < ATTN_BLOCK_ROWS ? j->cn - r0 : ATTN_BLOCK_ROWS;
+        int keys = j->base + r0 + rows;
+        const float *q = f->q + (size_t)r0 * (size_t)qd + (size_t)h * (size_t)hd;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hd, j->scale, q, qd,
+                    j->cl->k + kvo, kvd, 0.0f, sc, keys);
+        for (int i = 0; i < rows; i++) {
+            float *row = sc + (size_t)i * (size_t)keys;
+            int visible = j->base + r0 + i + 1;
+            mask_gap(j->cl, h / group, row, visible, -INFINITY);
+            kv_softmax(row, visible);
+            mask_gap(j->cl, h / group, row, visible, 0.0f);
+            memset(row + visible, 0, (size_t)(keys - visible) * sizeof *row);
+        }
+        if (j->st)
+            stats_add_matrix(j, h, sc, r0, rows, keys);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, keys, 1.0f, sc, keys,
+                    j->cl->v + kvo, kvd, 0.0f,
+                    f->att + (size_t)r0 * (size_t)qd + (size_t)h * (size_t)hd, qd);
+    }
+}
+
+/* One tile of keys [t0, t1) for a block of query rows (row i sees keys
+ * below lim + i): scores with sgemm, the online softmax step (running max
+ * mx and sum l per row; out rows rescaled when the max rises), then out +=
+ * P V_tile with sgemm. Keys a row cannot see get probability 0. */
+static void flash_tile(const attn_job *j, const float *q, const float *k, const float *v, int rows,
+                       int t0, int t1, int lim, float *sc, float *mx, float *l, float *out)
+{
+    const kv_model_config *c = j->cfg;
+    int hd = c->head_dim, qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, tw = t1 - t0;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, tw, hd, j->scale, q, qd,
+                k + (size_t)t0 * (size_t)kvd, kvd, 0.0f, sc, tw);
+    for (int i = 0; i < rows; i++) {
+        float *s = sc + (size_t)i * (size_t)tw;
+        int vis = lim + i - t0 < tw ? lim + i - t0 : tw;
+        if (vis <= 0) { /* the whole tile is in this row's future */
+            memset(s, 0, (size_t)tw * sizeof *s);
+            continue;
+        }
+        float m_new = kv_max(s, vis);
+        m_new = m_new > mx[i] ? m_new : mx[i];
+        float sum = kv_exp_shift(s, vis, m_new);
+        memset(s + vis, 0, (size_t)(tw - vis) * sizeof *s);
+        if (m_new > mx[i]) { /* e^(old max - new max) <= 1 rescales what came before */
+            float r = expf(mx[i] - m_new);
+            l[i] *= r;
+            for (int d = 0; d < hd; d++)
+                out[(size_t)i * (size_t)qd + (size_t)d] *= r;
+        }
+        mx[i] = m_new;
+        l[i] += sum;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, tw, 1.0f, sc, tw,
+                v + (size_t)t0 * (size_t)kvd, kvd, 1.0f, out, qd);
+}
+
+/* Prefill attention without statistics, one head per task, blocked as
+ * flash attention: each block of query rows walks the keys in tiles with
+ * an online softmax, so its scores never leave L2; tiles wholly above the
+ * causal diagonal are never computed. (Statistics need every row's
+ * normalised probabilities: attention_gemm_task.) */
+static void attention_flash_task(void *ctx, int h, int worker)
+{
+    const attn_job *j = ctx;
+    const kv_model_config *c = j->cfg;
+    fwd *f = j->f;
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
+    int qd = c->n_heads * hd, kvo = (h / group) * hd;
+    /* fwd_alloc gave each worker min(chunk, ATTN_BLOCK_ROWS) x max_keys floats. */
+    size_t block = f->chunk < ATTN_BLOCK_ROWS ? (size_t)f->chunk : ATTN_BLOCK_ROWS;
+    float *sc = f->scores + (size_t)worker * block * (size_t)f->max_keys;
+    float mx[ATTN_BLOCK_ROWS], l[ATTN_BLOCK_ROWS];
+    for (int r0 = 0; r0 < j->cn; r0 += ATTN_BLOCK_ROWS) {
+        int rows = j->cn - r0 < ATTN_BLOCK_ROWS ? j->cn - r0 : ATTN_BLOCK_ROWS;
+        int lim = j->base + r0 + 1, keys = j->base + r0 + rows;
+        const float *q = f->q + (size_t)r0 * (size_t)qd + (size_t)h * (size_t)hd;
+        float *out = f->att + (size_t)r0 * (size_t)qd + (size_t)h * (size_t)hd;
+        for (int i = 0; i < rows; i++) {
+            mx[i] = -INFINITY;
+            l[i] = 0;
+            memset(out + (size_t)i * (size_t)qd, 0, (size_t)hd * sizeof *out);
+        }
+        for (int t0 = 0; t0 < keys; t0 += ATTN_TILE_KEYS)
+            flash_tile(j, q, j->cl->k + kvo, j->cl->v + kvo, rows, t0,
+                       keys - t0 < ATTN_TILE_KEYS ? keys : t0 + ATTN_TILE_KEYS, lim, sc, mx, l,
+                       out);
+        for (int i = 0; i < rows; i++) {
+            float inv = 1.0f / l[i];
+            for (int d = 0; d < hd; d++)
+                out[(size_t)i * (size_t)qd + (size_t)d] *= inv;
+        }
+    }
+}
+
+static void attention(const kv_model *m, const kv_cache_layer *cl, fwd *f, kv_attn_stats *st,
+                      int cn, int base, int row0)
+{
+    const kv_model_config *c = &m->cfg;
+    attn_job j = {.cfg = c,
+                  .cl = cl,
+                  .f = f,
+                  .st = st,
+                  .cn = cn,
+                  .base = base,
+                  .row0 = row0,
+                  .scale = 1.0f / sqrtf((float)c->head_dim)};
+    size_t work = (size_t)c->n_heads * (size_t)(base + cn) * (size_t)cn * (size_t)c->head_dim;
+    kv_pool *p = work > KV_PARALLEL_MIN_WORK ? f->pool : NULL;
+    if (cn <= KV_GEMV_MAX_ROWS) {
+        size_t qd = (size_t)c->n_heads * (size_t)c->head_dim;
+        for (int i = 0; i < cn; i++) {
+            decode_job d = {.cfg = c,
+                            .cl = cl,
+                            .f = f,
+                            .st = st,
+                            .req = f->req,
+                            .q = f->q + (size_t)i * qd,
+                            .keys = base + i + 1,
+                            .row = row0 + i,
+                            .n = f->n,
+                            .scale = j.scale,
+                            .scores = f->scores,
+                            .partial = f->partial};
+            decode_attention(&d, p, f->att + (size_t)i * qd);
+        }
+    } else
+        /* the flash tiles know no gaps: the rare multi-row forward over a
+         * layer with gaps (AdaKV) takes the plain path */
+        kv_pool_run(p, c->n_heads, st || cl->gap ? attention_gemm_task : attention_flash_task, &j);
+}
+
+/* Qwen3's per-head q/k norms, then RoPE at pos, of one row's query and key
+ * (rounded to BF16 in BF16 mode: attention's matmuls read BF16 values).
+ * qpre (or NULL) receives the query between the two, for the query
+ * moments of the statistics. */
+static void rotate_row(const fwd *f, const kv_model *m, const layer *L, float *q, float *k,
+                       int32_t pos, double *qpre)
+{
+    const kv_model_config *cfg = &m->cfg;
+    if (cfg->qk_norm) {
+        rmsnorm_rows(q, q, L->q_norm, cfg->n_heads, cfg->head_dim, cfg->rms_eps);
+        rmsnorm_rows(k, k, L->k_norm, cfg->n_kv_heads, cfg->head_dim, cfg->rms_eps);
+    }
+    for (int j = 0; qpre && j < cfg->n_heads * cfg->head_dim; j++)
+        qpre[j] = q[j];
+    kv_rope_apply(&m->rope, q, cfg->n_heads, pos);
+    kv_rope_apply(&m->rope, k, cfg->n_kv_heads, pos);
+    round_input(f, q, (size_t)cfg->n_heads * (size_t)cfg->head_dim);
+    round_input(f, k, (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim);
+}
+
+/* Projects the chunk's queries, keys and values; keys and values go
+ * straight into their cache slots, rotated to their positions; the query
+ * moments into st when asked. */
+static void qkv(const kv_model *m, const layer *L, kv_cache *c, kv_cache_layer *cl, fwd *f, int cn,
+                int row0, kv_attn_stats *st)
+{
+    const kv_model_config *cfg = &m->cfg;
+    int hd = cfg->head_dim, base = cl->len;
+    size_t qd = (size_t)cfg->n_heads * (size_t)hd, kvd = (size_t)cfg->n_kv_heads * (size_t)hd;
+    float *k = cl->k + (size_t)base * kvd, *v = cl->v + (size_t)base * kvd;
+    const kv_weight *ws[] = {&L->wq, &L->wk, &L->wv};
+    float *ys[] = {f->q, k, v};
+    const float *bs[] = {L->bq, L->bk, L->bv};
+    matmul_many(f, 3, ws, f->h, cn, ys, bs);
+    /* BF16 mode: attention's matmuls read BF16 values too (as PyTorch's
+     * do in a bfloat16 model); keys are rounded once rotated, below. */
+    round_input(f, v, (size_t)cn * kvd);
+    kv_cache_measure_values(c, cl, base, cn);
+    for (int i = 0; i < cn; i++) {
+        int32_t pos = c->next_pos + row0 + i;
+        rotate_row(f, m, L, f->q + (size_t)i * qd, k + (size_t)i * kvd, pos,
+                   f->qpre ? f->qpre + (size_t)i * qd : NULL);
+        for (int h = 0; h < cfg->n_kv_heads; h++) /* every head holds the new token */
+            cl->pos[(size_t)(base + i) * (size_t)cfg->n_kv_heads + (size_t)h] =
+                pos + c->token_offset;
+    }
+    cl->len = base + cn;
+    if (f->qpre && st)
+        stats_add_queries(f->req, st, f->qpre, row0, cn);
+}
+
+static void add_rows(float *x, const float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] += y[i];
+}
+
+/* The rest of a layer once attention has filled f->att for n rows: the
+ * output projection and the MLP, each added to the residual stream x. The
+ * single and the batched forward share it, so their rows stay bit-identical. */
+static void output_and_mlp(const kv_model *m, const layer *L, fwd *f, float *x, int n)
+{
+    const kv_model_config *cfg = &m->cfg;
+    size_t H = (size_t)cfg->hidden;
+    matmul(f, &L->wo, f->att, n, f->tmp, L->bo);
+    add_rows(x, f->tmp, (size_t)n * H);
+
+    rmsnorm_rows(f->h, x, L->ffn_norm, n, cfg->hidden, cfg->rms_eps);
+    const kv_weight *ws[] = {&L->gate, &L->up};
+    float *ys[] = {f->g, f->u};
+    const float *bs[] = {L->b_gate, L->b_up};
+    matmul_many(f, 2, ws, f->h, n, ys, bs);
+    kv_silu_mul(f->g, f->u, (size_t)n * (size_t)cfg->ffn);
+    matmul(f, &L->down, f->g, n, f->tmp, L->b_down);
+    add_rows(x, f->tmp, (size_t)n * H);
+}
+
+/* One layer over the chunk of rows [row0, row0 + cn) of the call. */
+static void layer_forward(const kv_model *m, const layer *L, int li, kv_cache *c, fwd *f, int cn,
+                          int row0)
+{
+    const kv_model_config *cfg = &m->cfg;
+    kv_cache_layer *cl = &c->layers[li];
+    kv_attn_stats *st = f->req ? &f->stats[li] : NULL;
+    size_t H = (size_t)cfg->hidden;
+    float *x = f->x + (size_t)row0 * H;
+    int base = cl->len;
+
+    rmsnorm_rows(f->h, x, L->attn_norm, cn, cfg->hidden, cfg->rms_eps);
+    qkv(m, L, c, cl, f, cn, row0, st);
+    attention(m, cl, f, st, cn, base, row0);
+    output_and_mlp(m, L, f, x, cn);
+}
+
+/* The layer with its 16-bit matrices widened into f->layer_f32 (when the
+ * call uses sgemm), so every chunk's sgemm reads F32 without widening again. */
+static layer widened_layer(const layer *L, fwd *f)
+{
+    layer w = *L;
+    if (!f->layer_f32)
+        return w;
+    kv_weight *ws[] = {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down};
+    float *dst = f->layer_f32;
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+        if (!kv_matmul_widens(ws[i], f->mode))
+            continue;
+        kv_widen_rows(f->pool, ws[i], 0, ws[i]->rows, dst);
+        ws[i]->dtype = KV_DTYPE_F32;
+        ws[i]->data = dst;
+        dst += (size_t)ws[i]->rows * (size_t)ws[i]->cols;
+    }
+    return w;
+}
+
+static int check_call(const kv_model *m, const kv_cache *c, const int32_t *tokens, int n,
+                      kv_error *err)
+{
+    const kv_model_config *cfg = &m->cfg;
+    if (n <= 0)
+        return kv_fail(err, "forward: no tokens");
+    if (c->n_layers != cfg->n_layers || c->n_kv_heads != cfg->n_kv_heads ||
+        c->head_dim != cfg->head_dim)
+        return kv_fail(err, "forward: the KV cache is shaped for another model");
+    if (c->next_pos > INT32_MAX - n || c->next_pos + c->token_offset > INT32_MAX - n)
+        return kv_fail(err, "forward: positions would pass %d", INT32_MAX);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= cfg->vocab)
+            return kv_fail(err,
+                           "forward: token id %d at index %d is outside the vocabulary (0..%d)",
+                           tokens[i], i, cfg->vocab - 1);
+    return 0;
+}
+
+int kv_model_forward(kv_model *m, kv_cache *c, const int32_t *tokens, int n,
+                     const kv_attn_stats_request *req, kv_attn_stats *stats, float *logits,
+                     bool all_logits, kv_error *err)
+{
+    const kv_model_config *cfg = &m->cfg;
+    if (check_call(m, c, tokens, n, err) != 0 || check_stats(m, c, n, req, stats, err) != 0 ||
+        kv_cache_reserve(c, n, err) != 0)
+        return -1;
+    int chunk = n < m->chunk ? n : m->chunk;
+    fwd f = {.n = n, .chunk = chunk, .mode = m->compute, .pool = m->pool};
+    if (fwd_alloc(m, keys_after(c, n), n, chunk, &f, err) != 0)
+        return -1;
+    if (kv_attn_stats_wanted(req)) {
+        f.req = req;
+        f.stats = stats;
+        zero_stats(req, stats, cfg->n_layers);
+    }
+    if (f.req && req->q_moments &&
+        !(f.qpre = malloc((size_t)chunk * (size_t)cfg->n_heads * (size_t)cfg->head_dim *
+                          sizeof(double)))) {
+        fwd_free(&f);
+        return kv_fail(err, "out of memory for the query moments of %d rows", chunk);
+    }
+    size_t H = (size_t)cfg->hidden, V = (size_t)cfg->vocab;
+    for (int i = 0; i < n; i++)
+        kv_widen_rows(NULL, &m->embed, tokens[i], 1, f.x + (size_t)i * H);
+    /* Layer by layer, chunk by chunk: a layer's keys and values of earlier
+     * chunks are in the cache when a later chunk attends to them. */
+    for (int l = 0; l < cfg->n_layers; l++) {
+        layer L = widened_layer(&m->layers[l], &f);
+        for (int s = 0; s < n; s += chunk)
+            layer_forward(m, &L, l, c, &f, n - s < chunk ? n - s : chunk, s);
+    }
+    if (logits && all_logits)
+        for (int s = 0; s < n; s += chunk) {
+            int cn = n - s < chunk ? n - s : chunk;
+            rmsnorm_rows(f.h, f.x + (size_t)s * H, m->norm, cn, cfg->hidden, cfg->rms_eps);
+            matmul(&f, &m->lm_head, f.h, cn, logits + (size_t)s * V, NULL);
+        }
+    else if (logits) {
+        rmsnorm_rows(f.h, f.x + (size_t)(n - 1) * H, m->norm, 1, cfg->hidden, cfg->rms_eps);
+        round_input(&f, f.h, H);
+        kv_gemv(f.pool, &m->lm_head, f.h, f.mode, logits);
+    }
+    c->next_pos += n;
+    fwd_free(&f);
+    return 0;
+}
+
+/* --------------------------------------------------------- batched decode */
+
+typedef struct batch_attn {
+    const kv_model *m;
+    int li;
+    kv_cache *const *caches;
+    const kv_attn_stats_request *const *reqs;
+    kv_attn_stats *const *stats;
+    fwd *f;
+    kv_pool *pool; /* for one row's blocks; NULL when rows are the tasks */
+} batch_attn;
+
+/* Row b's decode attention, on worker's share of the scratch. */
+static void batch_attn_task(void *ctx, int b, int worker)
+{
+    const batch_attn *a = ctx;
+    const kv_model_config *cfg = &a->m->cfg;
+    fwd *f = a->f;
+    size_t qd = (size_t)cfg->n_heads * (size_t)cfg->head_dim;
+    size_t blocks = ((size_t)f->max_keys + (size_t)f->key_block - 1) / (size_t)f->key_block;
+    const kv_cache_layer *cl = &a->caches[b]->layers[a->li];
+    const kv_attn_stats_request *req = a->reqs[b];
+    decode_job d = {.cfg = cfg,
+                    .cl = cl,
+                    .f = f,
+                    .st = req ? &a->stats[b][a->li] : NULL,
+                    .req = req,
+                    .q = f->q + (size_t)b * qd,
+                    .keys = cl->len,
+                    .row = 0,
+                    .n = 1,
+                    .scale = 1.0f / sqrtf((float)cfg->head_dim),
+                    .scores = f->scores + (size_t)worker * (size_t)cfg->n_heads * (size_t)f->max_keys,
+                    .partial = f->partial + (size_t)worker * blocks * qd};
+    decode_attention(&d, a->pool, f->att + (size_t)b * qd);
+}
+
+/* Every row's attention over its own cache. A row's result does not depend
+ * on the threads (decode_attention sums its blocks in order), so the rows
+ * themselves are the parallel tasks when there are enough of them, and a
+ * lone row splits its keys over the threads as kv_model_forward does. */
+static void batch_attention(const kv_model *m, int li, kv_cache *const *caches,
+                            const kv_attn_stats_request *const *reqs,
+                            kv_attn_stats *const *stats, fwd *f)
+{
+    const kv_model_config *cfg = &m->cfg;
+    batch_attn a = {.m = m, .li = li, .caches = caches, .reqs = reqs, .stats = stats, .f = f};
+    size_t work = 0;
+    for (int b = 0; b < f->n; b++)
+        work += (size_t)cfg->n_heads * (size_t)caches[b]->layers[li].len * (size_t)cfg->head_dim;
+    kv_pool *p = work > KV_PARALLEL_MIN_WORK ? f->pool : NULL;
+    if (f->n >= kv_pool_threads(f->pool)) {
+        kv_pool_run(p, f->n, batch_attn_task, &a);
+        return;
+    }
+    a.pool = p;
+    for (int b = 0; b < f->n; b++)
+        batch_attn_task(&a, b, 0);
+}
+
+/* One layer of a batched decode step: row b is the next token of caches[b].
+ * The projections are one batched GEMV over all rows; norms, RoPE, the
+ * cache append and attention run per row, each on its own cache, exactly
+ * as kv_model_forward runs them for one token. */
+static void layer_forward_batch(const kv_model *m, const layer *L, int li, kv_cache *const *caches,
+                                const kv_attn_stats_request *const *reqs,
+                                kv_attn_stats *const *stats, fwd *f)
+{
+    const kv_model_config *cfg = &m->cfg;
+    int B = f->n;
+    size_t qd = (size_t)cfg->n_heads * (size_t)cfg->head_dim;
+    size_t kvd = (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim;
+
+    rmsnorm_rows(f->h, f->x, L->attn_norm, B, cfg->hidden, cfg->rms_eps);
+    const kv_weight *qkv_w[] = {&L->wq, &L->wk, &L->wv};
+    float *qkv_y[] = {f->q, f->k_new, f->v_new};
+    const float *qkv_b[] = {L->bq, L->bk, L->bv};
+    matmul_many(f, 3, qkv_w, f->h, B, qkv_y, qkv_b);
+    round_input(f, f->v_new, (size_t)B * kvd); /* as qkv does: BF16 values in BF16 mode */
+    for (int b = 0; b < B; b++) {
+        kv_cache *c = caches[b];
+        kv_cache_layer *cl = &c->layers[li];
+        int slot = cl->len;
+        float *q = f->q + (size_t)b * qd, *k = f->k_new + (size_t)b * kvd;
+        rotate_row(f, m, L, q, k, c->next_pos, NULL);
+        memcpy(cl->k + (size_t)slot * kvd, k, kvd * sizeof *k);
+        memcpy(cl->v + (size_t)slot * kvd, f->v_new + (size_t)b * kvd, kvd * sizeof *k);
+        kv_cache_measure_values(c, cl, slot, 1);
+        kv_cache_set_pos(c, li, slot, c->next_pos + c->token_offset);
+        cl->len = slot + 1;
+    }
+    batch_attention(m, li, caches, reqs, stats, f);
+    output_and_mlp(m, L, f, f->x, B);
+}
+
+/* Checks every row of a batched call; *req_of[b] is set to reqs[b] when it
+ * asks for statistics, else NULL. */
+static int check_batch(const kv_model *m, kv_cache *const *caches, const int32_t *tokens, int n,
+                       const kv_attn_stats_request *const *reqs, kv_attn_stats *const *stats,
+                       const kv_attn_stats_request **req_of, kv_error *err)
+{
+    if (n <= 0)
+        return kv_fail(err, "forward: empty batch");
+    for (int b = 0; b < n; b++) {
+        for (int o = 0; o < b; o++)
+            if (caches[o] == caches[b])
+                return kv_fail(err, "forward: batch rows %d and %d share one cache", o, b);
+        req_of[b] = reqs && kv_attn_stats_wanted(reqs[b]) ? reqs[b] : NULL;
+        if (check_call(m, caches[b], tokens + b, 1, err) != 0 ||
+            check_stats(m, caches[b], 1, req_of[b], req_of[b] ? stats[b] : NULL, err) != 0 ||
+            kv_cache_reserve(caches[b], 1, err) != 0)
+            return kv_fail_prefix(err, "batch row"), -1;
+    }
+    return 0;
+}
+
+int kv_model_forward_batch(kv_model *m, kv_cache *const *caches, const int32_t *tokens, int n,
+                           const kv_attn_stats_request *const *reqs, kv_attn_stats *const *stats,
+                           float *logits, kv_error *err)
+{
+    const kv_model_config *cfg = &m->cfg;
+    const kv_attn_stats_request **req_of = calloc((size_t)(n > 0 ? n : 1), sizeof *req_of);
+    if (!req_of)
+        return kv_fail(err, "out of memory");
+    int rc = check_batch(m, caches, tokens, n, reqs, stats, req_of, err);
+    int max_keys = 0;
+    for (int b = 0; rc == 0 && b < n; b++) {
+        int k = keys_after(caches[b], 1);
+        max_keys = k > max_keys ? k : max_keys;
+        if (req_of[b])
+            zero_stats(req_of[b], stats[b], cfg->n_layers);
+    }
+    fwd f = {.n = n, .chunk = n, .mode = m->compute, .pool = m->pool, .batched = true};
+    if (rc == 0)
+        rc = fwd_alloc(m, max_keys, n, n, &f, err);
+    if (rc != 0) {
+        free(req_of);
+        return -1;
+    }
+    size_t H = (size_t)cfg->hidden;
+    for (int b = 0; b < n; b++)
+        kv_widen_rows(NULL, &m->embed, tokens[b], 1, f.x + (size_t)b * H);
+    for (int l = 0; l < cfg->n_layers; l++)
+        layer_forward_batch(m, &m->layers[l], l, caches, req_of, stats, &f);
+    if (logits) {
+        rmsnorm_rows(f.h, f.x, m->norm, n, cfg->hidden, cfg->rms_eps);
+        matmul(&f, &m->lm_head, f.h, n, logits, NULL);
+    }
+    for (int b = 0; b < n; b++)
+        caches[b]->next_pos++;
+    fwd_free(&f);
+    free(req_of);
+    return 0;
+}

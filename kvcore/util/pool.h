@@ -1,0 +1,31 @@
+/* pool: the engine's worker threads.
+ *
+ * kv_pool_run(p, n, fn, ctx) calls fn(ctx, task, worker) for every task in
+ * [0, n) and returns when all are done. Tasks are claimed one at a time from
+ * a shared counter by the caller and by whichever workers are awake, so a
+ * thread the OS has not scheduled yet (the machines kvbench runs on are
+ * shared) does not hold the others up: the tasks it would have had are taken
+ * by the threads that run. With OpenMP's fixed partition and barrier, one
+ * late thread delayed every parallel loop by a scheduler time slice.
+ *
+ * worker is in [0, threads): 0 is the caller. Per-worker scratch can be
+ * indexed by it. A pool runs one job at a time (calls from one thread).
+ */
+#ifndef KV_POOL_H
+#define KV_POOL_H
+
+#include "util/error.h"
+
+typedef struct kv_pool kv_pool;
+
+typedef void (*kv_task_fn)(void *ctx, int task, int worker);
+
+/* A pool of `threads` threads in all (the caller counts as one). */
+kv_pool *kv_pool_new(int threads, kv_error *err);
+void kv_pool_free(kv_pool *p);
+
+int kv_pool_threads(const kv_pool *p);
+
+void kv_pool_run(kv_pool *p, int n_tasks, kv_task_fn fn, void *ctx);
+
+#endif

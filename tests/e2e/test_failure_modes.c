@@ -1,0 +1,380 @@
+/* What kvbench refuses and what it repairs, end to end (issue 17): a run
+ * folder written by two runs at once, lines that do not belong, prediction
+ * folders no matrix made, an empty task file, a budget above the prompt,
+ * and eviction traces under "compact" positions. Runs use the committed
+ * demo model and synthetic data, two samples, a few tokens. */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "support/testutil.h"
+
+static char *dir; /* holds c.json, data/ (when copied) and runs/ */
+
+static void setup(void)
+{
+    dir = tu_mkdtemp();
+}
+
+static void teardown(void)
+{
+    tu_rmtree(dir);
+    free(dir);
+}
+
+TestSuite(failure, .init = setup, .fini = teardown, .timeout = 300);
+
+static char *at(const char *rel)
+{
+    char *p;
+    cr_assert_geq(asprintf(&p, "%s/%s", dir, rel), 0);
+    return p;
+}
+
+/* A matrix on the demo model: tasks_json (a JSON list), 2 samples, 4 new
+ * tokens, the full cache plus configs_json. data NULL: the shipped
+ * synthetic data. */
+static char *write_config_of(const char *data, const char *tasks_json, const char *configs_json)
+{
+    char *model = tu_source("models/kvbench-retrieval");
+    char *shipped = tu_source("datasets/synthetic");
+    char *path = at("c.json");
+    FILE *f = fopen(path, "w");
+    fprintf(f,
+            "{\"model\": \"%s\", \"data\": \"%s\", \"output\": \"%s/runs\", \"limit\": 2,\n"
+            " \"max_new_tokens\": 4, \"threads\": 1, \"tasks\": %s,\n"
+            " \"configs\": %s}\n",
+            model, data ? data : shipped, dir, tasks_json, configs_json);
+    fclose(f);
+    free(model);
+    free(shipped);
+    return path;
+}
+
+/* The same on synth_passkey alone. */
+static char *write_config(const char *data, const char *configs_json)
+{
+    return write_config_of(data, "[\"synth_passkey\"]", configs_json);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "%s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+static cJSON *first_line(const char *path)
+{
+    char *text = tu_slurp(path, NULL);
+    *strchr(text, '\n') = '\0';
+    cJSON *j = cJSON_Parse(text);
+    cr_assert(j, "%s", path);
+    free(text);
+    return j;
+}
+
+#define H2O                                                                                        \
+    "[{\"name\": \"h2o\", \"algorithm\": \"h2o\", \"start_size\": 4, "                             \
+    "\"recent_size\": 16, \"intermediate_size\": 12}]"
+
+Test(failure, a_second_run_into_a_locked_folder_names_the_holder)
+{
+    char *cfg = write_config(NULL, H2O);
+    char *runs = at("runs"), *run = at("runs/c"), *lock = at("runs/c/run.lock");
+    cr_assert_eq(mkdir(runs, 0777) | mkdir(run, 0777), 0);
+    int fd = open(lock, O_RDWR | O_CREAT, 0666);
+    cr_assert_eq(flock(fd, LOCK_EX), 0);
+    cr_assert_eq(write(fd, "4242 nodeA\n", 11), 11);
+    tu_result r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert(strstr(r.err, "another kvbench run (pid 4242 on host nodeA) is writing this run "
+                            "folder"),
+              "%s", r.err);
+    tu_result_free(&r);
+    close(fd); /* the holder ends: the folder is free again */
+    r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    free(cfg), free(runs), free(run), free(lock);
+}
+
+Test(failure, resume_refuses_a_line_of_another_sample_and_reports_only_the_matrix)
+{
+    char *cfg = write_config(NULL, H2O);
+    tu_result r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    char *scores = at("runs/c/scores.json");
+    char *before = tu_slurp(scores, NULL);
+
+    /* a folder no matrix made, with lines of its own: never scored */
+    char *bogus = at("runs/c/predictions/bogus");
+    cr_assert_eq(mkdir(bogus, 0777), 0);
+    char *full = at("runs/c/predictions/full/synth_passkey.jsonl");
+    char *copy = at("runs/c/predictions/bogus/synth_passkey.jsonl");
+    char *text = tu_slurp(full, NULL);
+    write_file(copy, text);
+    unlink(scores);
+    char *run = at("runs/c");
+    r = tu_kvbench("report", run, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.err, "has no scores.json: scoring its predictions"), "%s", r.err);
+    tu_result_free(&r);
+    char *after = tu_slurp(scores, NULL);
+    cr_assert_null(strstr(after, "bogus"), "%s", after);
+    cr_assert_str_eq(after, before, "the rebuilt scores.json is the runner's");
+
+    /* a line whose id is not in the data: refused with file:line, file kept */
+    cJSON *j = first_line(full);
+    cJSON_ReplaceItemInObject(j, "id", cJSON_CreateString("not-a-sample"));
+    char *line = cJSON_PrintUnformatted(j), *damaged;
+    cr_assert_geq(asprintf(&damaged, "%s%s\n", text, line), 0);
+    write_file(full, damaged);
+    r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    char *want;
+    cr_assert_geq(asprintf(&want, "%s:3: sample \"not-a-sample\" is not in the task's data", full),
+                  0);
+    cr_assert(strstr(r.err, want), "%s", r.err);
+    tu_result_free(&r);
+    char *now = tu_slurp(full, NULL);
+    cr_assert_str_eq(now, damaged, "nothing written over");
+
+    /* run.json gone: the predictions cannot be told apart from anyone's */
+    write_file(full, text);
+    char *run_json = at("runs/c/run.json");
+    unlink(run_json);
+    r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert(strstr(r.err, "predictions/ without run.json"), "%s", r.err);
+    tu_result_free(&r);
+    free(now), free(want), free(damaged), free(line), free(after), free(text), free(before);
+    cJSON_Delete(j);
+    free(run), free(run_json), free(copy), free(full), free(bogus), free(scores), free(cfg);
+}
+
+Test(failure, an_empty_task_file_is_an_error_naming_it)
+{
+    char *data = at("data");
+    cr_assert_eq(mkdir(data, 0777), 0);
+    char *file = at("data/synth_passkey.jsonl");
+    write_file(file, "\n");
+    char *cfg = write_config(data, H2O);
+    tu_result r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    char *want;
+    cr_assert_geq(asprintf(&want, "%s: empty task file (no samples)", file), 0);
+    cr_assert(strstr(r.err, want), "%s", r.err);
+    char *scores = at("runs/c/scores.json");
+    cr_assert(access(scores, F_OK) != 0, "no score of an empty task");
+    tu_result_free(&r);
+    r = tu_kvbench("run", cfg, "--empty-tasks", "zero", NULL);
+    cr_assert_eq(r.status, 2, "%s", r.err);
+    cr_assert(strstr(r.err, "--empty-tasks 'zero': want error or missing"), "%s", r.err);
+    tu_result_free(&r);
+    free(scores), free(want), free(cfg), free(file), free(data);
+}
+
+/* With --empty-tasks missing the empty task has no score: the run goes on,
+ * and the averages are those of the task that has samples. */
+Test(failure, an_empty_task_file_reported_as_missing)
+{
+    char *data = at("data");
+    cr_assert_eq(mkdir(data, 0777), 0);
+    char *file = at("data/synth_passkey.jsonl"), *kv = at("data/synth_kv.jsonl");
+    char *shipped = tu_source("datasets/synthetic/synth_kv.jsonl");
+    write_file(file, "");
+    char *text = tu_slurp(shipped, NULL);
+    write_file(kv, text);
+    char *cfg = write_config_of(data, "[\"synth_passkey\", \"synth_kv\"]", H2O);
+    tu_result r = tu_kvbench("run", cfg, "--empty-tasks", "missing", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.err, "synth_passkey: no samples, reported as missing"), "%s", r.err);
+    tu_result_free(&r);
+    char *scores = at("runs/c/scores.json"), *summary = at("runs/c/summary.md");
+    char *s = tu_slurp(scores, NULL), *md = tu_slurp(summary, NULL);
+    cr_assert(strstr(s, "\"synth_kv\""), "%s", s);
+    cr_assert_null(strstr(s, "\"synth_passkey\""), "no row, so no 0.00: %s", s);
+    cJSON *root = cJSON_Parse(s);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(root, "rows")), 2,
+                 "full and h2o on synth_kv: %s", s);
+    cJSON_Delete(root);
+    cr_assert_null(strstr(md, "synth_passkey") ? strstr(strstr(md, "synth_passkey"), "0.00") : NULL,
+                   "%s", md);
+    free(s), free(md), free(scores), free(summary), free(text), free(shipped), free(cfg),
+        free(kv), free(file), free(data);
+}
+
+/* A budget of 10^8 is far above a 1-2k-token prompt: the config keeps every
+ * token, so its answers are the full cache's, and nothing of 10^8 slots is
+ * allocated (that would be gigabytes). */
+Test(failure, a_budget_above_the_prompt_keeps_everything)
+{
+    char *cfg = write_config(NULL, "[{\"name\": \"huge\", \"algorithm\": \"h2o\", "
+                                   "\"intermediate_size\": 100000000}]");
+    tu_result r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    char *a = at("runs/c/predictions/full/synth_passkey.jsonl");
+    char *b = at("runs/c/predictions/huge/synth_passkey.jsonl");
+    cJSON *x = first_line(a), *y = first_line(b);
+    cr_assert_str_eq(cJSON_GetObjectItem(y, "pred")->valuestring,
+                     cJSON_GetObjectItem(x, "pred")->valuestring);
+    cr_assert_eq(cJSON_GetObjectItem(y, "kept_tokens")->valuedouble,
+                 cJSON_GetObjectItem(y, "prompt_tokens")->valuedouble);
+    cJSON_Delete(x);
+    cJSON_Delete(y);
+    free(a), free(b), free(cfg);
+}
+
+/* With "compact" positions RoPE restarts at the compacted length, but the
+ * trace must name tokens: at step k the newest kept token is the one just
+ * generated, n_prompt - 1 + k, and no list names a token twice. */
+static void check_compact_trace(const char *strategy)
+{
+    char *model = tu_source("tests/data/models/qwen3-bf16"), *trace = at("trace.jsonl");
+    tu_result r = tu_kvbench("generate", "--model", model, "--prompt",
+                             "the passkey is 12345. remember it. the passkey is", "--eviction",
+                             "h2o", "--strategy", strategy, "--group-size", "2", "--start-size",
+                             "2", "--recent-size", "4", "--intermediate-size", "4", "--positions",
+                             "compact", "--max-new-tokens", "6", "--trace", trace, "--json", NULL);
+    cr_assert_eq(r.status, 0, "%s: %s", strategy, r.err);
+    cJSON *out = cJSON_Parse(r.out);
+    int n_prompt = cJSON_GetArraySize(cJSON_GetObjectItem(out, "prompt_ids"));
+    int n_gen = cJSON_GetArraySize(cJSON_GetObjectItem(out, "generated_ids"));
+    cr_assert_geq(n_gen, 4, "%s: the model stopped early", strategy);
+    char *text = tu_slurp(trace, NULL);
+    int steps = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(line);
+        int step = cJSON_GetObjectItem(j, "step")->valueint;
+        const cJSON *kept = cJSON_GetObjectItem(j, "kept_positions");
+        const cJSON *sets = cJSON_IsArray(cJSON_GetArrayItem(kept, 0)) ? kept : NULL;
+        for (int g = 0; g < (sets ? cJSON_GetArraySize(sets) : 1); g++) {
+            const cJSON *list = sets ? cJSON_GetArrayItem(sets, g) : kept;
+            int n = cJSON_GetArraySize(list), prev = -1;
+            for (int i = 0; i < n; i++) {
+                int p = cJSON_GetArrayItem(list, i)->valueint;
+                cr_assert_gt(p, prev, "%s step %d: %d after %d\n%s", strategy, step, p, prev, line);
+                prev = p;
+            }
+            cr_assert_eq(prev, n_prompt - 1 + step, "%s step %d: newest %d\n%s", strategy, step,
+                         prev, line);
+        }
+        steps += step > 0;
+        cJSON_Delete(j);
+    }
+    cr_assert_gt(steps, 0, "%s: no eviction while decoding", strategy);
+    free(text);
+    cJSON_Delete(out);
+    tu_result_free(&r);
+    free(model), free(trace);
+}
+
+Test(failure, compact_positions_trace_token_positions)
+{
+    check_compact_trace("per_token");
+    check_compact_trace("per_group");
+    check_compact_trace("per_head");
+}
+
+/* Shards marked finished whose files miss a line: merge checks the line
+ * counts against the data (here 2 samples per task) and refuses. */
+Test(failure, merge_refuses_finished_shards_with_missing_lines)
+{
+    char *cfg = write_config(NULL, H2O);
+    for (int i = 0; i < 2; i++) {
+        tu_result r = tu_kvbench("run", cfg, "--shard", i ? "1/2" : "0/2", NULL);
+        cr_assert_eq(r.status, 0, "%s", r.err);
+        tu_result_free(&r);
+    }
+    char *run = at("runs/c"), *merged = at("merged");
+    tu_result r = tu_kvbench("merge", run, "--output", merged, NULL);
+    cr_assert_eq(r.status, 0, "complete shards merge: %s", r.err);
+    tu_result_free(&r);
+    char *file = at("runs/c/shards/1-of-2/predictions/h2o/synth_passkey.jsonl");
+    cr_assert_eq(truncate(file, 0), 0);
+    r = tu_kvbench("merge", run, "--output", merged, NULL);
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.err, "h2o/synth_passkey.jsonl: the shards hold 1 line, the data and limit "
+                            "give 2 samples"),
+              "%s", r.err);
+    tu_result_free(&r);
+    free(file), free(merged), free(run), free(cfg);
+}
+
+/* run.json keeps every config ever run in the folder; the runner's report
+ * is of the matrix it ran. */
+Test(failure, the_report_of_a_run_holds_only_its_matrix)
+{
+    char *cfg = write_config(NULL, "[{\"name\": \"h2o\", \"algorithm\": \"h2o\", \"start_size\": 4, "
+                                   "\"recent_size\": 16, \"intermediate_size\": 12}, "
+                                   "{\"name\": \"gone\", \"algorithm\": \"h2o\", \"start_size\": 4, "
+                                   "\"recent_size\": 8, \"intermediate_size\": 4}]");
+    tu_result r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    char *scores = at("runs/c/scores.json");
+    char *text = tu_slurp(scores, NULL);
+    cr_assert(strstr(text, "\"gone\""), "%s", text);
+    free(text);
+    free(write_config(NULL, H2O));
+    r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    text = tu_slurp(scores, NULL);
+    cr_assert_null(strstr(text, "\"gone\""), "%s", text);
+    cr_assert(strstr(text, "\"h2o\"") && strstr(text, "\"full\""), "%s", text);
+    free(text);
+    free(scores), free(cfg);
+}
+
+/* A LongBench "_id" may hold "\u0000". Cut at the NUL, sample 0's id below
+ * would be sample 1's and resume would take one for the other: it is
+ * carried whole, written back as "\u0000", resumed and scored as its own. */
+Test(failure, a_nul_in_an_id_is_predicted_resumed_and_scored)
+{
+    char *data = at("data");
+    cr_assert_eq(mkdir(data, 0777), 0);
+    char *shipped = tu_source("datasets/synthetic/synth_passkey.jsonl");
+    char *text = tu_slurp(shipped, NULL), *file = at("data/synth_passkey.jsonl");
+    char *id0 = strstr(text, "\"synth_passkey-0000\""), *edited;
+    cr_assert(id0);
+    *id0 = '\0';
+    cr_assert_geq(asprintf(&edited, "%s\"synth_passkey-0001\\u0000\"%s", text, id0 + 20), 0);
+    write_file(file, edited);
+    char *cfg = write_config(data, H2O);
+    tu_result r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    char *pred = at("runs/c/predictions/h2o/synth_passkey.jsonl");
+    char *lines = tu_slurp(pred, NULL);
+    cr_assert(strstr(lines, "\"id\":\"synth_passkey-0001\\u0000\""), "%s", lines);
+    cr_assert(strstr(lines, "\"id\":\"synth_passkey-0001\""), "%s", lines);
+    r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.err, "0 samples done, 2 already on disk"), "%s", r.err);
+    tu_result_free(&r);
+    char *again = tu_slurp(pred, NULL);
+    cr_assert_str_eq(again, lines, "resumed, nothing rewritten");
+    char *scores = at("runs/c/scores.json"), *run = at("runs/c");
+    char *s = tu_slurp(scores, NULL);
+    cr_assert(strstr(s, "\"synth_passkey-0001\\u0000\""), "%s", s);
+    cJSON *root = cJSON_Parse(s);
+    cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "rows"), 0);
+    cr_assert_eq(cJSON_GetObjectItem(row, "n")->valuedouble, 2);
+    cJSON_Delete(root);
+    r = tu_kvbench("report", run, NULL); /* two ids, not one "appearing twice" */
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    free(s), free(scores), free(run), free(again), free(lines), free(pred), free(cfg);
+    free(edited), free(file), free(text), free(shipped), free(data);
+}

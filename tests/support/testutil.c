@@ -1,0 +1,127 @@
+#include "support/testutil.h"
+
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+char *tu_slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "tu_slurp: cannot open %s\n", path);
+        abort();
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (cap - n - 1 == 0)
+            buf = realloc(buf, cap *= 2);
+    }
+    fclose(f);
+    buf[n] = '\0';
+    if (len)
+        *len = n;
+    return buf;
+}
+
+tu_result tu_run_argv(char *const argv[])
+{
+    tu_result r = {0};
+    char out_path[] = "/tmp/kvbtest-out-XXXXXX";
+    char err_path[] = "/tmp/kvbtest-err-XXXXXX";
+    int out_fd = mkstemp(out_path), err_fd = mkstemp(err_path);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int in = open("/dev/null", O_RDONLY);
+        dup2(in, 0);
+        dup2(out_fd, 1);
+        dup2(err_fd, 2);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    close(out_fd);
+    close(err_fd);
+    r.out = tu_slurp(out_path, NULL);
+    r.err = tu_slurp(err_path, NULL);
+    unlink(out_path);
+    unlink(err_path);
+    return r;
+}
+
+tu_result tu_kvbench(const char *arg0, ...)
+{
+    char *argv[128];
+    int n = 0;
+    const char *bin = getenv("KVBENCH");
+    argv[n++] = (char *)(bin ? bin : "./kvbench");
+    va_list ap;
+    va_start(ap, arg0);
+    for (const char *s = arg0; s && n < 127; s = va_arg(ap, const char *))
+        argv[n++] = (char *)s;
+    va_end(ap);
+    argv[n] = NULL;
+    return tu_run_argv(argv);
+}
+
+void tu_result_free(tu_result *r)
+{
+    free(r->out);
+    free(r->err);
+    r->out = r->err = NULL;
+}
+
+char *tu_mkdtemp(void)
+{
+    const char *base = getenv("TMPDIR");
+    char tmpl[512];
+    snprintf(tmpl, sizeof tmpl, "%s/kvbtest-XXXXXX", base ? base : "/tmp");
+    char *d = mkdtemp(tmpl);
+    return d ? strdup(d) : NULL;
+}
+
+void tu_rmtree(const char *path)
+{
+    char *argv[] = {"/bin/rm", "-rf", (char *)path, NULL};
+    tu_result r = tu_run_argv(argv);
+    tu_result_free(&r);
+}
+
+static char *join_env(const char *var, const char *rel)
+{
+    const char *base = getenv(var);
+    if (!base)
+        return NULL;
+    size_t n = strlen(base) + strlen(rel) + 2;
+    char *p = malloc(n);
+    snprintf(p, n, "%s/%s", base, rel);
+    return p;
+}
+
+char *tu_source(const char *rel)
+{
+    char *p = join_env("KVB_SOURCE", rel);
+    if (!p) {
+        fprintf(stderr, "tu_source: KVB_SOURCE is not set\n");
+        abort();
+    }
+    return p;
+}
+
+char *tu_data(const char *rel)
+{
+    char *p = NULL;
+    if (asprintf(&p, "tests/data/%s", rel) < 0)
+        abort();
+    char *abs = tu_source(p);
+    free(p);
+    return abs;
+}

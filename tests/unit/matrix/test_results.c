@@ -1,0 +1,725 @@
+/* The run folder: run.json consistency on resume, prediction files that
+ * survive interruption (truncated last line, SIGKILL at random points),
+ * sharding, and merging shards (and refusing inconsistent ones). */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/file.h"
+#include "matrix/results.h"
+#include "support/testutil.h"
+
+static kv_error err;
+
+static void matrix_from(kb_matrix *m, const char *configs)
+{
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"name\": \"r\", \"model\": \"m\", \"tasks\": [\"trec\", \"qasper\"], "
+             "\"configs\": [%s]}",
+             configs);
+    cr_assert_eq(kb_matrix_parse(text, NULL, NULL, m, &err), 0, "%s", err.msg);
+}
+
+static kb_run_info info_for(const kb_matrix *m, const char *model_hash, long i, long n)
+{
+    return (kb_run_info){
+        .kvbench_version = "test", .model_hash = model_hash, .matrix = m, .shard = {i, n}};
+}
+
+/* The hash of the configs these tests name: "full", and "h2o" as
+ * {"algorithm": "h2o"}. */
+static void hash_for(const char *config, char hash[17])
+{
+    cJSON *h2o = cJSON_Parse("{\"algorithm\": \"h2o\"}");
+    cr_assert_eq(kb_config_hash(strcmp(config, "full") == 0 ? NULL : h2o, hash), 0);
+    cJSON_Delete(h2o);
+}
+
+/* The prediction line of sample `index` for a config, as the runner would write it. */
+static cJSON *line_for(long index, const char *config)
+{
+    char id[32], pred[64], hash[17];
+    hash_for(config, hash);
+    snprintf(id, sizeof id, "id%03ld", index);
+    snprintf(pred, sizeof pred, "answer %ld by %s", index, config);
+    kv_str answers[] = {kv_str_c("x")};
+    kb_prediction p = {.id = id,
+                       .index = index,
+                       .task = "trec",
+                       .config = config,
+                       .config_hash = hash,
+                       .pred = pred,
+                       .answers = answers,
+                       .n_answers = 1,
+                       .length = 100 + index,
+                       .prompt_tokens = 50,
+                       .kept_tokens = 20,
+                       .generated_tokens = 3,
+                       .prefill_s = 0.5,
+                       .decode_s = 0.25};
+    cJSON *j = kb_prediction_json(&p);
+    cr_assert_not_null(j);
+    return j;
+}
+
+static void append(kb_pred_file *pf, long index, const char *config)
+{
+    cJSON *j = line_for(index, config);
+    cr_assert_eq(kb_pred_file_append(pf, j, &err), 0, "%s", err.msg);
+    cJSON_Delete(j);
+}
+
+static char *file_of(const char *dir, const char *config, const char *task)
+{
+    char *p;
+    cr_assert_geq(asprintf(&p, "%s/predictions/%s/%s.jsonl", dir, config, task), 0);
+    return p;
+}
+
+Test(results, shard_parse_and_select)
+{
+    kb_shard s;
+    cr_assert_eq(kb_shard_parse("1/4", &s, &err), 0);
+    cr_assert_eq(s.index, 1);
+    cr_assert_eq(s.count, 4);
+    int picked = 0;
+    for (long i = 0; i < 10; i++)
+        if (kb_shard_selects(&s, i)) {
+            cr_assert_eq(i % 4, 1);
+            picked++;
+        }
+    cr_assert_eq(picked, 3);
+    cr_assert_lt(kb_shard_parse("4/4", &s, &err), 0);
+    cr_assert_str_eq(err.msg, "--shard: '4/4': need 0 <= I < N (shards are numbered from 0)");
+    cr_assert_lt(kb_shard_parse("1/0", &s, &err), 0);
+    cr_assert_lt(kb_shard_parse("x", &s, &err), 0);
+    cr_assert_lt(kb_shard_parse("1/2/3", &s, &err), 0);
+    /* every sample goes to exactly one of n shards */
+    for (long i = 0; i < 50; i++) {
+        int owners = 0;
+        for (long k = 0; k < 7; k++)
+            owners += kb_shard_selects(&(kb_shard){k, 7}, i);
+        cr_assert_eq(owners, 1);
+    }
+}
+
+Test(results, run_json_records_and_resume_checks)
+{
+    char *dir = tu_mkdtemp();
+    kb_matrix m, m2;
+    matrix_from(&m, "{\"algorithm\": \"h2o\", \"start_size\": 4}");
+    kb_run_info info = info_for(&m, "aaaa", 0, 1);
+    kb_run run;
+    cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(kb_run_string(&run, "model_hash"), "aaaa");
+    cr_assert_str_eq(kb_run_string(&run, "protocol"), "longbench");
+    cr_assert_str_eq(kb_run_string(&run, "compute"), "f32");
+    cr_assert_str_eq(kb_run_string(&run, "kvbench_version"), "test");
+    cr_assert(cJSON_IsNull(kb_run_config(&run, "full")));
+    cr_assert_not_null(kb_run_config(&run, "h2o_s4"));
+    kb_run_close(&run);
+
+    /* the same run again: fine */
+    cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
+    kb_run_close(&run);
+    /* another model: refused */
+    kb_run_info other = info_for(&m, "bbbb", 0, 1);
+    cr_assert_lt(kb_run_open(dir, &other, &run, &err), 0);
+    cr_assert(strstr(err.msg, "different model (hash aaaa, now bbbb)"), "%s", err.msg);
+    /* the other compute mode: refused */
+    cr_assert_eq(kb_matrix_parse("{\"name\": \"r\", \"model\": \"m\", \"compute\": \"bf16\", "
+                                 "\"tasks\": [\"trec\", \"qasper\"], \"configs\": [{\"algorithm\": "
+                                 "\"h2o\", \"start_size\": 4}]}",
+                                 NULL, NULL, &m2, &err),
+                 0, "%s", err.msg);
+    kb_run_info bf16 = info_for(&m2, "aaaa", 0, 1);
+    cr_assert_lt(kb_run_open(dir, &bf16, &run, &err), 0);
+    cr_assert(strstr(err.msg, "this run computed in f32, not bf16"), "%s", err.msg);
+    kb_matrix_free(&m2);
+    /* a config name that now means something else: refused */
+    matrix_from(&m2, "{\"name\": \"h2o_s4\", \"algorithm\": \"h2o\", \"start_size\": 8}");
+    kb_run_info changed = info_for(&m2, "aaaa", 0, 1);
+    cr_assert_lt(kb_run_open(dir, &changed, &run, &err), 0);
+    cr_assert(strstr(err.msg, "config \"h2o_s4\" has a different hash"), "%s", err.msg);
+    kb_matrix_free(&m2);
+    /* a new config: added to run.json, old ones kept */
+    matrix_from(&m2, "{\"algorithm\": \"snapkv\"}");
+    kb_run_info grown = info_for(&m2, "aaaa", 0, 1);
+    cr_assert_eq(kb_run_open(dir, &grown, &run, &err), 0, "%s", err.msg);
+    cr_assert_not_null(kb_run_config(&run, "h2o_s4"));
+    cr_assert_not_null(kb_run_config(&run, "snapkv"));
+    kb_run_close(&run);
+    kb_matrix_free(&m2);
+    kb_matrix_free(&m);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+Test(results, a_run_may_grow_its_limit_but_not_change_its_prompts)
+{
+    char *dir = tu_mkdtemp();
+    kb_matrix m;
+    const char *texts[] = {
+        "{\"name\": \"r\", \"model\": \"m\", \"limit\": 5, \"tasks\": [\"trec\"]}",
+        "{\"name\": \"r\", \"model\": \"m\", \"limit\": 10, \"tasks\": [\"trec\"]}",
+        "{\"name\": \"r\", \"model\": \"m\", \"limit\": 10, \"max_length\": 100, "
+        "\"tasks\": [\"trec\"]}",
+    };
+    kb_run run;
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(kb_matrix_parse(texts[i], NULL, NULL, &m, &err), 0, "%s", err.msg);
+        kb_run_info info = info_for(&m, "h", 0, 1);
+        int rc = kb_run_open(dir, &info, &run, &err);
+        if (i < 2) {
+            cr_assert_eq(rc, 0, "%s", err.msg);
+            const cJSON *t = cJSON_GetArrayItem(
+                cJSON_GetObjectItem(cJSON_GetObjectItem(run.json, "matrix"), "tasks"), 0);
+            cr_assert_eq(cJSON_GetObjectItem(t, "limit")->valuedouble, i == 0 ? 5 : 10);
+            kb_run_close(&run);
+        } else {
+            cr_assert_lt(rc, 0);
+            cr_assert(strstr(err.msg, "task \"trec\" has a different max_length"), "%s", err.msg);
+        }
+        kb_matrix_free(&m);
+    }
+    tu_rmtree(dir);
+    free(dir);
+}
+
+Test(results, truncated_last_line_is_dropped_and_redone)
+{
+    char *dir = tu_mkdtemp();
+    kb_matrix m;
+    matrix_from(&m, "");
+    kb_run_info info = info_for(&m, "h", 0, 1);
+    kb_run run;
+    cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
+    kb_pred_file pf;
+    cr_assert_eq(kb_pred_file_open(&run, "full", "trec", NULL, &pf, &err), 0, "%s", err.msg);
+    for (long i = 0; i < 3; i++)
+        append(&pf, i, "full");
+    kb_pred_file_close(&pf);
+    char *path = file_of(dir, "full", "trec");
+    char *good = tu_slurp(path, NULL);
+
+    /* what SIGKILL in the middle of write(2) leaves: a prefix of line 4 */
+    cJSON *j = line_for(3, "full");
+    char *text = cJSON_PrintUnformatted(j);
+    FILE *f = fopen(path, "a");
+    fwrite(text, 1, strlen(text) / 2, f);
+    fclose(f);
+
+    cr_assert_eq(kb_pred_file_open(&run, "full", "trec", NULL, &pf, &err), 0, "%s", err.msg);
+    cr_assert_eq(pf.n_dropped, 1);
+    cr_assert_eq(pf.n_lines, 3);
+    cr_assert(kb_pred_file_done(&pf, "id002"));
+    cr_assert_not(kb_pred_file_done(&pf, "id003"));
+    char *after = tu_slurp(path, NULL);
+    cr_assert_str_eq(after, good, "the cut-short line must be gone, the rest untouched");
+    free(after);
+    /* redo it, and a duplicate is refused */
+    append(&pf, 3, "full");
+    cr_assert_lt(kb_pred_file_append(&pf, j, &err), 0);
+    cr_assert(strstr(err.msg, "\"id003\" is already there"), "%s", err.msg);
+    kb_pred_file_close(&pf);
+
+    /* a whole line without its '\n' is also redone: only '\n' commits a line */
+    after = tu_slurp(path, NULL);
+    size_t n = strlen(after);
+    cr_assert_eq(truncate(path, (off_t)(n - 1)), 0);
+    cr_assert_eq(kb_pred_file_open(&run, "full", "trec", NULL, &pf, &err), 0, "%s", err.msg);
+    cr_assert_eq(pf.n_lines, 3);
+    cr_assert_eq(pf.n_dropped, 1);
+    kb_pred_file_close(&pf);
+
+    free(after);
+    free(text);
+    cJSON_Delete(j);
+    free(good);
+    free(path);
+    kb_run_close(&run);
+    kb_matrix_free(&m);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+Test(results, damage_before_the_last_line_is_an_error)
+{
+    char *dir = tu_mkdtemp();
+    kb_matrix m;
+    matrix_from(&m, "");
+    kb_run_info info = info_for(&m, "h", 0, 1);
+    kb_run run;
+    cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
+    char *path = file_of(dir, "full", "trec");
+    char *pdir;
+    cr_assert_geq(asprintf(&pdir, "%s/predictions/full", dir), 0);
+    cr_assert_eq(kv_mkdirs(pdir, &err), 0);
+    FILE *f = fopen(path, "w");
+    fputs("{\"id\": \"a\", \"index\": 0}\n{\"id\": \"b\", \"index\": 1} junk\n"
+          "{\"id\": \"c\", \"index\": 2}\n",
+          f);
+    fclose(f);
+    kb_pred_file pf;
+    cr_assert_lt(kb_pred_file_open(&run, "full", "trec", NULL, &pf, &err), 0);
+    char want[1024];
+    snprintf(want, sizeof want,
+             "%s:2: not a prediction line (JSON object with \"id\" and \"index\"); the file is "
+             "damaged before its last line: fix or delete it",
+             path);
+    cr_assert_str_eq(err.msg, want);
+    free(pdir);
+    free(path);
+    kb_run_close(&run);
+    kb_matrix_free(&m);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* What `kvbench run` does per task: skip what is done, append the rest. The
+ * child is killed at random points; the parent resumes until complete. */
+enum { KILL_SAMPLES = 60 };
+
+static void produce(const char *dir, const kb_matrix *m, const char *const *configs, int n_cfg,
+                    int report_fd)
+{
+    kb_run_info info = info_for(m, "h", 0, 1);
+    kb_run run;
+    if (kb_run_open(dir, &info, &run, &err) < 0)
+        _exit(3);
+    kb_pred_file pf[4];
+    for (int c = 0; c < n_cfg; c++)
+        if (kb_pred_file_open(&run, configs[c], "trec", NULL, &pf[c], &err) < 0)
+            _exit(4);
+    for (long i = 0; i < KILL_SAMPLES; i++)
+        for (int c = 0; c < n_cfg; c++) {
+            char id[32];
+            snprintf(id, sizeof id, "id%03ld", i);
+            if (kb_pred_file_done(&pf[c], id))
+                continue;
+            cJSON *j = line_for(i, configs[c]);
+            if (kb_pred_file_append(&pf[c], j, &err) < 0)
+                _exit(5);
+            cJSON_Delete(j);
+            if (report_fd >= 0 && write(report_fd, "x", 1) != 1)
+                _exit(6);
+        }
+    for (int c = 0; c < n_cfg; c++)
+        kb_pred_file_close(&pf[c]);
+    kb_run_close(&run);
+}
+
+Test(results, sigkill_at_random_points_then_resume_equals_uninterrupted)
+{
+    const char *configs[] = {"full", "h2o"};
+    kb_matrix m;
+    matrix_from(&m, "{\"name\": \"h2o\", \"algorithm\": \"h2o\"}");
+    char *ref = tu_mkdtemp(), *dir = tu_mkdtemp();
+    produce(ref, &m, configs, 2, -1);
+    unsigned seed = (unsigned)time(NULL);
+    srand(seed);
+    /* The child reports every line it commits; the parent lets a random number
+     * of lines through (at most half of what is left, so there is work left),
+     * waits a random few microseconds (to also land inside a write), then
+     * SIGKILLs it. */
+    long left = KILL_SAMPLES * 2;
+    int kills = 0;
+    while (left > 1 && kills < 12) {
+        int fds[2];
+        cr_assert_eq(pipe(fds), 0);
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(fds[0]);
+            produce(dir, &m, configs, 2, fds[1]);
+            _exit(0);
+        }
+        close(fds[1]);
+        long let = rand() % (left / 2 + 1);
+        char c;
+        for (long i = 0; i < let && read(fds[0], &c, 1) == 1; i++)
+            left--;
+        usleep((useconds_t)(rand() % 300));
+        kill(pid, SIGKILL);
+        int st;
+        waitpid(pid, &st, 0);
+        while (read(fds[0], &c, 1) == 1) /* lines committed before the kill landed */
+            left--;
+        close(fds[0]);
+        if (WIFEXITED(st)) { /* it finished the rest before the kill landed */
+            cr_assert_eq(WEXITSTATUS(st), 0, "producer failed (seed %u)", seed);
+            break;
+        }
+        kills++;
+    }
+    produce(dir, &m, configs, 2, -1); /* the final, uninterrupted resume */
+    cr_assert_geq(kills, 1);
+    for (int c = 0; c < 2; c++) {
+        char *a = file_of(ref, configs[c], "trec"), *b = file_of(dir, configs[c], "trec");
+        char *x = tu_slurp(a, NULL), *y = tu_slurp(b, NULL);
+        cr_assert_str_eq(x, y, "%s differs after %d kills (seed %u)", configs[c], kills, seed);
+        free(a), free(b), free(x), free(y);
+    }
+    kb_matrix_free(&m);
+    tu_rmtree(ref);
+    tu_rmtree(dir);
+    free(ref);
+    free(dir);
+}
+
+/* Writes shard i/n of a run: the samples it selects, for each config. */
+static void write_shard(const char *out, const kb_matrix *m, const char *hash, long i, long n,
+                        long n_samples)
+{
+    kb_run_info info = info_for(m, hash, i, n);
+    char *dir = kb_run_dir(out, "r", &info.shard);
+    kb_run run;
+    cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
+    for (size_t c = 0; c < m->n_configs; c++) {
+        kb_pred_file pf;
+        cr_assert_eq(kb_pred_file_open(&run, m->configs[c].name, "trec", NULL, &pf, &err), 0);
+        for (long s = 0; s < n_samples; s++)
+            if (kb_shard_selects(&info.shard, s))
+                append(&pf, s, m->configs[c].name);
+        kb_pred_file_close(&pf);
+    }
+    cr_assert_eq(kb_run_mark_finished(&run, &err), 0, "%s", err.msg);
+    kb_run_close(&run);
+    free(dir);
+}
+
+static char **shard_list(const char *out, long n)
+{
+    char **dirs = calloc((size_t)n, sizeof *dirs);
+    for (long i = 0; i < n; i++)
+        dirs[i] = kb_run_dir(out, "r", &(kb_shard){i, n});
+    return dirs;
+}
+
+static void free_list(char **dirs, long n)
+{
+    for (long i = 0; i < n; i++)
+        free(dirs[i]);
+    free(dirs);
+}
+
+Test(results, merged_shards_equal_an_unsharded_run)
+{
+    kb_matrix m;
+    matrix_from(&m, "{\"name\": \"h2o\", \"algorithm\": \"h2o\"}");
+    char *out = tu_mkdtemp(), *ref = tu_mkdtemp();
+    write_shard(ref, &m, "h", 0, 1, 10);
+    for (long i = 0; i < 3; i++)
+        write_shard(out, &m, "h", i, 3, 10);
+    char **dirs = shard_list(out, 3);
+    char *merged = kb_run_dir(out, "r", NULL);
+    size_t n_files = 0;
+    cr_assert_eq(kb_run_merge((const char *const *)dirs, 3, merged, false, NULL, &n_files, &err), 0,
+                 "%s", err.msg);
+    cr_assert_eq(n_files, 2);
+    char *refdir = kb_run_dir(ref, "r", NULL);
+    for (size_t c = 0; c < m.n_configs; c++) {
+        char *a = file_of(refdir, m.configs[c].name, "trec");
+        char *b = file_of(merged, m.configs[c].name, "trec");
+        char *x = tu_slurp(a, NULL), *y = tu_slurp(b, NULL);
+        cr_assert_str_eq(x, y);
+        free(a), free(b), free(x), free(y);
+    }
+    kb_run run;
+    cr_assert_eq(kb_run_load(merged, &run, &err), 0);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(run.json, "shard")));
+    kb_run_close(&run);
+
+    /* the CLI does the same from the run folder */
+    tu_result r = tu_kvbench("merge", merged, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "merged 3 shards"), "%s", r.out);
+    tu_result_free(&r);
+
+    free(refdir);
+    free(merged);
+    free_list(dirs, 3);
+    kb_matrix_free(&m);
+    tu_rmtree(out);
+    tu_rmtree(ref);
+    free(out);
+    free(ref);
+}
+
+static void expect_merge_refused_if(char **dirs, long n, const char *out, bool allow_unfinished,
+                                    const char *needle)
+{
+    size_t n_files;
+    cr_assert_lt(kb_run_merge((const char *const *)dirs, (size_t)n, out, allow_unfinished, NULL,
+                              &n_files, &err),
+                 0);
+    cr_assert(strstr(err.msg, needle), "wanted \"%s\" in: %s", needle, err.msg);
+}
+
+static void expect_merge_refused(char **dirs, long n, const char *out, const char *needle)
+{
+    expect_merge_refused_if(dirs, n, out, true, needle);
+}
+
+Test(results, merge_refuses_inconsistent_shards)
+{
+    kb_matrix m, m2;
+    matrix_from(&m, "{\"name\": \"h2o\", \"algorithm\": \"h2o\"}");
+    matrix_from(&m2, "{\"name\": \"h2o\", \"algorithm\": \"h2o\", \"start_size\": 8}");
+    char *out = tu_mkdtemp();
+    char *merged = kb_run_dir(out, "r", NULL);
+    char **dirs = shard_list(out, 2);
+
+    /* different model */
+    write_shard(out, &m, "h", 0, 2, 6);
+    write_shard(out, &m, "OTHER", 1, 2, 6);
+    expect_merge_refused(dirs, 2, merged, "different model hash");
+    tu_rmtree(dirs[1]);
+    /* a config called the same but different */
+    write_shard(out, &m2, "h", 1, 2, 6);
+    expect_merge_refused(dirs, 2, merged, "config \"h2o\" has a different hash");
+    tu_rmtree(dirs[1]);
+    /* a missing shard */
+    expect_merge_refused(dirs, 1, merged, "1 shard folders for a run split into 2 shards");
+    /* a shard given twice */
+    write_shard(out, &m, "h", 1, 2, 6);
+    char *twice[2] = {dirs[0], dirs[0]};
+    expect_merge_refused(twice, 2, merged, "given twice");
+    /* a shard still running (reopened: "finished" is reset) */
+    kb_run_info again = info_for(&m, "h", 1, 2);
+    kb_run running;
+    cr_assert_eq(kb_run_open(dirs[1], &again, &running, &err), 0, "%s", err.msg);
+    kb_run_close(&running);
+    expect_merge_refused_if(dirs, 2, merged, false, "shard 1/2 has not finished");
+    size_t n_files;
+    cr_assert_eq(kb_run_merge((const char *const *)dirs, 2, merged, true, NULL, &n_files, &err), 0,
+                 "%s", err.msg);
+    /* a line in the wrong shard */
+    char *bad = file_of(dirs[1], "h2o", "trec");
+    FILE *f = fopen(bad, "a");
+    cJSON *j = line_for(100, "h2o"); /* 100 % 2 == 0: belongs to shard 0 */
+    char *t = cJSON_PrintUnformatted(j);
+    fprintf(f, "%s\n", t);
+    fclose(f);
+    expect_merge_refused(dirs, 2, merged, "sample index 100 belongs to shard 0, not 1");
+    /* and through the CLI: exit 1 with the reason */
+    tu_result r =
+        tu_kvbench("merge", dirs[0], dirs[1], "--output", merged, "--allow-unfinished", NULL);
+    cr_assert_eq(r.status, 1);
+    cr_assert(strstr(r.err, "kvbench: merge: ") && strstr(r.err, "belongs to shard 0"), "%s",
+              r.err);
+    tu_result_free(&r);
+
+    free(t);
+    cJSON_Delete(j);
+    free(bad);
+    free_list(dirs, 2);
+    free(merged);
+    kb_matrix_free(&m);
+    kb_matrix_free(&m2);
+    tu_rmtree(out);
+    free(out);
+}
+
+/* ---- issue 17: locked and verified run folders ------------------------- */
+
+Test(results, a_run_folder_is_locked_while_a_run_writes_it)
+{
+    char *dir = tu_mkdtemp();
+    kb_matrix m;
+    matrix_from(&m, "");
+    kb_run_info info = info_for(&m, "h", 0, 1);
+    kb_run first, second;
+    cr_assert_eq(kb_run_open(dir, &info, &first, &err), 0, "%s", err.msg);
+    /* a flock belongs to the open file, so a second open in this process
+     * conflicts as another process's would */
+    cr_assert_lt(kb_run_open(dir, &info, &second, &err), 0);
+    char host[256], want[600];
+    gethostname(host, sizeof host);
+    snprintf(want, sizeof want,
+             "another kvbench run (pid %ld on host %s) is writing this run folder", (long)getpid(),
+             host);
+    cr_assert(strstr(err.msg, want), "%s", err.msg);
+    cr_assert(strstr(err.msg, "--name"), "a way out: %s", err.msg);
+    kb_run_close(&first);
+    cr_assert_eq(kb_run_open(dir, &info, &second, &err), 0, "released on close: %s", err.msg);
+    kb_run_close(&second);
+    kb_matrix_free(&m);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* Writes text as predictions/<config>/<task>.jsonl of the run in dir. */
+static char *plant(const char *dir, const char *config, const char *task, const char *text)
+{
+    char *pdir, *path = file_of(dir, config, task);
+    cr_assert_geq(asprintf(&pdir, "%s/predictions/%s", dir, config), 0);
+    cr_assert_eq(kv_mkdirs(pdir, &err), 0);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    free(pdir);
+    return path;
+}
+
+/* A line of the "full" trec file as text, with one field changed. */
+static char *full_line(long index, const char *key, const char *value)
+{
+    cJSON *j = line_for(index, "full");
+    if (key)
+        cJSON_ReplaceItemInObject(j, key, cJSON_CreateString(value));
+    char *text = cJSON_PrintUnformatted(j), *line;
+    cr_assert_geq(asprintf(&line, "%s\n", text), 0);
+    free(text);
+    cJSON_Delete(j);
+    return line;
+}
+
+static void expect_resume_refused(kb_run *run, const kb_idset *ids, const char *planted,
+                                  const char *needle)
+{
+    char *good = full_line(0, NULL, NULL), *text;
+    cr_assert_geq(asprintf(&text, "%s%s", good, planted), 0);
+    char *path = plant(run->dir, "full", "trec", text);
+    kb_pred_file pf;
+    cr_assert_lt(kb_pred_file_open(run, "full", "trec", ids, &pf, &err), 0, "kept: %s", planted);
+    char *at;
+    cr_assert_geq(asprintf(&at, "%s:2: ", path), 0);
+    cr_assert(strstr(err.msg, at), "file:line wanted: %s", err.msg);
+    cr_assert(strstr(err.msg, needle), "wanted \"%s\" in: %s", needle, err.msg);
+    cr_assert(strstr(err.msg, "remove that line (or the file) and run again"), "%s", err.msg);
+    char *after = tu_slurp(path, NULL);
+    cr_assert_str_eq(after, text, "a refused file is left as it was");
+    free(after);
+    free(at);
+    free(path);
+    free(text);
+    free(good);
+}
+
+Test(results, resume_keeps_only_lines_of_this_task_config_and_data)
+{
+    char *dir = tu_mkdtemp();
+    kb_matrix m;
+    matrix_from(&m, "{\"name\": \"h2o\", \"algorithm\": \"h2o\"}");
+    kb_run_info info = info_for(&m, "h", 0, 1);
+    kb_run run;
+    cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
+    kb_idset ids = {0};
+    for (long i = 0; i < 5; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "id%03ld", i);
+        cr_assert_eq(kb_idset_add(&ids, id), 1);
+    }
+    char *line;
+    line = full_line(1, "dataset", "qasper");
+    expect_resume_refused(&run, &ids, line,
+                          "a line of task \"qasper\" in the file of task \"trec\"");
+    free(line);
+    line = full_line(1, "config", "h2o");
+    expect_resume_refused(&run, &ids, line,
+                          "a line of config \"h2o\" in the file of config \"full\"");
+    free(line);
+    line = full_line(1, "config_hash", "0123456789abcdef");
+    expect_resume_refused(&run, &ids, line, "config hash 0123456789abcdef, but run.json gives");
+    free(line);
+    cJSON *j = line_for(1, "full");
+    cJSON_DeleteItemFromObject(j, "config_hash");
+    char *text1 = cJSON_PrintUnformatted(j);
+    cr_assert_geq(asprintf(&line, "%s\n", text1), 0);
+    expect_resume_refused(&run, &ids, line,
+                          "no config_hash (written by hand or by an older kvbench)");
+    free(line), free(text1);
+    cJSON_Delete(j);
+    line = full_line(1, "id", "not-in-the-data");
+    expect_resume_refused(&run, &ids, line, "sample \"not-in-the-data\" is not in the task's data");
+    free(line);
+
+    /* lines that belong are kept */
+    char *a = full_line(0, NULL, NULL), *b = full_line(1, NULL, NULL), *text;
+    cr_assert_geq(asprintf(&text, "%s%s", a, b), 0);
+    free(plant(dir, "full", "trec", text));
+    kb_pred_file pf;
+    cr_assert_eq(kb_pred_file_open(&run, "full", "trec", &ids, &pf, &err), 0, "%s", err.msg);
+    cr_assert_eq(pf.n_lines, 2);
+    kb_pred_file_close(&pf);
+    free(text), free(a), free(b);
+    kb_idset_free(&ids);
+    kb_run_close(&run);
+    kb_matrix_free(&m);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+Test(results, predictions_without_run_json_are_refused)
+{
+    char *dir = tu_mkdtemp();
+    kb_matrix m;
+    matrix_from(&m, "");
+    kb_run_info info = info_for(&m, "h", 0, 1);
+    char *line = full_line(0, NULL, NULL);
+    free(plant(dir, "full", "trec", line));
+    kb_run run;
+    cr_assert_lt(kb_run_open(dir, &info, &run, &err), 0);
+    cr_assert(strstr(err.msg, "predictions/ without run.json"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "move predictions/ away"), "a way out: %s", err.msg);
+    free(line);
+    kb_matrix_free(&m);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* trec has 10 samples; the other task's data is not here (unchecked) */
+static long ten_samples(void *ctx, const char *data, const char *task)
+{
+    (void)ctx, (void)data;
+    return strcmp(task, "trec") == 0 ? 10 : -1;
+}
+
+Test(results, merge_checks_line_counts_against_the_data)
+{
+    kb_matrix m;
+    matrix_from(&m, "{\"name\": \"h2o\", \"algorithm\": \"h2o\"}");
+    char *out = tu_mkdtemp();
+    char *merged = kb_run_dir(out, "r", NULL);
+    char **dirs = shard_list(out, 2);
+    kb_task_sizes sizes = {.count = ten_samples};
+    size_t n_files;
+    /* two finished shards of 10 samples: complete */
+    write_shard(out, &m, "h", 0, 2, 10);
+    write_shard(out, &m, "h", 1, 2, 10);
+    cr_assert_eq(kb_run_merge((const char *const *)dirs, 2, merged, false, &sizes, &n_files, &err),
+                 0, "%s", err.msg);
+    /* shard 1 marked finished but its h2o file misses sample 9 */
+    char *path = file_of(dirs[1], "h2o", "trec");
+    char *text = tu_slurp(path, NULL);
+    *strrchr(text, '\n') = '\0';
+    *(strrchr(text, '\n') + 1) = '\0';
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    free(text);
+    cr_assert_lt(kb_run_merge((const char *const *)dirs, 2, merged, false, &sizes, &n_files, &err),
+                 0);
+    cr_assert(strstr(err.msg, "the shards hold 9 lines, the data and limit give 10 samples"), "%s",
+              err.msg);
+    /* a (config, task) with no file in any shard */
+    unlink(path);
+    char *other = file_of(dirs[0], "h2o", "trec");
+    unlink(other);
+    cr_assert_lt(kb_run_merge((const char *const *)dirs, 2, merged, false, &sizes, &n_files, &err),
+                 0);
+    cr_assert(strstr(err.msg, "h2o/trec.jsonl: no shard has this file"), "%s", err.msg);
+    free(other);
+    free(path);
+    free(merged);
+    free_list(dirs, 2);
+    kb_matrix_free(&m);
+    tu_rmtree(out);
+    free(out);
+}
