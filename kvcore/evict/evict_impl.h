@@ -154,6 +154,16 @@ void kv_evict_top(const double *scores, int n, int k, int *idx);
  * first k of idx are the k best of them. */
 void kv_evict_top_among(const double *scores, int *idx, int n, int k);
 
+/* kvpress's ChunkKVPress selection (evict_chunkkv.c), for parity tests:
+ * scores[h * L + t] of n_heads heads over L slots, chunks of c slots from
+ * slot 0, compression ratio r. A chunk scores the mean over its slots of
+ * the heads' summed scores; the max(1, int(n_chunks (1 - r))) best chunks
+ * are kept, the same slots in every head. With no complete chunk (L < c)
+ * each head keeps its own int(L (1 - r)) best slots. Writes head h's kept
+ * slots, ascending, to keep[h * L ...] and their number to n_keep[h]. */
+int kv_chunkkv_select_kvpress(const double *scores, int n_heads, int L, int c, double r,
+                              int *keep, int *n_keep, kv_error *err);
+
 /* AdaKV's choice among the candidate entries of one layer (evict_adakv.c):
  * entry i is a token of KV head head[i] with score score[i]; entries are in
  * (position, head) order, so the later entry is the later token, or the

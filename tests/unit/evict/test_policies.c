@@ -527,3 +527,39 @@ Test(policies, tv_c5_chunkkv_is_per_group)
     KEPT(&s, 0, 3, 4, 5, 6, 7, 8);
     pol_free(&s);
 }
+
+/* TV-C1..C4: kvpress's own ChunkKV selection (kv_chunkkv_select_kvpress,
+ * for parity): chunk means of the heads' summed scores, a ratio of whole
+ * chunks, a kept partial chunk, and the token fallback below one chunk. */
+static void expect_chunks(const double *scores, int heads, int L, int c, double r,
+                          const int *want, int n_want)
+{
+    int keep[2 * 16], n_keep[2];
+    kv_error err;
+    cr_assert_eq(kv_chunkkv_select_kvpress(scores, heads, L, c, r, keep, n_keep, &err), 0, "%s",
+                 err.msg);
+    for (int h = 0; h < heads; h++) {
+        cr_assert_eq(n_keep[h], n_want, "head %d keeps %d, want %d", h, n_keep[h], n_want);
+        for (int i = 0; i < n_want; i++)
+            cr_assert_eq(keep[h * L + i], want[i], "head %d, kept %d: %d, want %d", h, i,
+                         keep[h * L + i], want[i]);
+    }
+}
+
+Test(policies, tv_c1_c4_chunkkv_kvpress_parity)
+{
+    static const double one[10] = {.1, .2, .3, .9, .8, .1, 0, .1, .2, .5};
+    /* C1: chunk means .2 .6 .1 .5; int(4 * .5) = 2 chunks: 4 tokens, not 5 */
+    expect_chunks(one, 1, 10, 3, 0.5, (const int[]){3, 4, 5, 9}, 4);
+    /* C2: a second head's .9s lift chunk 0 to a mean of 1.1, for both heads */
+    double two[20];
+    for (int t = 0; t < 10; t++) {
+        two[t] = one[t];
+        two[10 + t] = t < 3 ? .9 : 0;
+    }
+    expect_chunks(two, 2, 10, 3, 0.5, (const int[]){0, 1, 2, 3, 4, 5}, 6);
+    /* C3: L = 2 < c: the token fallback keeps int(2 * .5) = 1 slot per head */
+    expect_chunks((const double[]){.7, .4}, 1, 2, 3, 0.5, (const int[]){0}, 1);
+    /* C4: int(4 * (1 - 0.9)) = int(0.3999...) = 0, raised to 1 chunk */
+    expect_chunks(one, 1, 10, 3, 0.9, (const int[]){3, 4, 5}, 3);
+}
