@@ -164,6 +164,14 @@ void kv_evict_top_among(const double *scores, int *idx, int n, int k);
 int kv_chunkkv_select_kvpress(const double *scores, int n_heads, int L, int c, double r,
                               int *keep, int *n_keep, kv_error *err);
 
+/* kvpress's LagKVPress scores of one KV head (evict_lagkv.c), for parity
+ * tests: keys k and values v [L][D], n_sink sinks, partitions of lag
+ * tokens; score[L] gets 1 for the sinks and the tail, the rank / lag of
+ * each token within its partition (scored against the next one), or below
+ * n_sink + 2 lag tokens the ramp (t - n_sink) / (L - n_sink). */
+void kv_lagkv_scores_kvpress(const double *k, const double *v, int L, int D, int n_sink, int lag,
+                             double *score);
+
 /* AdaKV's choice among the candidate entries of one layer (evict_adakv.c):
  * entry i is a token of KV head head[i] with score score[i]; entries are in
  * (position, head) order, so the later entry is the later token, or the

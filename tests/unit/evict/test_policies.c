@@ -563,3 +563,22 @@ Test(policies, tv_c1_c4_chunkkv_kvpress_parity)
     /* C4: int(4 * (1 - 0.9)) = int(0.3999...) = 0, raised to 1 chunk */
     expect_chunks(one, 1, 10, 3, 0.9, (const int[]){3, 4, 5}, 3);
 }
+
+/* TV-L1, TV-L2: kvpress's LagKV scores (kv_lagkv_scores_kvpress, parity
+ * only: LagKV is not a kvbench policy). */
+Test(policies, tv_l1_l2_lagkv_kvpress_parity)
+{
+    /* L1: n_sink 1, lag 2; keys = values; partition {1, 2} against {3, 4} =
+     * {(0,0), (2,2)}: (1,0) -> (.5,0), std .354; (0,3) -> (0,1.5), std 1.061 */
+    static const double kv[12] = {0, 0, 1, 0, 0, 3, 0, 0, 2, 2, 9, 9};
+    double s[6];
+    kv_lagkv_scores_kvpress(kv, kv, 6, 2, 1, 2, s);
+    static const double want[6] = {1, 0, .5, 1, 1, 1};
+    for (int t = 0; t < 6; t++)
+        cr_assert_float_eq(s[t], want[t], 1e-12, "slot %d: %g, want %g", t, s[t], want[t]);
+    /* L2: L = 4 < n_sink + 2 lag = 5: the ramp, sinks 1 */
+    kv_lagkv_scores_kvpress(kv, kv, 4, 2, 1, 2, s);
+    static const double ramp[4] = {1, 0, 1.0 / 3, 2.0 / 3};
+    for (int t = 0; t < 4; t++)
+        cr_assert_float_eq(s[t], ramp[t], 1e-12, "slot %d: %g, want %g", t, s[t], ramp[t]);
+}
