@@ -695,6 +695,14 @@ int kb_pred_lines_check(const kb_pred_lines *l, const char *path, const kb_pred_
                            "task's data (the data changed since, or the line comes from other "
                            "data); %s",
                            path, i + 1, id, index, pos, REMOVE_LINE);
+        /* a shard's folder holds only its own samples, or merge would
+         * count a sample twice */
+        if (x->shard.count > 1 && !kb_shard_selects(&x->shard, index))
+            return kv_fail(err,
+                           "%s:%zu: sample \"%s\" has index %ld, which shard %ld of %ld runs, "
+                           "not this folder's shard %ld; %s",
+                           path, i + 1, id, index, index % x->shard.count, x->shard.count,
+                           x->shard.index, REMOVE_LINE);
     }
     return 0;
 }
@@ -782,8 +790,11 @@ int kb_pred_file_open(const kb_run *run, const char *config, const char *task, c
     free(name);
     int rc = kv_mkdirs(dir, err);
     free(dir);
-    kb_pred_expect x = {
-        .task = task, .config = config, .config_hash = run_config_hash(run, config), .ids = ids};
+    kb_pred_expect x = {.task = task,
+                        .config = config,
+                        .config_hash = run_config_hash(run, config),
+                        .ids = ids,
+                        .shard = {shard_field(run->json, "index"), shard_field(run->json, "count")}};
     if (rc == 0)
         rc = recover(pf, &x, err);
     if (rc == 0) {

@@ -116,6 +116,7 @@ typedef struct kb_pred_expect {
     const char *config_hash; /* "config_hash" (present and equal) */
     const kb_idset *ids;     /* the task data's sample ids: "id" is one of them, and
                               * "index" its position there when the set knows it */
+    kb_shard shard;          /* the folder's shard ({0, 0}: any): "index" is one it runs */
 } kb_pred_expect;
 
 /* Opens (creating folders as needed) and recovers the file as described at

@@ -383,6 +383,22 @@ Test(runner, shards_then_merge_equal_one_run)
     cr_assert_geq(asprintf(&scores, "%s/scores.json", merged), 0);
     cr_assert(kv_file_exists(scores));
     free(scores);
+    /* a line of shard 1 copied into shard 0's folder is refused at resume
+     * (merged, the sample would count twice) */
+    char *from, *to, *line;
+    cr_assert_geq(asprintf(&from, "%s/predictions/full/trec.jsonl", dirs[1]), 0);
+    cr_assert_geq(asprintf(&to, "%s/predictions/full/trec.jsonl", dirs[0]), 0);
+    size_t len;
+    cr_assert_not_null(line = tu_slurp(from, &len));
+    FILE *f = fopen(to, "a");
+    cr_assert_not_null(f);
+    fwrite(line, 1, strcspn(line, "\n") + 1, f);
+    fclose(f);
+    kb_runner_options o = {.shard = {0, 3}};
+    kb_runner_backend b = backend(&g, &m);
+    cr_assert_lt(kb_runner_run(&m, &o, "test", "hash0", &b, NULL, NULL, &st, &err), 0);
+    cr_assert(strstr(err.msg, "which shard 1 of 3 runs, not this folder's shard 0"), "%s", err.msg);
+    free(from), free(to), free(line);
     for (int i = 0; i < 3; i++)
         free(dirs[i]);
     free(rdir);
