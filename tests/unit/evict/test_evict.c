@@ -340,6 +340,48 @@ Test(evict_tv, tv5_h2o_norm_sum_counters)
     sim_free(&s);
 }
 
+/* TV-O1: kvpress's ObservedAttention is h2o + norm_sum. Its score of slot t
+ * is sum_q A[h, q, t] / (L - t), averaged over the GQA group (here both
+ * heads): computed here from the TV-5 attention itself, times 2 it equals
+ * kvbench's norm_sum score (column sum over counter) of slots 2..11, and
+ * the kept set is kvpress's. */
+Test(evict_tv, tv_o1_observed_attention_is_h2o_norm_sum)
+{
+    enum { L = 12, H = 2 };
+    double kvpress[L] = {0};
+    for (int h = 0; h < H; h++)
+        for (int q = 0; q < L; q++) {
+            double row[L], mx = -INFINITY, z = 0;
+            for (int t = 0; t <= q; t++)
+                mx = fmax(mx, row[t] = logit_tv5(0, h, q, t));
+            for (int t = 0; t <= q; t++)
+                z += row[t] = exp(row[t] - mx);
+            for (int t = 0; t <= q; t++)
+                kvpress[t] += row[t] / z / (L - t) / H;
+        }
+    sim s;
+    kv_evict_params p = params("h2o", "per_token", 32, 2, 3, 4);
+    strcpy(p.score_aggregation, "norm_sum");
+    sim_init(&s, &p, 1, H, logit_tv5);
+    int q[L];
+    for (int i = 0; i < L; i++) {
+        q[i] = i;
+        append(s.cache, 0, i);
+    }
+    sim_attend(&s, 0, q, L, true);
+    s.cache->next_pos = L;
+    int n_scores, n_counters;
+    const double *sc = kv_evictor_scores(s.ev, 0, &n_scores);
+    const double *cnt = kv_evictor_counters(s.ev, 0, &n_counters);
+    cr_assert_geq(n_scores, L);
+    for (int t = 2; t < L; t++)
+        cr_assert_float_eq(sc[t] / cnt[t], 2 * kvpress[t], 1e-12, "slot %d: %.15g vs 2 x %.15g", t,
+                           sc[t] / cnt[t], kvpress[t]);
+    sim_compress(&s);
+    POS(&s, 0, 0, 1, 2, 4, 5, 6, 9, 10, 11);
+    sim_free(&s);
+}
+
 Test(evict_tv, tv5_h2o_per_group)
 {
     sim s;
