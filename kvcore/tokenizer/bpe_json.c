@@ -150,7 +150,7 @@ typedef struct vocab_batch {
 
 static int grow_bytes(char **bytes, size_t *cap, size_t need, kv_error *err)
 {
-    if (need <= *cap)
+    if (need <= *cap && *bytes) /* allocated even for an empty first token: NULL + 0 is UB */
         return 0;
     char *m = realloc(*bytes, need * 2 + 4096);
     if (!m)
