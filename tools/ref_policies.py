@@ -35,6 +35,7 @@ import numpy as np
 
 sys.path.insert(0, sys.argv[1])
 import safetensors_np  # noqa: E402
+from ref_fixture import write_greedy_fixture  # noqa: E402
 
 model_dir, ids_path, cfg_path, out = sys.argv[2:6]
 ids = [int(x) for x in open(ids_path).read().split(",")]
@@ -228,20 +229,4 @@ def forward(tokens, start_pos, step, trace):
     return x @ lm_head.T
 
 
-trace, new, chose = [], [], []
-logits = forward(ids, 0, 0, trace)[-1]
-n_pos = len(ids)
-for step in range(1, 33):
-    nxt = int(np.argmax(logits))
-    new.append(nxt)
-    chose.append(logits.astype(np.float32))
-    if step == 32:
-        break
-    logits = forward([nxt], n_pos, step, trace)[-1]
-    n_pos += 1
-with open(out + ".trace.jsonl", "w") as f:
-    for e in trace:
-        f.write(json.dumps(e) + "\n")
-with open(out + ".tokens.json", "w") as f:
-    json.dump({"tokens": new}, f)
-np.save(out + ".logits.npy", np.stack(chose))
+write_greedy_fixture(forward, ids, out)
