@@ -328,12 +328,14 @@ int kb_report_run_load(const char *dir, kb_report_run *out, kv_error *err)
     out->model_hash = dup_or(kb_run_string(&run, "model_hash"), "?");
     out->protocol = dup_or(kb_run_string(&run, "protocol"), "?");
     out->compute = dup_or(kb_run_string(&run, "compute"), "f32");
-    const cJSON *configs = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(run.json, "matrix"), "configs");
+    const cJSON *matrix = cJSON_GetObjectItemCaseSensitive(run.json, "matrix");
+    const cJSON *configs = cJSON_GetObjectItemCaseSensitive(matrix, "configs");
+    const cJSON *tasks = cJSON_GetObjectItemCaseSensitive(matrix, "tasks");
     out->configs = configs ? cJSON_Duplicate(configs, true) : cJSON_CreateArray();
+    out->tasks = tasks ? cJSON_Duplicate(tasks, true) : cJSON_CreateArray();
     kb_run_close(&run);
     if (!out->dir || !out->name || !out->kvbench_version || !out->model || !out->model_hash ||
-        !out->protocol || !out->compute || !out->configs) {
+        !out->protocol || !out->compute || !out->configs || !out->tasks) {
         kb_report_run_free(out);
         return kv_fail(err, "out of memory");
     }
@@ -358,6 +360,7 @@ void kb_report_run_free(kb_report_run *run)
     free(run->protocol);
     free(run->compute);
     cJSON_Delete(run->configs);
+    cJSON_Delete(run->tasks);
     kb_score_rows_free(run->rows, run->n_rows);
     if (run->lengths) {
         length_view_free(run->lengths);
@@ -567,6 +570,8 @@ typedef struct pivot {
     const char **tasks; /* LongBench order */
     size_t nt;
     const kb_score_row **cell; /* [c * nt + t], NULL when missing */
+    bool *scored;              /* [t]: some config has a score of task t */
+    size_t n_scored;
     int full;                  /* row of the full cache, -1 when absent */
 } pivot;
 
@@ -598,6 +603,7 @@ static void pivot_free(pivot *p)
     free(p->configs);
     free(p->tasks);
     free(p->cell);
+    free(p->scored);
     memset(p, 0, sizeof *p);
 }
 
@@ -608,7 +614,7 @@ static int pivot_build(pivot *p, const kb_report_run *run)
     p->full = -1;
     size_t n = run->n_rows ? run->n_rows : 1;
     p->configs = calloc(n + (size_t)cJSON_GetArraySize(run->configs), sizeof *p->configs);
-    p->tasks = calloc(n, sizeof *p->tasks);
+    p->tasks = calloc(n + (size_t)cJSON_GetArraySize(run->tasks), sizeof *p->tasks);
     if (!p->configs || !p->tasks) {
         pivot_free(p);
         return -1;
@@ -628,9 +634,17 @@ static int pivot_build(pivot *p, const kb_report_run *run)
         if (!in_list(p->tasks, p->nt, run->rows[i].task))
             p->tasks[p->nt++] = run->rows[i].task;
     }
+    /* a task of the matrix without any row is a column of "–": left out,
+     * the table would read as if the run had never been asked for it */
+    for (const cJSON *t = run->tasks ? run->tasks->child : NULL; t; t = t->next) {
+        const char *name = str(t, "task");
+        if (name && !in_list(p->tasks, p->nt, name))
+            p->tasks[p->nt++] = name;
+    }
     qsort(p->tasks, p->nt, sizeof *p->tasks, cmp_task_names);
     p->cell = calloc(p->nc * p->nt + 1, sizeof *p->cell);
-    if (!p->cell) {
+    p->scored = calloc(p->nt + 1, sizeof *p->scored);
+    if (!p->cell || !p->scored) {
         pivot_free(p);
         return -1;
     }
@@ -638,6 +652,8 @@ static int pivot_build(pivot *p, const kb_report_run *run)
         size_t c = index_of(p->configs, p->nc, run->rows[i].config);
         size_t t = index_of(p->tasks, p->nt, run->rows[i].task);
         p->cell[c * p->nt + t] = &run->rows[i];
+        p->n_scored += !p->scored[t];
+        p->scored[t] = true;
     }
     p->full = (int)index_of(p->configs, p->nc, "full");
     if ((size_t)p->full == p->nc)
@@ -658,9 +674,11 @@ typedef struct task_set {
     bool en16;
 } task_set;
 
+/* A task without any score is in no average: its "–" column says so. */
 static bool in_set(const pivot *p, size_t t, task_set set)
 {
-    return (!set.category || strcmp(kb_task_category(p->tasks[t]), set.category) == 0) &&
+    return p->scored[t] &&
+           (!set.category || strcmp(kb_task_category(p->tasks[t]), set.category) == 0) &&
            (!set.en16 || kb_task_in_en16(p->tasks[t]));
 }
 
@@ -688,7 +706,7 @@ static bool has_en16(const pivot *p)
 {
     size_t en = 0;
     for (size_t t = 0; t < p->nt; t++)
-        en += kb_task_in_en16(p->tasks[t]);
+        en += p->scored[t] && kb_task_in_en16(p->tasks[t]);
     return en == 16;
 }
 
@@ -696,7 +714,7 @@ static bool has_en16(const pivot *p)
  * column over everything is then printed beside the EN16 headline. */
 static bool extra_avg(const pivot *p)
 {
-    return has_en16(p) && p->nt > 16;
+    return has_en16(p) && p->n_scored > 16;
 }
 
 /* The tasks of the headline number: the 16 English tasks when the run has
@@ -1107,7 +1125,7 @@ int kb_report_write_averages_csv(FILE *f, const kb_report_run *runs, size_t n)
             if (has_en16(&p))
                 csv_average(f, &p, c, "EN16", headline_set(&p), 16);
             if (!has_en16(&p) || extra_avg(&p))
-                csv_average(f, &p, c, "Avg", (task_set){NULL, false}, p.nt);
+                csv_average(f, &p, c, "Avg", (task_set){NULL, false}, p.n_scored);
         }
         pivot_free(&p);
     }
@@ -1165,6 +1183,22 @@ static void md_delta_cell(FILE *f, kb_estimate d)
     fprintf(f, "%s%s |", *mark ? " " : "", mark);
 }
 
+/* Names the matrix's tasks that no config has a score of, under the table. */
+static void md_unscored_note(FILE *f, const pivot *p)
+{
+    if (p->n_scored == p->nt)
+        return;
+    fputs("\n– : no score of", f);
+    for (size_t t = 0, k = 0; t < p->nt; t++)
+        if (!p->scored[t]) {
+            fputs(k++ ? ", " : " ", f);
+            md_text(f, p->tasks[t]);
+        }
+    fputs(" (an empty task file reported as missing, or not run yet); the averages leave "
+          "it out.\n",
+          f);
+}
+
 static void md_table(FILE *f, const pivot *p)
 {
     fputs("| config | budget |", f);
@@ -1177,7 +1211,7 @@ static void md_table(FILE *f, const pivot *p)
         if (category_present(p, kb_task_categories[c]))
             fprintf(f, " %s |", kb_task_categories[c]);
     if (extra_avg(p))
-        fprintf(f, " Avg (%zu) |", p->nt);
+        fprintf(f, " Avg (%zu) |", p->n_scored);
     fprintf(f, " **%s** | Δ full |\n|---|--:|", avg_label(p));
     for (size_t t = 0; t < p->nt; t++)
         fputs("--:|", f);
@@ -1206,6 +1240,7 @@ static void md_table(FILE *f, const pivot *p)
         md_delta_cell(f, avg.delta);
         fputc('\n', f);
     }
+    md_unscored_note(f, p);
 }
 
 static void md_params(FILE *f, const kb_report_run *run)
@@ -1916,7 +1951,7 @@ static void html_table(FILE *f, const pivot *p, const kb_change *ch, size_t n_ch
         if (category_present(p, kb_task_categories[k]))
             fprintf(f, "<th class='cat'>%s</th>", kb_task_categories[k]);
     if (extra_avg(p))
-        fprintf(f, "<th>Avg (%zu)</th>", p->nt);
+        fprintf(f, "<th>Avg (%zu)</th>", p->n_scored);
     fprintf(f, "<th>%s</th><th>Δ full (95 %% interval)</th></tr>\n", avg_label(p));
     for (size_t c = 0; c < p->nc; c++) {
         long b = config_budget(p->run, p->configs[c]);

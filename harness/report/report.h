@@ -65,6 +65,9 @@ typedef struct kb_report_run {
     char *protocol;
     char *compute; /* "f32" or "bf16" (runs from before the modes: "f32") */
     cJSON *configs; /* run.json matrix.configs: name, hash, budget, params */
+    cJSON *tasks;   /* run.json matrix.tasks: every task the run was asked for, so that
+                       one without a score (--empty-tasks missing, or not run yet)
+                       shows as "–" instead of vanishing from the table */
     kb_score_row *rows;
     size_t n_rows;
     struct kb_length_view *lengths; /* scores by context length, built when loaded (report.c);
