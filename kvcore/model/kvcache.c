@@ -106,13 +106,26 @@ kv_cache *kv_cache_fork(const kv_cache *c, int cap_hint, kv_error *err)
     return f;
 }
 
+/* Slots added when a full layer takes one more token: an eighth (amortized
+ * growth, as doubling), at least 64, but not a doubling -- a decode grows
+ * its cache one slot a step, and a fork that keeps its whole prompt (budget
+ * above the prompt) would otherwise hold twice its tokens for the rest of
+ * the answer (measured: 6.29 GB peak for a 31-config sweep at 512 tokens
+ * where its slots add up to 4.9 GB). */
+static int grow_step(int cap)
+{
+    return cap / 8 > 64 ? cap / 8 : 64;
+}
+
 int kv_cache_reserve(kv_cache *c, int n, kv_error *err)
 {
     for (int i = 0; i < c->n_layers; i++) {
         kv_cache_layer *l = &c->layers[i];
         if (l->len + n <= l->cap)
             continue;
-        int cap = l->cap * 2 > l->len + n ? l->cap * 2 : l->len + n;
+        int cap = l->cap + grow_step(l->cap);
+        if (cap < l->len + n)
+            cap = l->len + n;
         if (layer_resize(l, kv_cache_row(c), c->n_kv_heads, cap, err) != 0)
             return -1;
     }

@@ -472,3 +472,35 @@ Test(generate_cli, bench_machine_measures_at_the_kernel_level)
     cr_expect(strstr(r.err, "kvbench: --buffer-mib"), "%s", r.err);
     tu_result_free(&r);
 }
+
+/* A decode grows its cache one slot a step. A fork that kept its whole
+ * prompt starts full (len + 1 slots), and doubling would then hold twice its
+ * tokens for the rest of the answer: growth stays within max(64, cap / 8)
+ * slots of what the layer holds, and never copies a slot's contents wrong. */
+Test(kvcache, one_slot_a_step_grows_by_an_eighth_not_a_doubling)
+{
+    kv_error err;
+    int prompt = 2048;
+    kv_cache *c = kv_cache_new(2, 1, 4, prompt + 1, &err);
+    cr_assert_not_null(c, "%s", err.msg);
+    for (int l = 0; l < 2; l++) { /* the prompt, and the room for its first token */
+        c->layers[l].len = prompt;
+        for (int at = 0; at < prompt * 4; at++)
+            c->layers[l].k[at] = (float)at;
+    }
+    for (int step = 0; step < 600; step++) {
+        cr_assert_eq(kv_cache_reserve(c, 1, &err), 0, "%s", err.msg);
+        for (int l = 0; l < 2; l++) {
+            kv_cache_layer *L = &c->layers[l];
+            int at = L->len++;
+            for (int d = 0; d < 4; d++)
+                L->k[(size_t)at * 4 + (size_t)d] = (float)(at * 4 + d);
+            int slack = L->len / 8 > 64 ? L->len / 8 : 64;
+            cr_assert_leq(L->cap, L->len + slack, "step %d: cap %d for %d slots", step, L->cap,
+                          L->len);
+        }
+    }
+    for (int at = 0; at < c->layers[1].len; at++)
+        cr_assert_eq(c->layers[1].k[(size_t)at * 4 + 3], (float)(at * 4 + 3));
+    kv_cache_free(c);
+}
