@@ -509,3 +509,106 @@ void kv_axpy(float *y, float a, const float *x, int n)
     for (; i < n; i++)
         y[i] += a * x[i];
 }
+
+#ifdef KV_AVX2
+/* hsum8 of eight vectors at once, lane j = hsum8(v[j]), with hsum8's pairs
+ * in hsum8's order: ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)). */
+static inline __m256 hsum8x8(const __m256 v[8])
+{
+    __m256 t[4]; /* t[j]: the four lane pairs of v[j] | those of v[j + 4] */
+    for (int j = 0; j < 4; j++)
+        t[j] = _mm256_add_ps(_mm256_permute2f128_ps(v[j], v[j + 4], 0x20),
+                             _mm256_permute2f128_ps(v[j], v[j + 4], 0x31));
+    /* c01: (s0 + s2, s1 + s3) of rows 0, 1 | 4, 5; c23: of rows 2, 3 | 6, 7 */
+    __m256 c01 = _mm256_add_ps(_mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                               _mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m256 c23 = _mm256_add_ps(_mm256_shuffle_ps(t[2], t[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                               _mm256_shuffle_ps(t[2], t[3], _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm256_add_ps(_mm256_shuffle_ps(c01, c23, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm256_shuffle_ps(c01, c23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* kv_dot's two accumulators, summed, for four rows b + j * stride. */
+static inline void dot4_acc(const float *a, const float *b, size_t stride, int n, __m256 *out)
+{
+    __m256 e[4], o[4];
+    for (int j = 0; j < 4; j++)
+        e[j] = o[j] = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 a0 = _mm256_loadu_ps(a + i), a1 = _mm256_loadu_ps(a + i + 8);
+        for (int j = 0; j < 4; j++) {
+            e[j] = _mm256_fmadd_ps(a0, _mm256_loadu_ps(b + (size_t)j * stride + (size_t)i), e[j]);
+            o[j] = _mm256_fmadd_ps(a1, _mm256_loadu_ps(b + (size_t)j * stride + (size_t)i + 8),
+                                   o[j]);
+        }
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 a0 = _mm256_loadu_ps(a + i);
+        for (int j = 0; j < 4; j++)
+            e[j] = _mm256_fmadd_ps(a0, _mm256_loadu_ps(b + (size_t)j * stride + (size_t)i), e[j]);
+    }
+    for (int j = 0; j < 4; j++)
+        out[j] = _mm256_add_ps(e[j], o[j]);
+}
+#endif
+
+void kv_dot8(const float *a, const float *b, size_t stride, int n, float scale, float *out)
+{
+#ifdef KV_AVX2
+    if (n % 8 == 0) { /* kv_dot has no scalar tail to add after its sum */
+        __m256 v[8];
+        dot4_acc(a, b, stride, n, v);
+        dot4_acc(a, b + 4 * stride, stride, n, v + 4);
+        _mm256_storeu_ps(out, _mm256_mul_ps(hsum8x8(v), _mm256_set1_ps(scale)));
+        return;
+    }
+#endif
+    for (int j = 0; j < 8; j++)
+        out[j] = kv_dot(a, b + (size_t)j * stride, n) * scale;
+}
+
+void kv_axpy_rows(float *y, size_t y_stride, int ny, const float *a, size_t a_stride,
+                  const float *x, size_t x_stride, int nx, int n)
+{
+    int i = 0;
+#ifdef KV_AVX2
+    /* 32 floats of two outputs in eight registers while the rows pass: kv_axpy's
+     * FMAs, without a load and a store of y per row */
+    for (; i + 32 <= n; i += 32) {
+        int h = 0;
+        for (; h + 2 <= ny; h += 2) {
+            float *y0 = y + (size_t)h * y_stride + i, *y1 = y0 + y_stride;
+            const float *a0 = a + (size_t)h * a_stride, *a1 = a0 + a_stride;
+            __m256 s0[4], s1[4];
+            for (int k = 0; k < 4; k++) {
+                s0[k] = _mm256_loadu_ps(y0 + 8 * k);
+                s1[k] = _mm256_loadu_ps(y1 + 8 * k);
+            }
+            for (int j = 0; j < nx; j++) {
+                const float *xj = x + (size_t)j * x_stride + i;
+                __m256 b0 = _mm256_broadcast_ss(a0 + j), b1 = _mm256_broadcast_ss(a1 + j);
+                for (int k = 0; k < 4; k++) {
+                    __m256 xv = _mm256_loadu_ps(xj + 8 * k);
+                    s0[k] = _mm256_fmadd_ps(b0, xv, s0[k]);
+                    s1[k] = _mm256_fmadd_ps(b1, xv, s1[k]);
+                }
+            }
+            for (int k = 0; k < 4; k++) {
+                _mm256_storeu_ps(y0 + 8 * k, s0[k]);
+                _mm256_storeu_ps(y1 + 8 * k, s1[k]);
+            }
+        }
+        for (; h < ny; h++)
+            for (int j = 0; j < nx; j++)
+                kv_axpy(y + (size_t)h * y_stride + i, a[(size_t)h * a_stride + (size_t)j],
+                        x + (size_t)j * x_stride + i, 32);
+    }
+#endif
+    /* the rest as kv_axpy does it (8 lanes, then one at a time) */
+    if (i < n)
+        for (int h = 0; h < ny; h++)
+            for (int j = 0; j < nx; j++)
+                kv_axpy(y + (size_t)h * y_stride + i, a[(size_t)h * a_stride + (size_t)j],
+                        x + (size_t)j * x_stride + i, n - i);
+}

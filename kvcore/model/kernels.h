@@ -139,4 +139,19 @@ float kv_dot(const float *a, const float *b, int n);
 /* y += a * x over n floats. */
 void kv_axpy(float *y, float a, const float *x, int n);
 
+/* The two halves of decode attention, for a run of cache slots at a time.
+ * Each result has the bits of the kv_dot / kv_axpy calls it replaces (the
+ * same FMAs per lane, the same order of sums), so the forward's logits do
+ * not change; they are faster because a slot's row is read once for many
+ * results and the horizontal sums of eight dot products share shuffles. */
+
+/* out[j] = kv_dot(a, b + j * stride, n) * scale for j < 8. */
+void kv_dot8(const float *a, const float *b, size_t stride, int n, float scale, float *out);
+
+/* For each of ny outputs y_h = y + h * y_stride, the rows x_j = x + j *
+ * x_stride taken in order j = 0..nx-1: y_h += a[h * a_stride + j] * x_j over
+ * n floats, as nx calls of kv_axpy would. */
+void kv_axpy_rows(float *y, size_t y_stride, int ny, const float *a, size_t a_stride,
+                  const float *x, size_t x_stride, int nx, int n);
+
 #endif

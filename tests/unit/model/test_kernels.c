@@ -234,3 +234,46 @@ Test(kernels, a_level_the_cpu_lacks_is_refused)
     cr_expect(strstr(err.msg, "avx512bf16") != NULL, "%s", err.msg);
     cr_expect_eq(kv_isa_set(KV_ISA_AVX2, &err), 0, "the baseline always runs");
 }
+
+/* Decode attention's slot-run kernels give the bits of the kv_dot and
+ * kv_axpy calls they replace: any other order of sums would move every
+ * model's logits. Lengths cover whole blocks of 16 and 32, an 8-lane tail,
+ * and a scalar tail (the fallback); strides are not multiples of n. */
+Test(kernels, attention_slot_runs_equal_dot_and_axpy_bit_for_bit)
+{
+    static const int lens[] = {8, 16, 24, 64, 128, 136, 13};
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+        int n = lens[li];
+        size_t stride = (size_t)n + 37;
+        float *a = malloc((size_t)n * sizeof *a), *b = malloc(8 * stride * sizeof *b);
+        for (int i = 0; i < n; i++)
+            a[i] = rnd();
+        for (size_t i = 0; i < 8 * stride; i++)
+            b[i] = rnd();
+        float got[8], scale = 0.0883883f;
+        kv_dot8(a, b, stride, n, scale, got);
+        for (int j = 0; j < 8; j++) {
+            float want = kv_dot(a, b + (size_t)j * stride, n) * scale;
+            cr_assert_eq(bits(got[j]), bits(want), "n %d row %d: %.9g vs %.9g", n, j, got[j],
+                         want);
+        }
+        /* three outputs (a pair and a lone head), 1..8 rows in order */
+        for (int nx = 1; nx <= 8; nx++) {
+            size_t ys = (size_t)n + 3, as = 11;
+            float *y = malloc(3 * ys * sizeof *y), *w = malloc(3 * ys * sizeof *w);
+            float *coef = malloc(3 * as * sizeof *coef);
+            for (size_t i = 0; i < 3 * ys; i++)
+                y[i] = w[i] = rnd();
+            for (size_t i = 0; i < 3 * as; i++)
+                coef[i] = rnd();
+            kv_axpy_rows(y, ys, 3, coef, as, b, stride, nx, n);
+            for (int h = 0; h < 3; h++)
+                for (int j = 0; j < nx; j++)
+                    kv_axpy(w + (size_t)h * ys, coef[(size_t)h * as + (size_t)j],
+                            b + (size_t)j * stride, n);
+            cr_assert_eq(memcmp(y, w, 3 * ys * sizeof *y), 0, "n %d, %d rows", n, nx);
+            free(y), free(w), free(coef);
+        }
+        free(a), free(b);
+    }
+}
