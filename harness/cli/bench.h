@@ -5,6 +5,7 @@
 #define KB_BENCH_H
 
 #include "cli/cli.h"
+#include "util/pool.h"
 
 /* Tokenizer load time and encode/decode throughput (--model, --file). */
 int kb_bench_tokenizer(const kb_args *a);
@@ -18,6 +19,14 @@ int kb_bench_sweep(const kb_args *a);
  * BF16 dot-product throughput at the kernel level in use, and memory read
  * bandwidth (--threads, --repeats, --buffer-mib, --json). */
 int kb_bench_machine(const kb_args *a);
+
+/* What bench machine measures, as one figure each (median of `repeats`
+ * runs on pool's threads, wall time): FP32 FMA GFLOP/s at the active kernel
+ * level and DRAM read GB/s. The roofline other benches compare against. */
+typedef struct kb_machine_limit {
+    double fp32_gflops, read_gbps;
+} kb_machine_limit;
+int kb_machine_limits(kv_pool *pool, int repeats, kb_machine_limit *out);
 
 /* The median of n values (sorts v). */
 double kb_median(double *v, int n);

@@ -217,6 +217,39 @@ static long llc_bytes(void)
     return l3 > 0 ? l3 : l2 > 0 ? l2 : 0;
 }
 
+/* The read buffer: mib MiB, or (mib = 0) eight times the LLC and at least
+ * 512 MiB, so that no pass can be served from cache; whole tasks. */
+static size_t read_buffer_bytes(long mib)
+{
+    long llc = llc_bytes();
+    size_t bytes = mib > 0 ? (size_t)mib << 20
+                           : (size_t)(8 * llc > (512L << 20) ? 8 * llc : 512L << 20);
+    return (bytes + READ_CHUNK - 1) / READ_CHUNK * READ_CHUNK;
+}
+
+int kb_machine_limits(kv_pool *pool, int repeats, kb_machine_limit *out)
+{
+    int nt = kv_pool_threads(pool);
+    loop_kind fma = kv_isa_active() >= KV_ISA_AVX512 ? LOOP_FMA_AVX512 : LOOP_FMA_AVX2;
+    size_t bytes = read_buffer_bytes(0);
+    figure f;
+    if (measure(pool, fma, NULL, nt * TASKS_PER_THREAD, repeats, &f) != 0)
+        return -1;
+    out->fp32_gflops = kb_median(f.v, f.n);
+    float *buf = aligned_alloc(64, bytes);
+    if (!buf) {
+        kb_error("bench: cannot allocate the %zu MiB read buffer", bytes >> 20);
+        return -1;
+    }
+    memset(buf, 0, bytes);
+    int rc = measure(pool, LOOP_READ, buf, (int)(bytes / READ_CHUNK), repeats, &f);
+    free(buf);
+    if (rc != 0)
+        return -1;
+    out->read_gbps = kb_median(f.v, f.n);
+    return 0;
+}
+
 int kb_bench_machine(const kb_args *a)
 {
     long threads = 0, repeats = 5, mib = 0;
@@ -238,12 +271,9 @@ int kb_bench_machine(const kb_args *a)
     }
     int nt = kv_pool_threads(pool);
     kv_isa isa = kv_isa_active();
-    /* Eight times the LLC, at least 512 MiB: no pass can be served from cache. */
-    long llc = llc_bytes();
-    size_t bytes = mib > 0 ? (size_t)mib << 20 : (size_t)(8 * llc > (512L << 20) ? 8 * llc : 512L << 20);
-    bytes = (bytes + READ_CHUNK - 1) / READ_CHUNK * READ_CHUNK;
+    size_t bytes = read_buffer_bytes(mib);
     fprintf(stderr, "# kernels %s, %d threads; last-level cache %ld KiB, read buffer %zu MiB\n",
-            kv_isa_name(isa), nt, llc >> 10, bytes >> 20);
+            kv_isa_name(isa), nt, llc_bytes() >> 10, bytes >> 20);
     figure f;
     int rc = 0;
     loop_kind fma = isa >= KV_ISA_AVX512 ? LOOP_FMA_AVX512 : LOOP_FMA_AVX2;

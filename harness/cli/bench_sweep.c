@@ -10,6 +10,10 @@
  * full cache alone. The modes alternate within each repeat (the order
  * reversed every other repeat), so a busy neighbour slows all of them.
  * Batched and sequential must produce the same tokens; the bench checks it.
+ * Next to each ratio stands the one an engine at this machine's limits
+ * would reach with the same prefill (FP32 FMA peak and read bandwidth,
+ * measured first with bench machine's loops; machine_limit_s), so a target
+ * ratio can be judged against what the hardware allows.
  *
  * The configs are the issue's sweep: H2O and SnapKV x intermediate 160, 416,
  * 928, 1952 x sum / norm_sum (16), then the same with rerotation (32); K
@@ -56,6 +60,7 @@ typedef struct sweep {
     kv_cache *base;
     kv_attn_stats *stats;
     float *logits;
+    kb_machine_limit lim; /* measured before the repeats */
 } sweep;
 
 static int on_step(void *user, kv_cache *c, const kv_attn_stats *stats, int step, kv_error *err)
@@ -79,24 +84,60 @@ static int fork_row(sweep *s, int row, kv_cache **c, kv_generate_opts *g, kv_err
     return kv_evictor_fork(ev, s->base, &s->prefill_req, s->stats, c, NULL, NULL, err);
 }
 
+/* What a mode's decode had to do, for its roofline (machine_limit_s). */
+typedef struct work {
+    double passes;     /* weight passes: forwards of the longest row when
+                          batched, of every row one after another */
+    double row_steps;  /* Σ over rows of their forwards */
+    double slot_steps; /* Σ over rows and their forwards of the slots of all
+                          layers that attention read (from the lengths before
+                          and after: growth and eviction are steady) */
+} work;
+
+static double cache_slots(const kv_cache *c)
+{
+    double n = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        n += c->layers[l].len;
+    return n;
+}
+
+static void add_row_work(work *w, const kv_cache *c, double slots_before, int forwards,
+                         bool batched)
+{
+    w->row_steps += forwards;
+    w->slot_steps += forwards * (slots_before + cache_slots(c)) / 2;
+    if (!batched)
+        w->passes += forwards;
+    else if (forwards > w->passes)
+        w->passes = forwards;
+}
+
 /* Decodes rows [0, n) together (batched) or one after another; ids[row]
- * gets each row's tokens ([gen] each). Returns the wall seconds. */
-static double decode_rows(sweep *s, int n, bool batched, int32_t *ids, kv_error *err)
+ * gets each row's tokens ([gen] each), *w what the decode did. Returns the
+ * wall seconds. */
+static double decode_rows(sweep *s, int n, bool batched, int32_t *ids, work *w, kv_error *err)
 {
     kv_cache *caches[MAX_CONFIGS + 1] = {0};
     kv_generate_opts gs[MAX_CONFIGS + 1];
     const kv_generate_opts *opts[MAX_CONFIGS + 1];
     const float *lasts[MAX_CONFIGS + 1];
     kv_generation outs[MAX_CONFIGS + 1] = {0};
+    double slots[MAX_CONFIGS + 1];
+    *w = (work){0};
     double t0 = kv_clock_s();
     int rc = 0;
     for (int r = 0; r < n && rc == 0; r++) {
         opts[r] = &gs[r];
         lasts[r] = s->logits;
-        if (batched)
-            rc = fork_row(s, r, &caches[r], &gs[r], err);
-        else if ((rc = fork_row(s, r, &caches[r], &gs[r], err)) == 0) {
+        if (batched) {
+            if ((rc = fork_row(s, r, &caches[r], &gs[r], err)) == 0)
+                slots[r] = cache_slots(caches[r]);
+        } else if ((rc = fork_row(s, r, &caches[r], &gs[r], err)) == 0) {
+            slots[r] = cache_slots(caches[r]);
             rc = kv_generate_from(s->m, caches[r], s->logits, &gs[r], &outs[r], err);
+            if (rc == 0)
+                add_row_work(w, caches[r], slots[r], outs[r].n_decode_forwards, false);
             kv_cache_free(caches[r]);
             caches[r] = NULL;
         }
@@ -104,6 +145,8 @@ static double decode_rows(sweep *s, int n, bool batched, int32_t *ids, kv_error 
     if (rc == 0 && batched)
         rc = kv_generate_batch(s->m, n, caches, lasts, opts, outs, NULL, err);
     double t = kv_clock_s() - t0;
+    for (int r = 0; r < n && rc == 0 && batched; r++)
+        add_row_work(w, caches[r], slots[r], outs[r].n_decode_forwards, true);
     for (int r = 0; r < n; r++) {
         if (rc == 0)
             memcpy(ids + (size_t)r * (size_t)s->o->gen, outs[r].ids,
@@ -172,11 +215,33 @@ static void teardown(sweep *s)
     kv_model_free(s->m);
 }
 
+/* The least time a decode doing w could take on this machine: its FLOPs at
+ * the FP32 FMA peak plus its bytes at the read bandwidth (the projections
+ * are compute-bound when batched and attention is memory-bound; they run
+ * one after another, so the two times add). FLOPs: 2 per weight of every
+ * projection and the LM head per row and forward, 4 * n_heads * head_dim
+ * per attended slot and layer; bytes: the projection and LM-head weights
+ * per weight pass, K and V in F32 per attended slot. */
+static double machine_limit_s(const sweep *s, const work *w, const kb_machine_limit *lim)
+{
+    const kv_model_config *c = kv_model_get_config(s->m);
+    double q = (double)c->n_heads * c->head_dim, kv = (double)c->n_kv_heads * c->head_dim;
+    double layer = c->hidden * (q + 2 * kv) + q * c->hidden + 3.0 * c->hidden * c->ffn;
+    double head = (double)c->vocab * c->hidden, params = c->n_layers * layer + head;
+    /* the file's bytes per weight, spread over the matrices a forward reads */
+    double stored = params + (c->tied_embeddings ? 0 : head);
+    double weight_bytes = params * (double)kv_model_weight_bytes(s->m) / stored;
+    double flops = w->row_steps * 2 * params + w->slot_steps * 4 * q;
+    double bytes = w->passes * weight_bytes + w->slot_steps * 2 * kv * sizeof(float);
+    return flops / (lim->fp32_gflops * 1e9) + bytes / (lim->read_gbps * 1e9);
+}
+
 /* One repeat: the full cache alone, then batched and sequential for each K
  * (reversed order on odd repeats). t[0] full; t[1 + 2k] batched, t[2 + 2k]
  * sequential of ks[k]; every time includes the prefill; cpu: the same in
- * CPU seconds. ids: [2][1 + K][gen] room for the tokens of one K's two modes. */
-static int one_repeat(sweep *s, int rep, double *t, double *cpu, int32_t *ids, kv_error *err)
+ * CPU seconds; lt: the prefill plus the decode's machine limit. ids: [2][1 + K][gen] room for the tokens of one K's two modes. */
+static int one_repeat(sweep *s, int rep, double *t, double *cpu, double *lt, int32_t *ids,
+                      kv_error *err)
 {
     const sweep_opts *o = s->o;
     double c0 = kv_clock_cpu_s(), pf = prefill(s, 1234u + (unsigned)rep, err),
@@ -193,10 +258,13 @@ static int one_repeat(sweep *s, int rep, double *t, double *cpu, int32_t *ids, k
         int rows = mode == 0 ? 1 : 1 + o->ks[(mode - 1) / 2];
         bool batched = mode % 2 == 1;
         c0 = kv_clock_cpu_s();
-        double d = decode_rows(s, rows, mode == 0 || batched, ids + (batched ? 0 : per_mode), err);
+        work w;
+        double d = decode_rows(s, rows, mode == 0 || batched, ids + (batched ? 0 : per_mode), &w,
+                               err);
         if (d < 0)
             return -1;
         t[mode] = pf + d;
+        lt[mode] = pf + machine_limit_s(s, &w, &s->lim);
         cpu[mode] = pf_cpu + kv_clock_cpu_s() - c0;
         /* The two modes of one K run back to back in either order: compare. */
         bool second = mode > 0 && (rep % 2 ? batched : !batched);
@@ -217,13 +285,18 @@ static int bench_sweep(const sweep_opts *o)
     int n_modes = 1 + 2 * o->n_ks;
     double *t = calloc((size_t)(n_modes * o->repeats), sizeof *t);
     double *cpu = calloc((size_t)(n_modes * o->repeats), sizeof *cpu);
-    int rc = ids && t && cpu ? setup(&s, max_k, &err) : kv_fail(&err, "out of memory");
+    double *lt = calloc((size_t)(n_modes * o->repeats), sizeof *lt);
+    int rc = ids && t && cpu && lt ? setup(&s, max_k, &err) : kv_fail(&err, "out of memory");
     if (rc == 0)
         fprintf(stderr, "# %s: prompt %d tokens, %d new tokens, %d threads, %d repeat(s)\n",
                 o->model, o->prompt, o->gen, kv_model_threads(s.m), o->repeats);
+    kv_pool *pool = rc == 0 ? kv_pool_new(kv_model_threads(s.m), &err) : NULL;
+    if (rc == 0 && (!pool || kb_machine_limits(pool, 3, &s.lim) != 0))
+        rc = pool ? kv_fail(&err, "the machine's limits could not be measured") : -1;
+    kv_pool_free(pool);
     for (int r = 0; r < o->repeats && rc == 0; r++) {
         size_t at = (size_t)r * (size_t)n_modes;
-        rc = one_repeat(&s, r, t + at, cpu + at, ids, &err);
+        rc = one_repeat(&s, r, t + at, cpu + at, lt + at, ids, &err);
         if (rc == 0) {
             const double *tr = t + at, *cr = cpu + at;
             fprintf(stderr, "# repeat %d: full %.2f s (%.2f CPU s)", r + 1, tr[0], cr[0]);
@@ -244,24 +317,34 @@ static int bench_sweep(const sweep_opts *o)
         double full[64], rb[64], rs[64];
         for (int r = 0; r < o->repeats; r++)
             full[r] = t[(size_t)r * (size_t)n_modes];
+        double lfull[64];
+        for (int r = 0; r < o->repeats; r++)
+            lfull[r] = lt[(size_t)r * (size_t)n_modes];
         printf("full cache alone: %.2f s (median of %d)\n", kb_median(full, o->repeats),
                o->repeats);
-        printf("%8s  %12s  %12s  %10s  %16s  %16s\n", "configs", "batched/full", "sequent/full",
-               "seq/batch", "CPU batched/full", "CPU sequent/full");
+        printf("machine limit: FP32 %.2f GFLOP/s, read %.2f GB/s (bench machine's loops on %d "
+               "threads); the full cache alone at it: %.2f s with the measured prefill\n",
+               s.lim.fp32_gflops, s.lim.read_gbps, kv_model_threads(s.m),
+               kb_median(lfull, o->repeats));
+        printf("%8s  %12s  %12s  %10s  %16s  %16s  %18s\n", "configs", "batched/full",
+               "sequent/full", "seq/batch", "CPU batched/full", "CPU sequent/full",
+               "limit batched/full");
         for (int k = 0; k < o->n_ks; k++) {
-            double sb[64], cb[64], cs[64];
+            double sb[64], cb[64], cs[64], lb[64];
             for (int r = 0; r < o->repeats; r++) {
                 const double *tr = t + (size_t)r * (size_t)n_modes;
                 const double *cr = cpu + (size_t)r * (size_t)n_modes;
+                const double *lr = lt + (size_t)r * (size_t)n_modes;
                 rb[r] = tr[1 + 2 * k] / tr[0];
                 rs[r] = tr[2 + 2 * k] / tr[0];
                 sb[r] = tr[2 + 2 * k] / tr[1 + 2 * k];
                 cb[r] = cr[1 + 2 * k] / cr[0];
                 cs[r] = cr[2 + 2 * k] / cr[0];
+                lb[r] = lr[1 + 2 * k] / lr[0];
             }
-            printf("%8d  %11.2fx  %11.2fx  %9.2fx  %15.2fx  %15.2fx\n", o->ks[k],
+            printf("%8d  %11.2fx  %11.2fx  %9.2fx  %15.2fx  %15.2fx  %17.2fx\n", o->ks[k],
                    kb_median(rb, o->repeats), kb_median(rs, o->repeats), kb_median(sb, o->repeats),
-                   kb_median(cb, o->repeats), kb_median(cs, o->repeats));
+                   kb_median(cb, o->repeats), kb_median(cs, o->repeats), kb_median(lb, o->repeats));
         }
         printf("batched tokens identical to sequential: yes\n");
     }
@@ -269,6 +352,7 @@ static int bench_sweep(const sweep_opts *o)
     free(ids);
     free(t);
     free(cpu);
+    free(lt);
     return rc == 0 ? 0 : KB_EXIT_FAIL;
 }
 

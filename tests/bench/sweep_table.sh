@@ -38,11 +38,14 @@ echo "\`kvbench bench sweep --prompt-tokens $prompt --gen-tokens $gen --configs 
   "--threads $threads --repeats $repeats\` on $(basename "$model"), kernels $level," \
   "$start–$end UTC, load $load0 → $load1:"
 echo
-echo "| configs | batched / full (wall) | sequential / full (wall) | batched / full (CPU) | sequential / full (CPU) |"
-echo "|--:|--:|--:|--:|--:|"
-# bench sweep's table: configs, batched/full, sequent/full, seq/batch, CPU batched, CPU sequent.
-awk '$1 ~ /^[0-9]+$/ && NF == 6 {
-  gsub(/x/, "×"); printf "| %s | %s | %s | %s | %s |\n", $1, $2, $3, $5, $6 }' "$out"
+echo "| configs | batched / full (wall) | sequential / full (wall) | batched / full (CPU) | sequential / full (CPU) | batched / full at the machine's limit |"
+echo "|--:|--:|--:|--:|--:|--:|"
+# bench sweep's table: configs, batched/full, sequent/full, seq/batch, CPU batched/full,
+# CPU sequent/full, limit batched/full.
+awk '$1 ~ /^[0-9]+$/ && NF == 7 {
+  gsub(/x/, "×"); printf "| %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $5, $6, $7 }' "$out"
+echo
+sed -n 's/^machine limit: /Machine limit: /p' "$out"
 echo
 sed -n 's/^# repeat \([0-9]*\): full \([0-9.]*\) s (\([0-9.]*\) CPU s).*/repeat \1: full cache \2 s wall, \3 CPU-s/p' "$err"
 grep -q '^batched tokens identical to sequential: yes' "$out" && echo "Batched and sequential tokens identical."

@@ -383,6 +383,34 @@ Test(generate_cli, bench_model_reports_each_measure)
     free(dir);
 }
 
+/* bench sweep decodes the same configs batched and one after another and
+ * refuses to report unless their tokens agree; beside each ratio it prints
+ * the one at the machine's measured limits, which can be no better than
+ * the full cache alone (1 + K rows do at least one row's work). */
+Test(generate_cli, bench_sweep_compares_modes_and_the_machine_limit)
+{
+    char *dir = model_dir("qwen3-bf16");
+    tu_result r = tu_kvbench("bench", "sweep", "--model", dir, "--prompt-tokens", "40",
+                             "--gen-tokens", "4", "--configs", "1,3", "--threads", "2", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "batched tokens identical to sequential: yes"), "%s", r.out);
+    cr_assert(strstr(r.out, "machine limit: FP32 "), "%s", r.out);
+    int rows = 0;
+    for (const char *p = strstr(r.out, "limit batched/full\n"); p && (p = strchr(p, '\n'));) {
+        int k;
+        double v[6];
+        if (sscanf(++p, "%d %lfx %lfx %lfx %lfx %lfx %lfx", &k, &v[0], &v[1], &v[2], &v[3], &v[4],
+                   &v[5]) != 7)
+            break;
+        cr_assert(k == 1 || k == 3, "%s", r.out);
+        cr_assert_geq(v[5], 1.0, "the limit ratio of %d configs: %s", k, r.out);
+        rows++;
+    }
+    cr_assert_eq(rows, 2, "%s", r.out);
+    tu_result_free(&r);
+    free(dir);
+}
+
 /* The compute mode and the kernels' level are part of what bench model
  * and version report; KVBENCH_ISA naming no level is a one-line error. */
 Test(generate_cli, compute_mode_and_kernel_level_are_reported)
