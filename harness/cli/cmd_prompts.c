@@ -22,7 +22,7 @@ static const kb_option options[] = {
     {"protocol", "P", "longbench (pred.py rules, default) or nncf (chat template everywhere)"},
     {"max-length", "N", "prompt token budget (default: the model's context - 500)"},
     {"limit", "K", "only the first K samples"},
-    {"ids", "ID,...", "only these _id values"},
+    {"ids", "ID,...", "only these _id values (a NUL in an id as \\u0000)"},
     {"skip-bad-lines", NULL, "skip and count malformed lines instead of stopping"},
     {"list", NULL, "list the known tasks and exit"},
     {NULL, NULL, NULL},
@@ -62,6 +62,23 @@ static long default_max_length(const char *model_dir)
 }
 
 /* "a,b,c" -> a NULL-free array of pointers into a copy of the string. */
+/* An id holding a NUL is named as the data names it, "\u0000" (a shell
+ * argument cannot hold the byte): in place, each becomes the id's own
+ * KV_ID_NUL (util/jsonstr.h), which is what the loader compares. */
+static char *nul_escapes_to_id(char *id)
+{
+    char *w = id;
+    for (const char *r = id; *r;)
+        if (strncmp(r, "\\u0000", 6) == 0) {
+            memcpy(w, KV_ID_NUL, 2);
+            w += 2;
+            r += 6;
+        } else
+            *w++ = *r++;
+    *w = '\0';
+    return id;
+}
+
 static char **split_ids(const char *list, size_t *n, char **copy)
 {
     *copy = strdup(list);
@@ -73,7 +90,7 @@ static char **split_ids(const char *list, size_t *n, char **copy)
     if (!*copy || !ids)
         return ids;
     for (char *tok = strtok(*copy, ","); tok; tok = strtok(NULL, ","))
-        ids[(*n)++] = tok;
+        ids[(*n)++] = nul_escapes_to_id(tok);
     return ids;
 }
 

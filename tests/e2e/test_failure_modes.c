@@ -384,6 +384,13 @@ Test(failure, a_nul_in_an_id_is_predicted_resumed_and_scored)
     r = tu_kvbench("report", run, NULL); /* two ids, not one "appearing twice" */
     cr_assert_eq(r.status, 0, "%s", r.err);
     tu_result_free(&r);
+    /* --ids names it as the data does; the id without the NUL is another */
+    r = tu_kvbench("prompts", "--task", "synth_passkey", "--file", file, "--ids",
+                   "synth_passkey-0001\\u0000", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "\"id\":\"synth_passkey-0001\\u0000\""), "%s", r.out);
+    cr_assert_null(strchr(strchr(r.out, '\n') + 1, '\n'), "one sample: %s", r.out);
+    tu_result_free(&r);
     free(s), free(scores), free(run), free(again), free(lines), free(pred), free(cfg);
     free(edited), free(file), free(text), free(shipped), free(data);
 }
