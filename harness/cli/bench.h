@@ -22,11 +22,12 @@ int kb_bench_machine(const kb_args *a);
 
 /* What bench machine measures, as one figure each (median of `repeats`
  * runs on pool's threads, wall time): FP32 FMA GFLOP/s at the active kernel
- * level and DRAM read GB/s. The roofline other benches compare against. */
+ * level and DRAM read GB/s (over buffer_mib MiB; 0: bench machine's
+ * default). The roofline other benches compare against. */
 typedef struct kb_machine_limit {
     double fp32_gflops, read_gbps;
 } kb_machine_limit;
-int kb_machine_limits(kv_pool *pool, int repeats, kb_machine_limit *out);
+int kb_machine_limits(kv_pool *pool, int repeats, long buffer_mib, kb_machine_limit *out);
 
 /* The median of n values (sorts v). */
 double kb_median(double *v, int n);

@@ -227,18 +227,18 @@ static size_t read_buffer_bytes(long mib)
     return (bytes + READ_CHUNK - 1) / READ_CHUNK * READ_CHUNK;
 }
 
-int kb_machine_limits(kv_pool *pool, int repeats, kb_machine_limit *out)
+int kb_machine_limits(kv_pool *pool, int repeats, long buffer_mib, kb_machine_limit *out)
 {
     int nt = kv_pool_threads(pool);
     loop_kind fma = kv_isa_active() >= KV_ISA_AVX512 ? LOOP_FMA_AVX512 : LOOP_FMA_AVX2;
-    size_t bytes = read_buffer_bytes(0);
+    size_t bytes = read_buffer_bytes(buffer_mib);
     figure f;
     if (measure(pool, fma, NULL, nt * TASKS_PER_THREAD, repeats, &f) != 0)
         return -1;
     out->fp32_gflops = kb_median(f.v, f.n);
     float *buf = aligned_alloc(64, bytes);
     if (!buf) {
-        kb_error("bench: cannot allocate the %zu MiB read buffer", bytes >> 20);
+        kb_error("bench: cannot allocate the %zu MiB read buffer (--buffer-mib)", bytes >> 20);
         return -1;
     }
     memset(buf, 0, bytes);

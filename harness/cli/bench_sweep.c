@@ -35,6 +35,7 @@
 typedef struct sweep_opts {
     const char *model;
     int prompt, gen, repeats, threads;
+    long buffer_mib; /* the read-bandwidth buffer of the machine limit; 0: default */
     int ks[MAX_KS], n_ks;
 } sweep_opts;
 
@@ -291,7 +292,7 @@ static int bench_sweep(const sweep_opts *o)
         fprintf(stderr, "# %s: prompt %d tokens, %d new tokens, %d threads, %d repeat(s)\n",
                 o->model, o->prompt, o->gen, kv_model_threads(s.m), o->repeats);
     kv_pool *pool = rc == 0 ? kv_pool_new(kv_model_threads(s.m), &err) : NULL;
-    if (rc == 0 && (!pool || kb_machine_limits(pool, 3, &s.lim) != 0))
+    if (rc == 0 && (!pool || kb_machine_limits(pool, 3, o->buffer_mib, &s.lim) != 0))
         rc = pool ? kv_fail(&err, "the machine's limits could not be measured") : -1;
     kv_pool_free(pool);
     for (int r = 0; r < o->repeats && rc == 0; r++) {
@@ -370,7 +371,8 @@ int kb_bench_sweep(const kb_args *a)
         kb_arg_long(a, "prompt-tokens", 1, 1 << 20, &P) != 0 ||
         kb_arg_long(a, "gen-tokens", 1, 1 << 20, &gen) != 0 ||
         kb_arg_long(a, "repeats", 1, 64, &rep) != 0 ||
-        kb_arg_long(a, "threads", 1, 1024, &threads) != 0)
+        kb_arg_long(a, "threads", 1, 1024, &threads) != 0 ||
+        kb_arg_long(a, "buffer-mib", 1, 1 << 20, &o.buffer_mib) != 0)
         return KB_EXIT_USAGE;
     o.prompt = (int)P;
     o.gen = (int)gen;

@@ -39,7 +39,7 @@ static const kb_option options[] = {
     {"compute", "f32|bf16", "model: compute mode (default f32)"},
     {"evict-keep", "N", "model: also decode after evicting to N slots per layer"},
     {"configs", "K,K,..", "sweep: eviction configs next to the full cache (default 4,16,31)"},
-    {"buffer-mib", "N", "machine: read-bandwidth buffer (default: 8x the last-level cache, at least 512)"},
+    {"buffer-mib", "N", "machine, sweep: read-bandwidth buffer (default: 8x the last-level cache, at least 512)"},
     {"json", NULL, "print the measurements as one JSON line"},
     {NULL, NULL, NULL},
 };
@@ -108,8 +108,9 @@ const kb_command kb_cmd_bench = {
                    "model: --model DIR [--prompt-tokens 512,2048,8192] [--gen-tokens 128] "
                    "(prefill and decode tokens/s, median of --repeats, and peak RSS). "
                    "sweep: --model DIR [--prompt-tokens 2048] [--gen-tokens 64] "
-                   "[--configs 4,16,31] [--repeats 1] (wall time of the full cache alone, of 1 + K "
-                   "configs decoded batched and one after another, and the ratios). "
+                   "[--configs 4,16,31] [--repeats 1] [--buffer-mib N] (wall time of the full cache "
+                   "alone, of 1 + K configs decoded batched and one after another, the ratios, "
+                   "and the ratio at the machine's measured FMA peak and read bandwidth). "
                    "machine: [--threads N] [--repeats 5] [--buffer-mib N] (FP32 FMA and BF16 "
                    "dot-product GFLOP/s at the kernel level in use, memory read GB/s).",
     .options = options,

@@ -391,7 +391,8 @@ Test(generate_cli, bench_sweep_compares_modes_and_the_machine_limit)
 {
     char *dir = model_dir("qwen3-bf16");
     tu_result r = tu_kvbench("bench", "sweep", "--model", dir, "--prompt-tokens", "40",
-                             "--gen-tokens", "4", "--configs", "1,3", "--threads", "2", NULL);
+                             "--gen-tokens", "4", "--configs", "1,3", "--threads", "2",
+                             "--buffer-mib", "64", NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert(strstr(r.out, "batched tokens identical to sequential: yes"), "%s", r.out);
     cr_assert(strstr(r.out, "machine limit: FP32 "), "%s", r.out);
