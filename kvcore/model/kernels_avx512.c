@@ -227,7 +227,7 @@ void kv_avx512_rows_batch(const kv_weight *w, int r0, int r1, const float *xs, c
     kv_tile_fn *tile = w->dtype == KV_DTYPE_BF16  ? bf16_tile
                        : w->dtype == KV_DTYPE_F16 ? f16_tile
                                                   : f32_tile;
-    kv_rows_batch_tiles(tile, TR, TB, w, r0, r1, xs, xps, batch, y, ldy);
+    kv_rows_batch_tiles(tile, NULL, TR, TB, w, r0, r1, xs, xps, batch, y, ldy);
 }
 
 const kv_isa_kernels kv_kernels_avx512 = {.prepare = kv_avx512_prepare,

@@ -127,7 +127,7 @@ static void rows_batch(const kv_weight *w, int r0, int r1, const float *xs, cons
                              KV_COMPUTE_F32, y, ldy);
         return;
     }
-    kv_rows_batch_tiles(dp_tile, DP_TR, DP_TB, w, r0, r1, xs, xps, batch, y, ldy);
+    kv_rows_batch_tiles(dp_tile, NULL, DP_TR, DP_TB, w, r0, r1, xs, xps, batch, y, ldy);
 }
 
 /* Rows of x per block: a block of packed x (64 rows of 1,024 columns is
