@@ -152,10 +152,18 @@ void kv_gemv(kv_pool *p, const kv_weight *w, const float *x, kv_compute mode, fl
  * slower than 256 KB ones). */
 #define GEMV_TASK_BYTES (256 * 1024)
 
+/* Rows per task are a multiple of every level's tile of weight rows in the
+ * batched GEMV (2, 3 or 4), so that no task but a matrix's last ends in a
+ * partial tile: 64-row tasks (BF16, 2048 columns) left one AVX2 tile in 22
+ * a third empty. */
+#define GEMV_TASK_ROWS_MULTIPLE 12
+
 static int gemv_task_rows(const kv_weight *w)
 {
     size_t row_bytes = (size_t)w->cols * (w->dtype == KV_DTYPE_F32 ? 4 : 2);
     size_t rows = GEMV_TASK_BYTES / (row_bytes ? row_bytes : 1);
+    if (rows > GEMV_TASK_ROWS_MULTIPLE)
+        rows -= rows % GEMV_TASK_ROWS_MULTIPLE;
     return rows < 4 ? 4 : rows > (size_t)w->rows ? w->rows : (int)rows;
 }
 
