@@ -131,8 +131,9 @@ static void prepare(const float *x, int n, kv_compute mode, void *out)
  * 3x3 takes 9 accumulators, 3 input vectors, the weight vector and the odd
  * mask: 14 of the 16 registers, 6 loads per 9 FMAs. 4x3 needs all 16 and
  * must rebuild the mask with two shifts each step. A batch that does not
- * fill the last tile of input rows ends in a 3x2 or 3x1 tile instead of
- * repeating a row (17 rows: 5 tiles of 3 and one of 2).
+ * fill its last tile of input rows ends in a 3x2 or 3x1 tile instead of
+ * repeating a row, and in two 3x2 tiles rather than a 3x3 and a 3x1 (17
+ * rows: 5 tiles of 3 and one of 2; 16: 4 of 3 and 2 of 2).
  *
  * A tile reads several weight rows in step, which the note above warns
  * against for the GEMV: there one row's FMAs wait on memory, while a tile

@@ -194,10 +194,10 @@ static void check_batch(kv_pool *p, kv_dtype dt, kv_compute mode, int rows, int 
 }
 
 /* Batched GEMVs at level isa: every dtype and mode, column counts that leave
- * every tail, batch sizes that leave partial tiles of input rows (of one and
- * of two rows for the AVX2 tiles of three, whose partial tiles are narrower
- * tiles), and row counts (37 and 19, 38 and 20, and 301 split into tasks of
- * odd length) that leave partial tiles of one and two weight rows. */
+ * every tail, batch sizes that leave partial tiles of input rows (for the
+ * AVX2 tiles of three rows: narrower tiles of one and of two rows, and two
+ * of two for the last four), and row counts (37 and 19, 38 and 20, and 301
+ * split into tasks) that leave partial tiles of one and two weight rows. */
 static void check_batch_level(kv_isa isa)
 {
     (void)isa; /* set by tu_each_level */
@@ -205,7 +205,7 @@ static void check_batch_level(kv_isa isa)
     kv_pool *p = kv_pool_new(2, &err);
     cr_assert_not_null(p, "%s", err.msg);
     static const int colss[] = {1, 7, 16, 31, 33, 64, 100, 129, 256, 1000};
-    static const int batches[] = {2, 3, 4, 5, 8, 9, 17, 32};
+    static const int batches[] = {2, 3, 4, 5, 7, 8, 9, 16, 17, 32};
     for (size_t c = 0; c < sizeof colss / sizeof colss[0]; c++)
         for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++) {
             int rows = colss[c] == 1000 && batches[b] == 17 ? 301 : 37 + (int)(b % 2);
