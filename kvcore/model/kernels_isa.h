@@ -73,12 +73,12 @@ static inline void kv_rows_batch_tiles(kv_tile_fn *tile, kv_tile_fn *const *narr
         int nr = r1 - r < tr ? r1 - r : tr, rr[KV_TILE_MAX];
         for (int i = 0; i < tr; i++)
             rr[i] = r + (i < nr ? i : nr - 1);
-        /* The next tile's weight rows come from DRAM, in slices over this
-         * row's tiles: the prefetcher does not follow a tile's strided reads
-         * of several rows in time (BF16 3072 x 1024, 17 input rows, 1
+        /* The next tr weight rows are prefetched from DRAM, in slices over
+         * the tiles of these: the prefetcher does not follow a tile's strided
+         * reads of several rows in time (BF16 3072 x 1024, 17 input rows, 1
          * thread: 22 GFLOP/s without, 25 with). */
         int pn = r1 - (r + tr) < tr ? r1 - (r + tr) : tr;
-        const char *pf = (const char *)w->data + (size_t)(r + tr) * row_bytes;
+        const char *pf = pn > 0 ? (const char *)w->data + (size_t)(r + tr) * row_bytes : NULL;
         size_t pf_end = pn > 0 ? (size_t)pn * row_bytes : 0, pf_at = 0;
         size_t slice = (pf_end / (size_t)tiles + 63) / 64 * 64;
         for (int b0 = 0, nb; b0 < batch; b0 += nb) {
