@@ -131,11 +131,10 @@ static double decode_rows(sweep *s, int n, bool batched, int32_t *ids, work *w, 
     for (int r = 0; r < n && rc == 0; r++) {
         opts[r] = &gs[r];
         lasts[r] = s->logits;
-        if (batched) {
-            if ((rc = fork_row(s, r, &caches[r], &gs[r], err)) == 0)
-                slots[r] = cache_slots(caches[r]);
-        } else if ((rc = fork_row(s, r, &caches[r], &gs[r], err)) == 0) {
-            slots[r] = cache_slots(caches[r]);
+        if ((rc = fork_row(s, r, &caches[r], &gs[r], err)) != 0)
+            break;
+        slots[r] = cache_slots(caches[r]);
+        if (!batched) {
             rc = kv_generate_from(s->m, caches[r], s->logits, &gs[r], &outs[r], err);
             if (rc == 0)
                 add_row_work(w, caches[r], slots[r], outs[r].n_decode_forwards, false);

@@ -62,23 +62,6 @@ static long default_max_length(const char *model_dir)
 }
 
 /* "a,b,c" -> a NULL-free array of pointers into a copy of the string. */
-/* An id holding a NUL is named as the data names it, "\u0000" (a shell
- * argument cannot hold the byte): in place, each becomes the id's own
- * KV_ID_NUL (util/jsonstr.h), which is what the loader compares. */
-static char *nul_escapes_to_id(char *id)
-{
-    char *w = id;
-    for (const char *r = id; *r;)
-        if (strncmp(r, "\\u0000", 6) == 0) {
-            memcpy(w, KV_ID_NUL, 2);
-            w += 2;
-            r += 6;
-        } else
-            *w++ = *r++;
-    *w = '\0';
-    return id;
-}
-
 static char **split_ids(const char *list, size_t *n, char **copy)
 {
     *copy = strdup(list);
@@ -90,7 +73,7 @@ static char **split_ids(const char *list, size_t *n, char **copy)
     if (!*copy || !ids)
         return ids;
     for (char *tok = strtok(*copy, ","); tok; tok = strtok(NULL, ","))
-        ids[(*n)++] = nul_escapes_to_id(tok);
+        ids[(*n)++] = kv_id_unescape_nul(tok); /* a shell argument cannot hold a NUL */
     return ids;
 }
 

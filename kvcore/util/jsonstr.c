@@ -158,6 +158,20 @@ char *kv_id_from_bytes(const char *s, size_t n)
     return id;
 }
 
+char *kv_id_unescape_nul(char *id)
+{
+    char *w = id;
+    for (const char *r = id; *r;)
+        if (strncmp(r, "\\u0000", 6) == 0) {
+            memcpy(w, KV_ID_NUL, 2);
+            w += 2;
+            r += 6;
+        } else
+            *w++ = *r++;
+    *w = '\0';
+    return id;
+}
+
 size_t kv_json_ids_in(char *text, size_t n)
 {
     bool in_string = false;

@@ -56,6 +56,11 @@ cJSON *kv_json_text(const char *s, size_t n);
  * memory. */
 char *kv_id_from_bytes(const char *s, size_t n);
 
+/* An id as a person types it (a command-line argument), in place: every
+ * "\u0000" becomes KV_ID_NUL, so the id names the one the data spells with
+ * that escape. Returns id. */
+char *kv_id_unescape_nul(char *id);
+
 /* In JSON text of n bytes: every "\u0000" inside a string becomes
  * KV_ID_NUL, in place. Returns the new length (text stays NUL-terminated
  * when it was). */
