@@ -337,6 +337,8 @@ static int parse_with(member_fn member, missing_fn missing, const char *line, si
                       lb_sample *s, kv_error *err)
 {
     memset(s, 0, sizeof *s);
+    if (kv_utf8_has_bom(line, len))
+        return kv_fail(err, "the line " KV_UTF8_BOM_ERROR);
     size_t ok = kv_utf8_valid_prefix(line, len);
     if (ok < len)
         return kv_fail(err, "invalid UTF-8 at byte %zu (0x%02X)", ok + 1, (unsigned char)line[ok]);

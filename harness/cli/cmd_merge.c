@@ -35,15 +35,16 @@ static int shard_folders(const char *run, char ***out, size_t *n)
 }
 
 /* A merge may run where the data is not (a laptop joining a cluster's
- * shards): then the line counts go unchecked, and the user is told. */
-static long task_size(void *ctx, const char *data, const char *task)
+ * shards): then the line counts go unchecked, and the user is told. Data
+ * that no run could complete (a repeated _id) fails the merge as it fails
+ * the run. */
+static long task_size(void *ctx, const char *data, const char *task, kv_error *err)
 {
     (void)ctx;
-    kv_error err = {{0}};
-    long n = kb_task_size(data, task, &err);
-    if (n < 0)
-        fprintf(stderr, "kvbench: merge: note: %s; the line count of %s is not checked\n", err.msg,
-                task);
+    long n = kb_task_size(data, task, err); /* KB_TASKDATA_REPEATED_ID fails the merge */
+    if (n == -1)
+        fprintf(stderr, "kvbench: merge: note: %s; the line count of %s is not checked\n",
+                err->msg, task);
     return n;
 }
 

@@ -96,9 +96,9 @@ static int print_line(const lb_task *task, const lb_sample *s, const char *text,
     cJSON_Delete(o);
     if (!line || !(line = kv_json_ids_out(line))) /* a NUL in the id as "\u0000" */
         return -1;
-    puts(line);
+    int rc = puts(line) == EOF ? -1 : 0; /* a full disk: stop now, main says why */
     free(line);
-    return 0;
+    return rc;
 }
 
 typedef struct counts {
@@ -196,8 +196,8 @@ static int run(const kb_args *a)
         kb_error("%s", path ? err.msg : "out of memory");
     counts c = {0};
     lb_sample s;
-    int got;
-    while (l && (got = lb_loader_next(l, &s, &err)) == 1 && rc == 0) {
+    int got = 0;
+    while (rc == 0 && l && (got = lb_loader_next(l, &s, &err)) == 1) {
         rc = one_sample(task, &s, tok, &po, &c);
         lb_sample_free(&s);
     }

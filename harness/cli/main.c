@@ -1,5 +1,6 @@
 /* kvbench: LongBench evaluation of KV-cache eviction. This file only
  * dispatches to the subcommands registered in commands.c. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,6 +24,18 @@ static const kb_command *find_command(const char *name)
         if (strcmp(kb_commands[i]->name, name) == 0)
             return kb_commands[i];
     return NULL;
+}
+
+/* Output that did not reach its file (a full disk, a closed pipe) is a
+ * failure, whatever the command thought: stdio only reports it at the
+ * flush, or as the stream's error flag after a failed write (whose errno
+ * is still the reason: commands stop at a failed write). */
+static int check_stdout(const char *cmd, int rc)
+{
+    if (fflush(stdout) == 0 && !ferror(stdout))
+        return rc;
+    kb_error("%s: cannot write the output: %s", cmd, strerror(errno));
+    return KB_EXIT_FAIL;
 }
 
 int main(int argc, char **argv)
@@ -71,5 +84,5 @@ int main(int argc, char **argv)
     int rc = kb_args_parse(&args, cmd, argc - 1, argv + 1);
     if (rc >= 0)
         return rc;
-    return cmd->run(&args);
+    return check_stdout(cmd->name, cmd->run(&args));
 }

@@ -16,6 +16,7 @@
 #include "util/jsonstr.h"
 #include "score/score.h"
 #include "util/strbuf.h"
+#include "util/utf8.h"
 #include "matrix/taskset.h"
 #include "util/vec.h"
 
@@ -38,11 +39,18 @@ static int failp(kv_error *err, const char *path, const char *fmt, ...)
     return kv_fail(err, "%s: %s", path, msg);
 }
 
+/* The largest integer a JSON number holds exactly (2^53 - 1): cJSON reads
+ * numbers as doubles, so a larger one (9223372036854775807) is already
+ * rounded, and may not even fit a long. */
+#define MAX_EXACT_INT 9007199254740991L
+
 /* An integer-valued JSON number in [min, max]. */
 static int get_long(const cJSON *v, const char *path, long min, long max, long *out, kv_error *err)
 {
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble != floor(v->valuedouble))
         return failp(err, path, "must be an integer");
+    if (max > MAX_EXACT_INT)
+        max = MAX_EXACT_INT;
     if (v->valuedouble < (double)min)
         return min == 1 ? failp(err, path, "must be > 0") : failp(err, path, "must be >= %ld", min);
     if (v->valuedouble > (double)max)
@@ -146,7 +154,7 @@ static void canon(kv_strbuf *b, const cJSON *v)
         }
         kv_strbuf_puts(b, "]");
     } else if (cJSON_IsNumber(v)) {
-        double d = v->valuedouble;
+        double d = v->valuedouble + 0.0; /* -0 and 0 are one value */
         if (d == floor(d) && fabs(d) < 9007199254740992.0)
             snprintf(num, sizeof num, "%.0f", d);
         else if (snprintf(num, sizeof num, "%.15g", d), strtod(num, NULL) != d)
@@ -291,7 +299,7 @@ static void value_text(const cJSON *v, char *out, size_t n)
     if (cJSON_IsString(v))
         snprintf(out, n, "%s", v->valuestring);
     else if (cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble))
-        snprintf(out, n, "%.0f", v->valuedouble);
+        snprintf(out, n, "%.0f", v->valuedouble + 0.0); /* -0 is 0, as in the hash */
     else if (cJSON_IsNumber(v))
         snprintf(out, n, "%g", v->valuedouble);
     else if (cJSON_IsBool(v))
@@ -1049,6 +1057,10 @@ int kb_matrix_load(const char *path, const kb_matrix_hooks *hooks, kb_matrix *m,
     size_t len = 0;
     if (kv_file_read(path, &text, &len, err) < 0)
         return -1;
+    if (kv_utf8_has_bom(text, len)) {
+        free(text);
+        return kv_fail(err, "%s: the file " KV_UTF8_BOM_ERROR, path);
+    }
     if (kv_json_check_names(path, text, len, err) < 0) {
         free(text);
         return -1;

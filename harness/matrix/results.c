@@ -427,23 +427,31 @@ int kb_run_open(const char *dir, const kb_run_info *info, kb_run *run, kv_error 
         if (rc < 0)
             goto out;
     }
-    if (!set_finished(now, false)) { /* running (again) */
-        rc = kv_fail(err, "out of memory");
-        goto out;
-    }
-    if ((rc = write_json_atomic(path, now, err)) < 0)
-        goto out;
     if (!(run->dir = strdup(dir))) {
         rc = kv_fail(err, "out of memory");
         goto out;
     }
     run->json = now;
+    now = NULL;
+    /* a resume refused here leaves run.json (and "finished") as it was */
+    if (info->verify && (rc = info->verify(run, info->verify_ctx, err)) < 0)
+        goto out;
+    if (!set_finished(run->json, false)) { /* running (again) */
+        rc = kv_fail(err, "out of memory");
+        goto out;
+    }
+    if ((rc = write_json_atomic(path, run->json, err)) < 0)
+        goto out;
     run->lock_fd = lock;
     run->locked = true;
-    now = NULL;
 out:
     if (rc < 0 && lock >= 0)
         close(lock);
+    if (rc < 0) {
+        cJSON_Delete(run->json);
+        free(run->dir);
+        memset(run, 0, sizeof *run);
+    }
     cJSON_Delete(now);
     free(preds);
     free(path);
@@ -729,6 +737,24 @@ static char *join_lines(const kb_pred_lines *l, size_t *len)
     return s;
 }
 
+/* Checks every line against x and puts its id in done: a sample twice in
+ * one file is an error too. */
+static int check_lines(const kb_pred_lines *l, const char *path, const kb_pred_expect *x,
+                       kb_idset *done, kv_error *err)
+{
+    if (kb_pred_lines_check(l, path, x, err) < 0)
+        return -1;
+    for (size_t i = 0; i < l->n; i++) {
+        const char *id = cJSON_GetObjectItemCaseSensitive(l->json[i], "id")->valuestring;
+        int added = kb_idset_add(done, id);
+        if (added < 0)
+            return kv_fail(err, "out of memory");
+        if (added == 0)
+            return kv_fail(err, "%s:%zu: sample \"%s\" appears twice", path, i + 1, id);
+    }
+    return 0;
+}
+
 /* Reads what is there, checks every line against x, drops a cut-short tail
  * (atomically) and fills done. */
 static int recover(kb_pred_file *pf, const kb_pred_expect *x, kv_error *err)
@@ -745,15 +771,7 @@ static int recover(kb_pred_file *pf, const kb_pred_expect *x, kv_error *err)
         free(data);
         return -1;
     }
-    rc = kb_pred_lines_check(&l, pf->path, x, err);
-    for (size_t i = 0; i < l.n && rc == 0; i++) {
-        const char *id = cJSON_GetObjectItemCaseSensitive(l.json[i], "id")->valuestring;
-        int added = kb_idset_add(&pf->done, id);
-        if (added < 0)
-            rc = kv_fail(err, "out of memory");
-        else if (added == 0)
-            rc = kv_fail(err, "%s:%zu: sample \"%s\" appears twice", pf->path, i + 1, id);
-    }
+    rc = check_lines(&l, pf->path, x, &pf->done, err);
     pf->n_lines = (long)l.n;
     pf->n_dropped = l.n_dropped;
     /* rewrite only when the bytes on disk are not exactly the valid lines */
@@ -775,26 +793,60 @@ static const char *run_config_hash(const kb_run *run, const char *config)
     return line_string(find_named(matrix_list(run->json, "configs"), "name", config), "hash");
 }
 
+/* predictions/<config>/<task>.jsonl of a run. NULL on OOM. */
+static char *pred_path(const kb_run *run, const char *config, const char *task)
+{
+    char *name = NULL, *path = NULL;
+    if (asprintf(&name, "%s/%s.jsonl", config, task) >= 0)
+        path = path3(run->dir, "predictions", name);
+    free(name);
+    return path;
+}
+
+/* What every line of a prediction file of the run must say. */
+static kb_pred_expect pred_expect(const kb_run *run, const char *config, const char *task,
+                                  const kb_idset *ids)
+{
+    return (kb_pred_expect){
+        .task = task,
+        .config = config,
+        .config_hash = run_config_hash(run, config),
+        .ids = ids,
+        .shard = {shard_field(run->json, "index"), shard_field(run->json, "count")}};
+}
+
+int kb_pred_file_verify(const kb_run *run, const char *config, const char *task,
+                        const kb_idset *ids, kv_error *err)
+{
+    char *path = pred_path(run, config, task);
+    if (!path)
+        return kv_fail(err, "out of memory");
+    kb_pred_lines l;
+    int rc = 0;
+    if (kv_file_exists(path) && (rc = kb_pred_lines_read(path, &l, err)) == 0) {
+        kb_idset seen = {0};
+        kb_pred_expect x = pred_expect(run, config, task, ids);
+        rc = check_lines(&l, path, &x, &seen, err);
+        kb_idset_free(&seen);
+        kb_pred_lines_free(&l);
+    }
+    free(path);
+    return rc;
+}
+
 int kb_pred_file_open(const kb_run *run, const char *config, const char *task, const kb_idset *ids,
                       kb_pred_file *pf, kv_error *err)
 {
     memset(pf, 0, sizeof *pf);
     pf->fd = -1;
     char *dir = path3(run->dir, "predictions", config);
-    char *name = NULL;
-    if (!dir || asprintf(&name, "%s.jsonl", task) < 0 || !(pf->path = path2(dir, name))) {
+    if (!dir || !(pf->path = pred_path(run, config, task))) {
         free(dir);
-        free(name);
         return kv_fail(err, "out of memory");
     }
-    free(name);
     int rc = kv_mkdirs(dir, err);
     free(dir);
-    kb_pred_expect x = {.task = task,
-                        .config = config,
-                        .config_hash = run_config_hash(run, config),
-                        .ids = ids,
-                        .shard = {shard_field(run->json, "index"), shard_field(run->json, "count")}};
+    kb_pred_expect x = pred_expect(run, config, task, ids);
     if (rc == 0)
         rc = recover(pf, &x, err);
     if (rc == 0) {
@@ -1056,8 +1108,10 @@ static void free_names(char **names, size_t n)
 }
 
 /* The lines a finished run has for each config of a task: its first `limit`
- * samples (all when limit is 0 or null). -1: not checked. */
-static long expected_lines(const cJSON *run_json, const kb_task_sizes *sizes, const char *task)
+ * samples (all when limit is 0 or null). -1: not checked; -2: the data is
+ * refused (err says why). */
+static long expected_lines(const cJSON *run_json, const kb_task_sizes *sizes, const char *task,
+                           kv_error *err)
 {
     if (!sizes || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(run_json, "finished")))
         return -1;
@@ -1066,9 +1120,9 @@ static long expected_lines(const cJSON *run_json, const kb_task_sizes *sizes, co
     const char *data = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(matrix, "data"));
     if (!t || !data)
         return -1; /* not a task of the matrix: nothing to expect */
-    long have = sizes->count(sizes->ctx, data, task);
+    long have = sizes->count(sizes->ctx, data, task, err);
     if (have < 0)
-        return -1;
+        return have == -2 ? -2 : -1;
     const cJSON *limit = cJSON_GetObjectItemCaseSensitive(t, "limit");
     long lim = cJSON_IsNumber(limit) ? (long)limit->valuedouble : 0;
     return lim > 0 && lim < have ? lim : have;
@@ -1161,7 +1215,9 @@ static int check_all_files(shard_in *s, size_t n, const cJSON *merged, const kb_
     for (const cJSON *c = configs ? configs->child : NULL; c && rc == 0; c = c->next)
         for (const cJSON *t = tasks ? tasks->child : NULL; t && rc == 0; t = t->next) {
             const char *config = line_string(c, "name"), *task = line_string(t, "task");
-            long want = config && task ? expected_lines(merged, sizes, task) : -1;
+            long want = config && task ? expected_lines(merged, sizes, task, err) : -1;
+            if (want == -2)
+                return -1;
             if (want <= 0)
                 continue;
             bool found = false;
@@ -1204,9 +1260,10 @@ static int merge_predictions(shard_in *s, size_t n, const cJSON *merged, const k
         }
         for (size_t f = 0; f < n_f && rc == 0; f++) {
             char *task = strndup(files[f], strlen(files[f]) - 6); /* "<task>.jsonl" */
-            rc = task ? merge_one_file(s, n, configs[c], files[f],
-                                       expected_lines(merged, sizes, task), out_dir, err)
-                      : kv_fail(err, "out of memory");
+            long want = task ? expected_lines(merged, sizes, task, err) : -1;
+            rc = !task      ? kv_fail(err, "out of memory")
+                 : want < -1 ? -1
+                            : merge_one_file(s, n, configs[c], files[f], want, out_dir, err);
             *n_files += rc == 0;
             free(task);
         }

@@ -37,12 +37,19 @@ typedef struct kb_shard {
 int kb_shard_parse(const char *s, kb_shard *out, kv_error *err);
 bool kb_shard_selects(const kb_shard *s, long sample_index);
 
+struct kb_run;
+
 /* What run.json records about a run. */
 typedef struct kb_run_info {
     const char *kvbench_version; /* e.g. "0.1.0 (95ea4ba)" */
     const char *model_hash;      /* kb_hash_model of the model folder */
     const kb_matrix *matrix;     /* model, protocol, tasks and configs */
     kb_shard shard;
+    /* Called, when not NULL, with the folder locked and run->json as it
+     * will be written, before it is: a resume it refuses (a kept line that
+     * does not belong) leaves run.json as it was. */
+    int (*verify)(const struct kb_run *run, const void *ctx, kv_error *err);
+    const void *verify_ctx;
 } kb_run_info;
 
 typedef struct kb_run {
@@ -129,6 +136,10 @@ typedef struct kb_pred_expect {
 int kb_pred_file_open(const kb_run *run, const char *config, const char *task, const kb_idset *ids,
                       kb_pred_file *pf, kv_error *err);
 bool kb_pred_file_done(const kb_pred_file *pf, const char *id);
+/* The checks of kb_pred_file_open on the file as it is (a missing file
+ * passes), changing nothing. */
+int kb_pred_file_verify(const kb_run *run, const char *config, const char *task,
+                        const kb_idset *ids, kv_error *err);
 
 /* Appends one prediction: an object with at least "id" (string) and "index"
  * (integer). Written as one line, then fsync'd. A second line for an id
@@ -184,11 +195,12 @@ void kb_pred_lines_free(kb_pred_lines *l);
 int kb_pred_lines_check(const kb_pred_lines *l, const char *path, const kb_pred_expect *x,
                         kv_error *err);
 
-/* How many samples a task's data holds (data: run.json's "data" folder), or
- * negative when that cannot be known here (the callback tells the user why;
- * the line count of that task goes unchecked). */
+/* How many samples a task's data holds (data: run.json's "data" folder);
+ * -1 when that cannot be known here (the callback tells the user why; the
+ * line count of that task goes unchecked); -2 when the data is one no run
+ * could complete (a repeated _id): err says why and the merge fails. */
 typedef struct kb_task_sizes {
-    long (*count)(void *ctx, const char *data, const char *task);
+    long (*count)(void *ctx, const char *data, const char *task, kv_error *err);
     void *ctx;
 } kb_task_sizes;
 

@@ -261,29 +261,29 @@ static int run_samples(loop *L, const kb_task_spec *t, kb_taskdata *it)
     }
 }
 
-/* The ids of every sample in a task's data (not only the first `limit`: an
- * earlier run may have had a larger one) with their positions, which
- * resumed lines must name. */
-static int data_ids(loop *L, const kb_task_spec *t, kb_idset *ids)
+/* Every line a resume keeps, checked before run.json is rewritten (see
+ * kb_run_info.verify): a refused resume changes nothing. */
+static int verify_kept_lines(const kb_run *run, const void *ctx, kv_error *err)
 {
-    kb_taskdata it;
-    if (kb_taskdata_open(L->m->data, t->name, L->m->empty_tasks_missing, &it, L->err) < 0)
-        return -1;
-    int got;
-    while ((got = kb_taskdata_next(&it, L->err)) > 0)
-        if (kb_idset_add_at(ids, it.s.id, it.index - 1) < 0) {
-            got = kv_fail(L->err, "out of memory");
-            break;
-        }
-    kb_taskdata_close(&it);
-    return got < 0 ? -1 : 0;
+    const kb_matrix *m = ctx;
+    int rc = 0;
+    for (size_t t = 0; t < m->n_tasks && rc == 0; t++) {
+        kb_idset ids = {0};
+        rc = kb_taskdata_ids(m->data, m->tasks[t].name, m->empty_tasks_missing, &ids, err);
+        for (size_t c = 0; c < m->n_configs && rc == 0; c++)
+            rc = kb_pred_file_verify(run, m->configs[c].name, m->tasks[t].name, &ids, err);
+        kb_idset_free(&ids);
+        if (rc < 0)
+            kv_fail_prefix(err, m->tasks[t].name);
+    }
+    return rc;
 }
 
 static int run_task(loop *L, const kb_task_spec *t, long task_no)
 {
     size_t nc = L->m->n_configs, opened = 0;
     kb_idset ids = {0};
-    int rc = data_ids(L, t, &ids);
+    int rc = kb_taskdata_ids(L->m->data, t->name, L->m->empty_tasks_missing, &ids, L->err);
     for (; opened < nc && rc == 0; opened++)
         rc = kb_pred_file_open(&L->run, L->m->configs[opened].name, t->name, &ids, &L->pf[opened],
                                L->err);
@@ -398,8 +398,12 @@ int kb_runner_run(const kb_matrix *m, const kb_runner_options *o, const char *ve
         rc = lb_protocol_parse(m->protocol, &L.protocol, err);
     if (rc == 0 && scored)
         rc = scorer_for(m, &scorer, err);
-    kb_run_info info = {
-        .kvbench_version = version, .model_hash = model_hash, .matrix = m, .shard = o->shard};
+    kb_run_info info = {.kvbench_version = version,
+                        .model_hash = model_hash,
+                        .matrix = m,
+                        .shard = o->shard,
+                        .verify = verify_kept_lines,
+                        .verify_ctx = m};
     if (rc == 0)
         rc = kb_run_open(dir, &info, &L.run, err);
     long total = 0;

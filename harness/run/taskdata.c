@@ -32,6 +32,7 @@ void kb_taskdata_close(kb_taskdata *it)
     if (it->has_sample)
         lb_sample_free(&it->s);
     lb_loader_close(it->loader);
+    free(it->path);
     *it = (kb_taskdata){0};
 }
 
@@ -41,7 +42,7 @@ int kb_taskdata_open(const char *data, const char *name, bool empty_missing, kb_
     *it = (kb_taskdata){0};
     if (!(it->task = lb_task_find(name)))
         return kv_fail(err, "%s: not a task kvbench knows", name);
-    char *path = lb_sample_path(data, it->task);
+    char *path = it->path = lb_sample_path(data, it->task);
     if (!path)
         return kv_fail(err, "out of memory");
     lb_loader_options lo = {.schema =
@@ -54,7 +55,6 @@ int kb_taskdata_open(const char *data, const char *name, bool empty_missing, kb_
                      "%s: empty task file (no samples): fetch it again, leave the task out or "
                      "report it as missing (--empty-tasks missing)",
                      path);
-    free(path);
     if (rc < 0)
         kb_taskdata_close(it);
     return rc;
@@ -75,15 +75,40 @@ int kb_taskdata_next(kb_taskdata *it, kv_error *err)
     return 1;
 }
 
-long kb_task_size(const char *data, const char *task, kv_error *err)
+int kb_taskdata_ids(const char *data, const char *name, bool empty_missing, kb_idset *ids,
+                    kv_error *err)
 {
     kb_taskdata it;
-    if (kb_taskdata_open(data, task, true, &it, err) < 0) /* an empty file: size 0 */
+    if (kb_taskdata_open(data, name, empty_missing, &it, err) < 0)
         return -1;
     int got;
-    while ((got = kb_taskdata_next(&it, err)) > 0) /* the loader's count, v2 too */
-        ;
-    long n = it.index;
+    while ((got = kb_taskdata_next(&it, err)) > 0) {
+        long first = kb_idset_pos(ids, it.s.id);
+        int added = kb_idset_add_at(ids, it.s.id, it.index - 1);
+        if (added < 0) {
+            got = kv_fail(err, "out of memory");
+            break;
+        }
+        if (added == 0) {
+            kv_fail(err,
+                    "%s:%ld: _id \"%s\" is also the _id of the sample at index %ld: a task's "
+                    "samples need distinct _ids (a run keeps predictions by _id)",
+                    it.path, it.s.lineno, it.s.id, first);
+            got = KB_TASKDATA_REPEATED_ID;
+            break;
+        }
+    }
     kb_taskdata_close(&it);
-    return got < 0 ? -1 : n;
+    return got < 0 ? got : 0;
+}
+
+long kb_task_size(const char *data, const char *task, kv_error *err)
+{
+    kb_idset ids = {0};
+    /* an empty file: size 0; the loader's count, v2 too */
+    long n = kb_taskdata_ids(data, task, true, &ids, err);
+    if (n == 0)
+        n = (long)ids.n;
+    kb_idset_free(&ids);
+    return n;
 }

@@ -10,10 +10,12 @@
 #include "util/error.h"
 #include "longbench/sample.h"
 #include "longbench/tasks.h"
+#include "matrix/results.h"
 
 typedef struct kb_taskdata {
     const lb_task *task;
     lb_loader *loader;
+    char *path; /* the task's file */
     lb_sample s; /* the current sample, valid until the next call */
     bool has_sample;
     long index; /* of the next sample: the current one is index - 1 */
@@ -31,8 +33,19 @@ int kb_taskdata_open(const char *data, const char *name, bool empty_missing, kb_
 int kb_taskdata_next(kb_taskdata *it, kv_error *err);
 void kb_taskdata_close(kb_taskdata *it);
 
+/* Adds the id of every sample of a task (not only the first `limit`: an
+ * earlier run may have had a larger one) with its index, which resumed
+ * lines must name. A repeated _id is an error naming file:line and the id:
+ * predictions are kept by _id, so a run would take the second sample for
+ * done and drop it. Returns 0, -1 on an error, KB_TASKDATA_REPEATED_ID on a
+ * repeated _id (err set in both cases). */
+enum { KB_TASKDATA_REPEATED_ID = -2 };
+int kb_taskdata_ids(const char *data, const char *name, bool empty_missing, kb_idset *ids,
+                    kv_error *err);
+
 /* The number of samples of a task in a data folder, as a run reads them
- * (what merge checks line counts against), or -1 with err set. */
+ * (what merge checks line counts against), or -1 with err set, or
+ * KB_TASKDATA_REPEATED_ID: data that no run can complete. */
 long kb_task_size(const char *data, const char *task, kv_error *err);
 
 #endif

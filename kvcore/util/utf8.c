@@ -186,3 +186,8 @@ size_t kv_utf8_encode(uint32_t c, char *out)
     o[3] = (unsigned char)(0x80 | (c & 0x3F));
     return 4;
 }
+
+bool kv_utf8_has_bom(const char *s, size_t n)
+{
+    return n >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0;
+}

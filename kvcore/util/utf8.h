@@ -16,6 +16,15 @@
  * (at least 1), the number of bytes one U+FFFD replaces. */
 size_t kv_utf8_seq(const unsigned char *s, size_t n, size_t *bad);
 
+/* Whether s[0..n) starts with the UTF-8 byte order mark EF BB BF, which
+ * JSON forbids (RFC 8259 section 8.1) and some Windows editors write: a
+ * parser would only say "unexpected character", so callers name it with
+ * KV_UTF8_BOM_ERROR. */
+bool kv_utf8_has_bom(const char *s, size_t n);
+#define KV_UTF8_BOM_ERROR                                                                          \
+    "starts with a UTF-8 byte order mark (BOM, bytes EF BB BF), which JSON does not allow: save "  \
+    "the file as UTF-8 without BOM"
+
 /* Length of the longest well-formed prefix of s[0..n). */
 size_t kv_utf8_valid_prefix(const char *s, size_t n);
 

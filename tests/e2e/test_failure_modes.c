@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -393,4 +394,143 @@ Test(failure, a_nul_in_an_id_is_predicted_resumed_and_scored)
     tu_result_free(&r);
     free(s), free(scores), free(run), free(again), free(lines), free(pred), free(cfg);
     free(edited), free(file), free(text), free(shipped), free(data);
+}
+
+/* The first three samples of synth_passkey into data/, the third with the
+ * first one's _id when repeat; returns the file's path. */
+static char *three_samples(bool repeat)
+{
+    char *data = at("data");
+    mkdir(data, 0777);
+    char *shipped = tu_source("datasets/synthetic/synth_passkey.jsonl");
+    char *text = tu_slurp(shipped, NULL), *file = at("data/synth_passkey.jsonl");
+    char *end = text;
+    for (int i = 0; i < 3; i++)
+        end = strchr(end, '\n') + 1;
+    *end = '\0';
+    if (repeat) {
+        char *third = strstr(text, "\"synth_passkey-0002\"");
+        cr_assert(third);
+        memcpy(third, "\"synth_passkey-0000\"", 20);
+    }
+    write_file(file, text);
+    free(text), free(shipped), free(data);
+    return file;
+}
+
+/* Issue 28: predictions are kept by _id, so a second sample with the same
+ * _id was taken for done and silently dropped; sharded, merge then refused
+ * forever. The run, each shard and merge now name the file, line and id. */
+Test(failure, a_repeated_id_is_an_error_naming_file_line_and_id)
+{
+    char *file = three_samples(false), *data = at("data");
+    char *cfg = write_config(data, H2O);
+    for (int i = 0; i < 2; i++) {
+        tu_result r = tu_kvbench("run", cfg, "--shard", i ? "1/2" : "0/2", NULL);
+        cr_assert_eq(r.status, 0, "%s", r.err);
+        tu_result_free(&r);
+    }
+    free(three_samples(true));
+    char *want;
+    cr_assert_geq(asprintf(&want,
+                           "%s:3: _id \"synth_passkey-0000\" is also the _id of the sample at "
+                           "index 0: a task's samples need distinct _ids",
+                           file),
+                  0);
+    char *run = at("runs/c"), *merged = at("merged");
+    tu_result r = tu_kvbench("merge", run, "--output", merged, NULL);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert(strstr(r.err, want), "%s", r.err);
+    tu_result_free(&r);
+    r = tu_kvbench("run", cfg, "--name", "fresh", NULL);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert(strstr(r.err, want), "%s", r.err);
+    tu_result_free(&r);
+    char *fresh = at("runs/fresh/predictions/h2o/synth_passkey.jsonl");
+    cr_assert(access(fresh, F_OK) != 0, "nothing predicted");
+    r = tu_kvbench("run", cfg, "--name", "fresh", "--shard", "1/2", NULL);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert(strstr(r.err, want), "%s", r.err);
+    tu_result_free(&r);
+    free(fresh), free(merged), free(run), free(want), free(cfg), free(data), free(file);
+}
+
+/* Runs `kvbench ARGS > /dev/full`: the output is lost, so is the command. */
+static tu_result to_full_disk(const char *args)
+{
+    char *sh;
+    cr_assert_geq(asprintf(&sh, "exec \"$KVBENCH\" %s > /dev/full", args), 0);
+    char *argv[] = {"/bin/sh", "-c", sh, NULL};
+    tu_result r = tu_run_argv(argv);
+    free(sh);
+    return r;
+}
+
+Test(failure, output_lost_on_a_full_disk_is_a_failure)
+{
+    char *shipped = tu_source("datasets/synthetic"), *args;
+    cr_assert_geq(asprintf(&args, "prompts --task synth_passkey --dir '%s'", shipped), 0);
+    tu_result r = to_full_disk(args);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert(strstr(r.err, "kvbench: prompts: cannot write the output: No space left on device"),
+              "%s", r.err);
+    tu_result_free(&r);
+    free(args);
+    char *cfg = write_config(NULL, H2O);
+    r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    char *preds = at("runs/c/predictions/full");
+    cr_assert_geq(asprintf(&args, "score '%s'", preds), 0);
+    r = to_full_disk(args);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert(strstr(r.err, "kvbench: score: cannot write the output: No space left on device"),
+              "%s", r.err);
+    tu_result_free(&r);
+    free(args), free(preds), free(cfg), free(shipped);
+}
+
+/* A resume refused for a line that does not belong leaves run.json as it
+ * was: a finished run stays finished. */
+Test(failure, a_refused_resume_leaves_run_json_as_it_was)
+{
+    char *cfg = write_config(NULL, H2O);
+    tu_result r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    char *run_json = at("runs/c/run.json"), *full = at("runs/c/predictions/h2o/synth_passkey.jsonl");
+    char *before = tu_slurp(run_json, NULL), *text = tu_slurp(full, NULL), *damaged;
+    cr_assert_geq(asprintf(&damaged, "%s%s", text, strstr(text, "\n") + 1), 0);
+    write_file(full, damaged); /* the second line twice */
+    free(write_config(NULL, "[{\"name\": \"h2o\", \"algorithm\": \"h2o\", \"start_size\": 4, "
+                            "\"recent_size\": 16, \"intermediate_size\": 12}, {\"algorithm\": "
+                            "\"streaming\", \"recent_size\": 16}]"));
+    r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert(strstr(r.err, "appears twice"), "%s", r.err);
+    tu_result_free(&r);
+    char *after = tu_slurp(run_json, NULL);
+    cr_assert_str_eq(after, before);
+    free(after), free(damaged), free(text), free(before), free(full), free(run_json), free(cfg);
+}
+
+/* A UTF-8 byte order mark is named, not "expected a number". */
+Test(failure, a_byte_order_mark_is_named)
+{
+    char *file = three_samples(false);
+    char *text = tu_slurp(file, NULL), *bom;
+    cr_assert_geq(asprintf(&bom, "\xEF\xBB\xBF%s", text), 0);
+    write_file(file, bom);
+    tu_result r = tu_kvbench("prompts", "--task", "synth_passkey", "--file", file, NULL);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    char *want;
+    cr_assert_geq(asprintf(&want,
+                           "kvbench: %s:1: the line starts with a UTF-8 byte order mark (BOM, "
+                           "bytes EF BB BF), which JSON does not allow: save the file as UTF-8 "
+                           "without BOM\n",
+                           file),
+                  0);
+    cr_assert(strncmp(r.err, want, strlen(want)) == 0, "%s", r.err);
+    tu_result_free(&r);
+    free(want), free(bom), free(text), free(file);
 }

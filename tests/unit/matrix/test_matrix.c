@@ -598,6 +598,9 @@ Test(matrix, load_refuses_nul_characters_and_invalid_utf8)
         {"{\"model\": \"m\", \"con\\u0000figs\": []}",
          ":1: a key holds \\u0000 (NUL), which keys cannot hold"},
         {"{\"model\": \"m\xc3\"}", ":1: invalid UTF-8 at byte 13 (0xC3)"},
+        {"\xEF\xBB\xBF{\"model\": \"m\", \"tasks\": [\"trec\"]}",
+         ": the file starts with a UTF-8 byte order mark (BOM, bytes EF BB BF), which JSON does "
+         "not allow: save the file as UTF-8 without BOM"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         FILE *f = fopen(path, "w");
@@ -618,6 +621,28 @@ Test(matrix, load_refuses_nul_characters_and_invalid_utf8)
     kb_matrix_free(&m);
     tu_rmtree(dir);
     free(dir);
+}
+
+/* Issue 28: a huge integer is refused, not cast past a long; -0 is 0 in the
+ * name as it is in the hash. */
+Test(matrix, huge_integers_are_refused_and_minus_zero_is_zero)
+{
+    expect_error("{" BASE ", \"limit\": 9223372036854775807}",
+                 "limit: must be <= 9007199254740991");
+    expect_error("{\"model\": \"m\", \"tasks\": [{\"task\": \"trec\", \"limit\": 1e300}]}",
+                 "tasks[0].limit: must be <= 9007199254740991");
+    cr_assert_eq(parse("{" BASE ", \"limit\": 9007199254740991}"), 0, "%s", err.msg);
+    kb_matrix_free(&m);
+
+    cr_assert_eq(parse("{" BASE ", \"sweep\": {\"algorithm\": \"h2o\", \"intermediate_size\": [-0]}}"),
+                 0, "%s", err.msg);
+    cr_assert_str_eq(m.configs[1].name, "h2o_i0");
+    char zero[17];
+    cJSON *p = cJSON_Parse("{\"algorithm\": \"h2o\", \"intermediate_size\": 0}");
+    cr_assert_eq(kb_config_hash(p, zero), 0);
+    cr_assert_str_eq(m.configs[1].hash, zero);
+    cJSON_Delete(p);
+    kb_matrix_free(&m);
 }
 
 Test(matrix, configs_equal_once_defaults_apply_are_one_config)
