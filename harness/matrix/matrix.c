@@ -5,9 +5,11 @@
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "evict/evict.h"
@@ -356,6 +358,60 @@ char *kb_config_name(const cJSON *params)
     return b.s;
 }
 
+/* ---- the nearest known key, for a hint --------------------------------- */
+
+/* Edit distance of two keys, '-' and '_' alike and case ignored, so that
+ * the CLI's "intermediate-size" is at distance 0 from intermediate_size. */
+static size_t key_distance(const char *a, const char *b)
+{
+    size_t n = strlen(b), row[64];
+    if (n >= 64 || strlen(a) >= 64)
+        return SIZE_MAX;
+    for (size_t j = 0; j <= n; j++)
+        row[j] = j;
+    for (size_t i = 1; a[i - 1]; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= n; j++) {
+            char x = (char)tolower((unsigned char)a[i - 1]), y = (char)tolower((unsigned char)b[j - 1]);
+            bool same = x == y || (strchr("-_", x) && strchr("-_", y));
+            size_t best = diag + !same;
+            best = row[j] + 1 < best ? row[j] + 1 : best;
+            best = row[j - 1] + 1 < best ? row[j - 1] + 1 : best;
+            diag = row[j];
+            row[j] = best;
+        }
+    }
+    return row[n];
+}
+
+typedef struct nearest {
+    const char *key, *best;
+    size_t distance;
+} nearest;
+
+static void nearest_consider(nearest *nr, const char *candidate)
+{
+    size_t d = key_distance(nr->key, candidate);
+    if (d < nr->distance) {
+        nr->distance = d;
+        nr->best = candidate;
+    }
+}
+
+/* " (did you mean \"KEY\"?)" for the closest candidate when it is close
+ * (a third of the key's letters or fewer differ), else "". */
+static const char *nearest_hint(const nearest *nr, char *buf, size_t n)
+{
+    size_t len = strlen(nr->key), most = len / 3 > 2 ? len / 3 : 2;
+    if (!nr->best || nr->distance > most) {
+        buf[0] = '\0';
+        return buf;
+    }
+    snprintf(buf, n, " (did you mean \"%s\"?)", nr->best);
+    return buf;
+}
+
 /* ---- eviction configs, checked against the parameter table ------------- */
 
 /* "a, b, c": a name parameter's choices (the algorithm's: the registry). */
@@ -371,13 +427,15 @@ static void choices_text(const kv_evict_param_def *d, char *list, size_t n)
     }
 }
 
+/* Names are case-insensitive, as the engine's parser and the CLI take
+ * them ("SnapKV" is NNCF's enum value). */
 static bool choice_ok(const kv_evict_param_def *d, const char *v)
 {
     for (int i = 0;; i++) {
         const char *c = d->choices ? d->choices[i] : kv_evict_algorithm(i);
         if (!c)
             return false;
-        if (strcmp(v, c) == 0)
+        if (strcasecmp(v, c) == 0)
             return true;
     }
 }
@@ -424,7 +482,7 @@ static int check_param(const kv_evict_param_def *d, const cJSON *v, char *err, s
 static int check_applies(const kv_evict_param_def *d, const cJSON *v, const char *alg, char *err,
                          size_t n)
 {
-    if (!d->only_for || cJSON_IsNull(v) || strcmp(alg, d->only_for) == 0)
+    if (!d->only_for || cJSON_IsNull(v) || strcasecmp(alg, d->only_for) == 0)
         return 0;
     return snprintf(err, n, "%s: only supported for the %s algorithm", d->key, d->only_for), -1;
 }
@@ -435,8 +493,17 @@ int kb_matrix_validate_eviction(const cJSON *cfg, char *err, size_t n)
         return snprintf(err, n, "an eviction config must be an object"), -1;
     for (const cJSON *c = cfg->child; c; c = c->next) {
         const kv_evict_param_def *d = param_def(c->string);
-        if (!d)
-            return snprintf(err, n, "%s: unknown eviction parameter", c->string), -1;
+        if (!d) {
+            nearest nr = {.key = c->string, .distance = SIZE_MAX};
+            for (int i = 0; kv_evict_param_key(i); i++)
+                nearest_consider(&nr, kv_evict_param_key(i));
+            nearest_consider(&nr, "budget");
+            nearest_consider(&nr, "name");
+            char hint[128];
+            return snprintf(err, n, "%s: unknown eviction parameter%s", c->string,
+                            nearest_hint(&nr, hint, sizeof hint)),
+                   -1;
+        }
         if (check_param(d, c, err, n) < 0)
             return -1;
     }
@@ -583,7 +650,7 @@ static int fail_validation(kv_error *err, const char *path, const cJSON *params,
 static bool is_full(const cJSON *params)
 {
     const char *alg = param_str(params, "algorithm");
-    return alg && strcmp(alg, "full") == 0;
+    return alg && strcasecmp(alg, "full") == 0;
 }
 
 /* Adds a config (takes ownership of params, NULL = full cache). */
@@ -638,18 +705,105 @@ static int add_config(parser *p, cJSON *params, const char *name, const char *or
     return 0;
 }
 
+/* "budget": N, the tokens every layer keeps, in place of intermediate_size:
+ * start + intermediate + recent is what each algorithm keeps, so
+ * intermediate_size = N - start_size - recent_size with the config's own
+ * (or default) start and recent sizes, rounded down to a multiple of
+ * group_size under per_group (whose sizes must divide by it). params is
+ * rewritten to the intermediate_size config, so its hash is that config's;
+ * *asked receives N (0: no budget). Errors are "KEY: problem". */
+static int apply_budget(cJSON *params, long *asked, char *msg, size_t n)
+{
+    *asked = 0;
+    cJSON *b = cJSON_GetObjectItemCaseSensitive(params, "budget");
+    if (!b)
+        return 0;
+    if (!cJSON_IsNumber(b) || b->valuedouble != floor(b->valuedouble) || b->valuedouble < 1 ||
+        b->valuedouble > KV_EVICT_MAX_BUDGET)
+        return snprintf(msg, n, "budget: must be an integer in 1..%d", KV_EVICT_MAX_BUDGET), -1;
+    if (cJSON_GetObjectItemCaseSensitive(params, "intermediate_size"))
+        return snprintf(msg, n, "budget: give budget or intermediate_size, not both"), -1;
+    long budget = (long)b->valuedouble;
+    cJSON *rest = cJSON_Duplicate(params, true);
+    if (!rest)
+        return snprintf(msg, n, "out of memory"), -1;
+    cJSON_DeleteItemFromObjectCaseSensitive(rest, "budget");
+    kv_evict_params e;
+    kv_error err;
+    kv_evict_params_default(&e);
+    int parsed = kv_evict_params_from_json(&e, rest, &err);
+    cJSON_Delete(rest);
+    if (parsed != 0)
+        return 0; /* the validation names the key at fault */
+    long fixed = (long)e.start_size + e.recent_size;
+    long inter = budget - fixed;
+    if (inter < 0)
+        return snprintf(msg, n,
+                        "budget: %ld is below start_size + recent_size = %ld, which every "
+                        "config keeps: lower them or raise the budget",
+                        budget, fixed),
+               -1;
+    if (strcmp(e.strategy, "per_group") == 0 && e.group_size > 0)
+        inter -= inter % e.group_size;
+    cJSON_DeleteItemFromObjectCaseSensitive(params, "budget");
+    if (!cJSON_AddNumberToObject(params, "intermediate_size", (double)inter))
+        return snprintf(msg, n, "out of memory"), -1;
+    *asked = budget;
+    return 0;
+}
+
+/* The name of a budget config: the name its intermediate_size would get,
+ * with the budget ("b256") in place of "i..". NULL on OOM. */
+static char *budget_name(const cJSON *params, long budget)
+{
+    cJSON *named = cJSON_Duplicate(params, true);
+    if (!named)
+        return NULL;
+    cJSON_DeleteItemFromObjectCaseSensitive(named, "intermediate_size");
+    char *base = kb_config_name(named), *name = NULL;
+    cJSON_Delete(named);
+    if (base && asprintf(&name, "%s_b%ld", base, budget) < 0)
+        name = NULL;
+    free(base);
+    return name;
+}
+
+/* Names in lower case, as the engine reads them ("SnapKV" is snapkv), so
+ * that run.json and the plan show one spelling. */
+static void lower_names(cJSON *params)
+{
+    for (cJSON *c = params->child; c; c = c->next) {
+        const kv_evict_param_def *d = param_def(c->string);
+        if (d && d->type == KV_PARAM_NAME && cJSON_IsString(c))
+            for (char *s = c->valuestring; *s; s++)
+                *s = (char)tolower((unsigned char)*s);
+    }
+}
+
 /* Validates and adds one config object (params without "name"). */
 static int validate_and_add(parser *p, cJSON *params, const char *name, const char *path)
 {
+    long asked = 0;
+    char *derived = NULL;
     if (!is_full(params)) {
         char msg[768] = "";
-        if (p->hooks->validate_eviction(params, msg, sizeof msg) < 0) {
+        if (apply_budget(params, &asked, msg, sizeof msg) < 0 ||
+            p->hooks->validate_eviction(params, msg, sizeof msg) < 0) {
             fail_validation(p->err, path, params, msg[0] ? msg : "invalid eviction config");
             cJSON_Delete(params);
             return -1;
         }
+        lower_names(params);
+        if (asked && !name && !(name = derived = budget_name(params, asked))) {
+            cJSON_Delete(params);
+            return kv_fail(p->err, "out of memory");
+        }
     }
-    return add_config(p, params, name, path);
+    int rc = add_config(p, params, name, path);
+    if (rc == 0)
+        p->m->configs[p->m->n_configs - 1].budget_asked = asked;
+    free(derived);
+    return rc;
 }
 
 static int parse_config_entry(parser *p, const cJSON *c, const char *path)
@@ -832,11 +986,17 @@ static int parse_settings(parser *p, const cJSON *root)
         int known = 0;
         for (int i = 0; top_keys[i]; i++)
             known |= strcmp(top_keys[i], k) == 0;
-        if (!known)
+        if (!known) {
+            nearest nr = {.key = k, .distance = SIZE_MAX};
+            for (int i = 0; top_keys[i]; i++)
+                nearest_consider(&nr, top_keys[i]);
+            char hint[128];
             return failp(p->err, k,
-                         "unknown key (known: name, description, model, model_revision, "
+                         "unknown key%s (known: name, description, model, model_revision, "
                          "protocol, compute, threads, output, data, limit, max_length, "
-                         "max_new_tokens, tasks, configs, sweep)");
+                         "max_new_tokens, tasks, configs, sweep)",
+                         nearest_hint(&nr, hint, sizeof hint));
+        }
         int rc = 0;
         if (strcmp(k, "name") == 0) {
             rc = get_string(c, k, &m->run_name, p->err);

@@ -56,6 +56,7 @@ typedef struct kb_config {
     cJSON *params; /* the eviction parameters; NULL for the full cache */
     char *origin;  /* where it came from: "configs[2]", "sweep[0]{algorithm=h2o,...}" */
     long budget;   /* start + intermediate + recent (KV entries per layer); -1: full cache */
+    long budget_asked; /* the file's "budget" that set intermediate_size; 0: none */
 } kb_config;
 
 typedef struct kb_matrix {

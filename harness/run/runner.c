@@ -64,8 +64,10 @@ void kb_runner_plan_print(FILE *f, const kb_matrix *m, const kb_runner_options *
         fputc('\n', f);
     }
     fprintf(f, "\n%zu configs (one prefill per sample, shared by all):\n", m->n_configs);
+    bool budgets = false;
     for (size_t i = 0; i < m->n_configs; i++) {
         const kb_config *c = &m->configs[i];
+        budgets |= c->budget_asked > 0;
         char *canon = c->params ? kb_json_canonical(c->params) : NULL;
         fprintf(f, "  %-40s %s  ", c->name, c->hash);
         if (c->budget >= 0)
@@ -75,6 +77,11 @@ void kb_runner_plan_print(FILE *f, const kb_matrix *m, const kb_runner_options *
         fprintf(f, " %s\n", canon ? canon : "");
         free(canon);
     }
+    if (budgets)
+        fputs("\nbudget N: every algorithm keeps start_size + intermediate_size + recent_size\n"
+              "tokens, so intermediate_size = N - start_size - recent_size (with per_group\n"
+              "rounded down to a multiple of group_size), shown in the parameters above.\n",
+              f);
 }
 
 /* ---- the driver loop --------------------------------------------------- */

@@ -60,7 +60,8 @@ Test(matrix, errors_name_the_key_path)
         "\"window_size\": 0}]}",
         "configs[3].window_size: must be > 0");
     expect_error("{" BASE ", \"thread\": 4}",
-                 "thread: unknown key (known: name, description, model, model_revision, "
+                 "thread: unknown key (did you mean \"threads\"?) (known: name, description, "
+                 "model, model_revision, "
                  "protocol, compute, threads, output, data, limit, max_length, max_new_tokens, "
                  "tasks, configs, sweep)");
     expect_error("{" BASE ", \"threads\": -1}", "threads: must be >= 0");
@@ -81,7 +82,8 @@ Test(matrix, errors_name_the_key_path)
     expect_error("{\"tasks\": [\"trec\"]}",
                  "model: required: a model folder or a hub name (ORG/NAME)");
     expect_error("{" BASE ", \"configs\": [{\"algorithm\": \"snapkv\", \"windw_size\": 8}]}",
-                 "configs[0].windw_size: unknown eviction parameter");
+                 "configs[0].windw_size: unknown eviction parameter (did you mean "
+                 "\"window_size\"?)");
     expect_error("{" BASE ", \"configs\": [{\"name\": \"a/b\", \"algorithm\": \"h2o\"}]}",
                  "configs[0].name: must be a non-empty string of letters, digits, '.', '_', '-'");
     expect_error("{" BASE ", \"sweep\": {\"algorithm\": []}}",
@@ -645,6 +647,84 @@ Test(matrix, huge_integers_are_refused_and_minus_zero_is_zero)
     kb_matrix_free(&m);
 }
 
+/* The hash of one eviction config given as JSON text. */
+static void hash_of(const char *json, char hash[17])
+{
+    cJSON *p = cJSON_Parse(json);
+    cr_assert_eq(kb_config_hash(p, hash), 0);
+    cJSON_Delete(p);
+}
+
+/* Issue 28: "budget" is the tokens kept, whatever the algorithm; the config
+ * is the intermediate_size one it gives (same hash), named by the budget. */
+Test(matrix, a_budget_sets_intermediate_size_for_every_algorithm)
+{
+    cr_assert_eq(parse("{" BASE ", \"sweep\": {\"algorithm\": [\"h2o\", \"streaming\"], "
+                       "\"recent_size\": 64, \"budget\": [128, 1000]}}"),
+                 0, "%s", err.msg);
+    cr_assert_eq(m.n_configs, 5);
+    static const struct {
+        const char *name, *same;
+        long budget;
+    } want[] = {
+        {"h2o_r64_b128", "{\"algorithm\": \"h2o\", \"recent_size\": 64, \"intermediate_size\": 32}", 128},
+        {"h2o_r64_b1000", "{\"algorithm\": \"h2o\", \"recent_size\": 64, \"intermediate_size\": 904}", 1000},
+        {"streaming_r64_b128", "{\"algorithm\": \"streaming\", \"recent_size\": 64, \"intermediate_size\": 32}", 128},
+        {"streaming_r64_b1000", "{\"algorithm\": \"streaming\", \"recent_size\": 64, \"intermediate_size\": 904}", 1000},
+    };
+    for (size_t i = 0; i < 4; i++) {
+        const kb_config *c = &m.configs[i + 1];
+        char hash[17];
+        hash_of(want[i].same, hash);
+        cr_expect_str_eq(c->name, want[i].name);
+        cr_expect_str_eq(c->hash, hash, "%s", c->name);
+        cr_expect_eq(c->budget, want[i].budget, "%s", c->name);
+        cr_expect_eq(c->budget_asked, want[i].budget, "%s", c->name);
+        cr_expect_null(cJSON_GetObjectItem(c->params, "budget"));
+    }
+    kb_matrix_free(&m);
+    /* per_group: its sizes divide by the group, so one group fewer at most */
+    cr_assert_eq(parse("{" BASE ", \"configs\": [{\"algorithm\": \"h2o\", \"strategy\": "
+                       "\"per_group\", \"group_size\": 16, \"budget\": 200}]}"),
+                 0, "%s", err.msg);
+    cr_expect_eq(m.configs[1].budget, 192);
+    cr_expect_eq(cJSON_GetObjectItem(m.configs[1].params, "intermediate_size")->valueint, 32);
+    kb_matrix_free(&m);
+    expect_error("{" BASE ", \"configs\": [{\"algorithm\": \"h2o\", \"budget\": 100}]}",
+                 "configs[0].budget: 100 is below start_size + recent_size = 160, which every "
+                 "config keeps: lower them or raise the budget");
+    expect_error("{" BASE ", \"configs\": [{\"budget\": 300, \"intermediate_size\": 8}]}",
+                 "configs[0].budget: give budget or intermediate_size, not both");
+    expect_error("{" BASE ", \"configs\": [{\"budget\": 0.5}]}",
+                 "configs[0].budget: must be an integer in 1..1073741824");
+}
+
+/* Issue 28: "SnapKV" is snapkv in files as on the command line, and a
+ * misspelt key (the CLI's "intermediate-size", "budjet") names the key it
+ * is nearest to. */
+Test(matrix, names_ignore_case_and_unknown_keys_suggest_the_nearest)
+{
+    cr_assert_eq(parse("{" BASE ", \"configs\": [{\"algorithm\": \"SnapKV\", "
+                       "\"intermediate_size\": 64, \"window_size\": 8, \"strategy\": \"Per_Token\"}]}"),
+                 0, "%s", err.msg);
+    char hash[17];
+    hash_of("{\"algorithm\": \"snapkv\", \"intermediate_size\": 64}", hash);
+    cr_expect_str_eq(m.configs[1].hash, hash);
+    cr_expect_str_eq(m.configs[1].name, "snapkv_i64_w8");
+    cr_expect_str_eq(cJSON_GetObjectItem(m.configs[1].params, "algorithm")->valuestring, "snapkv");
+    kb_matrix_free(&m);
+    cr_assert_eq(parse("{" BASE ", \"configs\": [{\"algorithm\": \"FULL\"}]}"), 0, "%s", err.msg);
+    cr_expect_eq(m.n_configs, 1, "the baseline");
+    kb_matrix_free(&m);
+    expect_error("{" BASE ", \"configs\": [{\"algorithm\": \"h2o\", \"intermediate-size\": 64}]}",
+                 "configs[0].intermediate-size: unknown eviction parameter (did you mean "
+                 "\"intermediate_size\"?)");
+    expect_error("{" BASE ", \"configs\": [{\"budjet\": 64}]}",
+                 "configs[0].budjet: unknown eviction parameter (did you mean \"budget\"?)");
+    expect_error("{" BASE ", \"configs\": [{\"xyzzy\": 64}]}",
+                 "configs[0].xyzzy: unknown eviction parameter");
+}
+
 Test(matrix, configs_equal_once_defaults_apply_are_one_config)
 {
     cJSON *a = cJSON_Parse("{\"algorithm\": \"h2o\", \"intermediate_size\": 64}");
@@ -721,7 +801,8 @@ Test(matrix, parameter_table_drives_validation_cli_and_schema)
     }
     /* a key the table does not list, and a range taken from it */
     expect_error("{" BASE ", \"configs\": [{\"start_sise\": 1}]}",
-                 "configs[0].start_sise: unknown eviction parameter");
+                 "configs[0].start_sise: unknown eviction parameter (did you mean "
+                 "\"start_size\"?)");
     expect_error("{" BASE ", \"configs\": [{\"algorithm\": \"snapkv\", \"window_size\": 0}]}",
                  "configs[0].window_size: must be > 0");
     expect_error("{" BASE ", \"configs\": [{\"algorithm\": \"h2o\", \"window_size\": 8}]}",
