@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "evict/evict_impl.h"
 #include "model/kernels.h"
@@ -193,6 +194,207 @@ int kv_evict_model_vnorm_gains(kv_evict_model *em, kv_error *err)
     return 0;
 }
 
+/* ---- the refiner's state: value weights, each computed once ---- */
+
+/* One kept set of a layer: the value weights of its slots [0, n), NaN until
+ * a selection needs one (values never change, so a weight follows its
+ * token through compactions). */
+typedef struct vnorm_set {
+    double *w;
+    int n, cap;
+} vnorm_set;
+
+typedef struct criticalkv_state {
+    const kv_evict_cfg *cfg;
+    vnorm_set *sets;      /* [n_layers][n_sets] */
+    double *bounds;       /* [bounds_cap] upper bounds of the current call's candidates */
+    int bounds_cap;
+    const double *vbound; /* bounds, or NULL: every candidate's weight is computed */
+    long long computed;   /* weights computed so far */
+} criticalkv_state;
+
+static vnorm_set *set_of(const kv_refine_call *c)
+{
+    const criticalkv_state *st = c->state;
+    return &st->sets[(size_t)c->layer * (size_t)c->cfg->n_sets + (size_t)c->set];
+}
+
+/* The KV head whose tokens a set holds, -1 when all heads share it. */
+static int set_head(const kv_refine_call *c)
+{
+    return c->cfg->n_sets > 1 ? c->set : -1;
+}
+
+static void *criticalkv_state_new(const kv_evict_cfg *cfg, kv_error *err)
+{
+    const kv_evict_model *m = cfg->model;
+    if (!m || !m->o_proj || m->hidden <= 0) {
+        kv_fail(err, "eviction: refined_algorithm criticalkv needs the model's o_proj weights");
+        return NULL;
+    }
+    criticalkv_state *st = calloc(1, sizeof *st);
+    if (st)
+        st->sets = calloc((size_t)m->n_layers * (size_t)cfg->n_sets, sizeof *st->sets);
+    if (!st || !st->sets) {
+        free(st);
+        kv_fail(err, "eviction: out of memory");
+        return NULL;
+    }
+    st->cfg = cfg;
+    return st;
+}
+
+static void criticalkv_state_free(void *state)
+{
+    criticalkv_state *st = state;
+    if (!st)
+        return;
+    for (int i = 0; i < st->cfg->model->n_layers * st->cfg->n_sets; i++)
+        free(st->sets[i].w);
+    free(st->sets);
+    free(st->bounds);
+    free(st);
+}
+
+static void criticalkv_reset(void *state, int layer)
+{
+    criticalkv_state *st = state;
+    int sets = st->cfg->n_sets, lo = layer < 0 ? 0 : layer;
+    int hi = layer < 0 ? st->cfg->model->n_layers : layer + 1;
+    for (int i = lo * sets; i < hi * sets; i++)
+        st->sets[i].n = 0;
+}
+
+static void criticalkv_compacted(void *state, int layer, int set, const int *keep, int n_keep)
+{
+    criticalkv_state *st = state;
+    vnorm_set *vs = &st->sets[(size_t)layer * (size_t)st->cfg->n_sets + (size_t)set];
+    int n = 0; /* keep is ascending: the survivors with a weight are a prefix */
+    while (n < n_keep && keep[n] < vs->n) {
+        vs->w[n] = vs->w[keep[n]];
+        n++;
+    }
+    vs->n = n;
+}
+
+static long long criticalkv_work(const void *state)
+{
+    return ((const criticalkv_state *)state)->computed;
+}
+
+/* Computes the value weights of the given slots, and with them those of
+ * the recent area that have none yet: those become candidates over the
+ * next decode steps, and one pass over o_proj serves them all. */
+static int vnorm_exact(const kv_refine_call *c, const int *slots, int n, kv_error *err)
+{
+    criticalkv_state *st = c->state;
+    vnorm_set *vs = set_of(c);
+    int L = vs->n, row = kv_cache_row(c->cache), first_recent = L - c->cfg->p->recent_size;
+    int *all = malloc((size_t)(n + c->cfg->p->recent_size + 1) * sizeof *all);
+    if (!all)
+        return kv_fail(err, "CriticalKV: out of memory");
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (slots[i] < first_recent)
+            all[m++] = slots[i];
+    for (int t = first_recent > 0 ? first_recent : 0; t < L; t++)
+        if (isnan(vs->w[t]))
+            all[m++] = t;
+    float *v = malloc((size_t)(m > 0 ? m : 1) * (size_t)row * sizeof *v);
+    double *out = malloc((size_t)(m > 0 ? m : 1) * sizeof *out);
+    int rc = v && out ? 0 : kv_fail(err, "CriticalKV: out of memory");
+    const float *values = c->cache->layers[c->layer].v;
+    for (int i = 0; rc == 0 && i < m; i++)
+        memcpy(v + (size_t)i * (size_t)row, values + (size_t)all[i] * (size_t)row,
+               (size_t)row * sizeof *v);
+    if (rc == 0 && m > 0)
+        rc = kv_criticalkv_vnorm(c->cfg->model, c->layer, set_head(c), v, m, out, err);
+    for (int i = 0; rc == 0 && i < m; i++)
+        vs->w[all[i]] = out[i];
+    st->computed += m;
+    free(v);
+    free(out);
+    free(all);
+    return rc;
+}
+
+/* Upper bounds of the value weights of the n candidate slots after the
+ * start area from the cache's value norms and the model's per-head gains,
+ * or NULL when either is missing (then every candidate's weight is
+ * computed). */
+static const double *vnorm_bounds(const kv_refine_call *c, int n, double *out)
+{
+    const kv_cache_layer *cl = &c->cache->layers[c->layer];
+    int S = c->first_slot, H = c->cache->n_kv_heads, g0 = set_head(c);
+    if (!c->cfg->model->vnorm_gain || cl->vlen_n < S + n)
+        return NULL;
+    const double *gain = c->cfg->model->vnorm_gain + (size_t)c->layer * (size_t)H;
+    for (int i = 0; i < n; i++) {
+        const float *vl = cl->vlen + (size_t)(S + i) * (size_t)H;
+        double b = 0.0;
+        if (g0 >= 0)
+            b = gain[g0] * vl[g0];
+        else
+            for (int g = 0; g < H; g++)
+                b += gain[g] * vl[g];
+        out[i] = b;
+    }
+    return out;
+}
+
+/* Room for weights of every slot of the layer and bounds of n candidates. */
+static int make_room(criticalkv_state *st, vnorm_set *vs, int L, int n, kv_error *err)
+{
+    if (L > vs->cap) {
+        int cap = L > 2 * vs->cap ? L : 2 * vs->cap;
+        double *w = realloc(vs->w, (size_t)cap * sizeof *w);
+        if (!w)
+            return kv_fail(err, "CriticalKV: out of memory");
+        vs->w = w;
+        vs->cap = cap;
+    }
+    if (n > st->bounds_cap) {
+        double *b = realloc(st->bounds, (size_t)n * sizeof *b);
+        if (!b)
+            return kv_fail(err, "CriticalKV: out of memory");
+        st->bounds = b;
+        st->bounds_cap = n;
+    }
+    return 0;
+}
+
+/* A selection over the candidate slots after the start area: new slots
+ * marked unknown; when only a few candidates lack a weight (decode, where
+ * one arrives per step), all of them computed now with the recent area,
+ * since missing one per step would cost a pass over o_proj each time; else
+ * (a long prompt's first compression) bounds that let pick rule most of
+ * them out. */
+static int criticalkv_prepare(const kv_refine_call *c, kv_error *err)
+{
+    criticalkv_state *st = c->state;
+    vnorm_set *vs = set_of(c);
+    int L = c->cache->layers[c->layer].len, S = c->first_slot, n = c->n_tokens, missing = 0;
+    if (make_room(st, vs, L, n > 0 ? n : 1, err) != 0)
+        return -1;
+    for (int t = vs->n; t < L; t++)
+        vs->w[t] = NAN;
+    vs->n = L;
+    int *slots = malloc((size_t)(n > 0 ? n : 1) * sizeof *slots);
+    if (!slots)
+        return kv_fail(err, "CriticalKV: out of memory");
+    for (int t = S; t < S + n; t++)
+        if (isnan(vs->w[t]))
+            slots[missing++] = t;
+    int rc = 0;
+    bool few = missing <= c->cfg->budget;
+    if (missing > 0 && few)
+        rc = vnorm_exact(c, slots, missing, err);
+    free(slots);
+    /* with every weight known there is nothing to rule out */
+    st->vbound = few ? NULL : vnorm_bounds(c, n, st->bounds);
+    return rc;
+}
+
 /* Computes the weights of the units listed that lack one. */
 static int need_units(const kv_refine_call *c, const int *units, int n_units, int *slots,
                       kv_error *err)
@@ -201,10 +403,10 @@ static int need_units(const kv_refine_call *c, const int *units, int n_units, in
     for (int i = 0; i < n_units; i++)
         for (int r = 0; r < G; r++) {
             int slot = c->first_slot + units[i] * G + r;
-            if (isnan(c->vnorm[slot]))
+            if (isnan(set_of(c)->w[slot]))
                 slots[n++] = slot;
         }
-    return n > 0 ? c->exact(c->exact_ctx, slots, n, err) : 0;
+    return n > 0 ? vnorm_exact(c, slots, n, err) : 0;
 }
 
 /* Stage 2's weight of a unit: the sum over its tokens; -inf stays. */
@@ -227,9 +429,10 @@ static int compute_needed(const kv_refine_call *c, int n_units, double *ub, int 
                           int *slots, char *known, kv_error *err)
 {
     int k = c->n_pick;
-    bool prune = c->vbound != NULL;
+    const double *vbound = ((const criticalkv_state *)c->state)->vbound;
+    bool prune = vbound != NULL;
     for (int u = 0; prune && u < n_units; u++) {
-        ub[u] = unit_weight(c, c->vbound, u);
+        ub[u] = unit_weight(c, vbound, u);
         for (int r = 0; r < c->unit; r++) { /* a negative factor turns a bound around */
             double sc = c->scores[u * c->unit + r];
             if (isfinite(sc) && sc + 1e-4 < 0.0)
@@ -251,7 +454,7 @@ static int compute_needed(const kv_refine_call *c, int n_units, double *ub, int 
             return kv_fail(err, "CriticalKV: out of memory");
         }
         for (int i = 0; i < m; i++)
-            w[i] = unit_weight(c, c->vnorm + c->first_slot, order[i]);
+            w[i] = unit_weight(c, set_of(c)->w + c->first_slot, order[i]);
         kv_evict_top(w, m, k, idx);
         kth = k <= m ? INFINITY : -INFINITY;
         for (int i = 0; i < k && i < m; i++)
@@ -282,7 +485,7 @@ static int criticalkv_pick(const kv_refine_call *c, int *picks, kv_error *err)
         rc = compute_needed(c, n_units, ub, order, slots, known, err);
     if (rc == 0) {
         for (int u = 0; u < n_units; u++) /* a unit left out is below n_pick better ones */
-            adj[u] = known[u] ? unit_weight(c, c->vnorm + c->first_slot, u) : -INFINITY;
+            adj[u] = known[u] ? unit_weight(c, set_of(c)->w + c->first_slot, u) : -INFINITY;
         kv_evict_top(adj, n_units, c->n_pick, order);
         for (int i = 0; i < c->n_pick; i++)
             picks[i] = order[i];
@@ -293,6 +496,11 @@ static int criticalkv_pick(const kv_refine_call *c, int *picks, kv_error *err)
 
 const kv_refiner kv_refiner_criticalkv = {
     .name = "criticalkv",
-    .needs_vnorm = true,
+    .state_new = criticalkv_state_new,
+    .state_free = criticalkv_state_free,
+    .reset = criticalkv_reset,
+    .prepare = criticalkv_prepare,
     .pick = criticalkv_pick,
+    .compacted = criticalkv_compacted,
+    .work = criticalkv_work,
 };

@@ -8,8 +8,8 @@
  * expected_attention).
  * A refiner picks refined_size of the intermediate slots among those the
  * coarse top-k left (KVCrush, CriticalKV).
- * Adding one: a file defining a const kv_scorer / kv_refiner, and one line
- * in the table of evict.c.
+ * Adding one: a file defining a const kv_scorer / kv_refiner, one line in
+ * evict_registry.c and its parameters' rows in evict_table.h.
  */
 #ifndef KV_EVICT_IMPL_H
 #define KV_EVICT_IMPL_H
@@ -33,6 +33,7 @@ typedef struct kv_evict_cfg {
     int window; /* effective SnapKV window, 0 for none */
     int group;  /* 1 for per_token and per_head, group_size for per_group */
     int n_sets; /* kept sets per layer: 1, or n_kv_heads for per_head */
+    int budget; /* S + I + R: the slots a set keeps (kv_evict_params_budget) */
     bool norm_sum;
     const kv_evict_model *model;
     const double *inv_freq; /* [head_dim / 2] the model's RoPE frequencies (in an evictor) */
@@ -99,22 +100,32 @@ typedef struct kv_refine_call {
     int first_slot; /* cache slot of scores[0] */
     const kv_cache *cache;
     int layer;
+    int set;     /* the kept set refined: a KV head with per_head, else 0 */
     kv_mt19937 *rng;
-    /* CriticalKV only (else NULL): the value weight of every slot of the
-     * layer, NaN where not computed yet; upper bounds of the candidates'
-     * weights (like scores, per candidate token; NULL: none); and the call
-     * that computes the weights of the given cache slots into vnorm. */
-    double *vnorm;
-    const double *vbound;
-    int (*exact)(void *ctx, const int *slots, int n, kv_error *err);
-    void *exact_ctx;
+    void *state; /* the refiner's own (kv_refiner.state_new), or NULL */
 } kv_refine_call;
 
+/* A refiner, like llama.cpp's samplers, owns its state: the evictor makes
+ * it, tells it of new prompts and compactions, and hands it to every call.
+ * Every hook but pick may be NULL. */
 typedef struct kv_refiner {
     const char *name;
-    bool needs_vnorm; /* wants kv_refine_call.vnorm (o_proj of the model) */
+    /* The state one evictor's refiner keeps; checks that the model gives
+     * what the refiner reads (NULL with err set: refused). */
+    void *(*state_new)(const kv_evict_cfg *cfg, kv_error *err);
+    void (*state_free)(void *state);
+    /* A new prompt begins in layer `layer` (-1: in every layer). */
+    void (*reset)(void *state, int layer);
+    /* Before pick, with the same call: gathers what pick reads besides the
+     * scores (CriticalKV: the candidates' value weights or their bounds). */
+    int (*prepare)(const kv_refine_call *c, kv_error *err);
     /* Writes n_pick distinct unit indices (0 = the unit starting at scores[0]). */
     int (*pick)(const kv_refine_call *c, int *picks, kv_error *err);
+    /* Set `set` of layer `layer` kept the slots keep[0..n_keep), which are
+     * now slots 0..n_keep-1: state per slot follows its token. */
+    void (*compacted)(void *state, int layer, int set, const int *keep, int n_keep);
+    /* Units of costly work done so far (CriticalKV: value weights computed). */
+    long long (*work)(const void *state);
 } kv_refiner;
 
 extern const kv_scorer kv_scorer_h2o, kv_scorer_snapkv, kv_scorer_streaming, kv_scorer_random,
@@ -133,12 +144,12 @@ int kv_scorer_sum_heads(const kv_scorer_obs *o, const double *sums, double *cont
 extern const kv_refiner kv_refiner_kvcrush, kv_refiner_criticalkv;
 
 const kv_scorer *kv_scorer_find(const char *name);
+const kv_refiner *kv_refiner_find(const char *name);
 /* CriticalKV's value weight of n slots: out[t] = sum over query heads h of
  * ||V_{kv(h),t} . Wo_h^T||_1 (decision 5), v = the slots' value rows; over
  * all query heads (kv_head -1) or those of one KV head (per_head). */
 int kv_criticalkv_vnorm(const kv_evict_model *m, int layer, int kv_head, const float *v, int n,
                         double *out, kv_error *err);
-const kv_refiner *kv_refiner_find(const char *name);
 
 /* The window sums for window w in st, or NULL when req has no such window. */
 const double *kv_attn_stats_window(const kv_attn_stats_request *req, const kv_attn_stats *st,
@@ -181,5 +192,19 @@ void kv_lagkv_scores_kvpress(const double *k, const double *v, int L, int D, int
  * desc, entry desc). take[i] = 1 for the kept entries. */
 int kv_adaptive_pick(const double *score, const int *head, int n, int n_heads, int n_safe, int k,
                      char *take, kv_error *err);
+
+/* The candidates of AdaKV's choice in a layer whose heads hold n_keep[g]
+ * slots: each head's held slots past its first S, before its last R. */
+int kv_adaptive_candidates(const int *n_keep, int sets, int S, int R);
+
+/* AdaKV's eviction of one layer of L slots (head_budget "adaptive") whose
+ * heads hold more than sets * inter candidates together: they keep sets * inter of
+ * them, chosen together by kv_adaptive_pick with a safeguard of
+ * int(inter * alpha) each, plus each head's start and recent tokens.
+ * score[g * L + t] is head g's selection score of slot t (t >= S);
+ * keep[g * L ...] and n_keep[g] hold each head's held slots on entry and its
+ * kept slots after. */
+int kv_adaptive_select(const kv_cache *c, int layer, int sets, int L, int S, int R, int inter,
+                       double alpha, const double *score, int *keep, int *n_keep, kv_error *err);
 
 #endif

@@ -134,6 +134,5 @@ static int kvcrush_pick(const kv_refine_call *c, int *picks, kv_error *err)
 
 const kv_refiner kv_refiner_kvcrush = {
     .name = "kvcrush",
-    .needs_vnorm = false,
     .pick = kvcrush_pick,
 };

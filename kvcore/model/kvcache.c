@@ -1,6 +1,7 @@
 #include "model/kvcache.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -155,33 +156,164 @@ void kv_cache_measure_values(const kv_cache *c, kv_cache_layer *l, int from, int
         l->vlen_n = from + n;
 }
 
+/* dst = x*cos + rotate_half(x)*sin for one head's key, the angles'
+ * cosines and sines given; dst may be x. */
+static void rotate_by(float *dst, const float *x, int half, const double *c, const double *s)
+{
+    for (int f = 0; f < half; f++) {
+        double x1 = x[f], x2 = x[f + half];
+        dst[f] = (float)(x1 * c[f] - x2 * s[f]);
+        dst[f + half] = (float)(x2 * c[f] + x1 * s[f]);
+    }
+}
+
+/* The rank of slot t among the tokens KV head h holds in a layer: its slot
+ * less the head's gap below it. Rerotation turns a key by the change of
+ * its rank, the index it has in its own head's list, so a head's keys
+ * rotate as in per-head (ragged) storage whatever the padding. */
+static int held_rank(const kv_cache_layer *l, int h, int t)
+{
+    return l->gap && t >= l->gap[2 * h + 1] ? t - (l->gap[2 * h + 1] - l->gap[2 * h]) : t;
+}
+
+/* d's gaps after a gather whose sets keep n_keep[g] slots, len the
+ * longest: none when all sets are as long. */
+static int set_gaps(kv_cache_layer *d, int sets, const int *n_keep, int len, kv_error *err)
+{
+    bool ragged = false;
+    for (int g = 0; g < sets; g++)
+        ragged = ragged || n_keep[g] != len;
+    if (!ragged) {
+        free(d->gap);
+        d->gap = NULL;
+        return 0;
+    }
+    if (!d->gap && !(d->gap = malloc(2 * (size_t)sets * sizeof *d->gap)))
+        return kv_fail(err, "KV cache: out of memory");
+    for (int g = 0; g < sets; g++) {
+        d->gap[2 * g] = n_keep[g];
+        d->gap[2 * g + 1] = len;
+    }
+    return 0;
+}
+
+/* How many of the kept slots 0, 1, ... in a row come from slots below
+ * `measured` in every set: the kept slots with their value norms. */
+static int measured_prefix(const kv_cache_keep *k, int n_keep, int measured)
+{
+    int j = 0;
+    for (; j < n_keep; j++)
+        for (int g = 0; g < k->sets; g++)
+            if (k->keep[(size_t)g * (size_t)k->stride + (size_t)j] >= measured)
+                return j;
+    return j;
+}
+
+/* Checks every set's list; returns the longest (the layer's new length)
+ * and the shortest through *shortest, or -1. */
+static int check_keep(const kv_cache_layer *s, const kv_cache_keep *k, int *shortest,
+                      kv_error *err)
+{
+    int len = 0;
+    *shortest = s->len;
+    for (int g = 0; g < k->sets; g++) {
+        const int *kg = k->keep + (size_t)g * (size_t)k->stride;
+        for (int j = 0; j < k->n_keep[g]; j++)
+            if (kg[j] < j || kg[j] >= s->len || (j > 0 && kg[j] <= kg[j - 1]))
+                return kv_fail(err, "KV cache: kept slots must be ascending and < %d (got %d at %d)",
+                               s->len, kg[j], j);
+        len = k->n_keep[g] > len ? k->n_keep[g] : len;
+        *shortest = k->n_keep[g] < *shortest ? k->n_keep[g] : *shortest;
+    }
+    return len;
+}
+
+/* Empties slot j of the KV heads [h0, h0 + heads): a set's gap. Attention
+ * weighs it 0, and 0 times a NaN left in fresh memory would still be NaN. */
+static void clear_slot(const kv_cache *c, kv_cache_layer *d, int j, int h0, int heads)
+{
+    size_t at = (size_t)j * (size_t)kv_cache_row(c) + (size_t)h0 * (size_t)c->head_dim;
+    memset(d->k + at, 0, (size_t)heads * (size_t)c->head_dim * sizeof(float));
+    memset(d->v + at, 0, (size_t)heads * (size_t)c->head_dim * sizeof(float));
+    for (int h = h0; h < h0 + heads; h++) {
+        d->pos[(size_t)j * (size_t)c->n_kv_heads + (size_t)h] = -1;
+        d->vlen[(size_t)j * (size_t)c->n_kv_heads + (size_t)h] = 0.0f;
+    }
+}
+
+/* Deltas only decrease along the slots and come in long runs (per_token
+ * decode: one run of -1), so each set's angles are computed once per run,
+ * not once per key: cs holds a set's cosines then sines for delta. */
+static void angles(const double *inv_freq, int half, int delta, double *cs)
+{
+    for (int f = 0; f < half; f++)
+        sincos(delta * inv_freq[f], &cs[half + f], &cs[f]);
+}
+
+int kv_cache_gather(const kv_cache *src, kv_cache *dst, int layer, const kv_cache_keep *k,
+                    kv_error *err)
+{
+    const kv_cache_layer *s = &src->layers[layer];
+    kv_cache_layer *d = &dst->layers[layer];
+    int D = src->head_dim, half = D / 2, sets = k->sets, nkv = src->n_kv_heads;
+    int heads = sets > 1 ? 1 : nkv; /* KV heads moved per set */
+    size_t row = (size_t)kv_cache_row(src), span = (size_t)heads * (size_t)D;
+    bool in_place = src == dst;
+    int shortest, len = check_keep(s, k, &shortest, err);
+    if (len < 0 || kv_cache_reserve_layer(dst, layer, len + 1, err) != 0)
+        return -1;
+    double *cs = malloc((size_t)sets * (size_t)D * sizeof *cs); /* per set: cos | sin */
+    int *delta = calloc((size_t)sets, sizeof *delta);
+    if (!cs || !delta) {
+        free(cs);
+        free(delta);
+        return kv_fail(err, "KV cache: out of memory");
+    }
+    for (int j = 0; j < len; j++)
+        for (int g = 0; g < sets; g++) {
+            int h0 = sets > 1 ? g : 0;
+            if (j >= k->n_keep[g]) {
+                clear_slot(src, d, j, h0, heads);
+                continue;
+            }
+            int from = k->keep[(size_t)g * (size_t)k->stride + (size_t)j];
+            if (in_place && from == j)
+                continue;
+            double *c = cs + (size_t)g * (size_t)D;
+            int shift = j - held_rank(s, h0, from);
+            if (k->inv_freq && shift != delta[g])
+                angles(k->inv_freq, half, delta[g] = shift, c);
+            /* in place, keep[j] >= j and ascending: row j is free once read */
+            size_t to_off = (size_t)j * row + (size_t)h0 * D,
+                   from_off = (size_t)from * row + (size_t)h0 * D;
+            if (k->inv_freq && shift != 0)
+                for (int h = 0; h < heads; h++)
+                    rotate_by(d->k + to_off + (size_t)h * D, s->k + from_off + (size_t)h * D, half,
+                              c, c + half);
+            else
+                memcpy(d->k + to_off, s->k + from_off, span * sizeof(float));
+            memcpy(d->v + to_off, s->v + from_off, span * sizeof(float));
+            for (int h = h0; h < h0 + heads; h++) { /* a few numbers: no memcpy call */
+                d->pos[(size_t)j * nkv + h] = s->pos[(size_t)from * nkv + h];
+                d->vlen[(size_t)j * nkv + h] = s->vlen[(size_t)from * nkv + h];
+            }
+        }
+    d->vlen_n = measured_prefix(k, shortest, s->vlen_n);
+    d->len = len;
+    free(cs);
+    free(delta);
+    return set_gaps(d, sets, k->n_keep, len, err);
+}
+
 int kv_cache_compact(kv_cache *c, int layer, const int *keep, int n_keep, kv_error *err)
 {
     if (layer < 0 || layer >= c->n_layers)
         return kv_fail(err, "KV cache: no layer %d", layer);
-    kv_cache_layer *l = &c->layers[layer];
-    if (l->gap)
+    if (c->layers[layer].gap)
         return kv_fail(err, "KV cache: layer %d has per-head gaps; slots cannot move as rows",
                        layer);
-    size_t row = (size_t)kv_cache_row(c), heads = (size_t)c->n_kv_heads;
-    for (int i = 0; i < n_keep; i++) {
-        int s = keep[i];
-        if (s < 0 || s >= l->len || (i > 0 && s <= keep[i - 1]))
-            return kv_fail(err, "KV cache: kept slots must be ascending and < %d (got %d at %d)",
-                           l->len, s, i);
-        if (s == i)
-            continue;
-        memcpy(l->k + (size_t)i * row, l->k + (size_t)s * row, row * sizeof(float));
-        memcpy(l->v + (size_t)i * row, l->v + (size_t)s * row, row * sizeof(float));
-        memcpy(l->pos + (size_t)i * heads, l->pos + (size_t)s * heads, heads * sizeof(int32_t));
-        memcpy(l->vlen + (size_t)i * heads, l->vlen + (size_t)s * heads, heads * sizeof(float));
-    }
-    int measured = 0; /* keep is ascending: the measured survivors are a prefix */
-    while (measured < n_keep && keep[measured] < l->vlen_n)
-        measured++;
-    l->vlen_n = measured;
-    l->len = n_keep;
-    return 0;
+    kv_cache_keep k = {.sets = 1, .keep = keep, .stride = n_keep, .n_keep = &n_keep};
+    return kv_cache_gather(c, c, layer, &k, err);
 }
 
 long kv_cache_entries(const kv_cache *c, int layer)

@@ -108,9 +108,32 @@ static inline void kv_cache_set_pos(kv_cache *c, int layer, int slot, int32_t po
  * written (the model calls it as it appends). */
 void kv_cache_measure_values(const kv_cache *c, kv_cache_layer *l, int from, int n);
 
+/* Which slots of a layer a gather keeps. Set g keeps the slots
+ * keep[g * stride + 0 .. n_keep[g]), strictly ascending, and moves the KV
+ * heads it holds: all of them when one set is shared (sets 1), head g when
+ * every KV head has its own set (sets n_kv_heads). */
+typedef struct kv_cache_keep {
+    int sets;
+    const int *keep;
+    int stride;
+    const int *n_keep;
+    /* NULL: keys move as they are. Else the model's RoPE frequencies
+     * [head_dim / 2]: each key turns by the change of its rank in its head
+     * (rerotation), as it is copied, so it is read and written once. */
+    const double *inv_freq;
+} kv_cache_keep;
+
+/* Writes the kept slots of src's layer into dst's, in order (slot keep[j]
+ * becomes j). dst may be src: rows then move down in place. The layer
+ * becomes as long as its longest set; a shorter set leaves a gap after its
+ * tokens (see above). Every compaction of the cache is one. */
+int kv_cache_gather(const kv_cache *src, kv_cache *dst, int layer, const kv_cache_keep *k,
+                    kv_error *err);
+
 /* Keeps only the slots listed in keep[0..n_keep) of one layer, which must be
  * strictly ascending; survivors move down in order (slot keep[i] becomes i)
- * in every KV head. Not for a layer with gaps (refused). */
+ * in every KV head: a gather with one set, in place, without rerotation.
+ * Not for a layer with gaps (refused). */
 int kv_cache_compact(kv_cache *c, int layer, const int *keep, int n_keep, kv_error *err);
 
 /* Gives memory above `cap` slots per layer back to the allocator, so a
