@@ -17,8 +17,15 @@ void kb_error(const char *fmt, ...)
     va_end(ap);
 }
 
+/* The option called name (its first len bytes), or by an older spelling. */
 static int option_index(const kb_command *cmd, const char *name, size_t len)
 {
+    for (int i = 0; cmd->aliases && cmd->aliases[i].old; i++)
+        if (strlen(cmd->aliases[i].old) == len && strncmp(cmd->aliases[i].old, name, len) == 0) {
+            name = cmd->aliases[i].name;
+            len = strlen(name);
+            break;
+        }
     for (int i = 0; cmd->options && cmd->options[i].name; i++)
         if (strlen(cmd->options[i].name) == len && strncmp(cmd->options[i].name, name, len) == 0)
             return i;
@@ -44,7 +51,11 @@ void kb_print_command_help(const kb_command *cmd)
         char left[256];
         snprintf(left, sizeof left, "%s%s%s", o->name, o->metavar ? " " : "",
                  o->metavar ? o->metavar : "");
-        printf("  --%-*s  %s\n", width, left, o->help);
+        printf("  --%-*s  %s", width, left, o->help);
+        for (int k = 0; cmd->aliases && cmd->aliases[k].old; k++)
+            if (strcmp(cmd->aliases[k].name, o->name) == 0)
+                printf(" (also --%s)", cmd->aliases[k].old);
+        putchar('\n');
     }
 }
 

@@ -31,12 +31,18 @@ typedef struct kb_args {
     const struct kb_command *cmd;
 } kb_args;
 
+/* An older spelling of an option that is still accepted: "--out" for "--output". */
+typedef struct kb_alias {
+    const char *old, *name;
+} kb_alias;
+
 typedef struct kb_command {
     const char *name;
     const char *summary;       /* one line for `kvbench --help` */
     const char *usage;         /* "kvbench score FILE.jsonl|DIR [options]" */
     const char *description;   /* a paragraph for `kvbench CMD --help`, may be NULL */
     const kb_option *options;  /* terminated by an entry with name == NULL */
+    const kb_alias *aliases;   /* NULL, or terminated by an entry with old == NULL */
     int min_positional, max_positional;
     int (*run)(const kb_args *args); /* NULL: not implemented yet */
     const char *pending;       /* for run == NULL: where the work is tracked */

@@ -21,12 +21,16 @@ static const kb_option options[] = {
     {"v2", NULL,
      "LongBench v2 results (response/pred, answer, difficulty, length): accuracy as result.py"},
     {"csv", "PATH", "also write the per-task table as CSV to PATH"},
-    {"out", "PATH", "also write eval.py's result.json to PATH ({task: score}; with --e, buckets)"},
+    {"output", "PATH",
+     "also write eval.py's result.json to PATH ({task: score}; with --e, buckets)"},
     {"jieba", "DIR",
      "jieba's data folder for the Chinese tasks (default: $KVBENCH_JIEBA_DIR "
      "or " KB_JIEBA_DEBIAN_DIR ")"},
     {NULL, NULL, NULL},
 };
+
+/* --out was score's spelling before every command wrote --output */
+static const kb_alias aliases[] = {{"out", "output"}, {NULL, NULL}};
 
 static bool needs_jieba(const kb_predictions *p)
 {
@@ -247,7 +251,7 @@ static int run(const kb_args *a)
     kb_jieba *jieba = NULL;
     kb_metrics *metrics = NULL;
     kb_task_scores tasks = {0};
-    const char *csv = kb_arg(a, "csv"), *out = kb_arg(a, "out");
+    const char *csv = kb_arg(a, "csv"), *out = kb_arg(a, "output");
     int status = KB_EXIT_FAIL;
     if (kb_predictions_read_path(&preds, path, &err) < 0) {
         kb_error("%s", err.msg);
@@ -288,7 +292,7 @@ done:
 const kb_command kb_cmd_score = {
     .name = "score",
     .summary = "score prediction files with LongBench's metrics",
-    .usage = "kvbench score FILE.jsonl|DIR [--e] [--per-line] [--v2] [--csv PATH] [--out PATH] "
+    .usage = "kvbench score FILE.jsonl|DIR [--e] [--per-line] [--v2] [--csv PATH] [--output PATH] "
              "[--jieba DIR]",
     .description =
         "Scores LongBench prediction files exactly as LongBench's eval.py does. A line holds\n"
@@ -298,8 +302,9 @@ const kb_command kb_cmd_score = {
         "scores every *.jsonl in it, so LongBench's pred/<model>/ gives result.json's numbers.\n"
         "Chinese tasks need jieba's data (apt-get install python3-jieba). With --v2, the files\n"
         "are LongBench v2 results and the accuracies are result.py's. The table goes to\n"
-        "stdout; files are written only where --csv and --out say, never beside the input.",
+        "stdout; files are written only where --csv and --output say, never beside the input.",
     .options = options,
+    .aliases = aliases,
     .min_positional = 1,
     .max_positional = 1,
     .run = run,

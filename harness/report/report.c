@@ -350,6 +350,34 @@ int kb_report_run_load(const char *dir, kb_report_run *out, kv_error *err)
     return 0;
 }
 
+int kb_report_run_select(kb_report_run *run, bool (*keep)(const kb_score_row *r, const void *ctx),
+                         const void *ctx)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < run->n_rows; i++) {
+        if (keep(&run->rows[i], ctx))
+            run->rows[kept++] = run->rows[i];
+        else
+            row_free(&run->rows[i]);
+    }
+    run->n_rows = kept;
+    /* and the configs table: only the configs with rows left */
+    for (cJSON *c = run->configs->child, *next; c; c = next) {
+        next = c->next;
+        bool has_rows = false;
+        for (size_t i = 0; i < run->n_rows && !has_rows; i++)
+            has_rows = str(c, "name") && strcmp(run->rows[i].config, str(c, "name")) == 0;
+        if (!has_rows)
+            cJSON_Delete(cJSON_DetachItemViaPointer(run->configs, c));
+    }
+    if (run->lengths) { /* the view was of the rows loaded */
+        length_view_free(run->lengths);
+        free(run->lengths);
+        run->lengths = NULL;
+    }
+    return length_view_attach(run);
+}
+
 void kb_report_run_free(kb_report_run *run)
 {
     free(run->name);

@@ -89,6 +89,12 @@ void kb_score_rows_free(kb_score_row *rows, size_t n);
 /* Loads run.json and scores.json of a run folder. */
 int kb_report_run_load(const char *dir, kb_report_run *run, kv_error *err);
 void kb_report_run_free(kb_report_run *run);
+/* Keeps the rows for which keep() holds, in their order, and the configs
+ * that still have rows (the report a run writes is of its own matrix;
+ * scores.json holds every config of the folder). Intervals stay those of the rows loaded; the per-length view is
+ * rebuilt. -1 on OOM. */
+int kb_report_run_select(kb_report_run *run, bool (*keep)(const kb_score_row *r, const void *ctx),
+                         const void *ctx);
 
 /* A (config, task) whose score moved by at least the threshold between a
  * baseline run and this one. With per-sample scores on both sides the move is

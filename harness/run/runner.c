@@ -328,27 +328,13 @@ static int count_samples(loop *L, long *total)
     return 0;
 }
 
-static bool in_matrix(const kb_matrix *m, const kb_score_row *r)
+static bool in_matrix(const kb_score_row *r, const void *matrix)
 {
+    const kb_matrix *m = matrix;
     for (size_t t = 0; t < m->n_tasks; t++)
         if (strcmp(m->tasks[t].name, r->task) == 0)
             return kb_matrix_find_config(m, r->config) >= 0;
     return false;
-}
-
-/* Moves the rows of this matrix's configs and tasks to the front, in their
- * order, and returns how many there are: run.json remembers every config
- * ever run in the folder, the report is of the matrix run now. */
-static size_t matrix_rows_first(const kb_matrix *m, kb_score_row *rows, size_t n)
-{
-    size_t kept = 0;
-    for (size_t i = 0; i < n; i++)
-        if (in_matrix(m, &rows[i])) {
-            kb_score_row r = rows[i];
-            memmove(rows + kept + 1, rows + kept, (i - kept) * sizeof *rows);
-            rows[kept++] = r;
-        }
-    return kept;
 }
 
 /* A scorer ready for every task of the matrix: jieba's data is loaded now,
@@ -370,12 +356,17 @@ static int score_and_report(loop *L, kb_scorer *scorer)
     size_t n = 0;
     if (kb_scores_from_predictions(L->run.dir, kb_scorer_task, scorer, &rows, &n, L->err) < 0)
         return -1;
-    int rc = kb_scores_save(L->run.dir, rows, matrix_rows_first(L->m, rows, n), L->err);
+    /* scores.json keeps every config ever run in the folder (`kvbench report`
+     * on it shows them all); the report written now is of this matrix */
+    int rc = kb_scores_save(L->run.dir, rows, n, L->err);
     kb_score_rows_free(rows, n);
     kb_report_run r;
     if (rc == 0 && (rc = kb_report_run_load(L->run.dir, &r, L->err)) == 0) {
+        if (kb_report_run_select(&r, in_matrix, L->m) < 0)
+            rc = kv_fail(L->err, "out of memory");
         kb_report_options opt = {.baseline = NULL, .threshold = 1.0};
-        rc = kb_report_write(L->run.dir, &r, 1, &opt, L->err);
+        if (rc == 0)
+            rc = kb_report_write(L->run.dir, &r, 1, &opt, L->err);
         if (rc == 0 && L->o->table)
             rc = kb_report_write_table(L->o->table, &r) < 0
                      ? kv_fail(L->err, "cannot print the score table")

@@ -441,6 +441,53 @@ Test(runner, limits_and_a_grown_matrix)
     free(out);
 }
 
+/* Whether a report file of the run folder names a config. */
+static bool report_names(const char *dir, const char *file, const char *config)
+{
+    char *path;
+    cr_assert_geq(asprintf(&path, "%s/%s", dir, file), 0);
+    char *text = tu_slurp(path, NULL);
+    bool found = strstr(text, config) != NULL;
+    free(text);
+    free(path);
+    return found;
+}
+
+Test(runner, a_rerun_with_another_sweep_keeps_the_older_configs_scores)
+{
+    char *out = tu_mkdtemp();
+    kb_matrix m;
+    matrix(&m, out, THREE, ", \"limit\": 2");
+    fake f = {0};
+    run(&m, (kb_shard){0, 1}, &f);
+    char *h2o = strdup(m.configs[1].name), *snapkv = strdup(m.configs[2].name);
+    kb_matrix_free(&m);
+    /* the same run name, a sweep without h2o */
+    matrix(&m, out, "{\"algorithm\": \"snapkv\", \"start_size\": 4, \"recent_size\": 4, "
+                    "\"intermediate_size\": 40}", ", \"limit\": 2");
+    fake g = {0};
+    run(&m, (kb_shard){0, 1}, &g);
+    cr_assert_eq(g.decodes, 0, "snapkv was done, so was the full cache");
+    char *dir = kb_run_dir(out, "r", NULL);
+    kb_report_run r;
+    cr_assert_eq(kb_report_run_load(dir, &r, &err), 0, "%s", err.msg);
+    cr_assert_eq(r.n_rows, 6, "scores.json: full, h2o and snapkv on 2 tasks");
+    size_t n_h2o = 0;
+    for (size_t i = 0; i < r.n_rows; i++)
+        n_h2o += strcmp(r.rows[i].config, h2o) == 0;
+    cr_assert_eq(n_h2o, 2);
+    kb_report_run_free(&r);
+    /* the run's own report is of its matrix */
+    cr_assert(report_names(dir, "summary.md", snapkv));
+    cr_assert(!report_names(dir, "summary.md", h2o));
+    free(h2o);
+    free(snapkv);
+    free(dir);
+    kb_matrix_free(&m);
+    tu_rmtree(out);
+    free(out);
+}
+
 Test(runner, sigkill_at_random_points_then_rerun_equals_an_uninterrupted_run)
 {
     char *out = tu_mkdtemp(), *ref = tu_mkdtemp();

@@ -120,7 +120,7 @@ Test(score, cli_scores_a_longbench_pred_folder)
     snprintf(out, sizeof out, "%s/result.json", dir);
     cr_expect(access(csv, F_OK) != 0, "score wrote %s unasked", csv);
     tu_result_free(&r);
-    r = tu_kvbench("score", dir, "--csv", csv, "--out", out, NULL);
+    r = tu_kvbench("score", dir, "--csv", csv, "--output", out, NULL);
     cr_assert_eq(r.status, 0, "stderr: %s", r.err);
     char *text = tu_slurp(csv, NULL);
     cr_expect(strstr(text, "qasper,qa_f1_score,3,66.67,2,50.00,1,100.00,0,NaN"), "%s", text);
@@ -133,6 +133,20 @@ Test(score, cli_scores_a_longbench_pred_folder)
                        text);
     cJSON_Delete(j);
     free(text);
+    tu_result_free(&r);
+
+    /* --output is the spelling of every command; --out, score's older one, still works */
+    char older[4096];
+    snprintf(older, sizeof older, "%s/result-out.json", dir);
+    r = tu_kvbench("score", dir, "--out", older, NULL);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    char *a = tu_slurp(out, NULL), *b = tu_slurp(older, NULL);
+    cr_expect_str_eq(a, b);
+    free(a);
+    free(b);
+    tu_result_free(&r);
+    r = tu_kvbench("score", "--help", NULL);
+    cr_expect(strstr(r.out, "--output PATH") && strstr(r.out, "(also --out)"), "%s", r.out);
     tu_result_free(&r);
 
     r = tu_kvbench("score", dir, "--e", NULL);
