@@ -62,6 +62,33 @@ static const kv_str *field(const lb_sample *s, const char *name, size_t n)
     return NULL;
 }
 
+int lb_template_check(const char *template, char *msg, size_t n)
+{
+    const lb_sample none = {0}; /* field() answers which names are fields */
+    bool context = false;
+    for (const char *t = template; (t = strpbrk(t, "{}"));) {
+        if (t[0] == t[1]) { /* "{{" or "}}" */
+            t += 2;
+            continue;
+        }
+        const char *close = t[0] == '{' ? strchr(t, '}') : NULL;
+        if (!close || !field(&none, t + 1, (size_t)(close - t - 1)))
+            return snprintf(msg, n,
+                            "unknown placeholder near \"%.20s\": a template has {context} and "
+                            "{input} ({{ and }} for a brace)",
+                            t),
+                   -1;
+        context |= close - t - 1 == 7;
+        t = close + 1;
+    }
+    if (!context)
+        return snprintf(msg, n,
+                        "has no {context} placeholder: the long text the cache compresses goes "
+                        "there"),
+               -1;
+    return 0;
+}
+
 static int format_braces(const lb_task *task, const lb_sample *s, kv_strbuf *out, kv_error *err)
 {
     const char *t = task->prompt;

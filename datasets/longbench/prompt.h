@@ -50,6 +50,11 @@ size_t lb_stop_tokens(const kv_tokenizer *t, const lb_task *task, lb_protocol p,
 int lb_prompt_format(const lb_task *task, const lb_sample *s, char **text, size_t *len,
                      kv_error *err);
 
+/* Whether a {}-template (a user task's) is one lb_prompt_format can fill:
+ * only {context} and {input} (and {{ }}), with {context} present. 0, or -1
+ * with the problem in msg. */
+int lb_template_check(const char *template, char *msg, size_t n);
+
 typedef struct lb_prompt_options {
     lb_protocol protocol;
     long max_length;      /* token budget of the prompt before the chat template; 0: none */

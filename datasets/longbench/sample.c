@@ -9,6 +9,7 @@
 #include "util/jscan.h"
 #include "util/jsonstr.h"
 #include "longbench/jsonl.h"
+#include "longbench/usertask.h"
 #include "util/utf8.h"
 #include "util/vec.h"
 
@@ -40,6 +41,8 @@ char *lb_sample_path(const char *dir, const lb_task *task)
 {
     if (task->family == LB_FAMILY_V2)
         return kv_path_join(dir, "data.json");
+    if (task->family == LB_FAMILY_USER) /* its own file, wherever it is */
+        return strdup(lb_user_task_file(task));
     char name[128];
     snprintf(name, sizeof name, "%s.jsonl", task->name);
     char *p = kv_path_join(dir, name);

@@ -52,7 +52,8 @@ typedef enum lb_schema {
 void lb_sample_free(lb_sample *s);
 
 /* Where a task's samples are under dir: dir/T.jsonl, else dir/data/T.jsonl (the
- * layout of LongBench's data.zip); LongBench v2: dir/data.json. malloc'd; the
+ * layout of LongBench's data.zip); LongBench v2: dir/data.json; a user task:
+ * its own file, whatever dir is. malloc'd; the
  * file may not exist (the loader then says so). NULL when out of memory. */
 char *lb_sample_path(const char *dir, const lb_task *task);
 

@@ -12,6 +12,8 @@
 
 #include <string.h>
 
+#include "longbench/usertask.h"
+
 // clang-format off
 static const char P_NARRATIVEQA[] =
     "You are given a story, which can be either a novel or a movie script, and a question. Answer the question asconcisely as you can, using a single phrase if possible. Do not provide any explanation.\n"
@@ -361,7 +363,7 @@ const lb_task *lb_task_find(const char *name)
     for (size_t i = 0; i < lb_n_tasks; i++)
         if (strcmp(lb_tasks[i].name, name) == 0)
             return &lb_tasks[i];
-    return NULL;
+    return lb_user_task_find(name);
 }
 
 const lb_task *lb_tasks_of(lb_family family, size_t *n)
@@ -390,6 +392,8 @@ const char *lb_family_name(lb_family family)
         return "longbench-v2";
     case LB_FAMILY_SYNTHETIC:
         return "synthetic";
+    case LB_FAMILY_USER:
+        return "user";
     }
     return "?";
 }

@@ -19,6 +19,7 @@ typedef enum lb_family {
     LB_FAMILY_E,         /* LongBench-E (13 tasks), files data/<task>_e.jsonl */
     LB_FAMILY_V2,        /* LongBench v2: 4-way multiple choice, data.json */
     LB_FAMILY_SYNTHETIC, /* kvbench's own generated retrieval tasks (datasets/synthetic/) */
+    LB_FAMILY_USER,      /* defined in a config file (longbench/usertask.h) */
 } lb_family;
 
 /* Which fields a template substitutes: LongBench v1/E use {context} and
@@ -50,13 +51,13 @@ typedef struct lb_task {
 extern const lb_task lb_tasks[];
 extern const size_t lb_n_tasks;
 
-/* The task called name, or NULL. */
+/* The task called name (a built-in one, else a user task: usertask.h), or NULL. */
 const lb_task *lb_task_find(const char *name);
 
 /* The tasks of one family, in table order: *n receives their number. */
 const lb_task *lb_tasks_of(lb_family family, size_t *n);
 
-/* "longbench", "longbench-e", "longbench-v2", "synthetic". */
+/* "longbench", "longbench-e", "longbench-v2", "synthetic", "user". */
 const char *lb_family_name(lb_family family);
 
 /* The 16 tasks that papers average as "English" (the non-zh v1 tasks). */

@@ -65,6 +65,9 @@ int kb_arg_double(const kb_args *a, const char *name, double min, double max, do
 
 void kb_print_command_help(const kb_command *cmd);
 
+/* The task table and groups, as `kvbench tasks` (and `prompts --list`) print them. */
+void kb_print_tasks(void);
+
 /* "kvbench: <message>" on stderr. */
 void kb_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -24,21 +24,9 @@ static const kb_option options[] = {
     {"limit", "K", "only the first K samples"},
     {"ids", "ID,...", "only these _id values (a NUL in an id as \\u0000)"},
     {"skip-bad-lines", NULL, "skip and count malformed lines instead of stopping"},
-    {"list", NULL, "list the known tasks and exit"},
+    {"list", NULL, "list the known tasks and exit (as `kvbench tasks`)"},
     {NULL, NULL, NULL},
 };
-
-static void list_tasks(void)
-{
-    printf("%-24s %-13s %-16s %-22s %7s %-5s %s\n", "task", "family", "category", "metric",
-           "max_new", "chat", "first-line");
-    for (size_t i = 0; i < lb_n_tasks; i++) {
-        const lb_task *t = &lb_tasks[i];
-        printf("%-24s %-13s %-16s %-22s %7d %-5s %s\n", t->name, lb_family_name(t->family),
-               t->category, t->metric, t->max_new_tokens, t->chat ? "yes" : "no",
-               t->first_line ? "yes" : "no");
-    }
-}
 
 /* max_position_embeddings - 500 from DIR/config.json (docs/longbench.md:
  * max_length = n_ctx - 500), or 0 when it cannot be read. */
@@ -166,7 +154,7 @@ static int parse_options(const kb_args *a, const lb_task **task, lb_prompt_optio
 static int run(const kb_args *a)
 {
     if (kb_flag(a, "list")) {
-        list_tasks();
+        kb_print_tasks(); /* as `kvbench tasks` */
         return KB_EXIT_OK;
     }
     const lb_task *task;

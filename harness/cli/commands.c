@@ -11,6 +11,7 @@ extern const kb_command kb_cmd_report;
 extern const kb_command kb_cmd_merge;
 extern const kb_command kb_cmd_fetch;
 extern const kb_command kb_cmd_prompts;
+extern const kb_command kb_cmd_tasks;
 extern const kb_command kb_cmd_generate;
 extern const kb_command kb_cmd_tokenize;
 extern const kb_command kb_cmd_bench;
@@ -24,6 +25,7 @@ const kb_command *const kb_commands[] = {
     &kb_cmd_merge,
     &kb_cmd_fetch,
     &kb_cmd_prompts,
+    &kb_cmd_tasks,
     &kb_cmd_generate,
     &kb_cmd_tokenize,
     &kb_cmd_bench,

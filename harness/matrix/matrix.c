@@ -20,6 +20,8 @@
 #include "util/strbuf.h"
 #include "util/utf8.h"
 #include "matrix/taskset.h"
+#include "matrix/usertask.h"
+#include "longbench/usertask.h"
 #include "util/vec.h"
 
 /* A sweep that expands past this is a typo (a list where a scalar was meant),
@@ -548,6 +550,7 @@ static int add_task(parser *p, const char *name, long limit, long max_length, lo
     if (KV_VEC_RESERVE(m->tasks, p->cap_tasks, m->n_tasks + 1, 16) < 0)
         return kv_fail(p->err, "out of memory");
     kb_task_spec *t = &m->tasks[m->n_tasks];
+    *t = (kb_task_spec){0};
     if (!(t->name = strdup(name)))
         return kv_fail(p->err, "out of memory");
     t->limit = limit;
@@ -579,6 +582,7 @@ static int add_task_or_group(parser *p, const char *name, long limit, long max_l
 static int parse_task_object(parser *p, const cJSON *o, const char *path)
 {
     const char *name = NULL;
+    bool user = false; /* the entry defines a task of its own */
     long limit = p->limit, max_length = p->max_length, max_new = p->max_new_tokens;
     char sub[512];
     for (const cJSON *c = o->child; c; c = c->next) {
@@ -596,15 +600,26 @@ static int parse_task_object(parser *p, const cJSON *o, const char *path)
         } else if (strcmp(c->string, "max_new_tokens") == 0) {
             if (get_long(c, sub, 1, KB_MAX_NEW_TOKENS, &max_new, p->err) < 0)
                 return -1;
+        } else if (kb_user_task_key(c->string)) {
+            user = true; /* checked below, with the name */
         } else {
             return failp(p->err, sub,
                          "unknown key (a task entry has task, limit, max_length, "
-                         "max_new_tokens)");
+                         "max_new_tokens; a user task also file, template, metric, language, "
+                         "chat, first_line)");
         }
     }
     if (!name)
         return failp(p->err, path, "a task entry needs \"task\"");
-    return add_task_or_group(p, name, limit, max_length, max_new, path);
+    if (!user)
+        return add_task_or_group(p, name, limit, max_length, max_new, path);
+    const lb_task *defined;
+    if (kb_user_task_parse(o, name, path, &defined, p->err) < 0 ||
+        add_task(p, name, limit, max_length, max_new, path) < 0)
+        return -1;
+    kb_task_spec *t = &p->m->tasks[p->m->n_tasks - 1];
+    t->user = defined;
+    return (t->origin = strdup(path)) ? 0 : kv_fail(p->err, "out of memory");
 }
 
 static int parse_tasks(parser *p, const cJSON *v)
@@ -1187,6 +1202,20 @@ static bool is_hub_name(const char *model, const char *config_dir)
     return !local;
 }
 
+/* A user task's file, found as the data folder is (see resolve_beside). */
+static int locate_user_task(kb_task_spec *t, const char *config_dir, kv_error *err)
+{
+    char *file = strdup(lb_user_task_file(t->user));
+    int rc = file ? resolve_beside(&file, config_dir, false, err) : kv_fail(err, "out of memory");
+    if (rc == 0)
+        rc = failp(err, t->origin, "file: '%s' is no file (from the working folder, nor from %s)",
+                   file, config_dir);
+    if (rc > 0)
+        rc = kb_user_task_relocate(&t->user, file, err);
+    free(file);
+    return rc;
+}
+
 /* model, data and output of a loaded file (see resolve_beside). A model
  * that is neither a folder nor a hub name is an error now, not a failed
  * download later. */
@@ -1206,6 +1235,9 @@ static int resolve_paths(kb_matrix *m, const char *config_path, kv_error *err)
         rc = resolve_beside(&m->data, dir, false, err);
     if (rc >= 0 && m->output_given)
         rc = resolve_beside(&m->output, dir, true, err);
+    for (size_t i = 0; rc >= 0 && i < m->n_tasks; i++)
+        if (m->tasks[i].user)
+            rc = locate_user_task(&m->tasks[i], dir, err);
     free(dir);
     return rc < 0 ? -1 : 0;
 }
@@ -1250,8 +1282,10 @@ void kb_matrix_free(kb_matrix *m)
     free(m->compute);
     free(m->output);
     free(m->data);
-    for (size_t i = 0; i < m->n_tasks; i++)
+    for (size_t i = 0; i < m->n_tasks; i++) {
         free(m->tasks[i].name);
+        free(m->tasks[i].origin);
+    }
     free(m->tasks);
     for (size_t i = 0; i < m->n_configs; i++) {
         free(m->configs[i].name);
@@ -1284,7 +1318,8 @@ static cJSON *tasks_json(const kb_matrix *m)
         if (!o || !cJSON_AddItemToArray(a, o) || !cJSON_AddStringToObject(o, "task", t->name) ||
             !cJSON_AddNumberToObject(o, "limit", (double)t->limit) ||
             !cJSON_AddNumberToObject(o, "max_length", (double)t->max_length) ||
-            !cJSON_AddNumberToObject(o, "max_new_tokens", (double)t->max_new_tokens)) {
+            !cJSON_AddNumberToObject(o, "max_new_tokens", (double)t->max_new_tokens) ||
+            (t->user && !kb_user_task_to_json(t->user, o))) {
             cJSON_Delete(a);
             return NULL;
         }

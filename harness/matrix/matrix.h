@@ -48,6 +48,8 @@ typedef struct kb_task_spec {
     long limit;          /* first `limit` samples; 0 = all */
     long max_length;     /* prompt tokens before middle truncation; 0 = the model's default */
     long max_new_tokens; /* 0 = the task's own (dataset2maxlen) */
+    const struct lb_task *user; /* a task the file defines (matrix/usertask.h); NULL: built-in */
+    char *origin;               /* where a user task is defined: "tasks[2]" */
 } kb_task_spec;
 
 typedef struct kb_config {

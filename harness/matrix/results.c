@@ -14,6 +14,7 @@
 
 #include "util/file.h"
 #include "util/jsonstr.h"
+#include "matrix/usertask.h"
 
 static int write_json_atomic(const char *path, const cJSON *j, kv_error *err)
 {
@@ -134,12 +135,14 @@ int kb_run_load(const char *dir, kb_run *run, kv_error *err)
         run->json = NULL;
         return -1;
     }
+    /* the tasks it defines, so that its files are read and scored as they were made */
+    int rc = kb_user_tasks_from_json(matrix_list(run->json, "tasks"), path, err);
     free(path);
-    if (!(run->dir = strdup(dir))) {
+    if (rc == 0 && !(run->dir = strdup(dir)))
+        rc = kv_fail(err, "out of memory");
+    if (rc < 0)
         kb_run_close(run);
-        return kv_fail(err, "out of memory");
-    }
-    return 0;
+    return rc;
 }
 
 void kb_run_close(kb_run *run)
@@ -209,6 +212,12 @@ static long shard_field(const cJSON *run_json, const char *key)
     return cJSON_IsNumber(v) ? (long)v->valuedouble : (strcmp(key, "count") == 0 ? 1 : 0);
 }
 
+/* Equal values, or absent from both (a built-in task has no "template"). */
+static bool same_value(const cJSON *a, const cJSON *b)
+{
+    return (!a && !b) || cJSON_Compare(a, b, true);
+}
+
 /* Adds to `into` every item of `from` whose `field` it lacks; an item with
  * the same name must be equal in every `compare` key. */
 static int union_by_name(cJSON *into, const cJSON *from, const char *field,
@@ -229,8 +238,8 @@ static int union_by_name(cJSON *into, const cJSON *from, const char *field,
             continue;
         }
         for (int k = 0; compare[k]; k++)
-            if (!cJSON_Compare(cJSON_GetObjectItemCaseSensitive(have, compare[k]),
-                               cJSON_GetObjectItemCaseSensitive(c, compare[k]), true))
+            if (!same_value(cJSON_GetObjectItemCaseSensitive(have, compare[k]),
+                            cJSON_GetObjectItemCaseSensitive(c, compare[k])))
                 return kv_fail(err,
                                "%s: %s \"%s\" has a different %s than in this run's earlier "
                                "results; use a new run name (\"name\" in the config) or remove "
@@ -243,8 +252,10 @@ static int union_by_name(cJSON *into, const cJSON *from, const char *field,
 static const char *const config_keys[] = {"hash", NULL};
 /* What makes a task's predictions different. Not "limit": the first N
  * samples come out the same whatever N is, so a run may grow its limit. */
-static const char *const task_keys[] = {"max_length", "max_new_tokens", NULL};
-static const char *const shard_task_keys[] = {"limit", "max_length", "max_new_tokens", NULL};
+static const char *const task_keys[] = {"max_length", "max_new_tokens", "template", "metric",
+                                        "chat",       "first_line",     NULL};
+static const char *const shard_task_keys[] = {"limit",  "max_length", "max_new_tokens", "template",
+                                              "metric", "chat",       "first_line",     NULL};
 
 /* After a resume run.json records the limits asked for now. */
 static int update_limits(cJSON *old_tasks, const cJSON *now_tasks, kv_error *err)

@@ -60,6 +60,11 @@ static group groups[] = {
     {.name = "longbench_e", .member = in_longbench_e},
 };
 
+const char *kb_task_group_name(size_t i)
+{
+    return i < sizeof groups / sizeof groups[0] ? groups[i].name : NULL;
+}
+
 const char *const *kb_task_group(const char *name, size_t *n)
 {
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
@@ -97,7 +102,7 @@ bool kb_task_in_en16(const char *name)
 int kb_task_order(const char *name)
 {
     const lb_task *t = lb_task_find(name);
-    if (!t)
+    if (!t || t->family == LB_FAMILY_USER) /* no row of the table */
         return (int)lb_n_tasks * 2;
     /* a LongBench-E task sorts right after its base task */
     const lb_task *base = lb_task_find(t->base);

@@ -15,6 +15,8 @@ bool kb_task_known(const char *name);
  * LongBench table order, or NULL when name is not a group. *n receives the
  * count. The returned array is static and must not be freed. */
 const char *const *kb_task_group(const char *name, size_t *n);
+/* The name of group i (0, 1, ...) that kb_task_group knows; NULL past the last. */
+const char *kb_task_group_name(size_t i);
 
 /* The category a task is reported under ("Single-Doc QA", ...); "Other" for a
  * task the table does not know. A LongBench-E task ("qasper_e") has the

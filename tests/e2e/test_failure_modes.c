@@ -323,7 +323,7 @@ Test(failure, merge_refuses_finished_shards_with_missing_lines)
 
 /* run.json keeps every config ever run in the folder; the runner's report
  * is of the matrix it ran. */
-Test(failure, the_report_of_a_run_holds_only_its_matrix)
+Test(failure, the_report_of_a_run_holds_its_matrix_and_scores_json_every_config)
 {
     char *cfg = write_config(NULL, "[{\"name\": \"h2o\", \"algorithm\": \"h2o\", \"start_size\": 4, "
                                    "\"recent_size\": 16, \"intermediate_size\": 12}, "
@@ -340,10 +340,23 @@ Test(failure, the_report_of_a_run_holds_only_its_matrix)
     r = tu_kvbench("run", cfg, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     tu_result_free(&r);
+    /* scores.json keeps every config of the folder: a changed sweep loses nothing */
     text = tu_slurp(scores, NULL);
-    cr_assert_null(strstr(text, "\"gone\""), "%s", text);
-    cr_assert(strstr(text, "\"h2o\"") && strstr(text, "\"full\""), "%s", text);
+    cr_assert(strstr(text, "\"gone\"") && strstr(text, "\"h2o\"") && strstr(text, "\"full\""),
+              "%s", text);
     free(text);
+    /* the run's own report is of its matrix; `kvbench report` of the folder shows all */
+    char *summary = at("runs/c/summary.md"), *run = at("runs/c");
+    text = tu_slurp(summary, NULL);
+    cr_assert_null(strstr(text, "| gone |"), "%s", text);
+    free(text);
+    r = tu_kvbench("report", run, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    text = tu_slurp(summary, NULL);
+    cr_assert(strstr(text, "| gone |"), "%s", text);
+    free(text);
+    free(summary), free(run);
     free(scores), free(cfg);
 }
 

@@ -73,7 +73,8 @@ Test(matrix, errors_name_the_key_path)
                  "tasks[1].limit: must be > 0");
     expect_error("{\"model\": \"m\", \"tasks\": [\"trec\", {\"task\": \"qasper\", \"lmit\": 3}]}",
                  "tasks[1].lmit: unknown key (a task entry has task, limit, max_length, "
-                 "max_new_tokens)");
+                 "max_new_tokens; a user task also file, template, metric, language, chat, "
+                 "first_line)");
     expect_error("{\"model\": \"m\", \"tasks\": [\"trek\"]}",
                  "tasks[0]: unknown task or group \"trek\" (groups: en16, zh, longbench, "
                  "longbench_e)");
