@@ -4,7 +4,9 @@
 
 #include "cli/cli.h"
 #include "util/file.h"
+#include "report/incomplete.h"
 #include "report/report.h"
+#include "run/taskdata.h"
 #include "score/score.h"
 
 static const kb_option options[] = {
@@ -48,6 +50,30 @@ static int ensure_scores(const char *dir, kv_error *err)
     return rc;
 }
 
+/* The samples a task has where the report runs; -1 when its data is not
+ * here (then the most any config has stands for it). */
+static long task_size(void *ctx, const char *data, const char *task)
+{
+    (void)ctx;
+    kv_error ignored;
+    return kb_task_size(data, task, &ignored);
+}
+
+/* Loads a run folder for the report; an unfinished run's cells that lack
+ * samples are marked, and the user told. */
+static int load_run(const char *dir, kb_report_run *run, kv_error *err)
+{
+    if (ensure_scores(dir, err) < 0 || kb_report_run_load(dir, run, err) < 0)
+        return -1;
+    size_t n = kb_report_expect(run, &(kb_task_sizes){.count = task_size});
+    if (run->unfinished)
+        fprintf(stderr,
+                "kvbench: report: %s has not finished: %zu (config, task) cell%s hold%s fewer "
+                "samples than it will have (marked in the report); run it again to finish\n",
+                dir, n, n == 1 ? "" : "s", n == 1 ? "s" : "");
+    return 0;
+}
+
 static int run(const kb_args *a)
 {
     double threshold = 1.0;
@@ -71,8 +97,7 @@ static int run(const kb_args *a)
     }
     size_t loaded = 0;
     for (; loaded < n; loaded++)
-        if (ensure_scores(a->positional[loaded], &err) < 0 ||
-            kb_report_run_load(a->positional[loaded], &runs[loaded], &err) < 0) {
+        if (load_run(a->positional[loaded], &runs[loaded], &err) < 0) {
             kb_error("report: %s", err.msg);
             rc = KB_EXIT_FAIL;
             break;
@@ -80,8 +105,7 @@ static int run(const kb_args *a)
     const char *base_dir = kb_arg(a, "baseline");
     bool have_base = false;
     if (rc == KB_EXIT_OK && base_dir) {
-        if (ensure_scores(base_dir, &err) < 0 ||
-            kb_report_run_load(base_dir, &baseline, &err) < 0) {
+        if (load_run(base_dir, &baseline, &err) < 0) {
             kb_error("report: baseline: %s", err.msg);
             rc = KB_EXIT_FAIL;
         }

@@ -10,6 +10,7 @@
 #include "score/lengths.h"
 #include "matrix/matrix.h"
 #include "matrix/results.h"
+#include "report/incomplete.h"
 #include "report/rowstats.h"
 #include "matrix/taskset.h"
 #include "util/vec.h"
@@ -328,9 +329,14 @@ int kb_report_run_load(const char *dir, kb_report_run *out, kv_error *err)
     out->model_hash = dup_or(kb_run_string(&run, "model_hash"), "?");
     out->protocol = dup_or(kb_run_string(&run, "protocol"), "?");
     out->compute = dup_or(kb_run_string(&run, "compute"), "f32");
+    /* "finished": null while it runs or once stopped; folders from before it count as done */
+    const cJSON *finished = cJSON_GetObjectItemCaseSensitive(run.json, "finished");
+    out->unfinished = finished && !cJSON_IsString(finished);
     const cJSON *matrix = cJSON_GetObjectItemCaseSensitive(run.json, "matrix");
     const cJSON *configs = cJSON_GetObjectItemCaseSensitive(matrix, "configs");
     const cJSON *tasks = cJSON_GetObjectItemCaseSensitive(matrix, "tasks");
+    const char *data = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(matrix, "data"));
+    out->data = data ? strdup(data) : NULL;
     out->configs = configs ? cJSON_Duplicate(configs, true) : cJSON_CreateArray();
     out->tasks = tasks ? cJSON_Duplicate(tasks, true) : cJSON_CreateArray();
     kb_run_close(&run);
@@ -387,6 +393,7 @@ void kb_report_run_free(kb_report_run *run)
     free(run->model_hash);
     free(run->protocol);
     free(run->compute);
+    free(run->data);
     cJSON_Delete(run->configs);
     cJSON_Delete(run->tasks);
     kb_score_rows_free(run->rows, run->n_rows);
@@ -1183,8 +1190,9 @@ static void md_num(FILE *f, double v)
         fprintf(f, " %.2f |", v);
 }
 
-/* " 92.22 ±5.56 ▼ |": the score, half the width of its interval, the mark. */
-static void md_cell(FILE *f, cell_est e, bool bold)
+/* " 92.22 ±5.56 ▼ |": the score, half the width of its interval, the mark;
+ * a task's cell of an unfinished run also the samples done ("2/5 done"). */
+static void md_cell(FILE *f, cell_est e, bool bold, const kb_score_row *r)
 {
     if (isnan(e.score.value)) {
         fputs(" – |", f);
@@ -1194,7 +1202,10 @@ static void md_cell(FILE *f, cell_est e, bool bold)
     if (!isnan(e.score.ci.lo))
         fprintf(f, " ±%.2f", half_width(e.score.ci));
     const char *mark = sig_mark(e.delta);
-    fprintf(f, "%s%s |", *mark ? " " : "", mark);
+    fprintf(f, "%s%s", *mark ? " " : "", mark);
+    if (kb_row_incomplete(r))
+        fprintf(f, " (%ld/%ld done)", r->n, r->n_expected);
+    fputs(" |", f);
 }
 
 /* " -3.33 [-6.67, -1.11] ▼ |": the paired difference and its interval. */
@@ -1257,14 +1268,14 @@ static void md_table(FILE *f, const pivot *p)
         else
             fputs(" full |", f);
         for (size_t t = 0; t < p->nt; t++)
-            md_cell(f, task_est(p, c, t), false);
+            md_cell(f, task_est(p, c, t), false, p->cell[c * p->nt + t]);
         for (int k = 0; kb_task_categories[k]; k++)
             if (category_present(p, kb_task_categories[k]))
-                md_cell(f, avg_est(p, c, (task_set){kb_task_categories[k], false}), false);
+                md_cell(f, avg_est(p, c, (task_set){kb_task_categories[k], false}), false, NULL);
         if (extra_avg(p))
-            md_cell(f, avg_est(p, c, (task_set){NULL, false}), false);
+            md_cell(f, avg_est(p, c, (task_set){NULL, false}), false, NULL);
         cell_est avg = avg_est(p, c, headline_set(p));
-        md_cell(f, avg, true);
+        md_cell(f, avg, true, NULL);
         md_delta_cell(f, avg.delta);
         fputc('\n', f);
     }
@@ -1396,7 +1407,7 @@ static void md_lengths(FILE *f, const pivot *p, const length_view *v)
         fputs(" |", f);
         for (size_t k = 0; k < v->g.n; k++) {
             kb_estimate e = v->est[c * v->g.n + k];
-            md_cell(f, (cell_est){e, {NAN, {NAN, NAN}}}, false);
+            md_cell(f, (cell_est){e, {NAN, {NAN, NAN}}}, false, NULL);
         }
         fputc('\n', f);
     }
@@ -1415,9 +1426,10 @@ int kb_report_write_table(FILE *f, const kb_report_run *run)
 int kb_report_write_markdown(FILE *f, const kb_report_run *runs, size_t n,
                              const kb_report_options *opt)
 {
-    fputs("# kvbench report\n\n| run | model | model hash | protocol | compute | kvbench |\n"
-          "|---|---|---|---|---|---|\n",
-          f);
+    fprintf(f,
+            "# kvbench report%s\n\n| run | model | model hash | protocol | compute | kvbench |\n"
+            "|---|---|---|---|---|---|\n",
+            kb_reports_unfinished(runs, n) ? " (unfinished run)" : "");
     for (size_t k = 0; k < n; k++)
         fprintf(f, "| %s | %s | `%s` | %s | %s | %s |\n", runs[k].name, runs[k].model,
                 runs[k].model_hash, runs[k].protocol, runs[k].compute, runs[k].kvbench_version);
@@ -1429,15 +1441,17 @@ int kb_report_write_markdown(FILE *f, const kb_report_run *runs, size_t n,
         pivot p;
         if (pivot_build(&p, &runs[k]) < 0)
             return -1;
+        fprintf(f, "\n## %s — %s", runs[k].name, runs[k].model);
+        kb_report_unfinished_note(f, &runs[k]);
         fprintf(f,
-                "\n## %s — %s\n\nScores (LongBench %%); averages are plain means of the task "
+                "\n\nScores (LongBench %%); averages are plain means of the task "
                 "scores; Δ full is the %s difference to the full-cache row, paired on the "
                 "samples both scored. ± is half the width of the 95 %% bootstrap interval "
                 "(%d resamples of each task's samples, fixed seed; averages resample within "
                 "each task); ▼ / ▲ mark a score below / above the full cache whose paired "
                 "95 %% interval of the difference excludes 0. Exact bounds are in "
                 "scores.csv.\n\n",
-                runs[k].name, runs[k].model, avg_label(&p), KB_BOOT_RESAMPLES);
+                avg_label(&p), KB_BOOT_RESAMPLES);
         md_table(f, &p);
         if (runs[k].lengths)
             md_lengths(f, &p, runs[k].lengths);
@@ -1949,7 +1963,7 @@ static void html_num(FILE *f, double v, bool bad)
 
 /* A score cell: the score, "±half-width" small beneath, the significance
  * mark, and the exact interval in the tooltip. */
-static void html_cell(FILE *f, cell_est e, const char *cls, bool bad)
+static void html_cell(FILE *f, cell_est e, const char *cls, bool bad, const kb_score_row *r)
 {
     if (isnan(e.score.value)) {
         fputs("<td class='num'>–</td>", f);
@@ -1964,6 +1978,11 @@ static void html_cell(FILE *f, cell_est e, const char *cls, bool bad)
     const char *mark = sig_mark(e.delta);
     if (*mark)
         fprintf(f, "<span class='sig'>%s</span>", mark);
+    if (kb_row_incomplete(r))
+        fprintf(f,
+                "<span class='inc' title='the run stopped before this cell was done: %ld of "
+                "its %ld samples'>%ld/%ld done</span>",
+                r->n, r->n_expected, r->n, r->n_expected);
     fputs("</td>", f);
 }
 
@@ -1990,15 +2009,16 @@ static void html_table(FILE *f, const pivot *p, const kb_change *ch, size_t n_ch
         else
             fputs("</td><td class='num'>full</td>", f);
         for (size_t t = 0; t < p->nt; t++)
-            html_cell(f, task_est(p, c, t), "",
-                      is_regression(ch, n_ch, p->configs[c], p->tasks[t]));
+            html_cell(f, task_est(p, c, t), "", is_regression(ch, n_ch, p->configs[c], p->tasks[t]),
+                      p->cell[c * p->nt + t]);
         for (int k = 0; kb_task_categories[k]; k++)
             if (category_present(p, kb_task_categories[k]))
-                html_cell(f, avg_est(p, c, (task_set){kb_task_categories[k], false}), "", false);
+                html_cell(f, avg_est(p, c, (task_set){kb_task_categories[k], false}), "", false,
+                          NULL);
         if (extra_avg(p))
-            html_cell(f, avg_est(p, c, (task_set){NULL, false}), "", false);
+            html_cell(f, avg_est(p, c, (task_set){NULL, false}), "", false, NULL);
         cell_est avg = avg_est(p, c, headline_set(p));
-        html_cell(f, avg, "avg", false);
+        html_cell(f, avg, "avg", false, NULL);
         kb_estimate d = avg.delta;
         if ((int)c == p->full || isnan(d.value))
             fputs("<td class='num'>–</td>", f);
@@ -2120,16 +2140,18 @@ static const char css[] =
     "svg .val{font-size:11px;fill:#111}svg .regcell{fill:none;stroke:#67001f;stroke-width:3}"
     "span.pm{color:#777;font-size:11px;margin-left:3px}span.sig{margin-left:2px;font-size:10px}"
     "tr.noise td{color:#666}svg .whisker{stroke-width:1.5}svg .band{fill:#222;opacity:.08}"
-    "svg .valsig{font-size:11px;fill:#111;font-weight:bold}";
+    "svg .valsig{font-size:11px;fill:#111;font-weight:bold}"
+    "span.inc{color:#a50026;font-size:11px;margin-left:3px}";
 
 int kb_report_write_html(FILE *f, const kb_report_run *runs, size_t n, const kb_report_options *opt)
 {
     fprintf(f,
             "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-            "<title>kvbench report</title><style>%s</style></head><body>\n"
-            "<h1>kvbench report</h1>\n<table><tr><th>run</th><th>model</th><th>model hash"
+            "<title>kvbench report%s</title><style>%s</style></head><body>\n"
+            "<h1>kvbench report%s</h1>\n<table><tr><th>run</th><th>model</th><th>model hash"
             "</th><th>protocol</th><th>compute</th><th>kvbench</th></tr>\n",
-            css);
+            kb_reports_unfinished(runs, n) ? " (unfinished run)" : "", css,
+            kb_reports_unfinished(runs, n) ? " (unfinished run)" : "");
     for (size_t k = 0; k <= n; k++) {
         const kb_report_run *r = k < n ? &runs[k] : opt ? opt->baseline : NULL;
         if (!r)
@@ -2163,6 +2185,7 @@ int kb_report_write_html(FILE *f, const kb_report_run *runs, size_t n, const kb_
         html_esc(f, runs[k].name);
         fputs(" — ", f);
         html_esc(f, runs[k].model);
+        kb_report_unfinished_note(f, &runs[k]);
         fprintf(f, "</h2>\n<h3>%s score vs KV cache budget</h3>\n", avg_label(&p));
         svg_budget_chart(f, &p);
         if (runs[k].lengths) {

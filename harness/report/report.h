@@ -54,6 +54,9 @@ typedef struct kb_score_row {
     size_t n_paired;    /* samples shared with the full-cache row */
     double *boot;       /* KB_BOOT_RESAMPLES resampled scores (NULL: none) */
     double *boot_delta; /* the same for delta_full */
+    /* The samples the run will have for this task once finished, set for a
+     * run that has not finished (report/incomplete.h); 0: not known */
+    long n_expected;
 } kb_score_row;
 
 typedef struct kb_report_run {
@@ -64,6 +67,8 @@ typedef struct kb_report_run {
     char *model_hash;
     char *protocol;
     char *compute; /* "f32" or "bf16" (runs from before the modes: "f32") */
+    char *data;    /* the run's data folder (run.json), NULL when not recorded */
+    bool unfinished; /* run.json "finished" is null: stopped (or still running) */
     cJSON *configs; /* run.json matrix.configs: name, hash, budget, params */
     cJSON *tasks;   /* run.json matrix.tasks: every task the run was asked for, so that
                        one without a score (--empty-tasks missing, or not run yet)

@@ -349,6 +349,49 @@ Test(runner, a_stop_request_ends_between_samples_and_a_rerun_completes)
     free_pair(&m, &mref, out, ref);
 }
 
+Test(runner, the_report_of_a_stopped_run_says_so_and_marks_its_incomplete_cells)
+{
+    char *out = tu_mkdtemp();
+    kb_matrix m;
+    matrix(&m, out, THREE, "");
+    volatile sig_atomic_t stop = 0;
+    fake f = {.stop = &stop, .stop_after_decodes = 10}; /* trec's samples 0-3 of 7 */
+    cr_assert(run(&m, (kb_shard){0, 1}, &f).stopped);
+    char *dir = kb_run_dir(out, "r", NULL);
+    tu_result r = tu_kvbench("report", dir, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.err, "has not finished: 3 (config, task) cells hold fewer samples"), "%s",
+              r.err);
+    tu_result_free(&r);
+    char *path;
+    cr_assert_geq(asprintf(&path, "%s/summary.md", dir), 0);
+    char *md = tu_slurp(path, NULL);
+    cr_assert(strncmp(md, "# kvbench report (unfinished run)\n", 34) == 0, "%s", md);
+    cr_assert(strstr(md, "— unfinished: the run stopped before its end; 3 cells marked"), "%s", md);
+    cr_assert(strstr(md, "| full | full | – | 100.00 ±0.00 (4/7 done) |"), "%s", md);
+    free(md);
+    free(path);
+    cr_assert_geq(asprintf(&path, "%s/report.html", dir), 0);
+    char *html = tu_slurp(path, NULL);
+    cr_assert(strstr(html, "<h1>kvbench report (unfinished run)</h1>"), "%s", html);
+    cr_assert(strstr(html, ">4/7 done</span>"), "%s", html);
+    free(html);
+    free(path);
+    /* finished, the same report has no mark */
+    stop = 0;
+    fake g = {0};
+    run(&m, (kb_shard){0, 1}, &g);
+    cr_assert_geq(asprintf(&path, "%s/summary.md", dir), 0);
+    md = tu_slurp(path, NULL);
+    cr_assert(strncmp(md, "# kvbench report\n", 17) == 0 && !strstr(md, "done)"), "%s", md);
+    free(md);
+    free(path);
+    free(dir);
+    kb_matrix_free(&m);
+    tu_rmtree(out);
+    free(out);
+}
+
 Test(runner, shards_then_merge_equal_one_run)
 {
     char *out = tu_mkdtemp(), *ref = tu_mkdtemp();
