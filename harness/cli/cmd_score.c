@@ -10,6 +10,7 @@
 
 #include "cli/cli.h"
 #include "util/file.h"
+#include "score/formats.h"
 #include "score/jieba.h"
 #include "util/jsonstr.h"
 #include "score/metrics.h"
@@ -20,6 +21,9 @@ static const kb_option options[] = {
     {"per-line", NULL, "print {\"id\", \"dataset\", \"score\"} per prediction (JSON Lines)"},
     {"v2", NULL,
      "LongBench v2 results (response/pred, answer, difficulty, length): accuracy as result.py"},
+    {"format", "F",
+     "longbench (pred.py's *.jsonl, default), kvpress (predictions.csv) or lm-eval "
+     "(samples_*.jsonl)"},
     {"csv", "PATH", "also write the per-task table as CSV to PATH"},
     {"output", "PATH",
      "also write eval.py's result.json to PATH ({task: score}; with --e, buckets)"},
@@ -99,18 +103,16 @@ static void print_table(FILE *f, const kb_task_scores *t, bool e)
     }
 }
 
-static int write_csv(const char *path, const kb_task_scores *t)
+static void csv_rows(FILE *f, const char *model, const kb_task_scores *t)
 {
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return -1;
-    fprintf(f, "task,metric,n,score,n_0-4k,score_0-4k,n_4-8k,score_4-8k,n_8k+,score_8k+\n");
     for (size_t i = 0; i < t->n; i++) {
         const kb_task_score *s = &t->v[i];
         if (s->refused)
             continue;
         char sc[32];
         fmt_score(sc, sizeof sc, s->score);
+        if (model)
+            fprintf(f, "%s,", model);
         fprintf(f, "%s,%s,%zu,%s", s->dataset, kb_metric_name(s->metric), s->n, sc);
         for (int b = 0; b < KB_N_BUCKETS; b++) {
             fmt_score(sc, sizeof sc, s->bucket[b]);
@@ -118,14 +120,28 @@ static int write_csv(const char *path, const kb_task_scores *t)
         }
         fputc('\n', f);
     }
+}
+
+/* The table as CSV; a parent folder's models each get their rows, named in
+ * a first column. */
+static int write_csv(const char *path, const kb_pred_group *g, const kb_task_scores *t, size_t n)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    bool models = n > 1 || g[0].name[0];
+    fprintf(f, "%stask,metric,n,score,n_0-4k,score_0-4k,n_4-8k,score_4-8k,n_8k+,score_8k+\n",
+            models ? "model," : "");
+    for (size_t k = 0; k < n; k++)
+        csv_rows(f, models ? g[k].name : NULL, &t[k]);
     return fclose(f) == 0 ? 0 : -1;
 }
 
-/* eval.py's result.json: {task: score}, or with --e {task: {"0-4k": x,
- * "4-8k": y, "8k+": z}}; a refused task is left out (its error is printed). */
-static int write_result_json(const char *path, const kb_task_scores *t, bool e)
+/* eval.py's result.json of one model: {task: score}, or with --e {task:
+ * {"0-4k": x, "4-8k": y, "8k+": z}}; a refused task is left out (its error
+ * is printed). */
+static cJSON *result_json(const kb_task_scores *t, bool e)
 {
-    static const char *const bucket[KB_N_BUCKETS] = {"0-4k", "4-8k", "8k+"};
     cJSON *o = cJSON_CreateObject();
     for (size_t i = 0; o && i < t->n; i++) {
         const kb_task_score *s = &t->v[i];
@@ -133,12 +149,29 @@ static int write_result_json(const char *path, const kb_task_scores *t, bool e)
             continue;
         cJSON *v = e ? cJSON_CreateObject() : cJSON_CreateNumber(s->score);
         for (int b = 0; e && v && b < KB_N_BUCKETS; b++)
-            if (!cJSON_AddNumberToObject(v, bucket[b], s->bucket[b]))
+            if (!cJSON_AddNumberToObject(v, kb_bucket_names[b], s->bucket[b]))
                 break;
         if (!v || !cJSON_AddItemToObject(o, s->dataset, v)) {
             cJSON_Delete(v);
             cJSON_Delete(o);
-            return -1;
+            return NULL;
+        }
+    }
+    return o;
+}
+
+/* result.json; a parent folder's models as {model: {task: score}}. */
+static int write_result_json(const char *path, const kb_pred_group *g, const kb_task_scores *t,
+                             size_t n, bool e)
+{
+    bool models = n > 1 || g[0].name[0];
+    cJSON *o = models ? cJSON_CreateObject() : result_json(&t[0], e);
+    for (size_t k = 0; models && o && k < n; k++) {
+        cJSON *one = result_json(&t[k], e);
+        if (!one || !cJSON_AddItemToObject(o, g[k].name, one)) {
+            cJSON_Delete(one);
+            cJSON_Delete(o);
+            o = NULL;
         }
     }
     char *text = o ? cJSON_Print(o) : NULL;
@@ -241,52 +274,91 @@ static int run_v2(const kb_args *a)
     return status;
 }
 
-static int run(const kb_args *a)
+/* Scores one group of files (one model) into *tasks (whose task names
+ * point into *preds), printing its table (under a heading when the path held
+ * several models). 0, 1 when a task was refused (no jieba data), -1 on an
+ * error (printed). */
+static int score_group(const kb_args *a, const kb_pred_group *g, kb_pred_format format,
+                       bool heading, kb_predictions *preds, kb_task_scores *tasks)
 {
-    if (kb_flag(a, "v2"))
-        return run_v2(a);
-    const char *path = a->positional[0];
     kv_error err;
-    kb_predictions preds = {0};
     kb_jieba *jieba = NULL;
     kb_metrics *metrics = NULL;
-    kb_task_scores tasks = {0};
-    const char *csv = kb_arg(a, "csv"), *out = kb_arg(a, "output");
-    int status = KB_EXIT_FAIL;
-    if (kb_predictions_read_path(&preds, path, &err) < 0) {
-        kb_error("%s", err.msg);
-        goto done;
-    }
-    if (needs_jieba(&preds) && kb_jieba_load(kb_arg(a, "jieba"), &jieba, &err) < 0)
+    int rc = -1;
+    for (size_t i = 0; i < g->n_files; i++)
+        if (kb_predictions_read_format(preds, g->files[i], format, &err) < 0) {
+            kb_error("%s", err.msg);
+            goto done;
+        }
+    if (needs_jieba(preds) && kb_jieba_load(kb_arg(a, "jieba"), &jieba, &err) < 0)
         kb_error("%s", err.msg); /* the Chinese tasks are refused below, the rest scored */
     if (kb_metrics_new(jieba, &metrics, &err) < 0 ||
-        kb_score_predictions(metrics, &preds, &tasks, &err) < 0) {
+        kb_score_predictions(metrics, preds, tasks, &err) < 0) {
         kb_error("%s", err.msg);
         goto done;
     }
     bool per_line = kb_flag(a, "per-line");
     if (per_line)
-        print_per_line(&preds);
-    print_table(per_line ? stderr : stdout, &tasks, kb_flag(a, "e"));
-    /* files only where asked: the folder read may be read-only (LongBench's pred/) */
-    if (csv && write_csv(csv, &tasks) < 0) {
-        kb_error("cannot write %s: %s", csv, strerror(errno));
-        goto done;
-    }
-    if (out && write_result_json(out, &tasks, kb_flag(a, "e")) < 0) {
-        kb_error("cannot write %s: %s", out, strerror(errno));
-        goto done;
-    }
-    status = KB_EXIT_OK;
-    for (size_t i = 0; i < tasks.n; i++)
-        if (tasks.v[i].refused)
-            status = KB_EXIT_FAIL;
+        print_per_line(preds);
+    FILE *table = per_line ? stderr : stdout;
+    if (heading) /* a parent folder: one table per model */
+        fprintf(table, "== %s ==\n", g->name);
+    print_table(table, tasks, kb_flag(a, "e"));
+    rc = 0;
+    for (size_t i = 0; i < tasks->n; i++)
+        if (tasks->v[i].refused)
+            rc = 1;
 done:
-    kb_task_scores_free(&tasks);
     kb_metrics_free(metrics);
     kb_jieba_free(jieba);
-    kb_predictions_free(&preds);
-    return status;
+    return rc;
+}
+
+static int run(const kb_args *a)
+{
+    if (kb_flag(a, "v2"))
+        return run_v2(a);
+    kb_pred_format format = KB_FORMAT_LONGBENCH;
+    if (kb_arg(a, "format") && kb_pred_format_parse(kb_arg(a, "format"), &format) < 0) {
+        kb_error("score: --format: \"%s\" is none of longbench, kvpress, lm-eval",
+                 kb_arg(a, "format"));
+        return KB_EXIT_USAGE;
+    }
+    kv_error err;
+    kb_pred_group *groups = NULL;
+    size_t n = 0;
+    if (kb_pred_groups(a->positional[0], format, &groups, &n, &err) < 0) {
+        kb_error("%s", err.msg);
+        return KB_EXIT_FAIL;
+    }
+    kb_task_scores *tasks = calloc(n, sizeof *tasks);
+    kb_predictions *preds = calloc(n, sizeof *preds);
+    const char *csv = kb_arg(a, "csv"), *out = kb_arg(a, "output");
+    int status = tasks && preds ? KB_EXIT_OK : KB_EXIT_FAIL;
+    bool refused = false; /* a Chinese task without jieba: the rest is still written */
+    for (size_t k = 0; k < n && status == KB_EXIT_OK; k++) {
+        int rc = score_group(a, &groups[k], format, groups[k].name[0] != '\0', &preds[k],
+                             &tasks[k]);
+        status = rc < 0 ? KB_EXIT_FAIL : status;
+        refused |= rc > 0;
+    }
+    /* files only where asked: the folder read may be read-only (LongBench's pred/) */
+    if (status == KB_EXIT_OK && csv && write_csv(csv, groups, tasks, n) < 0) {
+        kb_error("cannot write %s: %s", csv, strerror(errno));
+        status = KB_EXIT_FAIL;
+    }
+    if (status == KB_EXIT_OK && out && write_result_json(out, groups, tasks, n, kb_flag(a, "e")) < 0) {
+        kb_error("cannot write %s: %s", out, strerror(errno));
+        status = KB_EXIT_FAIL;
+    }
+    for (size_t k = 0; tasks && preds && k < n; k++) {
+        kb_task_scores_free(&tasks[k]);
+        kb_predictions_free(&preds[k]);
+    }
+    free(tasks);
+    free(preds);
+    kb_pred_groups_free(groups, n);
+    return refused ? KB_EXIT_FAIL : status;
 }
 
 const kb_command kb_cmd_score = {

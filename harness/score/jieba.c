@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "util/file.h"
+#include "util/utf8.h"
 #include "score/strmap.h"
 #include "score/unicode.h"
 #include "util/vec.h"
@@ -139,23 +140,6 @@ static void skip_ws(pyreader *r)
         r->s++;
 }
 
-static int hexval(const char *s, int n, uint32_t *out)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < n; i++) {
-        char c = s[i];
-        int d = c >= '0' && c <= '9'   ? c - '0'
-                : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                       : -1;
-        if (d < 0)
-            return -1;
-        v = v * 16 + (uint32_t)d;
-    }
-    *out = v;
-    return 0;
-}
-
 /* A quoted string that holds exactly one character. */
 static int read_char_literal(pyreader *r, uint32_t *cp)
 {
@@ -173,7 +157,7 @@ static int read_char_literal(pyreader *r, uint32_t *cp)
         else if (r->s < r->end && *r->s == 'x')
             n = 2;
         if (n) {
-            if (r->end - r->s < n + 1 || hexval(r->s + 1, n, cp) < 0)
+            if (r->end - r->s < n + 1 || kv_hex_value(r->s + 1, (size_t)n, cp) < 0)
                 return kv_fail(r->err, "%s: bad escape", r->path);
             r->s += n + 1;
         } else if (r->s < r->end) {

@@ -235,25 +235,27 @@ static int push(kb_predictions *p, kb_scored_line **out)
     return 0;
 }
 
+int kb_predictions_add(kb_predictions *p, const char *text, size_t len, const char *path,
+                       long lineno, kv_error *err)
+{
+    kb_scored_line *pr;
+    if (push(p, &pr) < 0)
+        return kv_fail(err, "out of memory");
+    if (asprintf(&pr->where, "%s:%ld", path, lineno) < 0) {
+        pr->where = NULL;
+        return kv_fail(err, "out of memory");
+    }
+    return kb_scored_line_parse(text, len, path, pr, err);
+}
+
 int kb_predictions_read(kb_predictions *p, const char *path, kv_error *err)
 {
     lb_jsonl *r = lb_jsonl_open(path);
     if (!r)
         return kv_fail(err, "%s: %s", path, strerror(errno));
     int rc = 0, got;
-    while (rc == 0 && (got = lb_jsonl_next(r)) == 1) {
-        kb_scored_line *pr;
-        if (push(p, &pr) < 0) {
-            rc = kv_fail(err, "out of memory");
-            break;
-        }
-        if (asprintf(&pr->where, "%s:%ld", path, r->lineno) < 0) {
-            pr->where = NULL;
-            rc = kv_fail(err, "out of memory");
-            break;
-        }
-        rc = kb_scored_line_parse(r->line, r->len, path, pr, err);
-    }
+    while (rc == 0 && (got = lb_jsonl_next(r)) == 1)
+        rc = kb_predictions_add(p, r->line, r->len, path, r->lineno, err);
     if (rc == 0 && got < 0)
         rc = kv_fail(err, "%s: read error: %s", path, strerror(errno));
     lb_jsonl_close(r);

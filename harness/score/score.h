@@ -64,6 +64,10 @@ int kb_scored_line_parse(const char *text, size_t len, const char *path, kb_scor
                          kv_error *err);
 void kb_scored_line_free(kb_scored_line *p);
 
+/* Appends one prediction line (its JSON text), line `lineno` of path (the
+ * dataset when the line names none). */
+int kb_predictions_add(kb_predictions *p, const char *text, size_t len, const char *path,
+                       long lineno, kv_error *err);
 /* Appends the lines of a prediction file (JSON Lines). */
 int kb_predictions_read(kb_predictions *p, const char *path, kv_error *err);
 /* A file, or every *.jsonl file of a folder (in name order). */

@@ -191,3 +191,20 @@ bool kv_utf8_has_bom(const char *s, size_t n)
 {
     return n >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0;
 }
+
+int kv_hex_value(const char *s, size_t n, uint32_t *out)
+{
+    uint32_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
+        if (d < 0)
+            return -1;
+        v = v * 16 + (uint32_t)d;
+    }
+    *out = v;
+    return 0;
+}

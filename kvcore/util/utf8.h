@@ -51,4 +51,8 @@ void kv_utf8_py_strip(const char *s, size_t n, size_t *a, size_t *b);
  * its length. */
 size_t kv_utf8_encode(uint32_t c, char *out);
 
+/* The n hex digits at s (an escape's code point: \\xHH, \\uHHHH), or -1 when
+ * one is not a hex digit. */
+int kv_hex_value(const char *s, size_t n, uint32_t *out);
+
 #endif
