@@ -12,6 +12,7 @@
 #include "matrix/results.h"
 #include "report/incomplete.h"
 #include "report/rowstats.h"
+#include "report/series.h"
 #include "matrix/taskset.h"
 #include "util/vec.h"
 
@@ -1523,27 +1524,19 @@ static void html_esc(FILE *f, const char *s)
     }
 }
 
-static const char *const palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
-                                      "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"};
-enum { N_PALETTE = sizeof palette / sizeof palette[0] };
-
-/* The series a config belongs to in the budget chart: its parameters without
- * the sizes, named like a config ("snapkv_w8_sum"). Caller frees. */
-static char *series_of(const kb_report_run *run, const char *config)
+/* The series a config belongs to in the budget chart (report/series.h):
+ * its parameters with defaults, without the sizes. Caller frees. */
+static cJSON *series_of(const kb_report_run *run, const char *config)
 {
-    const cJSON *params = cJSON_GetObjectItemCaseSensitive(config_entry(run, config), "params");
-    if (!params || cJSON_IsNull(params))
-        return NULL;
-    cJSON *p = cJSON_Duplicate(params, true);
-    if (!p)
-        return NULL;
-    static const char *const sizes[] = {"start_size", "recent_size", "intermediate_size",
-                                        "refined_size"};
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
-        cJSON_DeleteItemFromObjectCaseSensitive(p, sizes[i]);
-    char *name = kb_config_name(p);
-    cJSON_Delete(p);
-    return name;
+    return kb_series_params(
+        cJSON_GetObjectItemCaseSensitive(config_entry(run, config), "params"));
+}
+
+/* A style attribute for a dashed series: " stroke-dasharray='8 4'". */
+static void dash_attr(FILE *f, const char *dash)
+{
+    if (*dash)
+        fprintf(f, " stroke-dasharray='%s'", dash);
 }
 
 typedef struct chart_point {
@@ -1613,7 +1606,7 @@ static int cmp_long(const void *a, const void *b)
 static void svg_budget_chart(FILE *f, const pivot *p)
 {
     chart_point *pts = calloc(p->nc + 1, sizeof *pts);
-    char **series = calloc(p->nc + 1, sizeof *series);
+    cJSON **series = calloc(p->nc + 1, sizeof *series);
     long *budgets = calloc(p->nc + 1, sizeof *budgets);
     if (!pts || !series || !budgets)
         goto out;
@@ -1694,27 +1687,38 @@ static void svg_budget_chart(FILE *f, const pivot *p)
                 legend_y + 4, headline(p, (size_t)p->full));
         legend_y += 20;
     }
-    /* one polyline per distinct series, in order of first appearance */
-    bool *drawn = calloc(np, sizeof *drawn);
-    int colour = 0;
-    for (size_t i = 0; drawn && i < np; i++) {
-        if (drawn[i])
-            continue;
+    /* one polyline per distinct series, in order of first appearance; the
+     * legend names what tells each from the others */
+    size_t *first = calloc(np, sizeof *first), *of = calloc(np, sizeof *of), ns = 0;
+    cJSON **distinct = calloc(np, sizeof *distinct);
+    char **names = calloc(np, sizeof *names);
+    for (size_t i = 0; first && of && distinct && names && i < np; i++) {
+        size_t s = 0;
+        while (s < ns && !cJSON_Compare(series[first[s]], series[i], true) &&
+               (series[first[s]] || series[i]))
+            s++;
+        if (s == ns) {
+            first[ns] = i;
+            distinct[ns++] = series[i];
+        }
+        of[i] = s;
+    }
+    if (names && distinct)
+        kb_series_labels(distinct, ns, names);
+    for (size_t s = 0; first && of && distinct && names && s < ns; s++) {
         chart_point *line = calloc(np, sizeof *line);
         if (!line)
             break;
         size_t nl = 0;
-        for (size_t j = i; j < np; j++) {
-            bool same = (!series[i] && !series[j]) ||
-                        (series[i] && series[j] && strcmp(series[i], series[j]) == 0);
-            if (same) {
+        for (size_t j = first[s]; j < np; j++)
+            if (of[j] == s)
                 line[nl++] = pts[j];
-                drawn[j] = true;
-            }
-        }
         qsort(line, nl, sizeof *line, cmp_points);
-        const char *col = palette[colour++ % N_PALETTE];
-        fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='2' points='", col);
+        kb_series_style style = kb_series_style_of(s);
+        const char *col = style.colour;
+        fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='2'", col);
+        dash_attr(f, style.dash);
+        fputs(" points='", f);
         for (size_t j = 0; j < nl; j++)
             fprintf(f, "%.1f,%.1f ", cx(&c, line[j].budget), cy(&c, line[j].score));
         fputs("'/>\n", f);
@@ -1734,20 +1738,25 @@ static void svg_budget_chart(FILE *f, const pivot *p)
                 fprintf(f, " (95 %% interval %.2f to %.2f)", line[j].ci.lo, line[j].ci.hi);
             fputs("</title></circle>\n", f);
         }
-        fprintf(f,
-                "<line x1='640' x2='664' y1='%.1f' y2='%.1f' stroke='%s' stroke-width='3'/>"
-                "<text x='670' y='%.1f' class='legend'>",
-                legend_y, legend_y, col, legend_y + 4);
-        html_esc(f, series[i] ? series[i] : "?");
+        fprintf(f, "<line x1='640' x2='664' y1='%.1f' y2='%.1f' stroke='%s' stroke-width='3'",
+                legend_y, legend_y, col);
+        dash_attr(f, style.dash);
+        fprintf(f, "/><text x='670' y='%.1f' class='legend'>", legend_y + 4);
+        html_esc(f, names[s] ? names[s] : "?");
         fputs("</text>\n", f);
         legend_y += 20;
         free(line);
     }
-    free(drawn);
+    for (size_t s = 0; names && s < ns; s++)
+        free(names[s]);
+    free(names);
+    free(distinct);
+    free(first);
+    free(of);
     fputs("</svg>\n", f);
 out:
     for (size_t i = 0; series && i < p->nc; i++)
-        free(series[i]);
+        cJSON_Delete(series[i]);
     free(series);
     free(pts);
     free(budgets);
@@ -1791,9 +1800,11 @@ static void svg_length_chart(FILE *f, const pivot *p, const length_view *v)
     double legend_y = 30;
     for (size_t ci = 0; ci < p->nc; ci++) {
         bool full = (int)ci == p->full;
-        const char *col = full ? "#222" : palette[ci % N_PALETTE];
-        fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='2'%s points='", col,
-                full ? " stroke-dasharray='6 4'" : "");
+        kb_series_style style = full ? (kb_series_style){"#222", "6 4"} : kb_series_style_of(ci);
+        const char *col = style.colour;
+        fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='2'", col);
+        dash_attr(f, style.dash);
+        fputs(" points='", f);
         for (size_t k = 0; k < v->g.n; k++) {
             kb_estimate e = v->est[ci * v->g.n + k];
             if (!isnan(e.value))
@@ -1819,10 +1830,10 @@ static void svg_length_chart(FILE *f, const pivot *p, const length_view *v)
                 fprintf(f, " (95 %% interval %.2f to %.2f)", e.ci.lo, e.ci.hi);
             fprintf(f, ", %zu samples</title></circle>\n", v->n[ci * v->g.n + k]);
         }
-        fprintf(f,
-                "<line x1='640' x2='664' y1='%.1f' y2='%.1f' stroke='%s' stroke-width='3'%s/>"
-                "<text x='670' y='%.1f' class='legend'>",
-                legend_y, legend_y, col, full ? " stroke-dasharray='6 4'" : "", legend_y + 4);
+        fprintf(f, "<line x1='640' x2='664' y1='%.1f' y2='%.1f' stroke='%s' stroke-width='3'",
+                legend_y, legend_y, col);
+        dash_attr(f, style.dash);
+        fprintf(f, "/><text x='670' y='%.1f' class='legend'>", legend_y + 4);
         html_esc(f, p->configs[ci]);
         fputs("</text>\n", f);
         legend_y += 20;
