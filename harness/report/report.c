@@ -13,6 +13,7 @@
 #include "report/incomplete.h"
 #include "report/rowstats.h"
 #include "report/series.h"
+#include "report/side_by_side.h"
 #include "matrix/taskset.h"
 #include "util/vec.h"
 
@@ -1438,6 +1439,8 @@ int kb_report_write_markdown(FILE *f, const kb_report_run *runs, size_t n,
         fprintf(f, "| %s (baseline) | %s | `%s` | %s | %s | %s |\n", opt->baseline->name,
                 opt->baseline->model, opt->baseline->model_hash, opt->baseline->protocol,
                 opt->baseline->compute, opt->baseline->kvbench_version);
+    if (kb_report_side_by_side(f, runs, n, false) < 0)
+        return -1;
     for (size_t k = 0; k < n; k++) {
         pivot p;
         if (pivot_build(&p, &runs[k]) < 0)
@@ -2180,6 +2183,8 @@ int kb_report_write_html(FILE *f, const kb_report_run *runs, size_t n, const kb_
         fputs("</tr>\n", f);
     }
     fputs("</table>\n", f);
+    if (kb_report_side_by_side(f, runs, n, true) < 0)
+        return -1;
     for (size_t k = 0; k < n; k++) {
         pivot p;
         if (pivot_build(&p, &runs[k]) < 0)

@@ -603,6 +603,41 @@ Test(report, a_noise_only_baseline_is_not_flagged_while_a_real_drop_is)
     free(out);
 }
 
+Test(report, two_runs_are_compared_side_by_side)
+{
+    char *out = tu_mkdtemp(), *both;
+    const char *cfg = "snapkv_s32_r16_i80";
+    char *last = paired_run(out, "last", NULL, 0, 0, N_PAIRED);
+    char *dropped = paired_run(out, "dropped", cfg, 24, 0, N_PAIRED); /* -12 points */
+    cr_assert_geq(asprintf(&both, "%s/both", out), 0);
+    tu_result r = tu_kvbench("report", last, dropped, "--output", both, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    char *md = read_in(both, "summary.md");
+    char *side = strstr(md, "## Side by side");
+    cr_assert(side, "%s", md);
+    cr_assert(side < strstr(md, "## last —"), "the comparison comes before each run's details");
+    cr_assert(strstr(side, "| config | tasks | last | dropped | Δ dropped − last |"), "%s", side);
+    /* one row per config with both runs' means (trec unchanged, qasper -12: -6) */
+    cr_assert(strstr(side, "| snapkv_s32_r16_i80 | mean | "), "%s", side);
+    cr_assert(strstr(side, " | -6.00 |\n"), "%s", side);
+    /* per task: the paired difference, its interval and the mark */
+    cr_assert(strstr(side, "| qasper | snapkv_s32_r16_i80 | 80.00 | 68.00 | -12.00 [-"), "%s",
+              side);
+    cr_assert(strstr(side, "] ▼ |"), "%s", side);
+    cr_assert(strstr(side, "| trec | full | "), "%s", side);
+    char *html = read_in(both, "report.html");
+    cr_assert(strstr(html, "<h2>Side by side</h2>"));
+    cr_assert(strstr(html, "<td class='num neg'>-12.00 ["), "%s", html);
+    free(html);
+    free(md);
+    free(both);
+    free(last);
+    free(dropped);
+    tu_rmtree(out);
+    free(out);
+}
+
 Test(report, runs_over_different_samples_pair_the_shared_ones_and_say_so)
 {
     char *out = tu_mkdtemp();
