@@ -14,6 +14,7 @@
 #include "report/rowstats.h"
 #include "report/series.h"
 #include "report/side_by_side.h"
+#include "report/wrong.h"
 #include "matrix/taskset.h"
 #include "util/vec.h"
 
@@ -1497,6 +1498,9 @@ int kb_report_write(const char *dir, const kb_report_run *runs, size_t n,
         if (rc < 0)
             return -1;
     }
+    for (size_t k = 0; k < n; k++) /* the pages report.html links to */
+        if (kb_wrong_write(dir, &runs[k], n > 1, err) < 0)
+            return -1;
     return 0;
 }
 
@@ -1870,6 +1874,28 @@ static bool is_regression(const kb_change *ch, size_t n, const char *config, con
 }
 
 /* Cells that regressed against the baseline get a dark red outline. */
+/* Links to the per-task pages of samples wrong against the full cache (report/wrong.h). */
+static void html_wrong_links(FILE *f, const kb_report_run *run, const pivot *p, bool several)
+{
+    bool any = false;
+    for (size_t t = 0; t < p->nt; t++) {
+        char *page = kb_wrong_has_page(run, p->tasks[t]) ? kb_wrong_page(run, p->tasks[t], several)
+                                                         : NULL;
+        if (!page)
+            continue;
+        fputs(any ? " · " : "<p>Samples each config got wrong against the full cache: ", f);
+        fputs("<a href='", f);
+        html_esc(f, page);
+        fputs("'>", f);
+        html_esc(f, p->tasks[t]);
+        fputs("</a>", f);
+        any = true;
+        free(page);
+    }
+    if (any)
+        fputs("</p>\n", f);
+}
+
 static void svg_heatmap(FILE *f, const pivot *p, const kb_change *ch, size_t n_ch)
 {
     const double cell_w = 58, cell_h = 24, top = 120;
@@ -2210,6 +2236,7 @@ int kb_report_write_html(FILE *f, const kb_report_run *runs, size_t n, const kb_
         }
         fputs("<h3>Per-task scores (colour: difference to the full cache)</h3>\n", f);
         svg_heatmap(f, &p, ch, n_ch);
+        html_wrong_links(f, &runs[k], &p, n > 1);
         fputs("<h3>Scores (LongBench %)</h3>\n", f);
         html_table(f, &p, ch, n_ch);
         if (opt && opt->baseline)

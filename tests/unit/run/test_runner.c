@@ -392,6 +392,41 @@ Test(runner, the_report_of_a_stopped_run_says_so_and_marks_its_incomplete_cells)
     free(out);
 }
 
+Test(runner, the_report_pages_the_samples_each_config_got_wrong)
+{
+    char *out = tu_mkdtemp();
+    kb_matrix m;
+    matrix(&m, out, THREE, "");
+    fake f = {0};
+    run(&m, (kb_shard){0, 1}, &f);
+    char *dir = kb_run_dir(out, "r", NULL), *path;
+    cr_assert_geq(asprintf(&path, "%s/wrong/trec.html", dir), 0);
+    char *page = tu_slurp(path, NULL);
+    /* the fake is wrong where (index + budget / 16) % 3 == 0: h2o (16) at 2 and 5 of trec's
+     * 7, snapkv (48) at 0, 3 and 6 */
+    char *h2o = strstr(page, ">h2o_s4_r4_i8: 2 of 7 samples below the full cache</h2>");
+    char *snapkv = strstr(page, ">snapkv_s4_r4_i40: 3 of 7 samples below the full cache</h2>");
+    cr_assert(h2o && snapkv && h2o < snapkv, "%s", page);
+    cr_assert(strstr(h2o, "<td>trec-002</td><td class='num'>0.00 (1.00)</td>"), "%s", h2o);
+    cr_assert(strstr(h2o, "<td>trec-005</td>") < snapkv, "%s", h2o);
+    cr_assert(strstr(snapkv, "<td>trec-006</td>"), "%s", snapkv);
+    /* the prompt from the data, the prediction (its NUL shown), the full cache's, the answers */
+    cr_assert(strstr(h2o, "ANSWER=a2;INDEX=2;"), "%s", h2o);
+    cr_assert(strstr(h2o, "<pre>wrong\\u0000 after a NUL</pre>"), "%s", h2o);
+    cr_assert(strstr(h2o, "<td><pre>a2</pre></td></tr>"), "%s", h2o);
+    free(page);
+    free(path);
+    cr_assert_geq(asprintf(&path, "%s/report.html", dir), 0);
+    char *html = tu_slurp(path, NULL);
+    cr_assert(strstr(html, "<a href='wrong/trec.html'>trec</a>"), "report.html links the page");
+    free(html);
+    free(path);
+    free(dir);
+    kb_matrix_free(&m);
+    tu_rmtree(out);
+    free(out);
+}
+
 Test(runner, shards_then_merge_equal_one_run)
 {
     char *out = tu_mkdtemp(), *ref = tu_mkdtemp();
