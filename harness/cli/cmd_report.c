@@ -52,11 +52,10 @@ static int ensure_scores(const char *dir, kv_error *err)
 
 /* The samples a task has where the report runs; -1 when its data is not
  * here (then the most any config has stands for it). */
-static long task_size(void *ctx, const char *data, const char *task)
+static long task_size(void *ctx, const char *data, const char *task, kv_error *err)
 {
     (void)ctx;
-    kv_error ignored;
-    return kb_task_size(data, task, &ignored);
+    return kb_task_size(data, task, err);
 }
 
 /* Loads a run folder for the report; an unfinished run's cells that lack
