@@ -5,6 +5,7 @@
  * `kvbench tasks` lists the built-in tasks, the groups and a config's own. */
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -259,4 +260,23 @@ Test(usertask, kvbench_tasks_lists_tasks_groups_and_a_configs_own)
     free(cfg);
     tu_rmtree(dir);
     free(dir);
+}
+
+Test(usertask, the_quick_start_sweeps_budgets_over_a_user_task)
+{
+    char *path = tu_source("configs/quickstart.json"), *file = tu_source("datasets/user/my_passkey.jsonl");
+    cr_assert_eq(kb_matrix_load(path, NULL, &m, &err), 0, "%s", err.msg);
+    cr_assert_eq(m.n_tasks, 2);
+    cr_assert_null(m.tasks[0].user, "synth_kv is built in");
+    cr_assert_str_eq(m.tasks[1].name, "my_passkey");
+    cr_assert(m.tasks[1].user);
+    char *real = realpath(lb_user_task_file(m.tasks[1].user), NULL);
+    cr_assert_str_eq(real, file, "found beside the config");
+    free(real);
+    cr_assert_eq(m.n_configs, 7);
+    for (size_t i = 1; i < 7; i++)
+        cr_assert_eq(m.configs[i].budget, 64L << ((i - 1) % 3), "%s", m.configs[i].name);
+    kb_matrix_free(&m);
+    free(path);
+    free(file);
 }
