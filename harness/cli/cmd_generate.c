@@ -273,7 +273,14 @@ static int generate(const kb_args *a, kv_model *m, gen_ctx *g, const int32_t *pr
     };
     if (g->ev)
         o.stats_req = kb_eviction_request(g->ev);
+    kv_cache_quant quant;
+    if (kb_eviction_cache_quant(a, m, &quant) != KB_EXIT_OK)
+        return KB_EXIT_USAGE;
     kv_cache *c = kv_model_cache_new(m, n_prompt + (int)max_new, &err);
+    if (c && kv_cache_set_quant(c, &quant, &err) != 0) {
+        kv_cache_free(c);
+        c = NULL;
+    }
     kv_generation out = {0};
     int rc = c ? kv_generate(m, c, prompt, n_prompt, &o, &out, &err) : -1;
     if (dump && kv_npy_close(&g->npy, rc == 0 ? &err : NULL) != 0)

@@ -88,13 +88,16 @@ static int validate(const kb_args *a, const kv_evict_params *p)
 int kb_eviction_params(const kb_args *a, kv_evict_params *p)
 {
     const char *config = kb_arg(a, "eviction-config");
-    bool any = config != NULL;
+    bool evict = config != NULL, any = evict; /* cache precision alone evicts nothing */
     const kv_evict_param_def *d;
     for (int i = 0; (d = kv_evict_param(i)); i++)
-        any = any || kb_arg(a, d->flag) != NULL;
+        if (kb_arg(a, d->flag)) {
+            any = true;
+            evict = evict || !kv_evict_param_is_cache(d->key);
+        }
+    kv_evict_params_default(p);
     if (!any)
         return 1;
-    kv_evict_params_default(p);
     if (config && read_config(config, p) != 0)
         return -1;
     kv_error err;
@@ -105,7 +108,21 @@ int kb_eviction_params(const kb_args *a, kv_evict_params *p)
             return -1;
         }
     }
-    return validate(a, p);
+    return validate(a, p) != 0 ? -1 : evict ? 0 : 1;
+}
+
+int kb_eviction_cache_quant(const kb_args *a, const kv_model *m, kv_cache_quant *q)
+{
+    kv_evict_params p;
+    if (kb_eviction_params(a, &p) < 0)
+        return KB_EXIT_USAGE;
+    *q = kv_evict_params_cache_quant(&p);
+    kv_error err;
+    if (kv_cache_quant_check(q, kv_model_get_config(m)->head_dim, &err) != 0) {
+        kb_error("%s", err.msg);
+        return KB_EXIT_USAGE;
+    }
+    return KB_EXIT_OK;
 }
 
 /* A set's positions; a head that keeps fewer tokens than others (AdaKV)

@@ -32,9 +32,14 @@
 typedef struct kb_eviction kb_eviction;
 
 /* The parameters the options describe (defaults, then --eviction-config,
- * then flags), validated. Returns 1 when no eviction option was given, 0
- * when *p is set, -1 after reporting the error. */
+ * then flags), validated. Returns 0 when they ask for eviction, 1 when no
+ * eviction option was given (the cache precision options alone ask for
+ * none; *p holds them), -1 after reporting the error. */
 int kb_eviction_params(const kb_args *a, kv_evict_params *p);
+
+/* The precision the options give the KV cache, with or without eviction,
+ * checked against model m. Returns 0 or an exit code (reported). */
+int kb_eviction_cache_quant(const kb_args *a, const kv_model *m, kv_cache_quant *q);
 
 /* The policy for model m plus the trace file, or *out = NULL
  * when no eviction was asked for. Returns 0 or an exit code (reported). */

@@ -173,6 +173,11 @@ kv_evictor *kv_evictor_new(const kv_evict_params *p, const kv_evict_model *m, kv
         free(ev);
         return NULL;
     }
+    kv_cache_quant quant = kv_evict_params_cache_quant(p);
+    if (kv_cache_quant_check(&quant, m->head_dim, err) != 0) {
+        kv_evictor_free(ev);
+        return NULL;
+    }
     cfg_resolve(&ev->cfg, &ev->p, &ev->model);
     ev->n_sets = ev->cfg.n_sets;
     if (ev->refiner && ev->refiner->state_new &&
@@ -392,6 +397,11 @@ static void record_refined(kv_evictor *ev, const kv_cache *cache, int layer, int
             out[j] = pos;
         }
     ev->n_refined[set] = k;
+}
+
+kv_cache_quant kv_evictor_cache_quant(const kv_evictor *ev)
+{
+    return kv_evict_params_cache_quant(&ev->p);
 }
 
 long long kv_evictor_vnorm_count(const kv_evictor *ev)
@@ -727,6 +737,7 @@ int kv_evictor_compress_into(kv_evictor *ev, const kv_cache *src, kv_cache **out
         return -1;
     dst->next_pos = src->next_pos;
     dst->token_offset = src->token_offset;
+    dst->quant = src->quant;
     for (int l = 0; l < src->n_layers; l++)
         if (compress_layer(ev, src, dst, l, trace, trace_ctx, err) != 0) {
             kv_cache_free(dst);

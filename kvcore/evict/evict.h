@@ -76,6 +76,12 @@ typedef struct kv_evict_params {
     double pyramid_beta;                  /* pyramid: >= 1 */
     char head_budget[KV_EVICT_NAME_MAX];  /* uniform | adaptive (AdaKV, per_head only) */
     double alpha_safeguard;               /* adaptive: in [0, 1] */
+    /* the cache's precision (kv_cache_quant, kvcore/model/kvcache.h) */
+    char kv_cache_precision[KV_EVICT_NAME_MAX]; /* f32 | bf16 | f16 | u8 | u4 */
+    char key_quant[KV_EVICT_NAME_MAX];          /* by_token | by_channel */
+    char value_quant[KV_EVICT_NAME_MAX];        /* by_token */
+    int key_group_size;                         /* 0: the default of key_quant */
+    int value_group_size;                       /* 0: head_dim */
 } kv_evict_params;
 
 /* The table's defaults (evict_table.h). */
@@ -173,6 +179,14 @@ typedef struct kv_evict_param_def {
     const char *token, *abbrev; /* config names (evict_table.h) */
 } kv_evict_param_def;
 
+/* Is key one of the cache's precision settings (kv_cache_precision,
+ * key_quant, ...)? They apply with every algorithm and without eviction. */
+bool kv_evict_param_is_cache(const char *key);
+
+/* The cache precision p asks for (kv_cache_set_quant resolves group sizes
+ * of 0 against the model's head dimension). */
+kv_cache_quant kv_evict_params_cache_quant(const kv_evict_params *p);
+
 /* The i-th row of the table, NULL past the last. */
 const kv_evict_param_def *kv_evict_param(int i);
 /* The row of a key ("start_size", "start-size", "--start-size"), or NULL. */
@@ -262,6 +276,9 @@ int kv_evictor_compress_into(kv_evictor *ev, const kv_cache *src, kv_cache **out
  * computed: the bounds spare the rest (bench_evict reports it). */
 long long kv_evictor_vnorm_count(const kv_evictor *ev);
 
+/* The precision this policy's caches store keys and values at. */
+kv_cache_quant kv_evictor_cache_quant(const kv_evictor *ev);
+
 /* The absolute positions the refiner (KVCrush, CriticalKV) picked for kept
  * set `set` at the latest eviction, ascending; inside a trace callback they
  * belong to the (step, layer) being reported. NULL and *n = 0 without a
@@ -302,7 +319,8 @@ int kv_evictor_step(kv_evictor *ev, kv_cache *c, const kv_attn_stats_request *re
 
 /* Starts this policy from a shared prefill: observes its statistics (the
  * union request req, stats [n_layers]) as step 0 and compresses the shared
- * cache base into a new *out holding only what this policy keeps; base is
+ * cache base into a new *out holding only what this policy keeps, stored
+ * at the policy's cache precision (kv_cache_precision); base is
  * untouched. Then decode from *out (kv_generate_from) with
  * kv_evictor_step as the hook. */
 int kv_evictor_fork(kv_evictor *ev, const kv_cache *base, const kv_attn_stats_request *req,

@@ -81,5 +81,22 @@ int kv_evictor_fork(kv_evictor *ev, const kv_cache *base, const kv_attn_stats_re
     for (int l = 0; stats && l < base->n_layers; l++)
         if (kv_evictor_observe(ev, l, req, &stats[l], true, err) != 0)
             return -1;
-    return kv_evictor_compress_into(ev, base, out, trace, trace_ctx, err);
+    kv_cache_quant q = kv_evictor_cache_quant(ev);
+    if (q.precision == base->quant.precision)
+        return kv_evictor_compress_into(ev, base, out, trace, trace_ctx, err);
+    /* The prompt's keys and values are stored at the config's precision
+     * when its one forward ends: before eviction, which reads them so. */
+    kv_cache *c = kv_cache_fork(base, 0, err);
+    if (!c || kv_cache_set_quant(c, &q, err) != 0) {
+        kv_cache_free(c);
+        return -1;
+    }
+    for (int l = 0; l < c->n_layers; l++)
+        kv_cache_commit(c, l);
+    if (kv_evictor_compress(ev, c, trace, trace_ctx, err) != 0) {
+        kv_cache_free(c);
+        return -1;
+    }
+    *out = c;
+    return 0;
 }

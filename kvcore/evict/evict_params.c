@@ -63,6 +63,27 @@ void kv_evict_params_default(kv_evict_params *p)
             abort(); /* a malformed default in evict_table.h: test_evict catches it */
 }
 
+bool kv_evict_param_is_cache(const char *key)
+{
+    static const char *const cache_keys[] = {"kv_cache_precision", "key_quant", "value_quant",
+                                             "key_group_size", "value_group_size"};
+    for (size_t i = 0; i < sizeof cache_keys / sizeof *cache_keys; i++)
+        if (strcmp(key, cache_keys[i]) == 0)
+            return true;
+    return false;
+}
+
+kv_cache_quant kv_evict_params_cache_quant(const kv_evict_params *p)
+{
+    int precision = kv_precision_parse(p->kv_cache_precision);
+    return (kv_cache_quant){
+        .precision = precision < 0 ? KV_PREC_F32 : (kv_precision)precision,
+        .key_by_channel = strcmp(p->key_quant, "by_channel") == 0,
+        .key_group = p->key_group_size,
+        .value_group = p->value_group_size,
+    };
+}
+
 int kv_evict_params_budget(const kv_evict_params *p)
 {
     return p->start_size + p->intermediate_size + p->recent_size;

@@ -80,7 +80,20 @@
       "head-budget", "NAME", "uniform, or adaptive (AdaKV: a layer's KV heads share their budget; per_head)", \
       "", "uniform= adaptive=ada") \
     X(alpha_safeguard, NUMBER, "0.2", 0, 0, NULL, NULL, \
-      "alpha-safeguard", "X", "adaptive: the share of its budget every head keeps (0..1)", "alpha", "")
+      "alpha-safeguard", "X", "adaptive: the share of its budget every head keeps (0..1)", "alpha", "") \
+    X(kv_cache_precision, NAME, "f32", 0, 0, KV_NAMES("f32", "bf16", "f16", "u8", "u4"), NULL, \
+      "kv-cache-precision", "NAME", "the KV cache's precision: f32, bf16, f16, u8 or u4 (OpenVINO's)", \
+      "", "f32= bf16=kvbf16 f16=kvf16 u8=kvu8 u4=kvu4") \
+    X(key_quant, NAME, "by_token", 0, 0, KV_NAMES("by_token", "by_channel"), NULL, \
+      "key-quant", "NAME", "u8/u4 key groups: by_token or by_channel (KIVI)", "", \
+      "by_token= by_channel=kch") \
+    X(value_quant, NAME, "by_token", 0, 0, KV_NAMES("by_token"), NULL, \
+      "value-quant", "NAME", "u8/u4 value groups: by_token", "", "by_token=") \
+    X(key_group_size, INT, "0", 0, 512, NULL, NULL, \
+      "key-group-size", "N", "u8/u4 key group: channels by token, tokens by channel (0: head_dim / 32)", \
+      "kg", "") \
+    X(value_group_size, INT, "0", 0, 512, NULL, NULL, \
+      "value-group-size", "N", "u8/u4 value group: channels (0: head_dim)", "vg", "")
 /* clang-format on */
 
 #endif

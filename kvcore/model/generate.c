@@ -71,8 +71,10 @@ int kv_generate(kv_model *m, kv_cache *c, const int32_t *prompt, int n_prompt,
         kv_generate_opts quiet = *o;
         if (s + n < n_prompt)
             quiet.on_step = NULL;
+        c->commit_held = s + n < n_prompt; /* the slices are one forward */
         rc = step(m, c, prompt + s, n, &quiet, logits, all, 0, err);
     }
+    c->commit_held = false;
     double prefill = kv_clock_s() - t0;
     if (rc == 0) {
         const float *last = all ? logits + (size_t)((n_prompt - 1) % slice) * V : logits;

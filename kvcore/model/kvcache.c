@@ -79,6 +79,7 @@ kv_cache *kv_cache_fork(const kv_cache *c, int cap_hint, kv_error *err)
         return NULL;
     f->next_pos = c->next_pos;
     f->token_offset = c->token_offset;
+    f->quant = c->quant;
     size_t row = (size_t)kv_cache_row(c);
     for (int i = 0; i < c->n_layers; i++) {
         const kv_cache_layer *src = &c->layers[i];
@@ -94,6 +95,8 @@ kv_cache *kv_cache_fork(const kv_cache *c, int cap_hint, kv_error *err)
         memcpy(dst->vlen, src->vlen, (size_t)src->vlen_n * (size_t)c->n_kv_heads * sizeof(float));
         dst->vlen_n = src->vlen_n;
         dst->len = src->len;
+        dst->k_stored = src->k_stored;
+        dst->v_stored = src->v_stored;
         if (src->gap) {
             size_t bytes = 2 * (size_t)c->n_kv_heads * sizeof *src->gap;
             if (!(dst->gap = malloc(bytes))) {
@@ -116,6 +119,87 @@ kv_cache *kv_cache_fork(const kv_cache *c, int cap_hint, kv_error *err)
 static int grow_step(int cap)
 {
     return cap / 8 > 64 ? cap / 8 : 64;
+}
+
+/* ---- precision: when keys and values are stored at it ---- */
+
+static bool quantised(const kv_cache_quant *q)
+{
+    return q->precision == KV_PREC_U8 || q->precision == KV_PREC_U4;
+}
+
+int kv_cache_quant_check(kv_cache_quant *q, int head_dim, kv_error *err)
+{
+    kv_cache_quant r = *q;
+    int D = head_dim;
+    if ((int)r.precision < KV_PREC_F32 || r.precision > KV_PREC_U4)
+        return kv_fail(err, "KV cache: unknown precision %d", (int)r.precision);
+    if (!quantised(&r))
+        r.key_by_channel = false; /* bf16/f16 round each value: no groups */
+    if (r.key_group == 0)
+        r.key_group = r.key_by_channel ? 32 : D;
+    if (r.value_group == 0)
+        r.value_group = D;
+    if (r.key_by_channel ? r.key_group < 1 || r.key_group > KV_QUANT_GROUP_MAX
+                         : r.key_group < 1 || D % r.key_group != 0 || r.key_group > KV_QUANT_GROUP_MAX)
+        return kv_fail(err,
+                       "KV cache: key_group_size %d must %s %d", r.key_group,
+                       r.key_by_channel ? "be 1 .. tokens, at most" : "divide the head dimension",
+                       r.key_by_channel ? KV_QUANT_GROUP_MAX : D);
+    if (r.value_group < 1 || D % r.value_group != 0 || r.value_group > KV_QUANT_GROUP_MAX)
+        return kv_fail(err, "KV cache: value_group_size %d must divide the head dimension %d",
+                       r.value_group, D);
+    *q = r;
+    return 0;
+}
+
+int kv_cache_set_quant(kv_cache *c, const kv_cache_quant *q, kv_error *err)
+{
+    kv_cache_quant r = *q;
+    if (kv_cache_quant_check(&r, c->head_dim, err) != 0)
+        return -1;
+    c->quant = r;
+    return 0;
+}
+
+/* Stores rows [from, to) of x (keys or values of one layer) at the cache's
+ * precision, in groups of `group` channels within each KV head. */
+static void store_rows(const kv_cache *c, float *x, int from, int to, int group)
+{
+    size_t row = (size_t)kv_cache_row(c);
+    for (int t = from; t < to; t++)
+        for (int g = 0; g < kv_cache_row(c); g += group)
+            kv_round_group(x + (size_t)t * row + (size_t)g, (size_t)group, 1, c->quant.precision);
+}
+
+/* Stores the complete blocks of keys by channel from slot l->k_stored on:
+ * every channel of a block of key_group tokens is one group. */
+static void store_key_blocks(const kv_cache *c, kv_cache_layer *l)
+{
+    size_t row = (size_t)kv_cache_row(c);
+    int G = c->quant.key_group;
+    for (; l->k_stored + G <= l->len; l->k_stored += G)
+        for (size_t ch = 0; ch < row; ch++)
+            kv_round_group(l->k + (size_t)l->k_stored * row + ch, (size_t)G, row,
+                           c->quant.precision);
+}
+
+void kv_cache_commit(kv_cache *c, int layer)
+{
+    kv_cache_layer *l = &c->layers[layer];
+    if (c->quant.precision == KV_PREC_F32 || c->commit_held)
+        return;
+    int from = l->v_stored;
+    store_rows(c, l->v, l->v_stored, l->len, c->quant.value_group);
+    l->v_stored = l->len;
+    if (c->quant.key_by_channel)
+        store_key_blocks(c, l);
+    else {
+        store_rows(c, l->k, l->k_stored, l->len, c->quant.key_group);
+        l->k_stored = l->len;
+    }
+    if (from < l->len) /* CriticalKV bounds weights by the norms of what is stored */
+        kv_cache_measure_values(c, l, from, l->len - from);
 }
 
 int kv_cache_reserve(kv_cache *c, int n, kv_error *err)
@@ -209,6 +293,15 @@ static int measured_prefix(const kv_cache_keep *k, int n_keep, int measured)
     return j;
 }
 
+/* The slots of a gathered layer of len slots that hold stored rows: the
+ * kept ones from below `stored` in every set, and past the shortest set
+ * its gap, whose zeros every precision stores exactly. */
+static int stored_prefix(const kv_cache_keep *k, int shortest, int len, int stored)
+{
+    int j = measured_prefix(k, shortest, stored);
+    return j == shortest ? len : j;
+}
+
 /* Checks every set's list; returns the longest (the layer's new length)
  * and the shortest through *shortest, or -1. */
 static int check_keep(const kv_cache_layer *s, const kv_cache_keep *k, int *shortest,
@@ -286,11 +379,16 @@ int kv_cache_gather(const kv_cache *src, kv_cache *dst, int layer, const kv_cach
             /* in place, keep[j] >= j and ascending: row j is free once read */
             size_t to_off = (size_t)j * row + (size_t)h0 * D,
                    from_off = (size_t)from * row + (size_t)h0 * D;
-            if (k->inv_freq && shift != 0)
+            if (k->inv_freq && shift != 0) {
                 for (int h = 0; h < heads; h++)
                     rotate_by(d->k + to_off + (size_t)h * D, s->k + from_off + (size_t)h * D, half,
                               c, c + half);
-            else
+                /* a stored key is read dequantised, turned, and stored again */
+                if (from < s->k_stored && !src->quant.key_by_channel)
+                    for (size_t at = 0; at < span; at += (size_t)src->quant.key_group)
+                        kv_round_group(d->k + to_off + at, (size_t)src->quant.key_group, 1,
+                                       src->quant.precision);
+            } else
                 memcpy(d->k + to_off, s->k + from_off, span * sizeof(float));
             memcpy(d->v + to_off, s->v + from_off, span * sizeof(float));
             for (int h = h0; h < h0 + heads; h++) { /* a few numbers: no memcpy call */
@@ -299,7 +397,14 @@ int kv_cache_gather(const kv_cache *src, kv_cache *dst, int layer, const kv_cach
             }
         }
     d->vlen_n = measured_prefix(k, shortest, s->vlen_n);
+    int k_stored = stored_prefix(k, shortest, len, s->k_stored);
+    d->v_stored = stored_prefix(k, shortest, len, s->v_stored);
     d->len = len;
+    if (src->quant.key_by_channel) { /* the kept keys form new blocks */
+        d->k_stored = 0;
+        store_key_blocks(dst, d);
+    } else
+        d->k_stored = k_stored;
     free(cs);
     free(delta);
     return set_gaps(d, sets, k->n_keep, len, err);

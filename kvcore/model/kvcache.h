@@ -30,9 +30,11 @@
 #ifndef KV_KVCACHE_H
 #define KV_KVCACHE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/kvquant.h"
 #include "util/error.h"
 
 typedef struct kv_cache_layer {
@@ -49,7 +51,29 @@ typedef struct kv_cache_layer {
     int cap;         /* slots allocated */
     int *gap;        /* [n_kv_heads][2] or NULL: slots [gap[2h], gap[2h+1]) hold
                         no token of KV head h (see above); NULL: no gaps */
+    int k_stored;    /* slots [0, k_stored) hold their keys at the cache's
+                        precision (kv_cache_commit), the rest at full precision */
+    int v_stored;    /* the same for values */
 } kv_cache_layer;
+
+/* The precision a cache stores keys and values at (OpenVINO's
+ * KV_CACHE_PRECISION, KEY_CACHE_QUANT_MODE and group sizes). A token's keys
+ * and values enter the cache at full precision and are stored at this one
+ * when the forward that computed them ends (kv_cache_commit): tokens of one
+ * forward attend each other at full precision, earlier ones as stored.
+ *
+ * The stored form is kept dequantised, as F32 values (x^ of kvquant.h), so
+ * attention, eviction and compaction read exactly the values a quantised
+ * cache would give, while the memory stays F32-sized. */
+typedef struct kv_cache_quant {
+    kv_precision precision; /* KV_PREC_F32 (zero): nothing is rounded */
+    bool key_by_channel;    /* u8/u4 keys: a block of key_group tokens shares
+                               per-channel parameters (KIVI); the newest,
+                               incomplete block stays at full precision */
+    int key_group;   /* channels per group by token (divides head_dim), or
+                        tokens per block by channel */
+    int value_group; /* channels per group (values are always by token) */
+} kv_cache_quant;
 
 typedef struct kv_cache {
     int n_layers, n_kv_heads, head_dim;
@@ -57,6 +81,10 @@ typedef struct kv_cache {
     int token_offset; /* its index in the sequence is next_pos + token_offset
                          (0 unless "compact" eviction moved next_pos back) */
     kv_cache_layer *layers;
+    kv_cache_quant quant;
+    bool commit_held; /* the caller feeds one forward in several calls (a
+                         prompt in slices): kv_cache_commit waits for the
+                         last call, so slices attend each other unrounded */
 } kv_cache;
 
 /* An empty cache with room for `cap` slots per layer (it grows on demand). */
@@ -66,6 +94,19 @@ void kv_cache_free(kv_cache *c);
 /* A deep copy holding max(len, cap_hint) slots per layer: the fork that
  * lets one prefill serve many eviction configs. */
 kv_cache *kv_cache_fork(const kv_cache *c, int cap_hint, kv_error *err);
+
+/* Resolves q's group sizes of 0 (by token: the head dimension; by
+ * channel: 32 tokens) and checks them against head_dim. */
+int kv_cache_quant_check(kv_cache_quant *q, int head_dim, kv_error *err);
+
+/* Sets the precision of an empty cache; checks the group sizes against the
+ * head dimension. Forks and compressed copies inherit it. */
+int kv_cache_set_quant(kv_cache *c, const kv_cache_quant *q, kv_error *err);
+
+/* The forward that appended a layer's newest slots is done with them:
+ * stores them at the cache's precision (keys by channel: each block that
+ * is now complete) and measures the stored values again. */
+void kv_cache_commit(kv_cache *c, int layer);
 
 /* Makes room for n more slots in every layer. */
 int kv_cache_reserve(kv_cache *c, int n, kv_error *err);

@@ -1,6 +1,10 @@
 #include "model/kvquant.h"
 
+#include <assert.h>
+
 #include <string.h>
+
+#include "model/kernels.h"
 
 static const char *const precision_names[] = {
     [KV_PREC_F32] = "f32", [KV_PREC_BF16] = "bf16", [KV_PREC_F16] = "f16",
@@ -68,4 +72,29 @@ void kv_u4_pack(const uint8_t *q, size_t n, uint8_t *dst)
         dst[i / 2] = (uint8_t)(q[i] | q[i + 1] << 4);
     if (n % 2)
         dst[n / 2] = q[n - 1];
+}
+
+void kv_round_group(float *x, size_t n, size_t stride, kv_precision p)
+{
+    switch (p) {
+    case KV_PREC_F32:
+        return;
+    case KV_PREC_BF16:
+        for (size_t i = 0; i < n; i++)
+            x[i * stride] = kv_bf16_to_f32(kv_f32_to_bf16(x[i * stride]));
+        return;
+    case KV_PREC_F16:
+        for (size_t i = 0; i < n; i++)
+            x[i * stride] = kv_f16_to_f32(kv_f32_to_f16(x[i * stride]));
+        return;
+    case KV_PREC_U8:
+    case KV_PREC_U4: {
+        uint8_t q[KV_QUANT_GROUP_MAX];
+        assert(n <= KV_QUANT_GROUP_MAX);
+        kv_qgroup g = kv_quant_group(x, n, stride, kv_precision_bits(p), q);
+        for (size_t i = 0; i < n; i++)
+            x[i * stride] = kv_dequant(q[i], g);
+        return;
+    }
+    }
 }

@@ -40,6 +40,10 @@ int kv_precision_bits(kv_precision p);
  * 65520 up become infinity, NaN stays NaN (kv_f16_to_f32 reads it back). */
 uint16_t kv_f32_to_f16(float f);
 
+/* The largest group: a head's channels (by token) or a block of tokens
+ * (by channel); the parameter table refuses larger ones. */
+#define KV_QUANT_GROUP_MAX 512
+
 /* The parameters one quantisation group stores. */
 typedef struct kv_qgroup {
     float scale;
@@ -53,6 +57,11 @@ kv_qgroup kv_quant_group(const float *x, size_t n, size_t stride, int bits, uint
 
 /* The value code q of group g stands for. */
 static inline float kv_dequant(uint8_t q, kv_qgroup g) { return fmaf((float)q, g.scale, g.min); }
+
+/* In place: the n values x[0], x[stride], ... become what precision p
+ * stores of them, one group for u8/u4 (kv_quant_group then kv_dequant),
+ * each value rounded for bf16/f16; unchanged for f32. */
+void kv_round_group(float *x, size_t n, size_t stride, kv_precision p); /* n <= KV_QUANT_GROUP_MAX */
 
 /* u4 storage: code i in byte i / 2, the even one in the low nibble. */
 void kv_u4_pack(const uint8_t *q, size_t n, uint8_t *dst);

@@ -1110,6 +1110,7 @@ int kv_model_forward(kv_model *m, kv_cache *c, const int32_t *tokens, int n,
         layer L = widened_layer(&m->layers[l], &f);
         for (int s = 0; s < n; s += chunk)
             layer_forward(m, &L, l, c, &f, n - s < chunk ? n - s : chunk, s);
+        kv_cache_commit(c, l); /* the whole call is one forward, however chunked */
     }
     if (logits && all_logits)
         for (int s = 0; s < n; s += chunk) {
@@ -1219,6 +1220,8 @@ static void layer_forward_batch(const kv_model *m, const layer *L, int li, kv_ca
         cl->len = slot + 1;
     }
     batch_attention(m, li, caches, reqs, stats, f);
+    for (int b = 0; b < B; b++)
+        kv_cache_commit(caches[b], li);
     output_and_mlp(m, L, f, f->x, B);
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "model/kernels.h"
+#include "model/kvcache.h"
 #include "model/kvquant.h"
 #include "support/testutil.h"
 
@@ -134,4 +135,150 @@ Test(kvquant, precision_names_round_trip)
         cr_expect_eq(kv_precision_parse(kv_precision_name((kv_precision)p)), p);
     cr_expect_eq(kv_precision_parse("i8"), -1);
     cr_expect_eq(kv_precision_bits(KV_PREC_U4), 4);
+}
+
+/* ---- the cache: when rows are stored, and what compaction does ---- */
+
+enum { T_HEADS = 2, T_D = 8, T_ROW = T_HEADS * T_D };
+
+/* A one-layer cache of n slots of random keys and values, at precision q;
+ * the values written are also copied to k0 and v0. */
+static kv_cache *filled(int n, const kv_cache_quant *q, float *k0, float *v0)
+{
+    kv_error err;
+    kv_cache *c = kv_cache_new(1, T_HEADS, T_D, n, &err);
+    cr_assert(c && kv_cache_set_quant(c, q, &err) == 0, "%s", err.msg);
+    for (int i = 0; i < n * T_ROW; i++) {
+        c->layers[0].k[i] = k0[i] = (float)rand() / RAND_MAX * 4.0f - 2.0f;
+        c->layers[0].v[i] = v0[i] = (float)rand() / RAND_MAX * 2.0f - 1.0f;
+    }
+    for (int t = 0; t < n; t++)
+        kv_cache_set_pos(c, 0, t, t);
+    c->layers[0].len = n;
+    return c;
+}
+
+static void expect_rows(const float *got, const float *want, int from, int to, const char *what)
+{
+    for (int i = from * T_ROW; i < to * T_ROW; i++)
+        cr_expect_eq(bits(got[i]), bits(want[i]), "%s: slot %d channel %d", what, i / T_ROW,
+                     i % T_ROW);
+}
+
+Test(kvcache_quant, a_forward_stores_its_rows_once_in_groups_of_each_head)
+{
+    srand(11);
+    kv_cache_quant q = {.precision = KV_PREC_U8, .key_group = 8, .value_group = 4};
+    float k0[4 * T_ROW], v0[4 * T_ROW];
+    kv_cache *c = filled(4, &q, k0, v0);
+    kv_cache_commit(c, 0);
+    for (int g = 0; g < 4 * T_ROW; g += 8)
+        kv_round_group(k0 + g, 8, 1, KV_PREC_U8);
+    for (int g = 0; g < 4 * T_ROW; g += 4)
+        kv_round_group(v0 + g, 4, 1, KV_PREC_U8);
+    expect_rows(c->layers[0].k, k0, 0, 4, "keys");
+    expect_rows(c->layers[0].v, v0, 0, 4, "values");
+    kv_cache_commit(c, 0); /* stored rows are never rounded again */
+    expect_rows(c->layers[0].k, k0, 0, 4, "keys after a second commit");
+    kv_cache_free(c);
+}
+
+Test(kvcache_quant, f32_and_held_commits_change_nothing)
+{
+    srand(12);
+    float k0[3 * T_ROW], v0[3 * T_ROW];
+    kv_cache_quant f32 = {0}, u4 = {.precision = KV_PREC_U4};
+    kv_cache *c = filled(3, &f32, k0, v0);
+    kv_cache_commit(c, 0);
+    expect_rows(c->layers[0].k, k0, 0, 3, "f32 keys");
+    kv_cache_free(c);
+    c = filled(3, &u4, k0, v0);
+    c->commit_held = true;
+    kv_cache_commit(c, 0);
+    expect_rows(c->layers[0].v, v0, 0, 3, "held values");
+    kv_cache_free(c);
+}
+
+Test(kvcache_quant, by_channel_keys_keep_the_newest_block_at_full_precision)
+{
+    srand(13);
+    kv_cache_quant q = {.precision = KV_PREC_U8, .key_by_channel = true, .key_group = 4};
+    float k0[8 * T_ROW], v0[8 * T_ROW];
+    kv_cache *c = filled(8, &q, k0, v0);
+    c->layers[0].len = 6; /* one block and a residual of two */
+    kv_cache_commit(c, 0);
+    float want[8 * T_ROW];
+    memcpy(want, k0, sizeof want);
+    for (int ch = 0; ch < T_ROW; ch++)
+        kv_round_group(want + ch, 4, T_ROW, KV_PREC_U8);
+    expect_rows(c->layers[0].k, want, 0, 6, "first block stored, residual as computed");
+    c->layers[0].len = 8; /* the residual block fills */
+    kv_cache_commit(c, 0);
+    for (int ch = 0; ch < T_ROW; ch++)
+        kv_round_group(want + 4 * T_ROW + ch, 4, T_ROW, KV_PREC_U8);
+    expect_rows(c->layers[0].k, want, 0, 8, "second block stored from its own values");
+    kv_cache_free(c);
+}
+
+Test(kvcache_quant, compaction_regroups_by_channel_keys_from_their_stored_values)
+{
+    srand(14);
+    kv_cache_quant q = {.precision = KV_PREC_U8, .key_by_channel = true, .key_group = 4};
+    float k0[8 * T_ROW], v0[8 * T_ROW], stored[8 * T_ROW];
+    kv_cache *c = filled(8, &q, k0, v0);
+    kv_cache_commit(c, 0);
+    memcpy(stored, c->layers[0].k, sizeof stored);
+    const int keep[] = {0, 2, 5, 6, 7};
+    kv_error err;
+    cr_assert_eq(kv_cache_compact(c, 0, keep, 5, &err), 0, "%s", err.msg);
+    float want[5 * T_ROW];
+    for (int j = 0; j < 5; j++)
+        memcpy(want + j * T_ROW, stored + keep[j] * T_ROW, T_ROW * sizeof(float));
+    for (int ch = 0; ch < T_ROW; ch++) /* one more rounding: the new block of four */
+        kv_round_group(want + ch, 4, T_ROW, KV_PREC_U8);
+    expect_rows(c->layers[0].k, want, 0, 5, "regrouped keys");
+    cr_expect_eq(c->layers[0].k_stored, 4, "the fifth key is the new residual");
+    kv_cache_free(c);
+}
+
+Test(kvcache_quant, a_rerotated_key_is_dequantised_turned_and_stored_again)
+{
+    srand(15);
+    kv_cache_quant q = {.precision = KV_PREC_U8};
+    float k0[3 * T_ROW], v0[3 * T_ROW];
+    kv_cache *c = filled(3, &q, k0, v0);
+    kv_cache_commit(c, 0);
+    float stored[3 * T_ROW];
+    memcpy(stored, c->layers[0].k, sizeof stored);
+    double inv_freq[T_D / 2];
+    for (int f = 0; f < T_D / 2; f++)
+        inv_freq[f] = pow(100.0, -2.0 * f / T_D);
+    const int keep[] = {1, 2}, n_keep = 2;
+    kv_cache_keep k = {.sets = 1, .keep = keep, .stride = 2, .n_keep = &n_keep, .inv_freq = inv_freq};
+    kv_error err;
+    cr_assert_eq(kv_cache_gather(c, c, 0, &k, &err), 0, "%s", err.msg);
+    float want[T_ROW];
+    for (int h = 0; h < T_HEADS; h++) { /* slot 1 -> 0: turned by -1 */
+        const float *x = stored + T_ROW + h * T_D;
+        for (int f = 0; f < T_D / 2; f++) {
+            double cs = cos(-inv_freq[f]), sn = sin(-inv_freq[f]);
+            want[h * T_D + f] = (float)(x[f] * cs - x[f + T_D / 2] * sn);
+            want[h * T_D + f + T_D / 2] = (float)(x[f + T_D / 2] * cs + x[f] * sn);
+        }
+        kv_round_group(want + h * T_D, T_D, 1, KV_PREC_U8);
+    }
+    expect_rows(c->layers[0].k, want, 0, 1, "rerotated key");
+    kv_cache_free(c);
+}
+
+Test(kvcache_quant, group_sizes_are_checked_against_the_head)
+{
+    kv_error err;
+    kv_cache_quant q = {.precision = KV_PREC_U8, .key_group = 3};
+    cr_expect_neq(kv_cache_quant_check(&q, 8, &err), 0);
+    cr_expect(strstr(err.msg, "key_group_size 3"), "%s", err.msg);
+    kv_cache_quant d = {.precision = KV_PREC_U4, .key_by_channel = true};
+    cr_assert_eq(kv_cache_quant_check(&d, 8, &err), 0, "%s", err.msg);
+    cr_expect_eq(d.key_group, 32, "by channel: 32 tokens by default");
+    cr_expect_eq(d.value_group, 8, "values: the head dimension by default");
 }

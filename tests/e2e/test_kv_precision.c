@@ -1,0 +1,149 @@
+/* KV-cache precision end to end (`kvbench generate --kv-cache-precision`) on
+ * the trained demo model: every policy runs at every precision; a budget
+ * above the prompt gives the tokens of the full cache at the same
+ * precision; the prompt's own forward is untouched by the precision (its
+ * tokens attend each other unrounded, however the prompt is sliced). */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/npy.h"
+#include "support/testutil.h"
+
+#define MODEL "models/kvbench-retrieval"
+
+/* A passkey prompt of the shipped synthetic task (about 1,000 tokens). */
+static char *prompt_file(const char *tmp)
+{
+    char *src = tu_source("datasets/synthetic/synth_passkey.jsonl");
+    char *text = tu_slurp(src, NULL);
+    *strchr(text, '\n') = '\0';
+    cJSON *j = cJSON_Parse(text);
+    cr_assert_not_null(j);
+    char *path = malloc(strlen(tmp) + 16);
+    sprintf(path, "%s/prompt.txt", tmp);
+    FILE *f = fopen(path, "w");
+    fputs(cJSON_GetObjectItem(j, "context")->valuestring, f);
+    fputs(cJSON_GetObjectItem(j, "input")->valuestring, f);
+    fclose(f);
+    cJSON_Delete(j);
+    free(text);
+    free(src);
+    return path;
+}
+
+/* generate with the given flags (NULL-terminated); the generated ids as a
+ * string, "" on failure (the error in *status). */
+static char *run(const char *tmp, const char *npy, const char *const *flags, int *status)
+{
+    char *model = tu_source(MODEL), *prompt = prompt_file(tmp);
+    const char *bin = getenv("KVBENCH");
+    const char *argv[40] = {bin ? bin : "./kvbench", "generate", "--model", model, "--prompt-file",
+                            prompt, "--max-new-tokens", "6", "--ignore-eos", "--json",
+                            "--threads", "2"};
+    int n = 12;
+    if (npy) {
+        argv[n++] = "--dump-logits";
+        argv[n++] = npy;
+    }
+    for (; *flags && n < 39; flags++)
+        argv[n++] = *flags;
+    argv[n] = NULL;
+    tu_result r = tu_run_argv((char *const *)argv);
+    *status = r.status;
+    const char *ids = strstr(r.out, "\"generated_ids\"");
+    char *out = strdup(r.status == 0 && ids ? ids : r.err);
+    out[strcspn(out, "]") + (out[strcspn(out, "]")] ? 1 : 0)] = '\0';
+    tu_result_free(&r);
+    free(model);
+    free(prompt);
+    return out;
+}
+
+static const char *const precisions[][4] = {
+    {"bf16", "by_token"}, {"f16", "by_token"}, {"u8", "by_token"}, {"u4", "by_token"},
+    {"u8", "by_channel"}, {"u4", "by_channel"},
+};
+
+Test(kv_precision, every_policy_runs_at_every_precision)
+{
+    static const char *const policies[][8] = {
+        {"snapkv", "--window-size", "32"}, {"h2o"}, {"streaming"}, {"random"}, {"knorm"},
+        {"tova"}, {"keydiff"}, {"expected_attention"},
+        {"snapkv", "--refined-algorithm", "kvcrush", "--refined-size", "16"},
+        {"snapkv", "--refined-algorithm", "criticalkv", "--refined-size", "16"},
+        {"h2o", "--strategy", "per_head", "--head-budget", "adaptive"},
+        {"snapkv", "--layer-budget", "pyramid", "--apply-rerotation", "false"},
+    };
+    char *tmp = tu_mkdtemp();
+    for (size_t p = 0; p < sizeof precisions / sizeof *precisions; p++)
+        for (size_t a = 0; a < sizeof policies / sizeof *policies; a++) {
+            const char *flags[24] = {"--kv-cache-precision", precisions[p][0], "--key-quant",
+                                     precisions[p][1], "--eviction", policies[a][0],
+                                     "--start-size", "4", "--intermediate-size", "64",
+                                     "--recent-size", "32"};
+            int n = 12;
+            for (int i = 1; policies[a][i]; i++)
+                flags[n++] = policies[a][i];
+            int status;
+            char *ids = run(tmp, NULL, flags, &status);
+            cr_expect_eq(status, 0, "%s at %s %s: %s", policies[a][0], precisions[p][0],
+                         precisions[p][1], ids);
+            free(ids);
+        }
+    tu_rmtree(tmp);
+    free(tmp);
+}
+
+Test(kv_precision, a_budget_above_the_prompt_equals_the_full_cache_at_its_precision)
+{
+    char *tmp = tu_mkdtemp();
+    for (size_t p = 0; p < sizeof precisions / sizeof *precisions; p++) {
+        const char *full[] = {"--kv-cache-precision", precisions[p][0], "--key-quant",
+                              precisions[p][1], NULL};
+        const char *evict[] = {"--kv-cache-precision", precisions[p][0], "--key-quant",
+                               precisions[p][1], "--eviction", "snapkv", "--intermediate-size",
+                               "100000", NULL};
+        int s1, s2;
+        char *a = run(tmp, NULL, full, &s1), *b = run(tmp, NULL, evict, &s2);
+        cr_assert(s1 == 0 && s2 == 0, "%s / %s", a, b);
+        cr_expect_str_eq(a, b, "%s %s: full cache and a budget above the prompt differ",
+                         precisions[p][0], precisions[p][1]);
+        free(a);
+        free(b);
+    }
+    tu_rmtree(tmp);
+    free(tmp);
+}
+
+Test(kv_precision, the_prompts_own_forward_reads_no_rounded_key)
+{
+    char *tmp = tu_mkdtemp(), f32[512], u4[512];
+    snprintf(f32, sizeof f32, "%s/f32.npy", tmp);
+    snprintf(u4, sizeof u4, "%s/u4.npy", tmp);
+    const char *none[] = {NULL}, *quant[] = {"--kv-cache-precision", "u4", NULL};
+    int s1, s2;
+    free(run(tmp, f32, none, &s1));
+    free(run(tmp, u4, quant, &s2));
+    cr_assert(s1 == 0 && s2 == 0);
+    float *a, *b;
+    size_t ra, ca, rb, cb;
+    kv_error err;
+    cr_assert_eq(kv_npy_read(f32, &a, &ra, &ca, &err), 0, "%s", err.msg);
+    cr_assert_eq(kv_npy_read(u4, &b, &rb, &cb, &err), 0, "%s", err.msg);
+    cr_assert(ra == rb && ca == cb && ra > 600, "%zu rows", ra);
+    size_t prompt_rows = ra - 5; /* P + N - 1 rows, N = 6 */
+    cr_expect_eq(memcmp(a, b, prompt_rows * ca * sizeof *a), 0,
+                 "the prompt's logits (fed in slices of 256) changed with the cache precision");
+    double d = 0;
+    for (size_t i = prompt_rows * ca; i < ra * ca; i++)
+        d = fmax(d, fabs((double)a[i] - b[i]));
+    cr_expect_gt(d, 0.0, "decode steps read the u4 cache");
+    free(a);
+    free(b);
+    tu_rmtree(tmp);
+    free(tmp);
+}
