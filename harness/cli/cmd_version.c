@@ -12,6 +12,7 @@
 
 #include "cli/cli.h"
 #include "model/cpu.h"
+#include "model/gemm_dnnl.h"
 #include "cli/version.h"
 
 static const kb_option options[] = {
@@ -41,6 +42,16 @@ static int run(const kb_args *a)
     }
     printf("kernels %s (CPU: %s; %s=avx2|avx512|avx512bf16 forces a lower level)\n",
            kv_isa_name(kv_isa_active()), kv_isa_name(kv_isa_detected()), KV_ISA_ENV);
+    char dnnl[256];
+    kv_dnnl_describe(dnnl, sizeof dnnl);
+    printf("%s\n", dnnl);
+    /* Which code multiplies prefill's matrices in each compute mode (decode's
+     * GEMV is always kvbench's own kernels). */
+    printf("prefill matmul: f32 mode %s; bf16 mode %s\n",
+           kv_dnnl_usable(KV_DTYPE_F32) ? "oneDNN f32" : "OpenBLAS sgemm (16-bit weights widened)",
+           kv_dnnl_usable(KV_DTYPE_BF16)
+               ? "oneDNN bf16 x bf16 -> f32"
+               : "OpenBLAS sgemm on weights widened to F32 (exact for BF16 values)");
     return KB_EXIT_OK;
 }
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "model/cpu.h"
+#include "model/gemm_dnnl.h"
 #include "model/kernels_isa.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -116,7 +117,27 @@ void kv_round_bf16(float *x, size_t n)
 
 void kv_pack_bf16(const float *x, size_t n, uint16_t *dst)
 {
-    for (size_t i = 0; i < n; i++)
+    size_t i = 0;
+#ifdef KV_AVX2
+    /* kv_round_bf16's rounding, then the high halves packed: a prefill packs
+     * every projection's input, as many elements as a GEMM row has FLOPs. */
+    const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+    for (; i + 16 <= n; i += 16) {
+        __m256i h[2];
+        for (int k = 0; k < 2; k++) {
+            __m256 f = _mm256_loadu_ps(x + i + 8 * (size_t)k);
+            __m256i u = _mm256_castps_si256(f);
+            __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+            __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, lsb)), 16);
+            __m256i qn = _mm256_srli_epi32(_mm256_or_si256(u, _mm256_set1_epi32(0x400000)), 16);
+            h[k] = _mm256_blendv_epi8(r, qn, _mm256_castps_si256(_mm256_cmp_ps(f, f, _CMP_UNORD_Q)));
+        }
+        /* packus interleaves 128-bit lanes: put them back in order */
+        __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(h[0], h[1]), 0xd8);
+        _mm256_storeu_si256((__m256i *)(dst + i), packed);
+    }
+#endif
+    for (; i < n; i++)
         dst[i] = kv_f32_to_bf16(x[i]);
 }
 
@@ -328,32 +349,61 @@ size_t kv_matmul_scratch(const kv_pool *p, const kv_weight *w)
     return w->dtype == KV_DTYPE_F32 ? 0 : (size_t)matmul_block(p, w) * (size_t)w->cols;
 }
 
+/* Whether kv_matmul multiplies BF16 weights by BF16 activations at this
+ * level: oneDNN's kernels, or the level's own gemm_bf16. */
+static bool bf16_gemm(const kv_weight *w, kv_compute mode)
+{
+    return mode == KV_COMPUTE_BF16 && w->dtype == KV_DTYPE_BF16 &&
+           (kv_dnnl_usable(KV_DTYPE_BF16) || isa_kernels()->gemm_bf16);
+}
+
 bool kv_matmul_widens(const kv_weight *w, kv_compute mode)
 {
-    if (w->dtype == KV_DTYPE_F32)
-        return false;
-    return !(mode == KV_COMPUTE_BF16 && w->dtype == KV_DTYPE_BF16 && isa_kernels()->gemm_bf16);
+    return w->dtype != KV_DTYPE_F32 && !bf16_gemm(w, mode);
 }
 
 typedef struct matmul_job {
     const kv_weight *w;
     const float *x;
-    const uint16_t *x16; /* x packed to BF16 for the level's gemm_bf16, or NULL */
+    const uint16_t *x16; /* x packed to BF16 for the BF16 GEMM, or NULL */
     int n, block;
+    bool library;        /* oneDNN runs this product's dtype at this level */
     float *y, *scratch;
     size_t scratch_floats;
     const kv_isa_kernels *k;
 } matmul_job;
 
-/* One block of output columns on one thread (OpenBLAS stays
- * single-threaded; the pool spreads the blocks): the level's BF16 GEMM, or
- * sgemm on F32 weights (16-bit ones widened first). */
+/* Output columns [r0, r0 + nr) through oneDNN, single-threaded (the pool
+ * spreads the blocks); false when it declines. */
+static bool library_block(const matmul_job *j, int r0, int nr)
+{
+    const kv_weight *w = j->w;
+    size_t cols = (size_t)w->cols, elt = j->x16 ? 2 : 4;
+    kv_dnnl_product prod = {.dt = j->x16 ? KV_DTYPE_BF16 : KV_DTYPE_F32,
+                            .m = j->n,
+                            .n = nr,
+                            .k = w->cols,
+                            .a = j->x16 ? (const void *)j->x16 : (const void *)j->x,
+                            .b = (const char *)w->data + (size_t)r0 * cols * elt,
+                            .lda = cols,
+                            .ldb = cols,
+                            .y = j->y + r0,
+                            .ldy = (size_t)w->rows};
+    return kv_dnnl_matmul(1, &prod);
+}
+
+/* One block of output columns on one thread (oneDNN and OpenBLAS run
+ * single-threaded; the pool spreads the blocks, so a thread the OS has not
+ * scheduled does not hold up the others): oneDNN where it runs, else the
+ * level's BF16 GEMM, or sgemm on F32 weights (16-bit ones widened first). */
 static void matmul_task(void *ctx, int task, int worker)
 {
     const matmul_job *j = ctx;
     const kv_weight *w = j->w;
     int r0 = task * j->block, nr = w->rows - r0 < j->block ? w->rows - r0 : j->block;
-    if (j->x16) {
+    if (j->library && library_block(j, r0, nr))
+        return;
+    if (j->x16 && j->k->gemm_bf16) {
         j->k->gemm_bf16(w, r0, r0 + nr, j->x16, j->n, (size_t)w->cols, j->y, (size_t)w->rows);
         return;
     }
@@ -367,12 +417,18 @@ static void matmul_task(void *ctx, int task, int worker)
                 w->cols, 0.0f, j->y + r0, w->rows);
 }
 
+static void gemv_rows(kv_pool *p, const kv_weight *w, const float *x, int n, kv_compute mode,
+                      float *y)
+{
+    for (int i = 0; i < n; i++)
+        kv_gemv(p, w, x + (size_t)i * (size_t)w->cols, mode, y + (size_t)i * (size_t)w->rows);
+}
+
 void kv_matmul(kv_pool *p, const kv_weight *w, const float *x, int n, kv_compute mode, float *y,
                float *scratch)
 {
     if (n <= KV_GEMV_MAX_ROWS) {
-        for (int i = 0; i < n; i++)
-            kv_gemv(p, w, x + (size_t)i * (size_t)w->cols, mode, y + (size_t)i * (size_t)w->rows);
+        gemv_rows(p, w, x, n, mode, y);
         return;
     }
     matmul_job j = {.w = w,
@@ -384,19 +440,18 @@ void kv_matmul(kv_pool *p, const kv_weight *w, const float *x, int n, kv_compute
                     .scratch_floats = kv_matmul_scratch(p, w),
                     .k = isa_kernels()};
     uint16_t *x16 = NULL;
-    if (w->dtype != KV_DTYPE_F32 && !kv_matmul_widens(w, mode)) {
-        /* The caller kept no scratch for widening w: without memory for
-         * the packed copy, one GEMV per row (slow, exact, no memory). */
-        x16 = malloc((size_t)n * (size_t)w->cols * sizeof *x16);
-        if (!x16) {
-            for (int i = 0; i < n; i++)
-                kv_gemv(p, w, x + (size_t)i * (size_t)w->cols, mode,
-                        y + (size_t)i * (size_t)w->rows);
+    if (bf16_gemm(w, mode)) {
+        /* Without memory for the packed copy: one GEMV per row (slow,
+         * exact, no memory). */
+        if (!(x16 = malloc((size_t)n * (size_t)w->cols * sizeof *x16))) {
+            gemv_rows(p, w, x, n, mode, y);
             return;
         }
         kv_pack_bf16(x, (size_t)n * (size_t)w->cols, x16);
         j.x16 = x16;
-    }
+        j.library = kv_dnnl_usable(KV_DTYPE_BF16);
+    } else
+        j.library = w->dtype == KV_DTYPE_F32 && kv_dnnl_usable(KV_DTYPE_F32);
     kv_pool_run(p, (w->rows + j.block - 1) / j.block, matmul_task, &j);
     free(x16);
 }

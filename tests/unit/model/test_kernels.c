@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/gemm_dnnl.h"
 #include "model/kernels.h"
 #include "support/levels.h"
 
@@ -146,12 +147,55 @@ static void check_level(kv_isa isa)
             check_product(p, KV_DTYPE_BF16, KV_COMPUTE_F32, 37, colss[c], n);
             check_product(p, KV_DTYPE_BF16, KV_COMPUTE_BF16, 37, colss[c], n);
         }
+    /* prefill-sized: several blocks of output columns and a partial one,
+     * run by both workers (at avx512bf16, oneDNN calls from both at once) */
+    for (int cols = 33; cols <= 1000; cols += 967) {
+        check_product(p, KV_DTYPE_BF16, KV_COMPUTE_BF16, 300, cols, 40);
+        check_product(p, KV_DTYPE_BF16, KV_COMPUTE_F32, 300, cols, 40);
+    }
     kv_pool_free(p);
 }
 
 Test(kernels, products_match_reference_at_every_level_the_cpu_has)
 {
     tu_each_level(check_level);
+}
+
+/* oneDNN takes BF16 products at the avx512bf16 level and nothing below it
+ * (so KVBENCH_ISA=avx2 runs the AVX2 machine's code), and its results are
+ * the reference's within the bound of check_product. */
+static void check_library_level(kv_isa isa)
+{
+    enum { M = 19, N = 45, K = 70 };
+    uint16_t a[M * K], b[N * K];
+    float y[M * N];
+    for (int i = 0; i < M * K; i++)
+        a[i] = kv_f32_to_bf16(rnd());
+    for (int i = 0; i < N * K; i++)
+        b[i] = kv_f32_to_bf16(rnd());
+    kv_dnnl_product prod = {.dt = KV_DTYPE_BF16, .m = M, .n = N, .k = K, .a = a, .b = b,
+                            .lda = K, .ldb = K, .y = y, .ldy = N};
+    bool ran = kv_dnnl_matmul(1, &prod);
+    cr_expect_eq(ran, isa >= KV_ISA_AVX512BF16, "%s: oneDNN %s", kv_isa_name(isa),
+                 ran ? "ran" : "declined");
+    prod.dt = KV_DTYPE_F32; /* OpenBLAS's, at every level */
+    cr_expect_not(kv_dnnl_matmul(1, &prod), "%s: oneDNN took an F32 product", kv_isa_name(isa));
+    for (int i = 0; ran && i < M; i++)
+        for (int r = 0; r < N; r++) {
+            double s = 0, mag = 0;
+            for (int c = 0; c < K; c++) {
+                double t = (double)kv_bf16_to_f32(a[i * K + c]) * kv_bf16_to_f32(b[r * K + c]);
+                s += t;
+                mag += fabs(t);
+            }
+            cr_expect_leq(fabs(y[i * N + r] - s), mag * K * 1.2e-7, "y[%d][%d] = %g, want %g", i,
+                          r, y[i * N + r], s);
+        }
+}
+
+Test(kernels, onednn_runs_bf16_products_at_avx512bf16_only)
+{
+    tu_each_level(check_library_level);
 }
 
 /* kv_gemv_batch of `batch` input rows through two matrices (q/k-like: one
