@@ -15,9 +15,11 @@
  * measured first with bench machine's loops; machine_limit_s), so a target
  * ratio can be judged against what the hardware allows.
  *
- * The configs are the issue's sweep: H2O and SnapKV x intermediate 160, 416,
- * 928, 1952 x sum / norm_sum (16), then the same with rerotation (32); K
- * takes the first K of that list. */
+ * The configs are those of configs/nightly.json's main sweep, with its start
+ * (32) and recent (64) areas and its decode-time eviction (each step's
+ * statistics, as a run's rows): H2O and SnapKV x intermediate 160, 416, 928,
+ * 1952 x sum / norm_sum (16), then the same with rerotation (32); K takes
+ * the first K of that list. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +47,8 @@ static void sweep_params(int i, kv_evict_params *p)
     static const int inter[] = {160, 416, 928, 1952};
     kv_evict_params_default(p);
     snprintf(p->algorithm, sizeof p->algorithm, "%s", i % 2 ? "snapkv" : "h2o");
+    p->start_size = 32;
+    p->recent_size = 64;
     p->intermediate_size = inter[(i / 2) % 4];
     snprintf(p->score_aggregation, sizeof p->score_aggregation, "%s",
              (i / 8) % 2 ? "norm_sum" : "sum");

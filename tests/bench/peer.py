@@ -19,6 +19,15 @@ same run. Prints a Markdown table: the mean tok/s per engine over the rounds
 and the ratio of kvbench to llama.cpp per mode (the mean of the per-round
 ratios), then the machine figures and the load before and after.
 
+Beside each ratio, the share of the machine's measured limit that kvbench's
+mode reaches (the mean of its rounds' rates against the mean of the rounds'
+limits): prefill against the FP32 peak (f32 mode) or the BF16 peak (bf16
+mode; the FP32 one where the level has none), counting 2 FLOPs per
+non-embedding weight per token; decode against the read bandwidth,
+counting every weight of the projections and the LM head once per token in
+BF16 (the checkpoint's dtype, which decode reads) plus the F32 keys and
+values of the cache at its mean depth during the measure.
+
 Prefill P is kvbench's `bench model --prompt-tokens P --gen-tokens 0` and
 llama-bench's `-p P -n 0`; decode after D is kvbench's `--prompt-tokens D
 --gen-tokens G` (its decode line; when D is also a prefill length, one run
@@ -91,9 +100,27 @@ def cpu_model():
     return platform.processor() or "unknown CPU"
 
 
+def model_work(model_dir):
+    """Per token: FLOPs of prefill (2 per non-embedding weight), weight bytes
+    of decode (BF16: projections and LM head), and F32 K+V bytes per cached token."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    hidden, layers = cfg["hidden_size"], cfg["num_hidden_layers"]
+    heads = cfg["num_attention_heads"]
+    kv_heads = cfg.get("num_key_value_heads", heads)
+    head_dim = cfg.get("head_dim") or hidden // heads
+    per_layer = (2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+                 + 3 * hidden * cfg["intermediate_size"])
+    weights = layers * per_layer
+    return {"prefill_flops": 2 * weights,
+            "decode_weight_bytes": 2 * (weights + cfg["vocab_size"] * hidden),
+            "kv_bytes_per_token": layers * kv_heads * head_dim * 2 * 4}
+
+
 class Peer:
     def __init__(self, a, log):
         self.a, self.log = a, log
+        self.work = model_work(a.model)
         self.rates = {}  # (measure, engine) -> [tok/s per round]
         self.cpu_rates = {}  # (measure, engine) -> [tok/cpu-s per round] (kvbench only)
         self.machine = []  # bench machine JSON lines, every round
@@ -181,7 +208,8 @@ class Peer:
             kv, ll = self.rates.get((m, f"kvbench {mode}")), self.rates.get((m, "llama.cpp"))
             if not kv or not ll:
                 return "–"
-            return f"{mean([x / y for x, y in zip(kv, ll)]):.2f}"
+            share = self.share(m, mode, mean(kv))
+            return f"{mean([x / y for x, y in zip(kv, ll)]):.2f}" + (f" ({share})" if share else "")
 
         rows = ["| measure (tok/s, mean of rounds) | kvbench f32 | kvbench bf16 | llama.cpp | "
                 "f32 / llama.cpp | bf16 / llama.cpp |", "|---|---|---|---|---|---|"]
@@ -189,6 +217,30 @@ class Peer:
             rows.append(f"| {m} | {cell(m, 'kvbench f32')} | {cell(m, 'kvbench bf16')} | "
                         f"{cell(m, 'llama.cpp')} | {ratio(m, 'f32')} | {ratio(m, 'bf16')} |")
         return "\n".join(rows)
+
+    def limit(self, name):
+        """The mean over the rounds of bench machine's median for name, or None."""
+        v = [l["median"] for lines in self.machine for l in lines
+             if l["measure"] == name and l.get("median") is not None]
+        return sum(v) / len(v) if v else None
+
+    def share(self, m, mode, rate):
+        """'N % of <limit>' that rate tok/s of measure m reaches, or None."""
+        words = m.split()
+        if words[0] == "prefill":
+            name = "bf16" if mode == "bf16" and self.limit("bf16") else "fp32"
+            peak = self.limit(name)
+            if not peak:
+                return None
+            used = rate * self.work["prefill_flops"] / 1e9
+            return f"{100 * used / peak:.0f} % of {name.upper()} peak"
+        gen, depth = int(words[1]), int(words[3])  # "decode G after D"
+        read = self.limit("read")
+        if not read:
+            return None
+        per_token = (self.work["decode_weight_bytes"]
+                     + self.work["kv_bytes_per_token"] * (depth + gen / 2))
+        return f"{100 * rate * per_token / 1e9 / read:.0f} % of read bandwidth"
 
     def machine_summary(self):
         by = {}

@@ -435,11 +435,18 @@ Test(generate_cli, compute_mode_and_kernel_level_are_reported)
     snprintf(want, sizeof want, "kernels %s (CPU: %s;", kv_isa_name(kv_isa_detected()),
              kv_isa_name(kv_isa_detected()));
     cr_assert(strstr(r.out, want), "%s", r.out);
+    /* each mode's prefill path: oneDNN's BF16 matmul only at avx512bf16 */
+    bool onednn = kv_isa_detected() >= KV_ISA_AVX512BF16;
+    cr_assert(strstr(r.out, onednn ? "bf16 mode oneDNN bf16 x bf16 -> f32"
+                                   : "bf16 mode OpenBLAS sgemm on weights widened"),
+              "%s", r.out);
+    cr_assert(strstr(r.out, "prefill matmul: f32 mode OpenBLAS sgemm"), "%s", r.out);
     tu_result_free(&r);
 
     setenv(KV_ISA_ENV, "avx2", 1);
     r = tu_kvbench("version", "--libraries", NULL);
     cr_assert(strstr(r.out, "kernels avx2 (CPU:"), "%s", r.out);
+    cr_assert(strstr(r.out, "bf16 mode OpenBLAS sgemm on weights widened"), "%s", r.out);
     tu_result_free(&r);
     setenv(KV_ISA_ENV, "sse9", 1);
     r = tu_kvbench("generate", "--model", dir, "--tokens", "1", "--max-new-tokens", "1", NULL);
