@@ -155,6 +155,7 @@ static int run(const kb_args *a)
         return KB_EXIT_FAIL;
     }
     int rc = KB_EXIT_OK;
+    kb_runner_warn(stderr, &m);
     if (kb_runner_apply_options(&m, &o) < 0) {
         kb_error("run: out of memory");
         rc = KB_EXIT_FAIL;

@@ -184,6 +184,9 @@ int kb_eviction_open(const kb_args *a, const kv_model *m, kb_eviction **out)
         }
         return rc > 0 ? KB_EXIT_OK : KB_EXIT_USAGE;
     }
+    const char *warning = kv_evict_params_warning(&p);
+    if (warning)
+        fprintf(stderr, "kvbench: warning: %s\n", warning);
     kb_eviction *e = calloc(1, sizeof *e);
     if (!e) {
         kb_error("out of memory");

@@ -273,6 +273,18 @@ long kb_config_budget(const cJSON *params)
     return kv_evict_params_budget(&p);
 }
 
+const char *kb_config_warning(const cJSON *params)
+{
+    if (!params)
+        return NULL;
+    kv_evict_params p;
+    kv_error err;
+    kv_evict_params_default(&p);
+    if (kv_evict_params_from_json(&p, params, &err) != 0)
+        return NULL;
+    return kv_evict_params_warning(&p);
+}
+
 /* A parameter's row in the table, by its exact config key. */
 static const kv_evict_param_def *param_def(const char *key)
 {

@@ -128,6 +128,10 @@ char *kb_config_name(const cJSON *params);
  * with defaults applied. -1 for NULL (full cache) or invalid params. */
 long kb_config_budget(const cJSON *params);
 
+/* kv_evict_params_warning of params with defaults applied: NULL for the
+ * full cache and for consistent (or invalid) params. */
+const char *kb_config_warning(const cJSON *params);
+
 /* Checks one eviction config against the parameter table (each key's JSON
  * type, range, choices and algorithm, as "KEY: problem"), then the eviction
  * module's cross-field rules (kv_evict_params_validate). */

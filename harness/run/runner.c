@@ -84,6 +84,28 @@ void kb_runner_plan_print(FILE *f, const kb_matrix *m, const kb_runner_options *
               f);
 }
 
+size_t kb_runner_warn(FILE *f, const kb_matrix *m)
+{
+    size_t n = 0;
+    const char *why = NULL;
+    for (size_t i = 0; i < m->n_configs; i++) {
+        const char *w = kb_config_warning(m->configs[i].params);
+        if (!w)
+            continue;
+        if (n == 0)
+            fputs("kvbench: warning: config", f);
+        if (n < 8)
+            fprintf(f, "%s %s", n ? "," : "", m->configs[i].name);
+        why = w;
+        n++;
+    }
+    if (n > 8)
+        fprintf(f, " and %zu more", n - 8);
+    if (n)
+        fprintf(f, ": %s\n", why);
+    return n;
+}
+
 /* ---- the driver loop --------------------------------------------------- */
 
 /* Samples of a task this process handles: the first `limit`, then its shard. */

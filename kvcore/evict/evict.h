@@ -105,6 +105,13 @@ struct cJSON *kv_evict_params_to_json(const kv_evict_params *p);
  * per_token KVCrush cannot use the mean anchor, positions, M at most
  * KV_EVICT_MAX_BUDGET, summed without overflow). */
 int kv_evict_params_validate(const kv_evict_params *p, kv_error *err);
+/* Parameters that are valid but contradict each other, silently ruining a
+ * run: NULL, or one line that says what goes wrong and the fix. Today one
+ * case: apply_rerotation with "absolute" positions (NNCF's defaults, kept
+ * so that config hashes stay) rotates the kept keys to slots 0..k-1 while
+ * new tokens keep their absolute positions, so heads that look a fixed
+ * distance back miss (the demo model's SnapKV falls to 0). */
+const char *kv_evict_params_warning(const kv_evict_params *p);
 /* The same, then the checks that need the number of layers: refined_size
  * at most the smallest pyramid layer's intermediate size. */
 int kv_evict_params_validate_layers(const kv_evict_params *p, int n_layers, kv_error *err);

@@ -486,6 +486,16 @@ int kv_evict_params_validate(const kv_evict_params *p, kv_error *err)
     return 0;
 }
 
+const char *kv_evict_params_warning(const kv_evict_params *p)
+{
+    if (p->apply_rerotation && strcmp(p->positions, "absolute") == 0)
+        return "apply_rerotation with positions \"absolute\" moves the kept keys to slots "
+               "0..k-1 while new tokens keep their absolute positions, a gap that can ruin "
+               "the answers; set \"positions\": \"compact\" (kvpress) or "
+               "\"apply_rerotation\": false (NNCF's LongBench script)";
+    return NULL;
+}
+
 int kv_evict_params_validate_layers(const kv_evict_params *p, int n_layers, kv_error *err)
 {
     if (kv_evict_params_validate(p, err) != 0)

@@ -547,3 +547,47 @@ Test(failure, a_byte_order_mark_is_named)
     tu_result_free(&r);
     free(want), free(bom), free(text), free(file);
 }
+
+/* Issue 28: NNCF's defaults rotate kept keys to slots 0..k-1 while new
+ * tokens keep their absolute positions. The dry run, the run and generate
+ * say so once, with the fix; the report marks the config. */
+Test(failure, rerotation_with_absolute_positions_is_warned_about_once)
+{
+    const char *want = "kvbench: warning: config h2o: apply_rerotation with positions "
+                       "\"absolute\" moves the kept keys to slots 0..k-1";
+    char *cfg = write_config(NULL, H2O);
+    for (int dry = 1; dry >= 0; dry--) {
+        tu_result r = tu_kvbench("run", cfg, dry ? "--dry-run" : "--limit", dry ? NULL : "1", NULL);
+        cr_assert_eq(r.status, 0, "%s", r.err);
+        char *at1 = strstr(r.err, want);
+        cr_assert(at1, "%s", r.err);
+        cr_assert_null(strstr(at1 + strlen(want), "warning:"), "once: %s", r.err);
+        tu_result_free(&r);
+    }
+    char *summary = at("runs/c/summary.md");
+    char *md = tu_slurp(summary, NULL);
+    cr_assert(strstr(md, "\n⚠ h2o: apply_rerotation with positions \"absolute\""), "%s", md);
+    cr_assert(strstr(md, "| h2o ⚠ | `"), "%s", md);
+    cr_assert_null(strstr(md, "full ⚠"), "%s", md);
+    free(md);
+    /* coherent settings: nothing to say */
+    free(write_config(NULL, "[{\"name\": \"h2o\", \"algorithm\": \"h2o\", \"positions\": "
+                            "\"compact\"}]"));
+    tu_result r = tu_kvbench("run", cfg, "--dry-run", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_null(strstr(r.err, "warning"), "%s", r.err);
+    tu_result_free(&r);
+    char *model = tu_source("models/kvbench-retrieval");
+    r = tu_kvbench("generate", "--model", model, "--prompt", "the pass key is", "--eviction",
+                   "SnapKV", "--max-new-tokens", "2", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.err, "kvbench: warning: apply_rerotation with positions \"absolute\""),
+              "%s", r.err);
+    tu_result_free(&r);
+    r = tu_kvbench("generate", "--model", model, "--prompt", "the pass key is", "--eviction",
+                   "SnapKV", "--apply-rerotation", "false", "--max-new-tokens", "2", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_null(strstr(r.err, "warning"), "%s", r.err);
+    tu_result_free(&r);
+    free(model), free(summary), free(cfg);
+}

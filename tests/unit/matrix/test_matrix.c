@@ -370,6 +370,46 @@ static void load_shipped(const char *rel, size_t n_tasks, size_t n_configs)
     free(path);
 }
 
+/* The configs of m whose parameters contradict each other, as "a,b,". */
+static void warned_configs(char *out, size_t n)
+{
+    out[0] = '\0';
+    for (size_t i = 0; i < m.n_configs; i++)
+        if (kb_config_warning(m.configs[i].params)) {
+            strncat(out, m.configs[i].name, n - strlen(out) - 1);
+            strncat(out, ",", n - strlen(out) - 1);
+        }
+}
+
+/* Issue 28: NNCF's defaults (rerotation, absolute positions) stay, so the
+ * hashes do, but they contradict each other: a config that keeps them is
+ * warned about, and the shipped configs set coherent ones (the demo's one
+ * rerotated row is there to show the gap, and says so). */
+Test(matrix, shipped_configs_are_coherent_and_defaults_are_warned_about)
+{
+    char warned[4096];
+    cr_assert_eq(parse("{" BASE ", \"configs\": [{\"algorithm\": \"h2o\"}, {\"algorithm\": "
+                       "\"h2o\", \"positions\": \"compact\"}, {\"algorithm\": \"snapkv\", "
+                       "\"apply_rerotation\": false}]}"),
+                 0, "%s", err.msg);
+    warned_configs(warned, sizeof warned);
+    cr_assert_str_eq(warned, "h2o,");
+    cr_assert(strstr(kb_config_warning(m.configs[1].params), "set \"positions\": \"compact\""));
+    kb_matrix_free(&m);
+    load_shipped("configs/demo.json", 3, 1 + 2 + 1 + 3 + 2 + 4 + 3);
+    warned_configs(warned, sizeof warned);
+    cr_assert_str_eq(warned, "snapkv_w32_128_rerotated,");
+    kb_matrix_free(&m);
+    load_shipped("configs/seed-example.json", 16, 2);
+    warned_configs(warned, sizeof warned);
+    cr_assert_str_eq(warned, "");
+    kb_matrix_free(&m);
+    load_shipped("configs/nightly.json", 16, 1 + 4 + 20 + 5 + 6 + 2 + 2);
+    warned_configs(warned, sizeof warned);
+    cr_assert_str_eq(warned, "");
+    kb_matrix_free(&m);
+}
+
 Test(matrix, shipped_configs_parse)
 {
     /* 3 synthetic tasks; full + 2 streaming + 1 rerotated SnapKV + PyramidKV + per_head +
@@ -427,7 +467,7 @@ Test(matrix, run_dry_run_shows_the_plan_and_errors_name_the_key)
     cr_assert(strstr(r.out, "run nightly -> results/nightly/shards/1-of-4\n"), "%s", r.out);
     cr_assert(strstr(r.out, "16 tasks:"));
     cr_assert(strstr(r.out, "40 configs (one prefill per sample, shared by all):"));
-    cr_assert(strstr(r.out, "  snapkv_s32_r64_i1952_normsum "), "%s", r.out);
+    cr_assert(strstr(r.out, "  snapkv_s32_r64_i1952_normsum_norot "), "%s", r.out);
     tu_result_free(&r);
     r = tu_kvbench("run", nightly, "--dry-run", "--shard", "4/4", NULL);
     cr_assert_eq(r.status, 2);
