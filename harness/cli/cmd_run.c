@@ -62,10 +62,42 @@ static char *resolve_model(const kb_matrix *m)
     return dir;
 }
 
+/* --dry-run: the plan, then what can be checked without running: every
+ * task's data, and a local model's architecture and tokenizer. */
+static int dry_run(const kb_matrix *m, const kb_runner_options *o)
+{
+    kb_runner_plan_print(stdout, m, o);
+    kv_error err = {{0}};
+    long samples = 0;
+    const char *arch = NULL;
+    if (kb_runner_check_data(m, &samples, &err) < 0) {
+        kb_error("run: %s", err.msg);
+        return KB_EXIT_FAIL;
+    }
+    printf("\nchecked: the data of %zu tasks (%ld samples)", m->n_tasks, samples);
+    if (!is_dir(m->model)) {
+        printf("; model %s is fetched by the run (not checked)\n", m->model);
+        return KB_EXIT_OK;
+    }
+    if (kb_engine_model_check(m->model, &arch, &err) < 0) {
+        putchar('\n');
+        kb_error("run: %s", err.msg);
+        return KB_EXIT_FAIL;
+    }
+    printf(", the model's architecture (%s) and tokenizer\n", arch);
+    return KB_EXIT_OK;
+}
+
 /* Loads the model once and runs the matrix. */
 static int run_matrix(kb_matrix *m, kb_runner_options *o)
 {
     kv_error err = {{0}};
+    long samples;
+    /* a run that cannot read its data stops before it creates anything */
+    if (kb_runner_check_data(m, &samples, &err) < 0) {
+        kb_error("run: %s", err.msg);
+        return KB_EXIT_FAIL;
+    }
     char *model_dir = resolve_model(m);
     if (!model_dir)
         return KB_EXIT_FAIL;
@@ -160,7 +192,7 @@ static int run(const kb_args *a)
         kb_error("run: out of memory");
         rc = KB_EXIT_FAIL;
     } else if (kb_flag(a, "dry-run")) {
-        kb_runner_plan_print(stdout, &m, &o);
+        rc = dry_run(&m, &o);
     } else {
         rc = run_matrix(&m, &o);
     }

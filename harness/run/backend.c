@@ -9,6 +9,7 @@
 #include "model/generate.h"
 #include "model/kernels.h"
 #include "model/model.h"
+#include "model/model_config.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct engine {
@@ -284,4 +285,16 @@ void kb_engine_backend_close(kb_runner_backend *b)
     kv_model_free(e->model);
     free(e);
     b->ctx = NULL;
+}
+
+int kb_engine_model_check(const char *model_dir, const char **arch, kv_error *err)
+{
+    kv_model_config cfg;
+    if (kv_model_config_load(model_dir, &cfg, err) < 0)
+        return -1;
+    *arch = kv_arch_name(cfg.arch);
+    kv_model_config_free(&cfg);
+    kv_tokenizer *tok = kv_tokenizer_load(model_dir, err);
+    kv_tokenizer_free(tok);
+    return tok ? 0 : -1;
 }

@@ -106,6 +106,20 @@ size_t kb_runner_warn(FILE *f, const kb_matrix *m)
     return n;
 }
 
+int kb_runner_check_data(const kb_matrix *m, long *samples, kv_error *err)
+{
+    *samples = 0;
+    for (size_t t = 0; t < m->n_tasks; t++) {
+        kb_idset ids = {0};
+        int rc = kb_taskdata_ids(m->data, m->tasks[t].name, m->empty_tasks_missing, &ids, err);
+        *samples += (long)ids.n;
+        kb_idset_free(&ids);
+        if (rc < 0)
+            return kv_fail_prefix(err, m->tasks[t].name);
+    }
+    return 0;
+}
+
 /* ---- the driver loop --------------------------------------------------- */
 
 /* Samples of a task this process handles: the first `limit`, then its shard. */

@@ -591,3 +591,93 @@ Test(failure, rerotation_with_absolute_positions_is_warned_about_once)
     tu_result_free(&r);
     free(model), free(summary), free(cfg);
 }
+
+/* A copy of the demo model in DIR/model with config.json's architecture
+ * replaced by arch (NULL: kept) and tokenizer.json by tokenizer (NULL:
+ * kept); returns the folder. */
+static char *model_copy(const char *arch, const char *tokenizer)
+{
+    char *model = at("model"), *src = tu_source("models/kvbench-retrieval");
+    cr_assert_eq(mkdir(model, 0777), 0);
+    static const char *const files[] = {"config.json", "generation_config.json",
+                                        "model.safetensors", "tokenizer.json",
+                                        "tokenizer_config.json"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        char *from, *to;
+        cr_assert_geq(asprintf(&from, "%s/%s", src, files[i]), 0);
+        cr_assert_geq(asprintf(&to, "%s/%s", model, files[i]), 0);
+        if (i == 0 && arch) {
+            char *text = tu_slurp(from, NULL), *edited = strdup(text);
+            char *a = strstr(text, "\"Qwen3ForCausalLM\""), *t = strstr(text, "\"qwen3\"");
+            cr_assert(a && t, "%s", text);
+            FILE *f = fopen(to, "w");
+            *a = *t = '\0';
+            fprintf(f, "%s\"%s\"%s\"%s\"%s", text, arch, a + 18, arch, t + 7);
+            fclose(f);
+            free(edited), free(text);
+        } else if (i == 3 && tokenizer) {
+            write_file(to, tokenizer);
+        } else {
+            cr_assert_eq(symlink(from, to), 0);
+        }
+        free(from), free(to);
+    }
+    free(src);
+    return model;
+}
+
+/* The config's model replaced by model (write_config_of's file). */
+static void use_model(const char *cfg, const char *model)
+{
+    char *text = tu_slurp(cfg, NULL), *m = strstr(text, "\"model\": \"") + 10, *edited;
+    char *end = strchr(m, '"');
+    *m = '\0';
+    cr_assert_geq(asprintf(&edited, "%s%s%s", text, model, end), 0);
+    write_file(cfg, edited);
+    free(edited), free(text);
+}
+
+/* A dry run fails the way the run would, and expects it to fail; the run
+ * fails before it creates the run folder. */
+static void expect_refused(const char *cfg, const char *why)
+{
+    tu_result r = tu_kvbench("run", cfg, "--dry-run", NULL);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert(strstr(r.err, why), "dry run: %s", r.err);
+    tu_result_free(&r);
+    r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert(strstr(r.err, why), "run: %s", r.err);
+    tu_result_free(&r);
+    char *run = at("runs/c");
+    cr_assert(access(run, F_OK) != 0, "%s: nothing left behind", why);
+    free(run);
+}
+
+/* Issue 28: --dry-run reads the data, the model's architecture and its
+ * tokenizer; a run that fails those checks leaves no run folder. */
+Test(failure, dry_run_checks_data_architecture_and_tokenizer)
+{
+    char *file = three_samples(false), *data = at("data"), *missing = at("data/synth_kv.jsonl");
+    char *cfg = write_config_of(data, "[\"synth_passkey\", \"synth_kv\"]", H2O);
+    expect_refused(cfg, missing);
+    cfg = (free(cfg), write_config(data, H2O));
+    tu_result r = tu_kvbench("run", cfg, "--dry-run", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "checked: the data of 1 tasks (3 samples), the model's architecture "
+                            "(qwen3) and tokenizer"),
+              "%s", r.out);
+    tu_result_free(&r);
+    free(three_samples(true));
+    expect_refused(cfg, "is also the _id of the sample at index 0");
+    free(three_samples(false));
+    char *model = model_copy("MambaForCausalLM", NULL);
+    use_model(cfg, model);
+    expect_refused(cfg, "unsupported architecture 'MambaForCausalLM'");
+    tu_rmtree(model);
+    free(model);
+    model = model_copy(NULL, "{\"model\": {}}");
+    use_model(cfg, model);
+    expect_refused(cfg, "tokenizer.json");
+    free(model), free(cfg), free(missing), free(data), free(file);
+}
