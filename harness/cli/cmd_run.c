@@ -1,6 +1,7 @@
 /* kvbench run: the config matrix over LongBench, resumable and shardable.
  * runner.c drives the loop (data, prompts, predictions, scores); backend.c
  * is the model behind it (the engine and eviction). */
+#include <cjson/cJSON.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -148,6 +149,10 @@ static int run_matrix(kb_matrix *m, kb_runner_options *o)
 static const kb_option options[] = {
     {"dry-run", NULL, "validate the config and print the expanded matrix; run nothing"},
     {"shard", "I/N", "process only the samples whose index % N == I (0-based)"},
+    {"model", "DIR|ORG/NAME", "the model (overrides the config's \"model\")"},
+    {"data", "DIR", "folder of the task files (overrides the config's \"data\")"},
+    {"compute", "f32|bf16", "the engine's compute mode (overrides the config's \"compute\")"},
+    {"tasks", "T,...", "tasks or groups (overrides the config's \"tasks\")"},
     {"output", "DIR", "folder for run folders (overrides the config's \"output\")"},
     {"name", "NAME", "run name (overrides the config's \"name\")"},
     {"threads", "N", "CPU threads (overrides the config's \"threads\")"},
@@ -156,6 +161,37 @@ static const kb_option options[] = {
      "an empty task file: an error naming it (default), or a task without a score"},
     {NULL, NULL, NULL},
 };
+
+/* The overrides the command line gives, as run.json records them
+ * (kb_matrix_load_with); NULL when there are none or out of memory (*oom). */
+static cJSON *overrides_of(const kb_args *a, const kb_runner_options *o, bool *oom)
+{
+    static const char *const strings[] = {"model", "data", "compute", "name", "output", NULL};
+    cJSON *j = cJSON_CreateObject();
+    bool ok = j != NULL;
+    for (int i = 0; ok && strings[i]; i++)
+        if (kb_arg(a, strings[i]))
+            ok = cJSON_AddStringToObject(j, strings[i], kb_arg(a, strings[i])) != NULL;
+    if (ok && kb_arg(a, "tasks")) {
+        cJSON *list = cJSON_AddArrayToObject(j, "tasks");
+        char *copy = strdup(kb_arg(a, "tasks")), *save = NULL;
+        ok = list && copy;
+        for (char *t = copy ? strtok_r(copy, ",", &save) : NULL; ok && t;
+             t = strtok_r(NULL, ",", &save))
+            ok = cJSON_AddItemToArray(list, cJSON_CreateString(t));
+        free(copy);
+    }
+    if (ok && o->threads > 0)
+        ok = cJSON_AddNumberToObject(j, "threads", (double)o->threads) != NULL;
+    if (ok && o->limit > 0)
+        ok = cJSON_AddNumberToObject(j, "limit", (double)o->limit) != NULL;
+    *oom = !ok;
+    if (!ok || !j->child) {
+        cJSON_Delete(j);
+        return NULL;
+    }
+    return j;
+}
 
 static int run(const kb_args *a)
 {
@@ -181,8 +217,16 @@ static int run(const kb_args *a)
     if (kb_arg_long(a, "threads", 1, 4096, &o.threads) < 0 ||
         kb_arg_long(a, "limit", 1, 1L << 40, &o.limit) < 0)
         return KB_EXIT_USAGE;
+    bool oom;
+    cJSON *overrides = overrides_of(a, &o, &oom);
+    if (oom) {
+        kb_error("run: out of memory");
+        return KB_EXIT_FAIL;
+    }
     kb_matrix m;
-    if (kb_matrix_load(a->positional[0], NULL, &m, &err) < 0) {
+    int loaded = kb_matrix_load_with(a->positional[0], overrides, NULL, &m, &err);
+    cJSON_Delete(overrides);
+    if (loaded < 0) {
         kb_error("%s", err.msg);
         return KB_EXIT_FAIL;
     }

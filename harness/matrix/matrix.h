@@ -78,6 +78,7 @@ typedef struct kb_matrix {
     size_t n_tasks;
     kb_config *configs; /* configs[0] is the full-cache baseline */
     size_t n_configs;
+    cJSON *overrides; /* what the command line changed (run --model ...); NULL: nothing */
 } kb_matrix;
 
 /* Parses text. default_run_name is used when the file has no "name" (the
@@ -98,6 +99,16 @@ bool kb_name_is_safe(const char *s);
  * folder. A model must be a folder or a hub name ORG/NAME whose ORG is no
  * local folder: a missing local model is an error, never a download. */
 int kb_matrix_load(const char *path, const kb_matrix_hooks *hooks, kb_matrix *m, kv_error *err);
+
+/* The same with the command line's overrides, an object such as {"model":
+ * "DIR", "tasks": ["trec"], "limit": 5}: its keys "model", "data",
+ * "compute" and "tasks" replace the file's before it is parsed, so they
+ * are checked (and paths resolved) as the file's would be, and errors say
+ * which flags were given. The whole object is kept in m->overrides, and
+ * so in run.json; the runner applies the other keys (name, output,
+ * threads, limit: kb_runner_apply_options). */
+int kb_matrix_load_with(const char *path, const cJSON *overrides, const kb_matrix_hooks *hooks,
+                        kb_matrix *m, kv_error *err);
 
 void kb_matrix_free(kb_matrix *m);
 

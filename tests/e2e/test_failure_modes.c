@@ -681,3 +681,47 @@ Test(failure, dry_run_checks_data_architecture_and_tokenizer)
     expect_refused(cfg, "tokenizer.json");
     free(model), free(cfg), free(missing), free(data), free(file);
 }
+
+/* Issue 28: two models or compute modes without two files. The command
+ * line's --model, --data, --compute, --tasks, --limit and --name replace
+ * the file's, checked as the file's would be, and run.json records them. */
+Test(failure, run_overrides_are_checked_and_recorded)
+{
+    char *cfg = write_config(NULL, H2O), *model = model_copy(NULL, NULL);
+    char *shipped = tu_source("datasets/synthetic");
+    tu_result r = tu_kvbench("run", cfg, "--model", model, "--data", shipped, "--compute", "bf16",
+                             "--tasks", "synth_kv", "--limit", "1", "--name", "other", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    char *run_json = at("runs/other/run.json"), *pred = at("runs/other/predictions/h2o/synth_kv.jsonl");
+    cr_assert_eq(access(pred, F_OK), 0);
+    char *text = tu_slurp(run_json, NULL);
+    cJSON *j = cJSON_Parse(text), *m = cJSON_GetObjectItem(j, "matrix");
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "compute")->valuestring, "bf16");
+    cr_assert_str_eq(cJSON_GetObjectItem(m, "model")->valuestring, model);
+    cJSON *tasks = cJSON_GetObjectItem(m, "tasks");
+    cr_assert_eq(cJSON_GetArraySize(tasks), 1);
+    cJSON *t = cJSON_GetArrayItem(tasks, 0);
+    cr_assert_str_eq(cJSON_GetObjectItem(t, "task")->valuestring, "synth_kv");
+    cr_assert_eq(cJSON_GetObjectItem(t, "limit")->valueint, 1);
+    char *got = cJSON_PrintUnformatted(cJSON_GetObjectItem(m, "overrides")), *want;
+    cr_assert_geq(asprintf(&want,
+                           "{\"model\":\"%s\",\"data\":\"%s\",\"compute\":\"bf16\",\"name\":"
+                           "\"other\",\"tasks\":[\"synth_kv\"],\"limit\":1}",
+                           model, shipped),
+                  0);
+    cr_assert_str_eq(got, want);
+    r = tu_kvbench("run", cfg, "--tasks", "synth_kv,nope", "--dry-run", NULL);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert(strstr(r.err, "c.json (with --tasks): tasks[1]: unknown task or group \"nope\""),
+              "%s", r.err);
+    tu_result_free(&r);
+    r = tu_kvbench("run", cfg, "--compute", "fp16", "--dry-run", NULL);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert(strstr(r.err, "c.json (with --compute): compute: must be \"f32\" or \"bf16\""), "%s",
+              r.err);
+    tu_result_free(&r);
+    free(want), free(got), free(text), free(pred), free(run_json), free(shipped), free(model),
+        free(cfg);
+    cJSON_Delete(j);
+}
