@@ -20,7 +20,11 @@ PACKAGES=(
   python3-jieba        # jieba's dictionary and HMM tables, read by the Chinese scorers
 )
 
-say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+# Messages go to stderr, bold only on a terminal: `./kvbench.sh run > out`
+# leaves out holding the score table alone, and a log file no escape codes.
+say() {
+  if [ -t 2 ]; then printf '\033[1m==> %s\033[0m\n' "$*" >&2; else printf '==> %s\n' "$*" >&2; fi
+}
 
 install_packages() {
   local missing=()
@@ -56,7 +60,7 @@ build() {
   local dir=$1; shift
   say "building $dir"
   configure "$dir" "$@"
-  ninja -C "$dir"
+  ninja -C "$dir" >&2 # its progress lines are not the command's output
 }
 
 # Runs meson test in DIR and prints one closing line "N passed, N failed".

@@ -463,7 +463,11 @@ Test(matrix, run_dry_run_shows_the_plan_and_errors_name_the_key)
 {
     char *nightly = tu_source("configs/nightly.json");
     tu_result r = tu_kvbench("run", nightly, "--dry-run", "--shard", "1/4", NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
+    /* the plan, then the data checked: LongBench is not fetched here */
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert(strstr(r.err, "kvbench: run: narrativeqa: datasets/longbench/narrativeqa.jsonl: "
+                            "cannot open: No such file or directory"),
+              "%s", r.err);
     cr_assert(strstr(r.out, "run nightly -> results/nightly/shards/1-of-4\n"), "%s", r.out);
     cr_assert(strstr(r.out, "16 tasks:"));
     cr_assert(strstr(r.out, "40 configs (one prefill per sample, shared by all):"));
@@ -490,14 +494,14 @@ Test(matrix, run_dry_run_shows_the_plan_and_errors_name_the_key)
               "%s", r.err);
     tu_result_free(&r);
     /* the plan shows the budget the engine keeps (streaming: 32 + 512 + 64) */
-    char *model = tu_source("tests/data/models/qwen3-bf16");
+    char *model = tu_source("tests/data/models/qwen3-bf16"), *samples = tu_source("datasets/samples");
     f = fopen(path, "w");
     fprintf(f,
-            "{\"model\": \"%s\", \"tasks\": [\"trec\"], \"configs\": "
+            "{\"model\": \"%s\", \"data\": \"%s\", \"tasks\": [\"trec\"], \"configs\": "
             "[{\"algorithm\": \"streaming\", \"recent_size\": 64}]}",
-            model);
+            model, samples);
     fclose(f);
-    free(model);
+    free(model), free(samples);
     r = tu_kvbench("run", path, "--dry-run", NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert(strstr(r.out, "budget 608 "), "%s", r.out);
@@ -818,6 +822,26 @@ Test(matrix, budget_is_the_engines)
 /* Every parameter comes from the table: each key the table lists is
  * accepted by the matrix with its default, its CLI flag is in --help with
  * that default, and the committed schema holds the generated properties. */
+/* Issue 28: `kvbench schema` prints the whole document, a JSON Schema
+ * that is the committed one (whose eviction part the test below keeps
+ * current), not only its generated fragment. */
+Test(matrix, schema_prints_the_whole_document)
+{
+    tu_result r = tu_kvbench("schema", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    char *path = tu_source("configs/schema.json");
+    char *committed = tu_slurp(path, NULL);
+    cr_assert_str_eq(r.out, committed);
+    cJSON *doc = cJSON_Parse(r.out);
+    cr_assert_str_eq(cJSON_GetObjectItem(doc, "$schema")->valuestring,
+                     "https://json-schema.org/draft/2020-12/schema");
+    cr_assert(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "$defs"), "eviction"),
+                                  "properties"));
+    cJSON_Delete(doc);
+    free(committed), free(path);
+    tu_result_free(&r);
+}
+
 Test(matrix, parameter_table_drives_validation_cli_and_schema)
 {
     tu_result h = tu_kvbench("generate", "--help", NULL);
