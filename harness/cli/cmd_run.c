@@ -17,13 +17,27 @@
 #include "cli/version.h"
 
 /* The one static a signal handler needs: the loop polls it between samples,
- * so Ctrl-C finishes the sample in flight's bookkeeping and exits cleanly. */
+ * so Ctrl-C finishes the sample in flight and exits cleanly. A second
+ * Ctrl-C stops at once: a prediction is one write, a cut-short line is
+ * dropped on resume, and the kernel releases the run's lock. */
 static volatile sig_atomic_t stop_requested;
+
+static void say(const char *msg)
+{
+    ssize_t rc = write(STDERR_FILENO, msg, strlen(msg)); /* async-signal-safe */
+    (void)rc;
+}
 
 static void on_signal(int sig)
 {
     (void)sig;
+    if (stop_requested) {
+        say("\nkvbench: run: stopped at once; run the same command again to resume\n");
+        _exit(130);
+    }
     stop_requested = 1;
+    say("\nkvbench: run: finishing the current sample, then stopping (Ctrl-C again to stop at "
+        "once)\n");
 }
 
 static bool is_dir(const char *path)

@@ -844,6 +844,20 @@ static kb_pred_expect pred_expect(const kb_run *run, const char *config, const c
         .shard = {shard_field(run->json, "index"), shard_field(run->json, "count")}};
 }
 
+long kb_pred_file_lines(const kb_run *run, const char *config, const char *task)
+{
+    char *path = pred_path(run, config, task), *data = NULL;
+    size_t len = 0;
+    kv_error err;
+    long n = 0;
+    if (path && kv_file_exists(path) && kv_file_read(path, &data, &len, &err) == 0)
+        for (size_t i = 0; i < len; i++)
+            n += data[i] == '\n';
+    free(data);
+    free(path);
+    return n;
+}
+
 int kb_pred_file_verify(const kb_run *run, const char *config, const char *task,
                         const kb_idset *ids, kv_error *err)
 {

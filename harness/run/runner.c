@@ -146,6 +146,7 @@ typedef struct loop {
     kb_pred_file *pf;          /* one per config, for the current task */
     size_t *pending;           /* configs (indices) still to do for the current sample */
     kb_decode_result *results; /* [n_configs]: what decoding them gave */
+    long done_before;          /* samples found done, counted before any task; not yet met */
     kv_error *err;
 } loop;
 
@@ -256,7 +257,10 @@ static int run_sample(loop *L, const kb_task_spec *spec, const kb_taskdata *it)
             L->pending[n_pending++] = c;
     if (n_pending == 0) {
         L->stats->samples_skipped++;
-        kb_progress_skip(L->progress, 1);
+        if (L->done_before > 0)
+            L->done_before--; /* on the progress bar from the start */
+        else
+            kb_progress_skip(L->progress, 1);
         return 0;
     }
     sample_run r = {.spec = spec, .it = it};
@@ -346,10 +350,25 @@ static int run_task(loop *L, const kb_task_spec *t, long task_no)
     return rc;
 }
 
-/* Counts what this process will handle, for the progress bar's total. */
-static int count_samples(loop *L, long *total)
+/* Samples of task t a resume finds done: the fewest lines any config's
+ * file holds, at most the selected count (a sample's configs are written
+ * together, so each file holds the same first samples). */
+static long done_before(const loop *L, const kb_task_spec *t, long selected)
 {
-    *total = 0;
+    long done = selected;
+    for (size_t c = 0; c < L->m->n_configs && done > 0; c++) {
+        long lines = kb_pred_file_lines(&L->run, L->m->configs[c].name, t->name);
+        done = lines < done ? lines : done;
+    }
+    return done;
+}
+
+/* Counts what this process will handle, for the progress bar's total, and
+ * what a resume finds done (*done), so that the first progress line shows
+ * the share already done. */
+static int count_samples(loop *L, long *total, long *done)
+{
+    *total = *done = 0;
     for (size_t i = 0; i < L->m->n_tasks; i++) {
         kb_taskdata it;
         if (kb_taskdata_open(L->m->data, L->m->tasks[i].name, L->m->empty_tasks_missing, &it,
@@ -358,7 +377,9 @@ static int count_samples(loop *L, long *total)
         if (it.empty) /* opened only under --empty-tasks missing */
             fprintf(stderr, "kvbench: run: %s: no samples, reported as missing\n",
                     L->m->tasks[i].name);
-        *total += selected_count(it.empty ? 0 : it.n, L->m->tasks[i].limit, &L->o->shard);
+        long selected = selected_count(it.empty ? 0 : it.n, L->m->tasks[i].limit, &L->o->shard);
+        *total += selected;
+        *done += done_before(L, &L->m->tasks[i], selected);
         kb_taskdata_close(&it);
     }
     return 0;
@@ -441,8 +462,10 @@ int kb_runner_run(const kb_matrix *m, const kb_runner_options *o, const char *ve
     if (rc == 0)
         rc = kb_run_open(dir, &info, &L.run, err);
     long total = 0;
-    if (rc == 0 && progress && (rc = count_samples(&L, &total)) == 0)
+    if (rc == 0 && progress && (rc = count_samples(&L, &total, &L.done_before)) == 0) {
         kb_progress_set_total(progress, (long)m->n_tasks, total);
+        kb_progress_skip(progress, L.done_before);
+    }
     for (size_t i = 0; rc == 0 && i < m->n_tasks && !stats->stopped; i++)
         rc = run_task(&L, &m->tasks[i], (long)i + 1);
     if (rc == 0 && !stats->stopped) {

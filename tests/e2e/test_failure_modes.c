@@ -725,3 +725,60 @@ Test(failure, run_overrides_are_checked_and_recorded)
         free(cfg);
     cJSON_Delete(j);
 }
+
+/* Issue 28: the first Ctrl-C says the run finishes its sample, the second
+ * stops at once. A random-weight model decoding 20,000 tokens makes one
+ * sample take far longer than the test waits between the two. */
+Test(failure, a_second_ctrl_c_stops_at_once)
+{
+    char *model = tu_source("tests/data/models/llama-f32"), *shipped = tu_source("datasets/synthetic");
+    char *cfg = at("c.json"), *err = at("err"), *sh;
+    FILE *f = fopen(cfg, "w");
+    fprintf(f,
+            "{\"model\": \"%s\", \"data\": \"%s\", \"output\": \"%s/runs\", \"limit\": 1, "
+            "\"max_new_tokens\": 20000, \"threads\": 1, \"tasks\": [\"synth_passkey\"]}\n",
+            model, shipped, dir);
+    fclose(f);
+    cr_assert_geq(asprintf(&sh,
+                           "\"$KVBENCH\" run '%s' 2> '%s' & pid=$!\n"
+                           "(sleep 60; kill -KILL $pid) 2>/dev/null & watchdog=$!\n"
+                           "n=0; until grep -q 'task 1/1' '%s' || [ $n -ge 300 ]; do sleep 0.1; "
+                           "n=$((n+1)); done\n"
+                           "kill -INT $pid\n"
+                           "n=0; until grep -q 'finishing the current sample' '%s' || [ $n -ge 100 ]; "
+                           "do sleep 0.1; n=$((n+1)); done\n"
+                           "kill -INT $pid\n"
+                           "wait $pid; rc=$?; kill $watchdog 2>/dev/null; exit $rc\n",
+                           cfg, err, err, err),
+                  0);
+    char *argv[] = {"/bin/sh", "-c", sh, NULL};
+    tu_result r = tu_run_argv(argv);
+    char *log = tu_slurp(err, NULL);
+    cr_assert_eq(r.status, 130, "%s", log);
+    cr_assert(strstr(log, "kvbench: run: finishing the current sample, then stopping (Ctrl-C "
+                          "again to stop at once)"),
+              "%s", log);
+    cr_assert(strstr(log, "kvbench: run: stopped at once; run the same command again to resume"),
+              "%s", log);
+    cr_assert_null(strstr(log, "samples done"), "the sample was not finished: %s", log);
+    tu_result_free(&r);
+    free(log), free(sh), free(err), free(cfg), free(shipped), free(model);
+}
+
+/* Issue 28: a resumed run's first progress line shows the share already
+ * done, not 0 %. */
+Test(failure, a_resumed_runs_first_progress_line_shows_the_done_share)
+{
+    char *cfg = write_config(NULL, H2O);
+    tu_result r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    r = tu_kvbench("run", cfg, "--limit", "3", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    char *first = strstr(r.err, "progress: ");
+    cr_assert(first, "%s", r.err);
+    cr_assert(strncmp(strstr(first, "samples") - 4, "2/3 samples 66.7%", 17) == 0, "%s", r.err);
+    cr_assert(strstr(r.err, "1 samples done, 2 already on disk"), "%s", r.err);
+    tu_result_free(&r);
+    free(cfg);
+}
