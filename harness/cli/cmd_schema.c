@@ -9,7 +9,7 @@
 #include "cli/cli.h"
 #include "cli/eviction.h"
 #include "util/file.h"
-#include "schema_text.h"
+#include "cli/schema_text.h"
 
 static const kb_option options[] = {
     {"write", "FILE", "rewrite the eviction properties in FILE (configs/schema.json) in place"},

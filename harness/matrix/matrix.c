@@ -270,7 +270,12 @@ long kb_config_budget(const cJSON *params)
     kv_evict_params_default(&p);
     if (kv_evict_params_from_json(&p, params, &err) != 0 || kv_evict_params_validate(&p, &err) != 0)
         return -1;
-    return kv_evict_params_budget(&p);
+    return p.compression_ratio > 0 ? KB_BUDGET_PER_PROMPT : kv_evict_params_budget(&p);
+}
+
+const char *kb_budget_label(long budget)
+{
+    return budget == KB_BUDGET_PER_PROMPT ? "per prompt" : "full";
 }
 
 const char *kb_config_warning(const cJSON *params)
@@ -732,7 +737,8 @@ static int add_config(parser *p, cJSON *params, const char *name, const char *or
     return 0;
 }
 
-/* "budget": N, the tokens every layer keeps, in place of intermediate_size:
+/* "budget": N, the tokens every layer keeps, in place of intermediate_size
+ * (and "compression_ratio", kvpress's per-prompt budget, in place of both):
  * start + intermediate + recent is what each algorithm keeps, so
  * intermediate_size = N - start_size - recent_size with the config's own
  * (or default) start and recent sizes, rounded down to a multiple of
@@ -743,12 +749,18 @@ static int apply_budget(cJSON *params, long *asked, char *msg, size_t n)
 {
     *asked = 0;
     cJSON *b = cJSON_GetObjectItemCaseSensitive(params, "budget");
+    bool sized = cJSON_GetObjectItemCaseSensitive(params, "intermediate_size") != NULL;
+    if (cJSON_GetObjectItemCaseSensitive(params, "compression_ratio") && (b || sized))
+        return snprintf(msg, n,
+                        "compression_ratio: sets the budget of each prompt: give it without %s",
+                        b ? "budget" : "intermediate_size"),
+               -1;
     if (!b)
         return 0;
     if (!cJSON_IsNumber(b) || b->valuedouble != floor(b->valuedouble) || b->valuedouble < 1 ||
         b->valuedouble > KV_EVICT_MAX_BUDGET)
         return snprintf(msg, n, "budget: must be an integer in 1..%d", KV_EVICT_MAX_BUDGET), -1;
-    if (cJSON_GetObjectItemCaseSensitive(params, "intermediate_size"))
+    if (sized)
         return snprintf(msg, n, "budget: give budget or intermediate_size, not both"), -1;
     long budget = (long)b->valuedouble;
     cJSON *rest = cJSON_Duplicate(params, true);

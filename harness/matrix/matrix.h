@@ -57,7 +57,8 @@ typedef struct kb_config {
     char hash[17]; /* stable hash of the canonical params (see kb_config_hash) */
     cJSON *params; /* the eviction parameters; NULL for the full cache */
     char *origin;  /* where it came from: "configs[2]", "sweep[0]{algorithm=h2o,...}" */
-    long budget;   /* start + intermediate + recent (KV entries per layer); -1: full cache */
+    long budget;   /* start + intermediate + recent (KV entries per layer); -1: full cache;
+                    * KB_BUDGET_PER_PROMPT: a compression_ratio's */
     long budget_asked; /* the file's "budget" that set intermediate_size; 0: none */
 } kb_config;
 
@@ -135,9 +136,15 @@ int kb_config_hash(const cJSON *params, char hash[17]);
  * present in params appear. Caller frees; NULL on OOM. */
 char *kb_config_name(const cJSON *params);
 
+/* The budget of a config with a compression_ratio: its own for each prompt. */
+#define KB_BUDGET_PER_PROMPT (-2L)
+
 /* KV entries per layer a config keeps: kv_evict_params_budget of the params
- * with defaults applied. -1 for NULL (full cache) or invalid params. */
+ * with defaults applied. -1 for NULL (full cache) or invalid params,
+ * KB_BUDGET_PER_PROMPT with a compression_ratio. */
 long kb_config_budget(const cJSON *params);
+/* How reports write a budget that is no number: "full" or "per prompt". */
+const char *kb_budget_label(long budget);
 
 /* kv_evict_params_warning of params with defaults applied: NULL for the
  * full cache and for consistent (or invalid) params. */

@@ -1269,7 +1269,7 @@ static void md_table(FILE *f, const pivot *p)
         if (budget >= 0)
             fprintf(f, " %ld |", budget);
         else
-            fputs(" full |", f);
+            fprintf(f, " %s |", kb_budget_label(budget));
         for (size_t t = 0; t < p->nt; t++)
             md_cell(f, task_est(p, c, t), false, p->cell[c * p->nt + t]);
         for (int k = 0; kb_task_categories[k]; k++)
@@ -1309,7 +1309,7 @@ static void md_params(FILE *f, const kb_report_run *run)
         if (budget >= 0)
             fprintf(f, "%ld", budget);
         else
-            fputs("full", f);
+            fputs(kb_budget_label(budget), f);
         fprintf(f, " | `%s` |\n", canon ? canon : "full cache");
         free(canon);
     }

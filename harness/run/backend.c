@@ -139,6 +139,15 @@ static int row_start(engine *e, prefill_state *st, size_t config, decode_row *r,
         st->base = NULL;
         return 0;
     }
+    if (e->params[config].compression_ratio > 0) { /* a budget of this prompt's own */
+        kv_evict_params p = e->params[config];
+        kv_evict_params_for_prompt(&p, st->n_prompt);
+        kv_evictor *fresh = kv_evictor_new(&p, &e->em, err);
+        if (!fresh)
+            return kv_fail_prefix(err, cfg->name);
+        kv_evictor_free(ev);
+        r->hook.ev = ev = e->ev[config] = fresh;
+    }
     if (kv_evictor_fork(ev, st->base, &st->req, st->stats, &r->c, NULL, NULL, err) < 0)
         return kv_fail_prefix(err, cfg->name);
     kv_evictor_generation_request(ev, &r->hook.req);

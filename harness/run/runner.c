@@ -73,7 +73,7 @@ void kb_runner_plan_print(FILE *f, const kb_matrix *m, const kb_runner_options *
         if (c->budget >= 0)
             fprintf(f, "budget %-6ld", c->budget);
         else
-            fputs("full cache  ", f);
+            fprintf(f, "%-13s", c->budget == KB_BUDGET_PER_PROMPT ? "per prompt" : "full cache");
         fprintf(f, " %s\n", canon ? canon : "");
         free(canon);
     }

@@ -782,3 +782,56 @@ Test(failure, a_resumed_runs_first_progress_line_shows_the_done_share)
     tu_result_free(&r);
     free(cfg);
 }
+
+/* Issue 28: a compression_ratio config keeps int(n * (1 - r)) of each
+ * prompt's n tokens, as kvpress's presses do. */
+Test(failure, a_compression_ratio_keeps_its_share_of_each_prompt)
+{
+    char *cfg = write_config(NULL, "[{\"name\": \"half\", \"algorithm\": \"SnapKV\", \"start_size\": 4, "
+                                   "\"recent_size\": 32, \"compression_ratio\": 0.5, "
+                                   "\"apply_rerotation\": false}]");
+    tu_result r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    char *path = at("runs/c/predictions/half/synth_passkey.jsonl");
+    char *text = tu_slurp(path, NULL);
+    int lines = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"), lines++) {
+        cJSON *j = cJSON_Parse(line);
+        long n = (long)cJSON_GetObjectItem(j, "prompt_tokens")->valuedouble;
+        long kept = (long)cJSON_GetObjectItem(j, "kept_tokens")->valuedouble;
+        cr_expect_gt(n, 1000);
+        cr_expect_eq(kept, n / 2, "%ld of %ld", kept, n);
+        cJSON_Delete(j);
+    }
+    cr_assert_eq(lines, 2);
+    char *summary = at("runs/c/summary.md"), *md = tu_slurp(summary, NULL);
+    cr_assert(strstr(md, "| half | per prompt |"), "%s", md);
+    free(md), free(summary), free(text), free(path), free(cfg);
+}
+
+/* The same in kvbench generate: --compression-ratio keeps its share of the
+ * prompt at the prompt's eviction (the trace's first line). */
+Test(failure, generate_keeps_a_compression_ratios_share_of_the_prompt)
+{
+    char *model = tu_source("models/kvbench-retrieval"), *trace = at("trace.jsonl");
+    char prompt[2048] = "";
+    for (int i = 0; i < 40; i++)
+        strcat(prompt, "the grass is green. ");
+    tu_result r = tu_kvbench("generate", "--model", model, "--prompt", prompt, "--eviction",
+                             "snapkv", "--start-size", "4", "--recent-size", "8",
+                             "--compression-ratio", "0.75", "--apply-rerotation", "false",
+                             "--max-new-tokens", "2", "--trace", trace, "--json", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cJSON *out = cJSON_Parse(r.out);
+    int n_prompt = cJSON_GetArraySize(cJSON_GetObjectItem(out, "prompt_ids"));
+    cr_assert_gt(n_prompt, 100);
+    cJSON *first = first_line(trace);
+    int kept = cJSON_GetArraySize(cJSON_GetObjectItem(first, "kept_positions"));
+    cr_assert_eq(cJSON_GetObjectItem(first, "step")->valueint, 0);
+    cr_assert_eq(kept, (int)(n_prompt * 0.25), "%d of %d", kept, n_prompt);
+    cJSON_Delete(first);
+    cJSON_Delete(out);
+    tu_result_free(&r);
+    free(trace), free(model);
+}

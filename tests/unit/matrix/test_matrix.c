@@ -744,6 +744,54 @@ Test(matrix, a_budget_sets_intermediate_size_for_every_algorithm)
                  "configs[0].budget: must be an integer in 1..1073741824");
 }
 
+/* Issue 28: "compression_ratio" is kvpress's: the share of each prompt
+ * evicted, so the kept count is int(n * (1 - r)) and the intermediate size
+ * what is left of it after start and recent. A ratio of 0 is no ratio
+ * (the hashes stored before it stay). */
+Test(matrix, a_compression_ratio_is_a_budget_per_prompt)
+{
+    kv_evict_params p;
+    kv_evict_params_default(&p);
+    p.start_size = 4, p.recent_size = 32, p.compression_ratio = 0.5;
+    kv_evict_params_for_prompt(&p, 1017);
+    cr_expect_eq(kv_evict_params_budget(&p), 508);
+    p.compression_ratio = 0.9;
+    kv_evict_params_for_prompt(&p, 1520); /* int(1520 * (1 - 0.9)) = int(151.99999999999997) */
+    cr_expect_eq(kv_evict_params_budget(&p), 151);
+    kv_evict_params_for_prompt(&p, 100); /* 10 kept: no room past start and recent */
+    cr_expect_eq(p.intermediate_size, 0);
+    kv_evict_params_default(&p);
+    p.strategy[0] = '\0', strcat(p.strategy, "per_group");
+    p.group_size = 16, p.start_size = 16, p.recent_size = 16, p.refined_size = 400;
+    p.compression_ratio = 0.75;
+    kv_evict_params_for_prompt(&p, 1000); /* 250 kept: 218 rounded down to 208 */
+    cr_expect_eq(p.intermediate_size, 208);
+    cr_expect_eq(p.refined_size, 208);
+    kv_evict_params_default(&p);
+    p.compression_ratio = 0;
+    kv_evict_params_for_prompt(&p, 1000);
+    cr_expect_eq(p.intermediate_size, 512, "no ratio, no change");
+
+    cr_assert_eq(parse("{" BASE ", \"sweep\": {\"algorithm\": \"snapkv\", \"compression_ratio\": "
+                       "[0.5, 0]}}"),
+                 0, "%s", err.msg);
+    cr_expect_str_eq(m.configs[1].name, "snapkv_cr0.5");
+    cr_expect_eq(m.configs[1].budget, KB_BUDGET_PER_PROMPT);
+    char hash[17];
+    hash_of("{\"algorithm\": \"snapkv\"}", hash);
+    cr_expect_str_eq(m.configs[2].hash, hash, "a ratio of 0 is none");
+    cr_expect_eq(m.configs[2].budget, 672);
+    kb_matrix_free(&m);
+    expect_error("{" BASE ", \"configs\": [{\"compression_ratio\": 0.5, \"budget\": 300}]}",
+                 "configs[0].compression_ratio: sets the budget of each prompt: give it without "
+                 "budget");
+    expect_error("{" BASE ", \"configs\": [{\"compression_ratio\": 0.5, \"intermediate_size\": 8}]}",
+                 "configs[0].compression_ratio: sets the budget of each prompt: give it without "
+                 "intermediate_size");
+    expect_error("{" BASE ", \"configs\": [{\"compression_ratio\": 1}]}",
+                 "configs[0]: compression_ratio must be in [0, 1).");
+}
+
 /* Issue 28: "SnapKV" is snapkv in files as on the command line, and a
  * misspelt key (the CLI's "intermediate-size", "budjet") names the key it
  * is nearest to. */
