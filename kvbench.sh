@@ -22,7 +22,11 @@ PACKAGES=(
                        # core's peak, kvbench's own tile ~10 % (kvcore/model/gemm_dnnl.h)
 )
 
-say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+# Messages go to stderr, bold only on a terminal: `./kvbench.sh run > out`
+# leaves out holding the score table alone, and a log file no escape codes.
+say() {
+  if [ -t 2 ]; then printf '\033[1m==> %s\033[0m\n' "$*" >&2; else printf '==> %s\n' "$*" >&2; fi
+}
 
 install_packages() {
   local missing=()
@@ -58,7 +62,7 @@ build() {
   local dir=$1; shift
   say "building $dir"
   configure "$dir" "$@"
-  ninja -C "$dir"
+  ninja -C "$dir" >&2 # its progress lines are not the command's output
 }
 
 # Runs meson test in DIR and prints one closing line "N passed, N failed".

@@ -101,7 +101,7 @@ static int run(const kb_args *a)
 
 const kb_command kb_cmd_bench = {
     .name = "bench",
-    .summary = "measure throughput of the model, tokenizer, loader or scorers",
+    .summary = "measure throughput: tokenizer, model, sweep, machine",
     .usage = "kvbench bench KIND [options]   (KIND: tokenizer, model, sweep, machine)",
     .description = "Measures one part of kvbench and prints what it measured. "
                    "tokenizer: --model DIR --file F (load time, encode and decode tokens/s). "

@@ -18,13 +18,20 @@
 #define LONGBENCH_V2_REPO "THUDM/LongBench-v2"
 
 static const kb_option options[] = {
-    {"dir", "DIR",
+    {"output", "DIR",
      "where to put the files (default datasets/longbench, datasets/longbench-v2, models/NAME)"},
+    {"dir", "DIR", "the same as --output (its old spelling)"},
     {"revision", "REV", "branch, tag or commit of the hub repository (default: main)"},
     {"offline", NULL, "use only files already downloaded (also HF_HUB_OFFLINE=1)"},
     {"retries", "N", "attempts after a failed transfer, with backoff (default 5)"},
     {NULL, NULL, NULL},
 };
+
+/* --output DIR, or its old spelling --dir; NULL: the default. */
+static const char *destination(const kb_args *a)
+{
+    return kb_arg(a, "output") ? kb_arg(a, "output") : kb_arg(a, "dir");
+}
 
 /* ---- progress ----------------------------------------------------------------- */
 
@@ -176,7 +183,7 @@ static int fetch_longbench(const kb_args *a)
     fetch_ctx f = {.kind = LB_REPO_DATASET, .repo = LONGBENCH_REPO};
     if (setup(&f, a) < 0)
         return KB_EXIT_USAGE;
-    f.dir = kb_arg(a, "dir") ? kb_arg(a, "dir") : "datasets/longbench";
+    f.dir = destination(a) ? destination(a) : "datasets/longbench";
     if (fetch_file(&f, "data.zip", false) != 0)
         return KB_EXIT_FAIL;
     char *zip = kv_path_join(f.dir, "data.zip");
@@ -198,7 +205,7 @@ static int fetch_longbench_v2(const kb_args *a)
     fetch_ctx f = {.kind = LB_REPO_DATASET, .repo = LONGBENCH_V2_REPO};
     if (setup(&f, a) < 0)
         return KB_EXIT_USAGE;
-    f.dir = kb_arg(a, "dir") ? kb_arg(a, "dir") : "datasets/longbench-v2";
+    f.dir = destination(a) ? destination(a) : "datasets/longbench-v2";
     if (fetch_file(&f, "data.json", false) != 0)
         return KB_EXIT_FAIL;
     printf("LongBench v2 ready in %s/data.json (use --dir %s)\n", f.dir, f.dir);
@@ -277,7 +284,7 @@ static int fetch_model(const kb_args *a)
     if (setup(&f, a) < 0)
         return KB_EXIT_USAGE;
     char *def = kv_path_join("models", slash + 1);
-    f.dir = kb_arg(a, "dir") ? kb_arg(a, "dir") : def;
+    f.dir = destination(a) ? destination(a) : def;
     int rc = model_files(&f);
     free(def);
     return rc == 0 ? KB_EXIT_OK : KB_EXIT_FAIL;

@@ -315,7 +315,7 @@ static int run(const kb_args *a)
     if (rc == 0) {
         gen_ctx g = {
             .tok = tok, .stream = !kb_flag(a, "json"), .vocab = kv_model_get_config(m)->vocab};
-        rc = kb_eviction_open(a, m, &g.ev);
+        rc = kb_eviction_open(a, m, n_prompt, &g.ev);
         if (rc == 0)
             rc = generate(a, m, &g, prompt, n_prompt, max_new);
         kb_eviction_close(g.ev);

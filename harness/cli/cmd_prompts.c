@@ -16,8 +16,10 @@
 static const kb_option options[] = {
     {"task", "T", "LongBench task name (see --list)"},
     {"file", "F", "the task's .jsonl file"},
-    {"dir", "D",
-     "a folder holding T.jsonl or data/T.jsonl (`kvbench fetch longbench`); v2: data.json"},
+    {"data", "D",
+     "the data folder, holding T.jsonl or data/T.jsonl (`kvbench fetch longbench`); v2: "
+     "data.json"},
+    {"dir", "D", "the same as --data (its old spelling)"},
     {"model", "DIR", "model folder: its tokenizer truncates and applies the chat template"},
     {"protocol", "P", "longbench (pred.py rules, default) or nncf (chat template everywhere)"},
     {"max-length", "N", "prompt token budget (default: the model's context - 500)"},
@@ -121,6 +123,13 @@ static int one_sample(const lb_task *task, const lb_sample *s, const kv_tokenize
     return rc;
 }
 
+/* --data D, or its old spelling --dir: where the task files are read
+ * from, as a run's "data" (fetch's --output is where they are written). */
+static const char *data_folder(const kb_args *a)
+{
+    return kb_arg(a, "data") ? kb_arg(a, "data") : kb_arg(a, "dir");
+}
+
 static int parse_options(const kb_args *a, const lb_task **task, lb_prompt_options *po,
                          lb_loader_options *lo)
 {
@@ -134,8 +143,8 @@ static int parse_options(const kb_args *a, const lb_task **task, lb_prompt_optio
         kb_error("prompts: unknown task \"%s\" (kvbench prompts --list shows them)", name);
         return -1;
     }
-    if (!kb_arg(a, "file") == !kb_arg(a, "dir")) {
-        kb_error("prompts: give one of --file F or --dir D");
+    if (!kb_arg(a, "file") == !data_folder(a)) {
+        kb_error("prompts: give one of --file F or --data D");
         return -1;
     }
     kv_error err;
@@ -177,7 +186,7 @@ static int run(const kb_args *a)
     char **ids = kb_arg(a, "ids") ? split_ids(kb_arg(a, "ids"), &lo.n_ids, &ids_copy) : NULL;
     lo.ids = (const char *const *)ids;
     char *path =
-        kb_arg(a, "file") ? strdup(kb_arg(a, "file")) : lb_sample_path(kb_arg(a, "dir"), task);
+        kb_arg(a, "file") ? strdup(kb_arg(a, "file")) : lb_sample_path(data_folder(a), task);
     lb_loader *l = path ? lb_loader_open(path, &lo, &err) : NULL;
     int rc = l ? 0 : -1;
     if (!l)
@@ -211,7 +220,7 @@ static int run(const kb_args *a)
 const kb_command kb_cmd_prompts = {
     .name = "prompts",
     .summary = "print the exact prompts a LongBench task produces (one JSON line each)",
-    .usage = "kvbench prompts --task T (--file F | --dir D) [--model DIR] [options]",
+    .usage = "kvbench prompts --task T (--file F | --data D) [--model DIR] [options]",
     .description =
         "Prints {\"id\", \"task\", \"n_tokens\", \"truncated\", \"chat\", \"prompt\"} per sample: "
         "the\n"

@@ -1,6 +1,7 @@
 /* kvbench run: the config matrix over LongBench, resumable and shardable.
  * runner.c drives the loop (data, prompts, predictions, scores); backend.c
  * is the model behind it (the engine and eviction). */
+#include <cjson/cJSON.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -16,13 +17,27 @@
 #include "cli/version.h"
 
 /* The one static a signal handler needs: the loop polls it between samples,
- * so Ctrl-C finishes the sample in flight's bookkeeping and exits cleanly. */
+ * so Ctrl-C finishes the sample in flight and exits cleanly. A second
+ * Ctrl-C stops at once: a prediction is one write, a cut-short line is
+ * dropped on resume, and the kernel releases the run's lock. */
 static volatile sig_atomic_t stop_requested;
+
+static void say(const char *msg)
+{
+    ssize_t rc = write(STDERR_FILENO, msg, strlen(msg)); /* async-signal-safe */
+    (void)rc;
+}
 
 static void on_signal(int sig)
 {
     (void)sig;
+    if (stop_requested) {
+        say("\nkvbench: run: stopped at once; run the same command again to resume\n");
+        _exit(130);
+    }
     stop_requested = 1;
+    say("\nkvbench: run: finishing the current sample, then stopping (Ctrl-C again to stop at "
+        "once)\n");
 }
 
 static bool is_dir(const char *path)
@@ -62,10 +77,42 @@ static char *resolve_model(const kb_matrix *m)
     return dir;
 }
 
+/* --dry-run: the plan, then what can be checked without running: every
+ * task's data, and a local model's architecture and tokenizer. */
+static int dry_run(const kb_matrix *m, const kb_runner_options *o)
+{
+    kb_runner_plan_print(stdout, m, o);
+    kv_error err = {{0}};
+    long samples = 0;
+    const char *arch = NULL;
+    if (kb_runner_check_data(m, &samples, &err) < 0) {
+        kb_error("run: %s", err.msg);
+        return KB_EXIT_FAIL;
+    }
+    printf("\nchecked: the data of %zu tasks (%ld samples)", m->n_tasks, samples);
+    if (!is_dir(m->model)) {
+        printf("; model %s is fetched by the run (not checked)\n", m->model);
+        return KB_EXIT_OK;
+    }
+    if (kb_engine_model_check(m->model, &arch, &err) < 0) {
+        putchar('\n');
+        kb_error("run: %s", err.msg);
+        return KB_EXIT_FAIL;
+    }
+    printf(", the model's architecture (%s) and tokenizer\n", arch);
+    return KB_EXIT_OK;
+}
+
 /* Loads the model once and runs the matrix. */
 static int run_matrix(kb_matrix *m, kb_runner_options *o)
 {
     kv_error err = {{0}};
+    long samples;
+    /* a run that cannot read its data stops before it creates anything */
+    if (kb_runner_check_data(m, &samples, &err) < 0) {
+        kb_error("run: %s", err.msg);
+        return KB_EXIT_FAIL;
+    }
     char *model_dir = resolve_model(m);
     if (!model_dir)
         return KB_EXIT_FAIL;
@@ -116,6 +163,10 @@ static int run_matrix(kb_matrix *m, kb_runner_options *o)
 static const kb_option options[] = {
     {"dry-run", NULL, "validate the config and print the expanded matrix; run nothing"},
     {"shard", "I/N", "process only the samples whose index % N == I (0-based)"},
+    {"model", "DIR|ORG/NAME", "the model (overrides the config's \"model\")"},
+    {"data", "DIR", "folder of the task files (overrides the config's \"data\")"},
+    {"compute", "f32|bf16", "the engine's compute mode (overrides the config's \"compute\")"},
+    {"tasks", "T,...", "tasks or groups (overrides the config's \"tasks\")"},
     {"output", "DIR", "folder for run folders (overrides the config's \"output\")"},
     {"name", "NAME", "run name (overrides the config's \"name\")"},
     {"threads", "N", "CPU threads (overrides the config's \"threads\")"},
@@ -124,6 +175,37 @@ static const kb_option options[] = {
      "an empty task file: an error naming it (default), or a task without a score"},
     {NULL, NULL, NULL},
 };
+
+/* The overrides the command line gives, as run.json records them
+ * (kb_matrix_load_with); NULL when there are none or out of memory (*oom). */
+static cJSON *overrides_of(const kb_args *a, const kb_runner_options *o, bool *oom)
+{
+    static const char *const strings[] = {"model", "data", "compute", "name", "output", NULL};
+    cJSON *j = cJSON_CreateObject();
+    bool ok = j != NULL;
+    for (int i = 0; ok && strings[i]; i++)
+        if (kb_arg(a, strings[i]))
+            ok = cJSON_AddStringToObject(j, strings[i], kb_arg(a, strings[i])) != NULL;
+    if (ok && kb_arg(a, "tasks")) {
+        cJSON *list = cJSON_AddArrayToObject(j, "tasks");
+        char *copy = strdup(kb_arg(a, "tasks")), *save = NULL;
+        ok = list && copy;
+        for (char *t = copy ? strtok_r(copy, ",", &save) : NULL; ok && t;
+             t = strtok_r(NULL, ",", &save))
+            ok = cJSON_AddItemToArray(list, cJSON_CreateString(t));
+        free(copy);
+    }
+    if (ok && o->threads > 0)
+        ok = cJSON_AddNumberToObject(j, "threads", (double)o->threads) != NULL;
+    if (ok && o->limit > 0)
+        ok = cJSON_AddNumberToObject(j, "limit", (double)o->limit) != NULL;
+    *oom = !ok;
+    if (!ok || !j->child) {
+        cJSON_Delete(j);
+        return NULL;
+    }
+    return j;
+}
 
 static int run(const kb_args *a)
 {
@@ -149,17 +231,26 @@ static int run(const kb_args *a)
     if (kb_arg_long(a, "threads", 1, 4096, &o.threads) < 0 ||
         kb_arg_long(a, "limit", 1, 1L << 40, &o.limit) < 0)
         return KB_EXIT_USAGE;
+    bool oom;
+    cJSON *overrides = overrides_of(a, &o, &oom);
+    if (oom) {
+        kb_error("run: out of memory");
+        return KB_EXIT_FAIL;
+    }
     kb_matrix m;
-    if (kb_matrix_load(a->positional[0], NULL, &m, &err) < 0) {
+    int loaded = kb_matrix_load_with(a->positional[0], overrides, NULL, &m, &err);
+    cJSON_Delete(overrides);
+    if (loaded < 0) {
         kb_error("%s", err.msg);
         return KB_EXIT_FAIL;
     }
     int rc = KB_EXIT_OK;
+    kb_runner_warn(stderr, &m);
     if (kb_runner_apply_options(&m, &o) < 0) {
         kb_error("run: out of memory");
         rc = KB_EXIT_FAIL;
     } else if (kb_flag(a, "dry-run")) {
-        kb_runner_plan_print(stdout, &m, &o);
+        rc = dry_run(&m, &o);
     } else {
         rc = run_matrix(&m, &o);
     }

@@ -172,7 +172,7 @@ static void write_trace(void *ctx, int step, int layer, const int32_t *pos, int 
         e->trace_errno = errno ? errno : EIO;
 }
 
-int kb_eviction_open(const kb_args *a, const kv_model *m, kb_eviction **out)
+int kb_eviction_open(const kb_args *a, const kv_model *m, int n_prompt, kb_eviction **out)
 {
     *out = NULL;
     kv_evict_params p;
@@ -184,6 +184,10 @@ int kb_eviction_open(const kb_args *a, const kv_model *m, kb_eviction **out)
         }
         return rc > 0 ? KB_EXIT_OK : KB_EXIT_USAGE;
     }
+    kv_evict_params_for_prompt(&p, n_prompt);
+    const char *warning = kv_evict_params_warning(&p);
+    if (warning)
+        fprintf(stderr, "kvbench: warning: %s\n", warning);
     kb_eviction *e = calloc(1, sizeof *e);
     if (!e) {
         kb_error("out of memory");

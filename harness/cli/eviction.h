@@ -43,7 +43,9 @@ int kb_eviction_cache_quant(const kb_args *a, const kv_model *m, kv_cache_quant 
 
 /* The policy for model m plus the trace file, or *out = NULL
  * when no eviction was asked for. Returns 0 or an exit code (reported). */
-int kb_eviction_open(const kb_args *a, const kv_model *m, kb_eviction **out);
+/* n_prompt: the prompt's tokens, which a --compression-ratio's budget is a
+ * share of (kv_evict_params_for_prompt). */
+int kb_eviction_open(const kb_args *a, const kv_model *m, int n_prompt, kb_eviction **out);
 void kb_eviction_close(kb_eviction *e);
 
 /* The statistics every forward must report. */

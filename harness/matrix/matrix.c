@@ -270,7 +270,24 @@ long kb_config_budget(const cJSON *params)
     kv_evict_params_default(&p);
     if (kv_evict_params_from_json(&p, params, &err) != 0 || kv_evict_params_validate(&p, &err) != 0)
         return -1;
-    return kv_evict_params_budget(&p);
+    return p.compression_ratio > 0 ? KB_BUDGET_PER_PROMPT : kv_evict_params_budget(&p);
+}
+
+const char *kb_budget_label(long budget)
+{
+    return budget == KB_BUDGET_PER_PROMPT ? "per prompt" : "full";
+}
+
+const char *kb_config_warning(const cJSON *params)
+{
+    if (!params)
+        return NULL;
+    kv_evict_params p;
+    kv_error err;
+    kv_evict_params_default(&p);
+    if (kv_evict_params_from_json(&p, params, &err) != 0)
+        return NULL;
+    return kv_evict_params_warning(&p);
 }
 
 /* A parameter's row in the table, by its exact config key. */
@@ -720,7 +737,8 @@ static int add_config(parser *p, cJSON *params, const char *name, const char *or
     return 0;
 }
 
-/* "budget": N, the tokens every layer keeps, in place of intermediate_size:
+/* "budget": N, the tokens every layer keeps, in place of intermediate_size
+ * (and "compression_ratio", kvpress's per-prompt budget, in place of both):
  * start + intermediate + recent is what each algorithm keeps, so
  * intermediate_size = N - start_size - recent_size with the config's own
  * (or default) start and recent sizes, rounded down to a multiple of
@@ -731,12 +749,18 @@ static int apply_budget(cJSON *params, long *asked, char *msg, size_t n)
 {
     *asked = 0;
     cJSON *b = cJSON_GetObjectItemCaseSensitive(params, "budget");
+    bool sized = cJSON_GetObjectItemCaseSensitive(params, "intermediate_size") != NULL;
+    if (cJSON_GetObjectItemCaseSensitive(params, "compression_ratio") && (b || sized))
+        return snprintf(msg, n,
+                        "compression_ratio: sets the budget of each prompt: give it without %s",
+                        b ? "budget" : "intermediate_size"),
+               -1;
     if (!b)
         return 0;
     if (!cJSON_IsNumber(b) || b->valuedouble != floor(b->valuedouble) || b->valuedouble < 1 ||
         b->valuedouble > KV_EVICT_MAX_BUDGET)
         return snprintf(msg, n, "budget: must be an integer in 1..%d", KV_EVICT_MAX_BUDGET), -1;
-    if (cJSON_GetObjectItemCaseSensitive(params, "intermediate_size"))
+    if (sized)
         return snprintf(msg, n, "budget: give budget or intermediate_size, not both"), -1;
     long budget = (long)b->valuedouble;
     cJSON *rest = cJSON_Duplicate(params, true);
@@ -1114,8 +1138,29 @@ static int parse_root(parser *p, const cJSON *root, const char *default_run_name
     return 0;
 }
 
-int kb_matrix_parse(const char *text, const char *default_run_name, const kb_matrix_hooks *hooks,
-                    kb_matrix *m, kv_error *err)
+/* The keys of the file that overrides replace before it is parsed. */
+static const char *const file_overrides[] = {"model", "data", "compute", "tasks", NULL};
+
+static int apply_overrides(cJSON *root, const cJSON *overrides, kv_error *err)
+{
+    for (int i = 0; overrides && file_overrides[i]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(overrides, file_overrides[i]);
+        cJSON *copy = v ? cJSON_Duplicate(v, true) : NULL;
+        if (v && !copy)
+            return kv_fail(err, "out of memory");
+        if (!copy)
+            continue;
+        if (cJSON_GetObjectItemCaseSensitive(root, file_overrides[i]))
+            cJSON_ReplaceItemInObjectCaseSensitive(root, file_overrides[i], copy);
+        else
+            cJSON_AddItemToObject(root, file_overrides[i], copy);
+    }
+    return 0;
+}
+
+static int parse_overridden(const char *text, const char *default_run_name,
+                            const kb_matrix_hooks *hooks, const cJSON *overrides, kb_matrix *m,
+                            kv_error *err)
 {
     memset(m, 0, sizeof *m);
     kb_matrix_hooks h = hooks ? *hooks : (kb_matrix_hooks){0};
@@ -1129,11 +1174,21 @@ int kb_matrix_parse(const char *text, const char *default_run_name, const kb_mat
     cJSON *root = cJSON_ParseWithOpts(text, NULL, true);
     if (!root)
         return invalid_json(text, err);
-    int rc = parse_root(&p, root, default_run_name);
+    int rc = cJSON_IsObject(root) ? apply_overrides(root, overrides, err) : 0;
+    if (rc == 0)
+        rc = parse_root(&p, root, default_run_name);
+    if (rc == 0 && overrides && !(m->overrides = cJSON_Duplicate(overrides, true)))
+        rc = kv_fail(err, "out of memory");
     cJSON_Delete(root);
     if (rc < 0)
         kb_matrix_free(m);
     return rc;
+}
+
+int kb_matrix_parse(const char *text, const char *default_run_name, const kb_matrix_hooks *hooks,
+                    kb_matrix *m, kv_error *err)
+{
+    return parse_overridden(text, default_run_name, hooks, NULL, m, err);
 }
 
 /* "configs/nightly.json" -> "nightly"; the run name of a file without
@@ -1242,7 +1297,27 @@ static int resolve_paths(kb_matrix *m, const char *config_path, kv_error *err)
     return rc < 0 ? -1 : 0;
 }
 
+/* "FILE" or, when the command line changed it, "FILE (with --model, --tasks)":
+ * the prefix of a load's errors. */
+static void error_prefix(const char *path, const cJSON *overrides, char *out, size_t n)
+{
+    size_t len = (size_t)snprintf(out, n, "%s", path);
+    int given = 0;
+    for (int i = 0; overrides && file_overrides[i] && len < n; i++)
+        if (cJSON_GetObjectItemCaseSensitive(overrides, file_overrides[i]))
+            len += (size_t)snprintf(out + len, n - len, "%s--%s", given++ ? ", " : " (with ",
+                                    file_overrides[i]);
+    if (given && len < n)
+        snprintf(out + len, n - len, ")");
+}
+
 int kb_matrix_load(const char *path, const kb_matrix_hooks *hooks, kb_matrix *m, kv_error *err)
+{
+    return kb_matrix_load_with(path, NULL, hooks, m, err);
+}
+
+int kb_matrix_load_with(const char *path, const cJSON *overrides, const kb_matrix_hooks *hooks,
+                        kb_matrix *m, kv_error *err)
 {
     memset(m, 0, sizeof *m);
     char *text = NULL;
@@ -1262,13 +1337,16 @@ int kb_matrix_load(const char *path, const kb_matrix_hooks *hooks, kb_matrix *m,
         free(text);
         return kv_fail(err, "out of memory");
     }
-    int rc = kb_matrix_parse(text, base, hooks, m, err);
+    int rc = parse_overridden(text, base, hooks, overrides, m, err);
     free(base);
     free(text);
     if (rc == 0 && (rc = resolve_paths(m, path, err)) < 0)
         kb_matrix_free(m);
-    if (rc < 0)
-        kv_fail_prefix(err, path);
+    if (rc < 0) {
+        char prefix[1024];
+        error_prefix(path, overrides, prefix, sizeof prefix);
+        kv_fail_prefix(err, prefix);
+    }
     return rc;
 }
 
@@ -1293,6 +1371,7 @@ void kb_matrix_free(kb_matrix *m)
         cJSON_Delete(m->configs[i].params);
     }
     free(m->configs);
+    cJSON_Delete(m->overrides);
     memset(m, 0, sizeof *m);
 }
 
@@ -1366,5 +1445,11 @@ cJSON *kb_matrix_to_json(const kb_matrix *m)
     }
     cJSON_AddItemToObject(o, "tasks", tasks);
     cJSON_AddItemToObject(o, "configs", configs);
+    cJSON *overrides = m->overrides ? cJSON_Duplicate(m->overrides, true) : NULL;
+    if (m->overrides && (!overrides || !cJSON_AddItemToObject(o, "overrides", overrides))) {
+        cJSON_Delete(overrides);
+        cJSON_Delete(o);
+        return NULL;
+    }
     return o;
 }

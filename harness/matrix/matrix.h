@@ -57,7 +57,8 @@ typedef struct kb_config {
     char hash[17]; /* stable hash of the canonical params (see kb_config_hash) */
     cJSON *params; /* the eviction parameters; NULL for the full cache */
     char *origin;  /* where it came from: "configs[2]", "sweep[0]{algorithm=h2o,...}" */
-    long budget;   /* start + intermediate + recent (KV entries per layer); -1: full cache */
+    long budget;   /* start + intermediate + recent (KV entries per layer); -1: full cache;
+                    * KB_BUDGET_PER_PROMPT: a compression_ratio's */
     long budget_asked; /* the file's "budget" that set intermediate_size; 0: none */
 } kb_config;
 
@@ -78,6 +79,7 @@ typedef struct kb_matrix {
     size_t n_tasks;
     kb_config *configs; /* configs[0] is the full-cache baseline */
     size_t n_configs;
+    cJSON *overrides; /* what the command line changed (run --model ...); NULL: nothing */
 } kb_matrix;
 
 /* Parses text. default_run_name is used when the file has no "name" (the
@@ -98,6 +100,16 @@ bool kb_name_is_safe(const char *s);
  * folder. A model must be a folder or a hub name ORG/NAME whose ORG is no
  * local folder: a missing local model is an error, never a download. */
 int kb_matrix_load(const char *path, const kb_matrix_hooks *hooks, kb_matrix *m, kv_error *err);
+
+/* The same with the command line's overrides, an object such as {"model":
+ * "DIR", "tasks": ["trec"], "limit": 5}: its keys "model", "data",
+ * "compute" and "tasks" replace the file's before it is parsed, so they
+ * are checked (and paths resolved) as the file's would be, and errors say
+ * which flags were given. The whole object is kept in m->overrides, and
+ * so in run.json; the runner applies the other keys (name, output,
+ * threads, limit: kb_runner_apply_options). */
+int kb_matrix_load_with(const char *path, const cJSON *overrides, const kb_matrix_hooks *hooks,
+                        kb_matrix *m, kv_error *err);
 
 void kb_matrix_free(kb_matrix *m);
 
@@ -124,9 +136,19 @@ int kb_config_hash(const cJSON *params, char hash[17]);
  * present in params appear. Caller frees; NULL on OOM. */
 char *kb_config_name(const cJSON *params);
 
+/* The budget of a config with a compression_ratio: its own for each prompt. */
+#define KB_BUDGET_PER_PROMPT (-2L)
+
 /* KV entries per layer a config keeps: kv_evict_params_budget of the params
- * with defaults applied. -1 for NULL (full cache) or invalid params. */
+ * with defaults applied. -1 for NULL (full cache) or invalid params,
+ * KB_BUDGET_PER_PROMPT with a compression_ratio. */
 long kb_config_budget(const cJSON *params);
+/* How reports write a budget that is no number: "full" or "per prompt". */
+const char *kb_budget_label(long budget);
+
+/* kv_evict_params_warning of params with defaults applied: NULL for the
+ * full cache and for consistent (or invalid) params. */
+const char *kb_config_warning(const cJSON *params);
 
 /* Checks one eviction config against the parameter table (each key's JSON
  * type, range, choices and algorithm, as "KEY: problem"), then the eviction

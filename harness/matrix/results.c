@@ -277,6 +277,22 @@ static int update_limits(cJSON *old_tasks, const cJSON *now_tasks, kv_error *err
 }
 
 /* Checks an existing run.json against this run and merges the matrices. */
+/* The command line's overrides of the latest run into old's matrix (none:
+ * none recorded), so run.json says how the folder was last run. */
+static int keep_overrides(cJSON *old, const cJSON *now)
+{
+    cJSON *matrix = cJSON_GetObjectItemCaseSensitive(old, "matrix");
+    const cJSON *given = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(now, "matrix"), "overrides");
+    cJSON_DeleteItemFromObjectCaseSensitive(matrix, "overrides");
+    cJSON *copy = given ? cJSON_Duplicate(given, true) : NULL;
+    if (given && (!copy || !cJSON_AddItemToObject(matrix, "overrides", copy))) {
+        cJSON_Delete(copy);
+        return -1;
+    }
+    return 0;
+}
+
 static int resume_run_json(cJSON *old, const cJSON *now, const char *path, kv_error *err)
 {
     if (!same_string(old, now, "model_hash"))
@@ -306,6 +322,8 @@ static int resume_run_json(cJSON *old, const cJSON *now, const char *path, kv_er
         union_by_name(old_tasks, matrix_list(now, "tasks"), "task", task_keys, "task", path, err) <
             0)
         return -1;
+    if (keep_overrides(old, now) < 0)
+        return kv_fail(err, "out of memory");
     return update_limits(old_tasks, matrix_list(now, "tasks"), err);
 }
 
@@ -824,6 +842,20 @@ static kb_pred_expect pred_expect(const kb_run *run, const char *config, const c
         .config_hash = run_config_hash(run, config),
         .ids = ids,
         .shard = {shard_field(run->json, "index"), shard_field(run->json, "count")}};
+}
+
+long kb_pred_file_lines(const kb_run *run, const char *config, const char *task)
+{
+    char *path = pred_path(run, config, task), *data = NULL;
+    size_t len = 0;
+    kv_error err;
+    long n = 0;
+    if (path && kv_file_exists(path) && kv_file_read(path, &data, &len, &err) == 0)
+        for (size_t i = 0; i < len; i++)
+            n += data[i] == '\n';
+    free(data);
+    free(path);
+    return n;
 }
 
 int kb_pred_file_verify(const kb_run *run, const char *config, const char *task,

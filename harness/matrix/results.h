@@ -136,6 +136,8 @@ typedef struct kb_pred_expect {
 int kb_pred_file_open(const kb_run *run, const char *config, const char *task, const kb_idset *ids,
                       kb_pred_file *pf, kv_error *err);
 bool kb_pred_file_done(const kb_pred_file *pf, const char *id);
+/* The complete lines of predictions/<config>/<task>.jsonl (0: no file). */
+long kb_pred_file_lines(const kb_run *run, const char *config, const char *task);
 /* The checks of kb_pred_file_open on the file as it is (a missing file
  * passes), changing nothing. */
 int kb_pred_file_verify(const kb_run *run, const char *config, const char *task,

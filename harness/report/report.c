@@ -1269,7 +1269,7 @@ static void md_table(FILE *f, const pivot *p)
         if (budget >= 0)
             fprintf(f, " %ld |", budget);
         else
-            fputs(" full |", f);
+            fprintf(f, " %s |", kb_budget_label(budget));
         for (size_t t = 0; t < p->nt; t++)
             md_cell(f, task_est(p, c, t), false, p->cell[c * p->nt + t]);
         for (int k = 0; kb_task_categories[k]; k++)
@@ -1285,6 +1285,18 @@ static void md_table(FILE *f, const pivot *p)
     md_unscored_note(f, p);
 }
 
+/* The configs of the run whose parameters contradict each other, each
+ * marked ⚠ with what goes wrong and the fix: their scores may be ruined
+ * by the setting, not by eviction. */
+static void md_warnings(FILE *f, const kb_report_run *run)
+{
+    for (const cJSON *c = run->configs->child; c; c = c->next) {
+        const char *w = kb_config_warning(cJSON_GetObjectItemCaseSensitive(c, "params"));
+        if (w)
+            fprintf(f, "\n⚠ %s: %s.\n", str(c, "name") ? str(c, "name") : "?", w);
+    }
+}
+
 static void md_params(FILE *f, const kb_report_run *run)
 {
     fputs("\n| config | hash | budget | parameters |\n|---|---|--:|---|\n", f);
@@ -1292,12 +1304,12 @@ static void md_params(FILE *f, const kb_report_run *run)
         const cJSON *params = cJSON_GetObjectItemCaseSensitive(c, "params");
         char *canon = params && !cJSON_IsNull(params) ? kb_json_canonical(params) : NULL;
         long budget = (long)num(c, "budget");
-        fprintf(f, "| %s | `%s` | ", str(c, "name") ? str(c, "name") : "?",
-                str(c, "hash") ? str(c, "hash") : "?");
+        fprintf(f, "| %s%s | `%s` | ", str(c, "name") ? str(c, "name") : "?",
+                kb_config_warning(params) ? " ⚠" : "", str(c, "hash") ? str(c, "hash") : "?");
         if (budget >= 0)
             fprintf(f, "%ld", budget);
         else
-            fputs("full", f);
+            fputs(kb_budget_label(budget), f);
         fprintf(f, " | `%s` |\n", canon ? canon : "full cache");
         free(canon);
     }
@@ -1458,6 +1470,7 @@ int kb_report_write_markdown(FILE *f, const kb_report_run *runs, size_t n,
                 "scores.csv.\n\n",
                 avg_label(&p), KB_BOOT_RESAMPLES);
         md_table(f, &p);
+        md_warnings(f, &runs[k]);
         if (runs[k].lengths)
             md_lengths(f, &p, runs[k].lengths);
         if (opt && opt->baseline)

@@ -9,6 +9,7 @@
 #include "model/generate.h"
 #include "model/kernels.h"
 #include "model/model.h"
+#include "model/model_config.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct engine {
@@ -137,6 +138,15 @@ static int row_start(engine *e, prefill_state *st, size_t config, decode_row *r,
         r->c = st->base;
         st->base = NULL;
         return 0;
+    }
+    if (e->params[config].compression_ratio > 0) { /* a budget of this prompt's own */
+        kv_evict_params p = e->params[config];
+        kv_evict_params_for_prompt(&p, st->n_prompt);
+        kv_evictor *fresh = kv_evictor_new(&p, &e->em, err);
+        if (!fresh)
+            return kv_fail_prefix(err, cfg->name);
+        kv_evictor_free(ev);
+        r->hook.ev = ev = e->ev[config] = fresh;
     }
     if (kv_evictor_fork(ev, st->base, &st->req, st->stats, &r->c, NULL, NULL, err) < 0)
         return kv_fail_prefix(err, cfg->name);
@@ -284,4 +294,16 @@ void kb_engine_backend_close(kb_runner_backend *b)
     kv_model_free(e->model);
     free(e);
     b->ctx = NULL;
+}
+
+int kb_engine_model_check(const char *model_dir, const char **arch, kv_error *err)
+{
+    kv_model_config cfg;
+    if (kv_model_config_load(model_dir, &cfg, err) < 0)
+        return -1;
+    *arch = kv_arch_name(cfg.arch);
+    kv_model_config_free(&cfg);
+    kv_tokenizer *tok = kv_tokenizer_load(model_dir, err);
+    kv_tokenizer_free(tok);
+    return tok ? 0 : -1;
 }

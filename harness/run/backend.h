@@ -17,4 +17,9 @@ int kb_engine_backend_open(const kb_matrix *m, const char *model_dir, kb_runner_
                            kv_error *err);
 void kb_engine_backend_close(kb_runner_backend *b);
 
+/* What `run --dry-run` can check of a model folder without loading its
+ * weights: config.json names an architecture the engine runs, and the
+ * tokenizer loads. *arch receives the architecture's name. */
+int kb_engine_model_check(const char *model_dir, const char **arch, kv_error *err);
+
 #endif

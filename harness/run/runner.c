@@ -73,7 +73,7 @@ void kb_runner_plan_print(FILE *f, const kb_matrix *m, const kb_runner_options *
         if (c->budget >= 0)
             fprintf(f, "budget %-6ld", c->budget);
         else
-            fputs("full cache  ", f);
+            fprintf(f, "%-13s", c->budget == KB_BUDGET_PER_PROMPT ? "per prompt" : "full cache");
         fprintf(f, " %s\n", canon ? canon : "");
         free(canon);
     }
@@ -82,6 +82,42 @@ void kb_runner_plan_print(FILE *f, const kb_matrix *m, const kb_runner_options *
               "tokens, so intermediate_size = N - start_size - recent_size (with per_group\n"
               "rounded down to a multiple of group_size), shown in the parameters above.\n",
               f);
+}
+
+size_t kb_runner_warn(FILE *f, const kb_matrix *m)
+{
+    size_t n = 0;
+    const char *why = NULL;
+    for (size_t i = 0; i < m->n_configs; i++) {
+        const char *w = kb_config_warning(m->configs[i].params);
+        if (!w)
+            continue;
+        if (n == 0)
+            fputs("kvbench: warning: config", f);
+        if (n < 8)
+            fprintf(f, "%s %s", n ? "," : "", m->configs[i].name);
+        why = w;
+        n++;
+    }
+    if (n > 8)
+        fprintf(f, " and %zu more", n - 8);
+    if (n)
+        fprintf(f, ": %s\n", why);
+    return n;
+}
+
+int kb_runner_check_data(const kb_matrix *m, long *samples, kv_error *err)
+{
+    *samples = 0;
+    for (size_t t = 0; t < m->n_tasks; t++) {
+        kb_idset ids = {0};
+        int rc = kb_taskdata_ids(m->data, m->tasks[t].name, m->empty_tasks_missing, &ids, err);
+        *samples += (long)ids.n;
+        kb_idset_free(&ids);
+        if (rc < 0)
+            return kv_fail_prefix(err, m->tasks[t].name);
+    }
+    return 0;
 }
 
 /* ---- the driver loop --------------------------------------------------- */
@@ -110,6 +146,7 @@ typedef struct loop {
     kb_pred_file *pf;          /* one per config, for the current task */
     size_t *pending;           /* configs (indices) still to do for the current sample */
     kb_decode_result *results; /* [n_configs]: what decoding them gave */
+    long done_before;          /* samples found done, counted before any task; not yet met */
     kv_error *err;
 } loop;
 
@@ -220,7 +257,10 @@ static int run_sample(loop *L, const kb_task_spec *spec, const kb_taskdata *it)
             L->pending[n_pending++] = c;
     if (n_pending == 0) {
         L->stats->samples_skipped++;
-        kb_progress_skip(L->progress, 1);
+        if (L->done_before > 0)
+            L->done_before--; /* on the progress bar from the start */
+        else
+            kb_progress_skip(L->progress, 1);
         return 0;
     }
     sample_run r = {.spec = spec, .it = it};
@@ -310,10 +350,25 @@ static int run_task(loop *L, const kb_task_spec *t, long task_no)
     return rc;
 }
 
-/* Counts what this process will handle, for the progress bar's total. */
-static int count_samples(loop *L, long *total)
+/* Samples of task t a resume finds done: the fewest lines any config's
+ * file holds, at most the selected count (a sample's configs are written
+ * together, so each file holds the same first samples). */
+static long done_before(const loop *L, const kb_task_spec *t, long selected)
 {
-    *total = 0;
+    long done = selected;
+    for (size_t c = 0; c < L->m->n_configs && done > 0; c++) {
+        long lines = kb_pred_file_lines(&L->run, L->m->configs[c].name, t->name);
+        done = lines < done ? lines : done;
+    }
+    return done;
+}
+
+/* Counts what this process will handle, for the progress bar's total, and
+ * what a resume finds done (*done), so that the first progress line shows
+ * the share already done. */
+static int count_samples(loop *L, long *total, long *done)
+{
+    *total = *done = 0;
     for (size_t i = 0; i < L->m->n_tasks; i++) {
         kb_taskdata it;
         if (kb_taskdata_open(L->m->data, L->m->tasks[i].name, L->m->empty_tasks_missing, &it,
@@ -322,7 +377,9 @@ static int count_samples(loop *L, long *total)
         if (it.empty) /* opened only under --empty-tasks missing */
             fprintf(stderr, "kvbench: run: %s: no samples, reported as missing\n",
                     L->m->tasks[i].name);
-        *total += selected_count(it.empty ? 0 : it.n, L->m->tasks[i].limit, &L->o->shard);
+        long selected = selected_count(it.empty ? 0 : it.n, L->m->tasks[i].limit, &L->o->shard);
+        *total += selected;
+        *done += done_before(L, &L->m->tasks[i], selected);
         kb_taskdata_close(&it);
     }
     return 0;
@@ -405,8 +462,10 @@ int kb_runner_run(const kb_matrix *m, const kb_runner_options *o, const char *ve
     if (rc == 0)
         rc = kb_run_open(dir, &info, &L.run, err);
     long total = 0;
-    if (rc == 0 && progress && (rc = count_samples(&L, &total)) == 0)
+    if (rc == 0 && progress && (rc = count_samples(&L, &total, &L.done_before)) == 0) {
         kb_progress_set_total(progress, (long)m->n_tasks, total);
+        kb_progress_skip(progress, L.done_before);
+    }
     for (size_t i = 0; rc == 0 && i < m->n_tasks && !stats->stopped; i++)
         rc = run_task(&L, &m->tasks[i], (long)i + 1);
     if (rc == 0 && !stats->stopped) {

@@ -57,6 +57,16 @@ int kb_runner_apply_options(kb_matrix *m, const kb_runner_options *o);
  * settings, and every config with its name, hash, budget and parameters. */
 void kb_runner_plan_print(FILE *f, const kb_matrix *m, const kb_runner_options *o);
 
+/* Warns once on f about configs whose parameters contradict each other
+ * (kb_config_warning), naming them and the fix; the plan and the run both
+ * say it, before any work. Returns how many configs it named. */
+size_t kb_runner_warn(FILE *f, const kb_matrix *m);
+
+/* Reads every task's data as the run will (a missing or empty file, a
+ * malformed line, a repeated _id: the error names it) and counts the
+ * samples, before a run writes anything or for --dry-run. */
+int kb_runner_check_data(const kb_matrix *m, long *samples, kv_error *err);
+
 /* ---- the driver loop, engine-agnostic ------------------------------------
  *
  * kb_runner_run implements steps 2 (run folder) to 4 (scores, report) of the

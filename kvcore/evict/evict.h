@@ -82,6 +82,7 @@ typedef struct kv_evict_params {
     char value_quant[KV_EVICT_NAME_MAX];        /* by_token */
     int key_group_size;                         /* 0: the default of key_quant */
     int value_group_size;                       /* 0: head_dim */
+    double compression_ratio; /* kvpress: the prompt's share to evict, [0, 1); 0: none */
 } kv_evict_params;
 
 /* The table's defaults (evict_table.h). */
@@ -105,6 +106,20 @@ struct cJSON *kv_evict_params_to_json(const kv_evict_params *p);
  * per_token KVCrush cannot use the mean anchor, positions, M at most
  * KV_EVICT_MAX_BUDGET, summed without overflow). */
 int kv_evict_params_validate(const kv_evict_params *p, kv_error *err);
+/* compression_ratio r > 0 (kvpress's meaning, per sample): the cache keeps
+ * int(n_prompt * (1 - r)) tokens, so intermediate_size becomes that less
+ * start_size and recent_size (at least 0; per_group: rounded down to a
+ * multiple of group_size) and refined_size at most it. Nothing changes when
+ * r is 0. */
+void kv_evict_params_for_prompt(kv_evict_params *p, int n_prompt);
+
+/* Parameters that are valid but contradict each other, silently ruining a
+ * run: NULL, or one line that says what goes wrong and the fix. Today one
+ * case: apply_rerotation with "absolute" positions (NNCF's defaults, kept
+ * so that config hashes stay) rotates the kept keys to slots 0..k-1 while
+ * new tokens keep their absolute positions, so heads that look a fixed
+ * distance back miss (the demo model's SnapKV falls to 0). */
+const char *kv_evict_params_warning(const kv_evict_params *p);
 /* The same, then the checks that need the number of layers: refined_size
  * at most the smallest pyramid layer's intermediate size. */
 int kv_evict_params_validate_layers(const kv_evict_params *p, int n_layers, kv_error *err);

@@ -461,6 +461,8 @@ static int check_budgets(const kv_evict_params *p, kv_error *err)
         return kv_fail(err, "refined_size must be 0 with strategy 'per_head'.");
     if (!(p->pyramid_beta >= 1.0))
         return kv_fail(err, "pyramid_beta must be >= 1.");
+    if (!(p->compression_ratio >= 0.0 && p->compression_ratio < 1.0))
+        return kv_fail(err, "compression_ratio must be in [0, 1).");
     /* the lowest pyramid layer keeps up to 2 I */
     long long lowest = (long long)p->start_size + 2LL * p->intermediate_size + p->recent_size;
     if (strcmp(p->layer_budget, "pyramid") == 0 && lowest > KV_EVICT_MAX_BUDGET)
@@ -484,6 +486,31 @@ int kv_evict_params_validate(const kv_evict_params *p, kv_error *err)
         check_policies(p, err) || check_budgets(p, err))
         return -1;
     return 0;
+}
+
+void kv_evict_params_for_prompt(kv_evict_params *p, int n_prompt)
+{
+    if (!(p->compression_ratio > 0))
+        return;
+    long kept = (long)((double)n_prompt * (1.0 - p->compression_ratio)); /* kvpress's int() */
+    long inter = kept - p->start_size - p->recent_size;
+    if (inter < 0)
+        inter = 0;
+    if (strcmp(p->strategy, "per_group") == 0 && p->group_size > 0)
+        inter -= inter % p->group_size;
+    p->intermediate_size = (int)inter;
+    if (p->refined_size > p->intermediate_size)
+        p->refined_size = p->intermediate_size;
+}
+
+const char *kv_evict_params_warning(const kv_evict_params *p)
+{
+    if (p->apply_rerotation && strcmp(p->positions, "absolute") == 0)
+        return "apply_rerotation with positions \"absolute\" moves the kept keys to slots "
+               "0..k-1 while new tokens keep their absolute positions, a gap that can ruin "
+               "the answers; set \"positions\": \"compact\" (kvpress) or "
+               "\"apply_rerotation\": false (NNCF's LongBench script)";
+    return NULL;
 }
 
 int kv_evict_params_validate_layers(const kv_evict_params *p, int n_layers, kv_error *err)

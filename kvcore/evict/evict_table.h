@@ -93,7 +93,10 @@
       "key-group-size", "N", "u8/u4 key group: channels by token, tokens by channel (0: head_dim / 32)", \
       "kg", "") \
     X(value_group_size, INT, "0", 0, 512, NULL, NULL, \
-      "value-group-size", "N", "u8/u4 value group: channels (0: head_dim)", "vg", "")
+      "value-group-size", "N", "u8/u4 value group: channels (0: head_dim)", "vg", "") \
+    X(compression_ratio, NUMBER, "0", 0, 0, NULL, NULL, \
+      "compression-ratio", "R", "kvpress: evict this share of each prompt (0..1; 0: the sizes set the budget)", \
+      "cr", "")
 /* clang-format on */
 
 #endif

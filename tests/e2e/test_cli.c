@@ -1,6 +1,8 @@
 /* The kvbench binary's command-line contract: help, subcommand list, exit
  * codes and error format (issue 2). */
 #include <criterion/criterion.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -114,4 +116,80 @@ Test(cli, unimplemented_commands_say_so_and_exit_2)
         tu_result_free(&r);
     }
     tu_result_free(&h);
+}
+
+/* Issue 28: the help names the kinds `bench` has (it once named a
+ * "loader"): the summary's list is exactly the kinds bench lists. */
+Test(cli, bench_help_names_only_kinds_that_exist)
+{
+    tu_result h = tu_kvbench("--help", NULL), k = tu_kvbench("bench", "nosuch", NULL);
+    cr_assert_eq(k.status, 2);
+    const char *at = strstr(h.out, "\n  bench ");
+    cr_assert(at, "%s", h.out);
+    at = strstr(at, "throughput: ");
+    cr_assert(at, "%s", h.out);
+    at += strlen("throughput: ");
+    char named[256];
+    snprintf(named, sizeof named, "%.*s", (int)strcspn(at, "\n"), at);
+    char listed[256] = "";
+    for (const char *line = strstr(k.err, "kinds:\n"); line && (line = strstr(line, "\n  "));) {
+        line += 3;
+        strncat(listed, listed[0] ? ", " : "", sizeof listed - strlen(listed) - 1);
+        strncat(listed, line, strcspn(line, " "));
+    }
+    cr_assert_str_eq(named, listed);
+    tu_result_free(&h);
+    tu_result_free(&k);
+}
+
+static void put_script(const char *dir, const char *name, const char *body)
+{
+    char *path;
+    cr_assert_geq(asprintf(&path, "%s/%s", dir, name), 0);
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "%s", path);
+    fprintf(f, "#!/bin/sh\n%s\n", body);
+    fclose(f);
+    cr_assert_eq(chmod(path, 0755), 0);
+    free(path);
+}
+
+/* Issue 28: `./kvbench.sh run > out` leaves out holding what kvbench
+ * printed (the score table), not ninja's lines, and messages on a stderr
+ * that is no terminal carry no escape codes. The script runs on stand-ins
+ * for dpkg-query, meson, ninja and the binary, which print what the real
+ * ones print where they print it. */
+Test(cli, kvbench_sh_run_keeps_stdout_for_the_table)
+{
+    char *dir = tu_mkdtemp(), *script = tu_source("kvbench.sh"), *cmd;
+    char *text = tu_slurp(script, NULL), *copy, *bin, *harness;
+    cr_assert_geq(asprintf(&copy, "%s/kvbench.sh", dir), 0);
+    FILE *f = fopen(copy, "w");
+    fputs(text, f);
+    fclose(f);
+    cr_assert_eq(chmod(copy, 0755), 0);
+    cr_assert_geq(asprintf(&bin, "%s/bin", dir), 0);
+    cr_assert_geq(asprintf(&harness, "%s/build/harness", dir), 0);
+    cr_assert_eq(mkdir(bin, 0777), 0);
+    cr_assert_geq(asprintf(&cmd, "mkdir -p '%s' && touch '%s/build/build.ninja'", harness, dir), 0);
+    char *mk[] = {"/bin/sh", "-c", cmd, NULL};
+    tu_result r = tu_run_argv(mk);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    put_script(bin, "dpkg-query", "echo 'install ok installed'");
+    put_script(bin, "meson", "echo 'meson: reconfigured'");
+    put_script(bin, "ninja", "echo '[1/2] Compiling C object x.o'; echo '[2/2] Linking target kvbench'");
+    put_script(harness, "kvbench", "echo 'progress: 1/1' >&2; echo '| config | score |'");
+    free(cmd);
+    cr_assert_geq(asprintf(&cmd, "PATH='%s':$PATH exec bash '%s' run c.json", bin, copy), 0);
+    char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    r = tu_run_argv(argv);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_str_eq(r.out, "| config | score |\n");
+    cr_assert(strstr(r.err, "==> building build\n"), "%s", r.err);
+    cr_assert(strstr(r.err, "[2/2] Linking target kvbench\n"), "%s", r.err);
+    cr_assert_null(strchr(r.err, '\033'), "%s", r.err);
+    tu_result_free(&r);
+    tu_rmtree(dir);
+    free(cmd), free(harness), free(bin), free(copy), free(text), free(script), free(dir);
 }

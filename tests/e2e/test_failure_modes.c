@@ -547,3 +547,291 @@ Test(failure, a_byte_order_mark_is_named)
     tu_result_free(&r);
     free(want), free(bom), free(text), free(file);
 }
+
+/* Issue 28: NNCF's defaults rotate kept keys to slots 0..k-1 while new
+ * tokens keep their absolute positions. The dry run, the run and generate
+ * say so once, with the fix; the report marks the config. */
+Test(failure, rerotation_with_absolute_positions_is_warned_about_once)
+{
+    const char *want = "kvbench: warning: config h2o: apply_rerotation with positions "
+                       "\"absolute\" moves the kept keys to slots 0..k-1";
+    char *cfg = write_config(NULL, H2O);
+    for (int dry = 1; dry >= 0; dry--) {
+        tu_result r = tu_kvbench("run", cfg, dry ? "--dry-run" : "--limit", dry ? NULL : "1", NULL);
+        cr_assert_eq(r.status, 0, "%s", r.err);
+        char *at1 = strstr(r.err, want);
+        cr_assert(at1, "%s", r.err);
+        cr_assert_null(strstr(at1 + strlen(want), "warning:"), "once: %s", r.err);
+        tu_result_free(&r);
+    }
+    char *summary = at("runs/c/summary.md");
+    char *md = tu_slurp(summary, NULL);
+    cr_assert(strstr(md, "\n⚠ h2o: apply_rerotation with positions \"absolute\""), "%s", md);
+    cr_assert(strstr(md, "| h2o ⚠ | `"), "%s", md);
+    cr_assert_null(strstr(md, "full ⚠"), "%s", md);
+    free(md);
+    /* coherent settings: nothing to say */
+    free(write_config(NULL, "[{\"name\": \"h2o\", \"algorithm\": \"h2o\", \"positions\": "
+                            "\"compact\"}]"));
+    tu_result r = tu_kvbench("run", cfg, "--dry-run", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_null(strstr(r.err, "warning"), "%s", r.err);
+    tu_result_free(&r);
+    char *model = tu_source("models/kvbench-retrieval");
+    r = tu_kvbench("generate", "--model", model, "--prompt", "the pass key is", "--eviction",
+                   "SnapKV", "--max-new-tokens", "2", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.err, "kvbench: warning: apply_rerotation with positions \"absolute\""),
+              "%s", r.err);
+    tu_result_free(&r);
+    r = tu_kvbench("generate", "--model", model, "--prompt", "the pass key is", "--eviction",
+                   "SnapKV", "--apply-rerotation", "false", "--max-new-tokens", "2", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_null(strstr(r.err, "warning"), "%s", r.err);
+    tu_result_free(&r);
+    free(model), free(summary), free(cfg);
+}
+
+/* A copy of the demo model in DIR/model with config.json's architecture
+ * replaced by arch (NULL: kept) and tokenizer.json by tokenizer (NULL:
+ * kept); returns the folder. */
+static char *model_copy(const char *arch, const char *tokenizer)
+{
+    char *model = at("model"), *src = tu_source("models/kvbench-retrieval");
+    cr_assert_eq(mkdir(model, 0777), 0);
+    static const char *const files[] = {"config.json", "generation_config.json",
+                                        "model.safetensors", "tokenizer.json",
+                                        "tokenizer_config.json"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        char *from, *to;
+        cr_assert_geq(asprintf(&from, "%s/%s", src, files[i]), 0);
+        cr_assert_geq(asprintf(&to, "%s/%s", model, files[i]), 0);
+        if (i == 0 && arch) {
+            char *text = tu_slurp(from, NULL), *edited = strdup(text);
+            char *a = strstr(text, "\"Qwen3ForCausalLM\""), *t = strstr(text, "\"qwen3\"");
+            cr_assert(a && t, "%s", text);
+            FILE *f = fopen(to, "w");
+            *a = *t = '\0';
+            fprintf(f, "%s\"%s\"%s\"%s\"%s", text, arch, a + 18, arch, t + 7);
+            fclose(f);
+            free(edited), free(text);
+        } else if (i == 3 && tokenizer) {
+            write_file(to, tokenizer);
+        } else {
+            cr_assert_eq(symlink(from, to), 0);
+        }
+        free(from), free(to);
+    }
+    free(src);
+    return model;
+}
+
+/* The config's model replaced by model (write_config_of's file). */
+static void use_model(const char *cfg, const char *model)
+{
+    char *text = tu_slurp(cfg, NULL), *m = strstr(text, "\"model\": \"") + 10, *edited;
+    char *end = strchr(m, '"');
+    *m = '\0';
+    cr_assert_geq(asprintf(&edited, "%s%s%s", text, model, end), 0);
+    write_file(cfg, edited);
+    free(edited), free(text);
+}
+
+/* A dry run fails the way the run would, and expects it to fail; the run
+ * fails before it creates the run folder. */
+static void expect_refused(const char *cfg, const char *why)
+{
+    tu_result r = tu_kvbench("run", cfg, "--dry-run", NULL);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert(strstr(r.err, why), "dry run: %s", r.err);
+    tu_result_free(&r);
+    r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert(strstr(r.err, why), "run: %s", r.err);
+    tu_result_free(&r);
+    char *run = at("runs/c");
+    cr_assert(access(run, F_OK) != 0, "%s: nothing left behind", why);
+    free(run);
+}
+
+/* Issue 28: --dry-run reads the data, the model's architecture and its
+ * tokenizer; a run that fails those checks leaves no run folder. */
+Test(failure, dry_run_checks_data_architecture_and_tokenizer)
+{
+    char *file = three_samples(false), *data = at("data"), *missing = at("data/synth_kv.jsonl");
+    char *cfg = write_config_of(data, "[\"synth_passkey\", \"synth_kv\"]", H2O);
+    expect_refused(cfg, missing);
+    cfg = (free(cfg), write_config(data, H2O));
+    tu_result r = tu_kvbench("run", cfg, "--dry-run", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "checked: the data of 1 tasks (3 samples), the model's architecture "
+                            "(qwen3) and tokenizer"),
+              "%s", r.out);
+    tu_result_free(&r);
+    free(three_samples(true));
+    expect_refused(cfg, "is also the _id of the sample at index 0");
+    free(three_samples(false));
+    char *model = model_copy("MambaForCausalLM", NULL);
+    use_model(cfg, model);
+    expect_refused(cfg, "unsupported architecture 'MambaForCausalLM'");
+    tu_rmtree(model);
+    free(model);
+    model = model_copy(NULL, "{\"model\": {}}");
+    use_model(cfg, model);
+    expect_refused(cfg, "tokenizer.json");
+    free(model), free(cfg), free(missing), free(data), free(file);
+}
+
+/* Issue 28: two models or compute modes without two files. The command
+ * line's --model, --data, --compute, --tasks, --limit and --name replace
+ * the file's, checked as the file's would be, and run.json records them. */
+Test(failure, run_overrides_are_checked_and_recorded)
+{
+    char *cfg = write_config(NULL, H2O), *model = model_copy(NULL, NULL);
+    char *shipped = tu_source("datasets/synthetic");
+    tu_result r = tu_kvbench("run", cfg, "--model", model, "--data", shipped, "--compute", "bf16",
+                             "--tasks", "synth_kv", "--limit", "1", "--name", "other", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    char *run_json = at("runs/other/run.json"), *pred = at("runs/other/predictions/h2o/synth_kv.jsonl");
+    cr_assert_eq(access(pred, F_OK), 0);
+    char *text = tu_slurp(run_json, NULL);
+    cJSON *j = cJSON_Parse(text), *m = cJSON_GetObjectItem(j, "matrix");
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "compute")->valuestring, "bf16");
+    cr_assert_str_eq(cJSON_GetObjectItem(m, "model")->valuestring, model);
+    cJSON *tasks = cJSON_GetObjectItem(m, "tasks");
+    cr_assert_eq(cJSON_GetArraySize(tasks), 1);
+    cJSON *t = cJSON_GetArrayItem(tasks, 0);
+    cr_assert_str_eq(cJSON_GetObjectItem(t, "task")->valuestring, "synth_kv");
+    cr_assert_eq(cJSON_GetObjectItem(t, "limit")->valueint, 1);
+    char *got = cJSON_PrintUnformatted(cJSON_GetObjectItem(m, "overrides")), *want;
+    cr_assert_geq(asprintf(&want,
+                           "{\"model\":\"%s\",\"data\":\"%s\",\"compute\":\"bf16\",\"name\":"
+                           "\"other\",\"tasks\":[\"synth_kv\"],\"limit\":1}",
+                           model, shipped),
+                  0);
+    cr_assert_str_eq(got, want);
+    r = tu_kvbench("run", cfg, "--tasks", "synth_kv,nope", "--dry-run", NULL);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert(strstr(r.err, "c.json (with --tasks): tasks[1]: unknown task or group \"nope\""),
+              "%s", r.err);
+    tu_result_free(&r);
+    r = tu_kvbench("run", cfg, "--compute", "fp16", "--dry-run", NULL);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert(strstr(r.err, "c.json (with --compute): compute: must be \"f32\" or \"bf16\""), "%s",
+              r.err);
+    tu_result_free(&r);
+    free(want), free(got), free(text), free(pred), free(run_json), free(shipped), free(model),
+        free(cfg);
+    cJSON_Delete(j);
+}
+
+/* Issue 28: the first Ctrl-C says the run finishes its sample, the second
+ * stops at once. A random-weight model decoding 20,000 tokens makes one
+ * sample take far longer than the test waits between the two. */
+Test(failure, a_second_ctrl_c_stops_at_once)
+{
+    char *model = tu_source("tests/data/models/llama-f32"), *shipped = tu_source("datasets/synthetic");
+    char *cfg = at("c.json"), *err = at("err"), *sh;
+    FILE *f = fopen(cfg, "w");
+    fprintf(f,
+            "{\"model\": \"%s\", \"data\": \"%s\", \"output\": \"%s/runs\", \"limit\": 1, "
+            "\"max_new_tokens\": 20000, \"threads\": 1, \"tasks\": [\"synth_passkey\"]}\n",
+            model, shipped, dir);
+    fclose(f);
+    cr_assert_geq(asprintf(&sh,
+                           "\"$KVBENCH\" run '%s' 2> '%s' & pid=$!\n"
+                           "(sleep 60; kill -KILL $pid) 2>/dev/null & watchdog=$!\n"
+                           "n=0; until grep -q 'task 1/1' '%s' || [ $n -ge 300 ]; do sleep 0.1; "
+                           "n=$((n+1)); done\n"
+                           "kill -INT $pid\n"
+                           "n=0; until grep -q 'finishing the current sample' '%s' || [ $n -ge 100 ]; "
+                           "do sleep 0.1; n=$((n+1)); done\n"
+                           "kill -INT $pid\n"
+                           "wait $pid; rc=$?; kill $watchdog 2>/dev/null; exit $rc\n",
+                           cfg, err, err, err),
+                  0);
+    char *argv[] = {"/bin/sh", "-c", sh, NULL};
+    tu_result r = tu_run_argv(argv);
+    char *log = tu_slurp(err, NULL);
+    cr_assert_eq(r.status, 130, "%s", log);
+    cr_assert(strstr(log, "kvbench: run: finishing the current sample, then stopping (Ctrl-C "
+                          "again to stop at once)"),
+              "%s", log);
+    cr_assert(strstr(log, "kvbench: run: stopped at once; run the same command again to resume"),
+              "%s", log);
+    cr_assert_null(strstr(log, "samples done"), "the sample was not finished: %s", log);
+    tu_result_free(&r);
+    free(log), free(sh), free(err), free(cfg), free(shipped), free(model);
+}
+
+/* Issue 28: a resumed run's first progress line shows the share already
+ * done, not 0 %. */
+Test(failure, a_resumed_runs_first_progress_line_shows_the_done_share)
+{
+    char *cfg = write_config(NULL, H2O);
+    tu_result r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    r = tu_kvbench("run", cfg, "--limit", "3", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    char *first = strstr(r.err, "progress: ");
+    cr_assert(first, "%s", r.err);
+    cr_assert(strncmp(strstr(first, "samples") - 4, "2/3 samples 66.7%", 17) == 0, "%s", r.err);
+    cr_assert(strstr(r.err, "1 samples done, 2 already on disk"), "%s", r.err);
+    tu_result_free(&r);
+    free(cfg);
+}
+
+/* Issue 28: a compression_ratio config keeps int(n * (1 - r)) of each
+ * prompt's n tokens, as kvpress's presses do. */
+Test(failure, a_compression_ratio_keeps_its_share_of_each_prompt)
+{
+    char *cfg = write_config(NULL, "[{\"name\": \"half\", \"algorithm\": \"SnapKV\", \"start_size\": 4, "
+                                   "\"recent_size\": 32, \"compression_ratio\": 0.5, "
+                                   "\"apply_rerotation\": false}]");
+    tu_result r = tu_kvbench("run", cfg, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    char *path = at("runs/c/predictions/half/synth_passkey.jsonl");
+    char *text = tu_slurp(path, NULL);
+    int lines = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"), lines++) {
+        cJSON *j = cJSON_Parse(line);
+        long n = (long)cJSON_GetObjectItem(j, "prompt_tokens")->valuedouble;
+        long kept = (long)cJSON_GetObjectItem(j, "kept_tokens")->valuedouble;
+        cr_expect_gt(n, 1000);
+        cr_expect_eq(kept, n / 2, "%ld of %ld", kept, n);
+        cJSON_Delete(j);
+    }
+    cr_assert_eq(lines, 2);
+    char *summary = at("runs/c/summary.md"), *md = tu_slurp(summary, NULL);
+    cr_assert(strstr(md, "| half | per prompt |"), "%s", md);
+    free(md), free(summary), free(text), free(path), free(cfg);
+}
+
+/* The same in kvbench generate: --compression-ratio keeps its share of the
+ * prompt at the prompt's eviction (the trace's first line). */
+Test(failure, generate_keeps_a_compression_ratios_share_of_the_prompt)
+{
+    char *model = tu_source("models/kvbench-retrieval"), *trace = at("trace.jsonl");
+    char prompt[2048] = "";
+    for (int i = 0; i < 40; i++)
+        strcat(prompt, "the grass is green. ");
+    tu_result r = tu_kvbench("generate", "--model", model, "--prompt", prompt, "--eviction",
+                             "snapkv", "--start-size", "4", "--recent-size", "8",
+                             "--compression-ratio", "0.75", "--apply-rerotation", "false",
+                             "--max-new-tokens", "2", "--trace", trace, "--json", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cJSON *out = cJSON_Parse(r.out);
+    int n_prompt = cJSON_GetArraySize(cJSON_GetObjectItem(out, "prompt_ids"));
+    cr_assert_gt(n_prompt, 100);
+    cJSON *first = first_line(trace);
+    int kept = cJSON_GetArraySize(cJSON_GetObjectItem(first, "kept_positions"));
+    cr_assert_eq(cJSON_GetObjectItem(first, "step")->valueint, 0);
+    cr_assert_eq(kept, (int)(n_prompt * 0.25), "%d of %d", kept, n_prompt);
+    cJSON_Delete(first);
+    cJSON_Delete(out);
+    tu_result_free(&r);
+    free(trace), free(model);
+}

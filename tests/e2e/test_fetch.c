@@ -172,8 +172,9 @@ Test(fetch, longbench_downloads_and_unpacks)
     cr_assert_str_eq(got, "{\"x\": 1}\n");
     free(got);
     tu_result_free(&r);
-    /* Again, offline: the zip is there, nothing is fetched. */
-    r = tu_kvbench("fetch", "longbench", "--dir", out, "--offline", NULL);
+    /* Again, offline and with --dir's new spelling (issue 28): the zip is
+     * there, nothing is fetched. */
+    r = tu_kvbench("fetch", "longbench", "--output", out, "--offline", NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert(strstr(r.out, "already there"), "%s", r.out);
     cr_assert_eq(routes[0].hits, 1);

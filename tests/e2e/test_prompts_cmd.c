@@ -73,6 +73,16 @@ Test(prompts_cmd, nncf_protocol_limit_and_ids)
               0);
     cJSON_Delete(o[0]);
     tu_result_free(&r);
+    /* --data is the new spelling of --dir (issue 28: fetch's --dir wrote,
+     * prompts' --dir read): both read the same prompts */
+    tu_result d = tu_kvbench("prompts", "--task", "trec", "--data", samples, "--model", toy,
+                             "--protocol", "nncf", "--limit", "1", NULL);
+    tu_result o2 = tu_kvbench("prompts", "--task", "trec", "--dir", samples, "--model", toy,
+                              "--protocol", "nncf", "--limit", "1", NULL);
+    cr_assert_eq(d.status, 0, "%s", d.err);
+    cr_assert_str_eq(d.out, o2.out);
+    tu_result_free(&d);
+    tu_result_free(&o2);
     r = tu_kvbench("prompts", "--task", "qasper", "--dir", samples, "--ids",
                    "1e3c2e6cc2ac5fc4d1bc0b3e2b3c3ad2b2a0c7a0aab0e0b1,nope", NULL);
     cr_assert_eq(r.status, 1);

@@ -370,6 +370,46 @@ static void load_shipped(const char *rel, size_t n_tasks, size_t n_configs)
     free(path);
 }
 
+/* The configs of m whose parameters contradict each other, as "a,b,". */
+static void warned_configs(char *out, size_t n)
+{
+    out[0] = '\0';
+    for (size_t i = 0; i < m.n_configs; i++)
+        if (kb_config_warning(m.configs[i].params)) {
+            strncat(out, m.configs[i].name, n - strlen(out) - 1);
+            strncat(out, ",", n - strlen(out) - 1);
+        }
+}
+
+/* Issue 28: NNCF's defaults (rerotation, absolute positions) stay, so the
+ * hashes do, but they contradict each other: a config that keeps them is
+ * warned about, and the shipped configs set coherent ones (the demo's one
+ * rerotated row is there to show the gap, and says so). */
+Test(matrix, shipped_configs_are_coherent_and_defaults_are_warned_about)
+{
+    char warned[4096];
+    cr_assert_eq(parse("{" BASE ", \"configs\": [{\"algorithm\": \"h2o\"}, {\"algorithm\": "
+                       "\"h2o\", \"positions\": \"compact\"}, {\"algorithm\": \"snapkv\", "
+                       "\"apply_rerotation\": false}]}"),
+                 0, "%s", err.msg);
+    warned_configs(warned, sizeof warned);
+    cr_assert_str_eq(warned, "h2o,");
+    cr_assert(strstr(kb_config_warning(m.configs[1].params), "set \"positions\": \"compact\""));
+    kb_matrix_free(&m);
+    load_shipped("configs/demo.json", 3, 1 + 2 + 1 + 3 + 2 + 4 + 3);
+    warned_configs(warned, sizeof warned);
+    cr_assert_str_eq(warned, "snapkv_w32_128_rerotated,");
+    kb_matrix_free(&m);
+    load_shipped("configs/seed-example.json", 16, 2);
+    warned_configs(warned, sizeof warned);
+    cr_assert_str_eq(warned, "");
+    kb_matrix_free(&m);
+    load_shipped("configs/nightly.json", 16, 1 + 4 + 20 + 5 + 6 + 2 + 2);
+    warned_configs(warned, sizeof warned);
+    cr_assert_str_eq(warned, "");
+    kb_matrix_free(&m);
+}
+
 Test(matrix, shipped_configs_parse)
 {
     /* 3 synthetic tasks; full + 2 streaming + 1 rerotated SnapKV + PyramidKV + per_head +
@@ -423,11 +463,15 @@ Test(matrix, run_dry_run_shows_the_plan_and_errors_name_the_key)
 {
     char *nightly = tu_source("configs/nightly.json");
     tu_result r = tu_kvbench("run", nightly, "--dry-run", "--shard", "1/4", NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
+    /* the plan, then the data checked: LongBench is not fetched here */
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert(strstr(r.err, "kvbench: run: narrativeqa: datasets/longbench/narrativeqa.jsonl: "
+                            "cannot open: No such file or directory"),
+              "%s", r.err);
     cr_assert(strstr(r.out, "run nightly -> results/nightly/shards/1-of-4\n"), "%s", r.out);
     cr_assert(strstr(r.out, "16 tasks:"));
     cr_assert(strstr(r.out, "40 configs (one prefill per sample, shared by all):"));
-    cr_assert(strstr(r.out, "  snapkv_s32_r64_i1952_normsum "), "%s", r.out);
+    cr_assert(strstr(r.out, "  snapkv_s32_r64_i1952_normsum_norot "), "%s", r.out);
     tu_result_free(&r);
     r = tu_kvbench("run", nightly, "--dry-run", "--shard", "4/4", NULL);
     cr_assert_eq(r.status, 2);
@@ -450,14 +494,14 @@ Test(matrix, run_dry_run_shows_the_plan_and_errors_name_the_key)
               "%s", r.err);
     tu_result_free(&r);
     /* the plan shows the budget the engine keeps (streaming: 32 + 512 + 64) */
-    char *model = tu_source("tests/data/models/qwen3-bf16");
+    char *model = tu_source("tests/data/models/qwen3-bf16"), *samples = tu_source("datasets/samples");
     f = fopen(path, "w");
     fprintf(f,
-            "{\"model\": \"%s\", \"tasks\": [\"trec\"], \"configs\": "
+            "{\"model\": \"%s\", \"data\": \"%s\", \"tasks\": [\"trec\"], \"configs\": "
             "[{\"algorithm\": \"streaming\", \"recent_size\": 64}]}",
-            model);
+            model, samples);
     fclose(f);
-    free(model);
+    free(model), free(samples);
     r = tu_kvbench("run", path, "--dry-run", NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert(strstr(r.out, "budget 608 "), "%s", r.out);
@@ -700,6 +744,54 @@ Test(matrix, a_budget_sets_intermediate_size_for_every_algorithm)
                  "configs[0].budget: must be an integer in 1..1073741824");
 }
 
+/* Issue 28: "compression_ratio" is kvpress's: the share of each prompt
+ * evicted, so the kept count is int(n * (1 - r)) and the intermediate size
+ * what is left of it after start and recent. A ratio of 0 is no ratio
+ * (the hashes stored before it stay). */
+Test(matrix, a_compression_ratio_is_a_budget_per_prompt)
+{
+    kv_evict_params p;
+    kv_evict_params_default(&p);
+    p.start_size = 4, p.recent_size = 32, p.compression_ratio = 0.5;
+    kv_evict_params_for_prompt(&p, 1017);
+    cr_expect_eq(kv_evict_params_budget(&p), 508);
+    p.compression_ratio = 0.9;
+    kv_evict_params_for_prompt(&p, 1520); /* int(1520 * (1 - 0.9)) = int(151.99999999999997) */
+    cr_expect_eq(kv_evict_params_budget(&p), 151);
+    kv_evict_params_for_prompt(&p, 100); /* 10 kept: no room past start and recent */
+    cr_expect_eq(p.intermediate_size, 0);
+    kv_evict_params_default(&p);
+    p.strategy[0] = '\0', strcat(p.strategy, "per_group");
+    p.group_size = 16, p.start_size = 16, p.recent_size = 16, p.refined_size = 400;
+    p.compression_ratio = 0.75;
+    kv_evict_params_for_prompt(&p, 1000); /* 250 kept: 218 rounded down to 208 */
+    cr_expect_eq(p.intermediate_size, 208);
+    cr_expect_eq(p.refined_size, 208);
+    kv_evict_params_default(&p);
+    p.compression_ratio = 0;
+    kv_evict_params_for_prompt(&p, 1000);
+    cr_expect_eq(p.intermediate_size, 512, "no ratio, no change");
+
+    cr_assert_eq(parse("{" BASE ", \"sweep\": {\"algorithm\": \"snapkv\", \"compression_ratio\": "
+                       "[0.5, 0]}}"),
+                 0, "%s", err.msg);
+    cr_expect_str_eq(m.configs[1].name, "snapkv_cr0.5");
+    cr_expect_eq(m.configs[1].budget, KB_BUDGET_PER_PROMPT);
+    char hash[17];
+    hash_of("{\"algorithm\": \"snapkv\"}", hash);
+    cr_expect_str_eq(m.configs[2].hash, hash, "a ratio of 0 is none");
+    cr_expect_eq(m.configs[2].budget, 672);
+    kb_matrix_free(&m);
+    expect_error("{" BASE ", \"configs\": [{\"compression_ratio\": 0.5, \"budget\": 300}]}",
+                 "configs[0].compression_ratio: sets the budget of each prompt: give it without "
+                 "budget");
+    expect_error("{" BASE ", \"configs\": [{\"compression_ratio\": 0.5, \"intermediate_size\": 8}]}",
+                 "configs[0].compression_ratio: sets the budget of each prompt: give it without "
+                 "intermediate_size");
+    expect_error("{" BASE ", \"configs\": [{\"compression_ratio\": 1}]}",
+                 "configs[0]: compression_ratio must be in [0, 1).");
+}
+
 /* Issue 28: "SnapKV" is snapkv in files as on the command line, and a
  * misspelt key (the CLI's "intermediate-size", "budjet") names the key it
  * is nearest to. */
@@ -778,6 +870,26 @@ Test(matrix, budget_is_the_engines)
 /* Every parameter comes from the table: each key the table lists is
  * accepted by the matrix with its default, its CLI flag is in --help with
  * that default, and the committed schema holds the generated properties. */
+/* Issue 28: `kvbench schema` prints the whole document, a JSON Schema
+ * that is the committed one (whose eviction part the test below keeps
+ * current), not only its generated fragment. */
+Test(matrix, schema_prints_the_whole_document)
+{
+    tu_result r = tu_kvbench("schema", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    char *path = tu_source("configs/schema.json");
+    char *committed = tu_slurp(path, NULL);
+    cr_assert_str_eq(r.out, committed);
+    cJSON *doc = cJSON_Parse(r.out);
+    cr_assert_str_eq(cJSON_GetObjectItem(doc, "$schema")->valuestring,
+                     "https://json-schema.org/draft/2020-12/schema");
+    cr_assert(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "$defs"), "eviction"),
+                                  "properties"));
+    cJSON_Delete(doc);
+    free(committed), free(path);
+    tu_result_free(&r);
+}
+
 Test(matrix, parameter_table_drives_validation_cli_and_schema)
 {
     tu_result h = tu_kvbench("generate", "--help", NULL);
