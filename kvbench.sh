@@ -18,6 +18,8 @@ PACKAGES=(
   libssl-dev           # libcrypto's SHA-256 for downloads (libcurl already loads libcrypto)
   libjansson-dev       # JSON strings with NUL bytes for the data path (cJSON cuts them)
   python3-jieba        # jieba's dictionary and HMM tables, read by the Chinese scorers
+  # a one-node Slurm cluster for the test of `kvbench submit slurm` (tests/e2e/test_slurm.sh)
+  slurm-wlm slurmctld slurmd slurm-client munge
 )
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }

@@ -16,7 +16,9 @@
 static const kb_option options[] = {
     {"shards", "N", "split the samples over N array tasks (required)"},
     {"dry-run", NULL, "write the scripts and print them; submit nothing"},
-    {"baseline", "RUN", "compare the report with this run and fail on a regression"},
+    {"baseline", "RUN",
+     "compare the report with this run and fail on a regression (default: the config's "
+     "\"baseline\")"},
     {"name", "NAME", "run name (overrides the config's \"name\")"},
     {"output", "DIR", "folder for run folders (overrides the config's \"output\")"},
     {"limit", "N", "only the first N samples of every task (quick checks)"},
@@ -273,7 +275,8 @@ static int run(const kb_args *a)
     if (kb_runner_apply_options(&m, &req.overrides) < 0)
         kb_error("submit: out of memory");
     else
-        rc = submit(&req, &m, kb_flag(a, "dry-run"), kb_arg(a, "baseline"));
+        rc = submit(&req, &m, kb_flag(a, "dry-run"),
+                    kb_arg(a, "baseline") ? kb_arg(a, "baseline") : m.baseline);
     kb_matrix_free(&m);
     return rc;
 }

@@ -37,8 +37,9 @@ static char *at(const char *rel)
 }
 
 /* The demo model on synth_passkey: 4 samples, the full cache and one
- * StreamingLLM config; the run folder is runs/sub. */
-static char *write_config(void)
+ * StreamingLLM config; the run folder is runs/sub. extra: more top-level
+ * keys, each followed by a comma. */
+static char *write_config_with(const char *extra)
 {
     char *model = tu_source("models/kvbench-retrieval");
     char *data = tu_source("datasets/synthetic");
@@ -46,15 +47,20 @@ static char *write_config(void)
     FILE *f = fopen(path, "w");
     fprintf(
         f,
-        "{\"name\": \"sub\", \"model\": \"%s\", \"data\": \"%s\", \"output\": \"%s/runs\",\n"
+        "{%s\"name\": \"sub\", \"model\": \"%s\", \"data\": \"%s\", \"output\": \"%s/runs\",\n"
         " \"limit\": 4, \"max_new_tokens\": 4, \"threads\": 1, \"tasks\": [\"synth_passkey\"],\n"
         " \"configs\": [{\"algorithm\": \"streaming\", \"start_size\": 4, \"recent_size\": 60,\n"
         "               \"intermediate_size\": 0}]}\n",
-        model, data, dir);
+        extra, model, data, dir);
     fclose(f);
     free(model);
     free(data);
     return path;
+}
+
+static char *write_config(void)
+{
+    return write_config_with("");
 }
 
 static void run_shard(const char *config, const char *shard)
@@ -95,6 +101,29 @@ Test(submit, dry_run_writes_both_scripts_and_submits_nothing)
     free(finish_path);
     free(config);
     tu_result_free(&r);
+}
+
+/* A config's "baseline" makes the finish job fail on a regression against
+ * it; --baseline overrides it. */
+Test(submit, the_configs_baseline_is_the_default_baseline)
+{
+    char *config = write_config_with("\"baseline\": \"runs/golden\", ");
+    char *finish_path = at("runs/sub/slurm/finish.sbatch");
+    tu_result r = tu_kvbench("submit", "slurm", config, "--shards", "2", "--dry-run", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    char *finish = tu_slurp(finish_path, NULL);
+    cr_assert(strstr(finish, " --baseline runs/golden --fail-on-regression\n"), "%s", finish);
+    free(finish);
+    tu_result_free(&r);
+    r = tu_kvbench("submit", "slurm", config, "--shards", "2", "--dry-run", "--baseline",
+                   "runs/last night", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    finish = tu_slurp(finish_path, NULL);
+    cr_assert(strstr(finish, " --baseline 'runs/last night' --fail-on-regression\n"), "%s", finish);
+    free(finish);
+    tu_result_free(&r);
+    free(finish_path);
+    free(config);
 }
 
 /* The usage errors, each a one-line message that says what to give. */
