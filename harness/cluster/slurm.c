@@ -311,6 +311,75 @@ static void add_node(char *nodes, size_t n, const char *node)
     snprintf(nodes + len, n - len, "%s%s", len ? "," : "", node);
 }
 
+/* Splits line at its tabs, in place, into at most max fields; returns how
+ * many there were (more than max: max + 1). */
+static int split_tabs(char *line, char **fields, int max)
+{
+    int n = 0;
+    for (char *p = line;; p++) {
+        if (n == max)
+            return max + 1;
+        fields[n++] = p;
+        p = strchrnul(p, '\t');
+        if (!*p)
+            return n;
+        *p = '\0';
+    }
+}
+
+/* A UNIX time or exit status as the scripts write them: decimal digits. */
+static bool get_count(const char *s, long *out)
+{
+    char *end;
+    if (!isdigit((unsigned char)*s))
+        return false;
+    errno = 0;
+    *out = strtol(s, &end, 10);
+    return !*end && errno == 0;
+}
+
+/* One record; false when the line is none. *start: the open attempt's
+ * start time, -1 when none is open. */
+static bool add_record(char *line, kb_slurm_attempts *a, long *start)
+{
+    char *f[5];
+    int n = split_tabs(line, f, 4);
+    long t, status;
+    if (n == 4 && strcmp(f[0], "start") == 0 && get_count(f[1], &t) && f[2][0]) {
+        a->started++;
+        *start = t;
+        add_node(a->nodes, sizeof a->nodes, f[2]);
+        return true;
+    }
+    if (n == 3 && strcmp(f[0], "end") == 0 && get_count(f[1], &t) && get_count(f[2], &status) &&
+        *start >= 0 && t >= *start) {
+        a->ended++;
+        a->seconds += (double)(t - *start);
+        *start = -1;
+        return true;
+    }
+    return false;
+}
+
+int kb_slurm_attempts_parse(char *text, const char *path, kb_slurm_attempts *a, kv_error *err)
+{
+    memset(a, 0, sizeof *a);
+    long start = -1, line_no = 0;
+    for (char *line = text; *line;) {
+        char *end = strchrnul(line, '\n');
+        bool last = !*end;
+        *end = '\0';
+        line_no++;
+        if (!add_record(line, a, &start))
+            return kv_fail(err,
+                           "%s:%ld: not an attempt record (\"start\\tTIME\\tNODE\\tJOB\" or "
+                           "\"end\\tTIME\\tSTATUS\" after a start)",
+                           path, line_no);
+        line = last ? end : end + 1;
+    }
+    return 0;
+}
+
 int kb_slurm_attempts_read(const char *run_dir, long shard, kb_slurm_attempts *a, kv_error *err)
 {
     memset(a, 0, sizeof *a);
@@ -322,26 +391,8 @@ int kb_slurm_attempts_read(const char *run_dir, long shard, kb_slurm_attempts *a
     int rc = !path                  ? kv_fail(err, "out of memory")
              : kv_file_exists(path) ? kv_file_read(path, &text, &len, err)
                                     : 0;
-    long line_no = 0;
-    double start = -1;
-    for (char *save = NULL, *line = text ? strtok_r(text, "\n", &save) : NULL; rc == 0 && line;
-         line = strtok_r(NULL, "\n", &save)) {
-        line_no++;
-        char node[200];
-        double t;
-        int status;
-        if (sscanf(line, "start\t%lf\t%199[^\t]", &t, node) == 2) {
-            a->started++;
-            start = t;
-            add_node(a->nodes, sizeof a->nodes, node);
-        } else if (sscanf(line, "end\t%lf\t%d", &t, &status) == 2 && start >= 0) {
-            a->ended++;
-            a->seconds += t - start;
-            start = -1;
-        } else {
-            rc = kv_fail(err, "%s:%ld: not an attempt record (start or end line)", path, line_no);
-        }
-    }
+    if (rc == 0 && text)
+        rc = kb_slurm_attempts_parse(text, path, a, err);
     free(text);
     free(path);
     return rc;

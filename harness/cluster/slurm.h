@@ -68,5 +68,8 @@ typedef struct kb_slurm_attempts {
 /* Reads attempts/<shard>.tsv; all zero when there is none (a shard run
  * outside the job array). A damaged line is an error naming it. */
 int kb_slurm_attempts_read(const char *run_dir, long shard, kb_slurm_attempts *a, kv_error *err);
+/* The same on the file's text (changed in place); path names it in errors.
+ * An "end" needs an open "start" and a time not before it. */
+int kb_slurm_attempts_parse(char *text, const char *path, kb_slurm_attempts *a, kv_error *err);
 
 #endif
