@@ -177,16 +177,17 @@ job_state() { scontrol show job "$1" --oneliner 2>/dev/null | sed -n 's/.*JobSta
 run=$tmp/results/demo
 per_shard=$limit # limit/3 samples of each of the 3 tasks
 lines_of() { cat "$run/shards/$1-of-3/predictions/full/"*.jsonl 2>/dev/null | wc -l; }
-caught() {
+caught() { # the running shard with the most work left, so the requeue lands mid-run
+    local i have fewest=$per_shard
+    victim=
     for i in 0 1 2; do
-        local have
         have=$(lines_of $i)
-        if [ "$have" -ge 1 ] && [ "$have" -lt $per_shard ]; then
+        if [ "$have" -ge 1 ] && [ "$have" -lt "$fewest" ]; then
             victim=$i
-            return 0
+            fewest=$have
         fi
     done
-    return 1
+    [ -n "$victim" ]
 }
 wait_for 180 "no shard was seen in the middle of its samples" caught
 scontrol requeue "${array}_$victim" || fail "scontrol requeue ${array}_$victim failed"
