@@ -216,7 +216,7 @@ static int submit(const submit_request *req, const kb_matrix *m, bool dry_run, c
     int rc = KB_EXIT_OK;
     char cwd[PATH_MAX], exe[PATH_MAX];
     ssize_t n_exe = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    char *list = array_list(&st);
+    char *list = st.finished ? array_list(&st) : NULL;
     if (req->n_shards > st.max_samples) {
         kb_error("submit: --shards %ld: the largest task of %s has %ld samples, so shards %ld "
                  "and above would have nothing to do; give --shards %ld or fewer",

@@ -161,21 +161,23 @@ int kb_shard_state_read(const kb_matrix *m, long n_shards, kb_shard_state *st, k
     st->n_shards = n_shards;
     kb_shard whole = {0, 1};
     st->run_dir = kb_run_dir(m->output, m->run_name, &whole);
-    st->finished = calloc((size_t)n_shards, sizeof *st->finished);
     long *sizes = NULL;
     cJSON *now = kb_matrix_to_json(m);
-    int rc = st->run_dir && st->finished && now ? 0 : kv_fail(err, "out of memory");
+    int rc = st->run_dir && now ? 0 : kv_fail(err, "out of memory");
     if (rc == 0 && !(sizes = task_samples(m, err)))
         rc = -1;
-    if (rc == 0)
-        rc = check_unlocked(st->run_dir, err);
     for (size_t t = 0; rc == 0 && t < m->n_tasks; t++) {
         st->total_samples += sizes[t];
         if (sizes[t] > st->max_samples)
             st->max_samples = sizes[t];
     }
+    bool too_many = n_shards > st->max_samples; /* the caller refuses: look no further */
+    if (rc == 0 && !too_many && !(st->finished = calloc((size_t)n_shards, sizeof *st->finished)))
+        rc = kv_fail(err, "out of memory");
+    if (rc == 0)
+        rc = check_unlocked(st->run_dir, err);
     double newest = 0;
-    for (long i = 0; rc == 0 && i < n_shards; i++) {
+    for (long i = 0; rc == 0 && !too_many && i < n_shards; i++) {
         kb_shard shard = {i, n_shards};
         char *dir = kb_run_dir(m->output, m->run_name, &shard);
         char *run_json = dir ? kv_path_join(dir, "run.json") : NULL;
@@ -192,7 +194,7 @@ int kb_shard_state_read(const kb_matrix *m, long n_shards, kb_shard_state *st, k
         free(run_json);
         free(dir);
     }
-    if (rc == 0)
+    if (rc == 0 && !too_many)
         st->merged = st->n_unfinished == 0 && merged_after(st->run_dir, n_shards, newest);
     free(sizes);
     cJSON_Delete(now);

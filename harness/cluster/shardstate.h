@@ -21,7 +21,7 @@ typedef struct kb_shard_state {
     long n_shards;
     long max_samples;   /* the largest task's samples (limit applied) */
     long total_samples; /* every task's samples (limit applied) */
-    bool *finished;     /* [n_shards] */
+    bool *finished;     /* [n_shards]; NULL when n_shards > max_samples */
     long n_unfinished;
     bool merged; /* every shard finished, then merged (slurm/summary.txt) and reported */
 } kb_shard_state;
@@ -36,7 +36,9 @@ long kb_shard_samples(long size, long i, long n);
 /* Reads the state of m's run split in n_shards shards (m with the
  * command line's overrides applied). Fails when a task's data cannot be
  * read, and when a kvbench run holds the run folder or a shard folder's
- * lock: its work is not done yet, and a second writer would be refused. */
+ * lock: its work is not done yet, and a second writer would be refused.
+ * With more shards than max_samples (some would have nothing to do) it
+ * reads only the sample counts, for the caller to refuse. */
 int kb_shard_state_read(const kb_matrix *m, long n_shards, kb_shard_state *st, kv_error *err);
 void kb_shard_state_free(kb_shard_state *st);
 
