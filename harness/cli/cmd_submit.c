@@ -205,8 +205,55 @@ static int check_queue(const char *run_dir)
     return 0;
 }
 
+/* Writes the scripts into the run folder, then prints them (dry_run) or
+ * submits the unfinished shards and the finish job. */
+static int write_and_submit(const submit_request *req, const kb_matrix *m, const kb_shard_state *st,
+                            bool dry_run, const char *baseline)
+{
+    char cwd[PATH_MAX], exe[PATH_MAX];
+    ssize_t n_exe = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (!getcwd(cwd, sizeof cwd) || n_exe < 0) {
+        kb_error("submit: cannot tell this folder or this program's path");
+        return KB_EXIT_FAIL;
+    }
+    exe[n_exe] = '\0';
+    kb_slurm_run r = {.kvbench = exe,
+                      .workdir = cwd,
+                      .run_dir = st->run_dir,
+                      .run_name = m->run_name,
+                      .n_shards = req->n_shards,
+                      .run_args = req->run_args,
+                      .baseline = baseline};
+    kv_error err = {{0}};
+    char *list = array_list(st);
+    if (!list || kb_slurm_write_scripts(&r, &err) < 0) {
+        kb_error("submit: %s", list ? err.msg : "out of memory");
+        free(list);
+        return KB_EXIT_FAIL;
+    }
+    fprintf(stderr, "kvbench: submit: run %s: %ld samples in %ld shards, %ld to run\n", st->run_dir,
+            st->total_samples, st->n_shards, st->n_unfinished);
+    if (!sets_cpus(req->sbatch_opts))
+        fprintf(stderr, "kvbench: submit: note: no --cpus-per-task after --: each shard "
+                        "runs with the config's threads (or all cores of its node)\n");
+    const char *todo = st->n_unfinished ? list : NULL;
+    int rc = KB_EXIT_OK;
+    if (dry_run)
+        print_scripts(&r, todo, todo != NULL);
+    else
+        rc = submit_jobs(req, st, todo);
+    free(list);
+    return rc;
+}
+
 static int submit(const submit_request *req, const kb_matrix *m, bool dry_run, const char *baseline)
 {
+    /* the queue first: a shard of a running submission is not probed */
+    char *run_dir = kb_run_dir(m->output, m->run_name, NULL);
+    int queued = !run_dir ? -1 : dry_run ? 0 : check_queue(run_dir);
+    free(run_dir);
+    if (queued < 0)
+        return KB_EXIT_FAIL;
     kv_error err = {{0}};
     kb_shard_state st;
     if (kb_shard_state_read(m, req->n_shards, &st, &err) < 0) {
@@ -214,48 +261,18 @@ static int submit(const submit_request *req, const kb_matrix *m, bool dry_run, c
         return KB_EXIT_FAIL;
     }
     int rc = KB_EXIT_OK;
-    char cwd[PATH_MAX], exe[PATH_MAX];
-    ssize_t n_exe = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    char *list = st.finished ? array_list(&st) : NULL;
     if (req->n_shards > st.max_samples) {
         kb_error("submit: --shards %ld: the largest task of %s has %ld samples, so shards %ld "
                  "and above would have nothing to do; give --shards %ld or fewer",
                  req->n_shards, req->config, st.max_samples, st.max_samples, st.max_samples);
         rc = KB_EXIT_USAGE;
-    } else if (!getcwd(cwd, sizeof cwd) || n_exe < 0 || !list) {
-        kb_error("submit: cannot tell this folder or this program's path");
-        rc = KB_EXIT_FAIL;
-    }
-    exe[n_exe > 0 ? n_exe : 0] = '\0';
-    kb_slurm_run r = {.kvbench = exe,
-                      .workdir = cwd,
-                      .run_dir = st.run_dir,
-                      .run_name = m->run_name,
-                      .n_shards = req->n_shards,
-                      .run_args = req->run_args,
-                      .baseline = baseline};
-    if (rc == KB_EXIT_OK && !dry_run && check_queue(st.run_dir) < 0)
-        rc = KB_EXIT_FAIL;
-    if (rc == KB_EXIT_OK && st.merged) {
+    } else if (st.merged) {
         printf("nothing to submit: run %s is complete (its %ld shards finished, then were "
                "merged and reported)\n",
                st.run_dir, st.n_shards);
-    } else if (rc == KB_EXIT_OK && kb_slurm_write_scripts(&r, &err) < 0) {
-        kb_error("submit: %s", err.msg);
-        rc = KB_EXIT_FAIL;
-    } else if (rc == KB_EXIT_OK) {
-        fprintf(stderr, "kvbench: submit: run %s: %ld samples in %ld shards, %ld to run\n",
-                st.run_dir, st.total_samples, st.n_shards, st.n_unfinished);
-        if (!sets_cpus(req->sbatch_opts))
-            fprintf(stderr, "kvbench: submit: note: no --cpus-per-task after --: each shard "
-                            "runs with the config's threads (or all cores of its node)\n");
-        const char *todo = st.n_unfinished ? list : NULL;
-        if (dry_run)
-            print_scripts(&r, todo, todo != NULL);
-        else
-            rc = submit_jobs(req, &st, todo);
+    } else {
+        rc = write_and_submit(req, m, &st, dry_run, baseline);
     }
-    free(list);
     kb_shard_state_free(&st);
     return rc;
 }
