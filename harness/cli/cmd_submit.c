@@ -267,9 +267,12 @@ static int submit(const submit_request *req, const kb_matrix *m, bool dry_run, c
                  req->n_shards, req->config, st.max_samples, st.max_samples, st.max_samples);
         rc = KB_EXIT_USAGE;
     } else if (st.merged) {
-        printf("nothing to submit: run %s is complete (its %ld shards finished, then were "
-               "merged and reported)\n",
-               st.run_dir, st.n_shards);
+        if (st.n_shards > 1)
+            printf("nothing to submit: run %s is complete (its %ld shards finished, then were "
+                   "merged and reported)\n",
+                   st.run_dir, st.n_shards);
+        else
+            printf("nothing to submit: run %s is complete (finished and reported)\n", st.run_dir);
     } else {
         rc = write_and_submit(req, m, &st, dry_run, baseline);
     }

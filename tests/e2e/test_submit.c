@@ -103,6 +103,31 @@ Test(submit, dry_run_writes_both_scripts_and_submits_nothing)
     tu_result_free(&r);
 }
 
+/* One shard is the whole run: it reports itself, and the finish job only
+ * reports again (there is nothing to merge); once reported, nothing is
+ * submitted. */
+Test(submit, one_shard_is_the_whole_run)
+{
+    char *config = write_config();
+    tu_result r = tu_kvbench("submit", "slurm", config, "--shards", "1", "--dry-run", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "(would be submitted with --array=0)"), "%s", r.out);
+    char *finish_path = at("runs/sub/slurm/finish.sbatch");
+    char *finish = tu_slurp(finish_path, NULL);
+    cr_assert_null(strstr(finish, " merge "), "%s", finish);
+    cr_assert(strstr(finish, " report "), "%s", finish);
+    tu_result_free(&r);
+    run_shard(config, "0/1");
+    r = tu_kvbench("submit", "slurm", config, "--shards", "1", "--dry-run", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "nothing to submit: run "), "%s", r.out);
+    cr_assert(strstr(r.out, " is complete (finished and reported)\n"), "%s", r.out);
+    tu_result_free(&r);
+    free(finish);
+    free(finish_path);
+    free(config);
+}
+
 /* A config's "baseline" makes the finish job fail on a regression against
  * it; --baseline overrides it. */
 Test(submit, the_configs_baseline_is_the_default_baseline)
