@@ -20,6 +20,8 @@ PACKAGES=(
   python3-jieba        # jieba's dictionary and HMM tables, read by the Chinese scorers
   libdnnl-dev          # oneDNN: prefill's matmuls; its BF16 kernels reach ~89 % of an AVX512_BF16
                        # core's peak, kvbench's own tile ~10 % (kvcore/model/gemm_dnnl.h)
+  # a one-node Slurm cluster for the test of `kvbench submit slurm` (tests/e2e/test_slurm.sh)
+  slurm-wlm slurmctld slurmd slurm-client munge
 )
 
 # Messages go to stderr, bold only on a terminal: `./kvbench.sh run > out`

@@ -76,6 +76,7 @@ int kb_args_parse(kb_args *a, const kb_command *cmd, int argc, char **argv)
         }
         if (strcmp(s, "--") == 0) {
             options_done = true;
+            a->n_before_dashdash = a->n_positional;
             continue;
         }
         if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
@@ -112,6 +113,8 @@ int kb_args_parse(kb_args *a, const kb_command *cmd, int argc, char **argv)
             return KB_EXIT_USAGE;
         }
     }
+    if (!options_done)
+        a->n_before_dashdash = a->n_positional;
     if (a->n_positional < cmd->min_positional) {
         kb_error("%s: missing argument; usage: %s", cmd->name, cmd->usage);
         return KB_EXIT_USAGE;

@@ -28,6 +28,7 @@ typedef struct kb_args {
     const char *values[KB_MAX_OPTIONS]; /* NULL: not given; "" for a given flag */
     const char *positional[KB_MAX_POSITIONAL];
     int n_positional;
+    int n_before_dashdash; /* positionals given before "--" (all of them when there is none) */
     const struct kb_command *cmd;
 } kb_args;
 

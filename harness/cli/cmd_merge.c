@@ -3,6 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
+#include "cluster/summary.h"
 #include "run/taskdata.h"
 #include "cli/cli.h"
 #include "util/file.h"
@@ -48,6 +51,25 @@ static long task_size(void *ctx, const char *data, const char *task, kv_error *e
     return n;
 }
 
+/* A run submitted with `kvbench submit slurm` (it has slurm/) also gets
+ * slurm/summary.txt: what each shard took, where. */
+static int write_slurm_summary(const char *run_dir, long n_shards)
+{
+    char *dir = kv_path_join(run_dir, "slurm");
+    struct stat st;
+    kv_error err = {{0}};
+    int rc = 0;
+    if (!dir || (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))) {
+        rc = dir ? kb_slurm_summary_write(run_dir, n_shards, &err) : kv_fail(&err, "out of memory");
+        if (rc < 0)
+            kb_error("merge: the shards are merged, but not summarised: %s", err.msg);
+        else
+            printf("wrote %s/summary.txt\n", dir);
+    }
+    free(dir);
+    return rc;
+}
+
 static int run(const kb_args *a)
 {
     const char *output = kb_arg(a, "output");
@@ -78,6 +100,8 @@ static int run(const kb_args *a)
             rc = KB_EXIT_FAIL;
         } else {
             printf("merged %zu shards into %s (%zu prediction files)\n", n, output, n_files);
+            if (n_found && write_slurm_summary(a->positional[0], (long)n) < 0)
+                rc = KB_EXIT_FAIL;
         }
     }
     for (size_t i = 0; i < n_found; i++)

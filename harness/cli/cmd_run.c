@@ -12,6 +12,7 @@
 #include "run/backend.h"
 #include "cli/cli.h"
 #include "cli/fetch.h"
+#include "cluster/slurm.h"
 #include "matrix/hash.h"
 #include "run/runner.h"
 #include "cli/version.h"
@@ -169,7 +170,8 @@ static const kb_option options[] = {
     {"tasks", "T,...", "tasks or groups (overrides the config's \"tasks\")"},
     {"output", "DIR", "folder for run folders (overrides the config's \"output\")"},
     {"name", "NAME", "run name (overrides the config's \"name\")"},
-    {"threads", "N", "CPU threads (overrides the config's \"threads\")"},
+    {"threads", "N",
+     "CPU threads (overrides the config's \"threads\"; in a Slurm job: $SLURM_CPUS_PER_TASK)"},
     {"limit", "N", "only the first N samples of every task (quick checks)"},
     {"empty-tasks", "error|missing",
      "an empty task file: an error naming it (default), or a task without a score"},
@@ -228,6 +230,7 @@ static int run(const kb_args *a)
         return KB_EXIT_USAGE;
     }
     o.empty_tasks_missing = empty && strcmp(empty, "missing") == 0;
+    o.threads = kb_slurm_cpus_per_task(); /* inside a Slurm job: its CPUs, unless told */
     if (kb_arg_long(a, "threads", 1, 4096, &o.threads) < 0 ||
         kb_arg_long(a, "limit", 1, 1L << 40, &o.limit) < 0)
         return KB_EXIT_USAGE;

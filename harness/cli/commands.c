@@ -9,6 +9,7 @@ extern const kb_command kb_cmd_run;
 extern const kb_command kb_cmd_score;
 extern const kb_command kb_cmd_report;
 extern const kb_command kb_cmd_merge;
+extern const kb_command kb_cmd_submit;
 extern const kb_command kb_cmd_fetch;
 extern const kb_command kb_cmd_prompts;
 extern const kb_command kb_cmd_tasks;
@@ -23,6 +24,7 @@ const kb_command *const kb_commands[] = {
     &kb_cmd_score,
     &kb_cmd_report,
     &kb_cmd_merge,
+    &kb_cmd_submit,
     &kb_cmd_fetch,
     &kb_cmd_prompts,
     &kb_cmd_tasks,

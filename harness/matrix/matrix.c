@@ -1014,7 +1014,7 @@ static int parse_sweep(parser *p, const cJSON *v)
 static const char *const top_keys[] = {
     "$schema", "name",   "description", "model", "model_revision", "protocol",       "compute",
     "threads", "output", "data",        "limit", "max_length",     "max_new_tokens", "tasks",
-    "configs", "sweep",  NULL,
+    "configs", "sweep",  "baseline", NULL,
 };
 
 static int parse_settings(parser *p, const cJSON *root)
@@ -1033,7 +1033,7 @@ static int parse_settings(parser *p, const cJSON *root)
             return failp(p->err, k,
                          "unknown key%s (known: name, description, model, model_revision, "
                          "protocol, compute, threads, output, data, limit, max_length, "
-                         "max_new_tokens, tasks, configs, sweep)",
+                         "max_new_tokens, tasks, configs, sweep, baseline)",
                          nearest_hint(&nr, hint, sizeof hint));
         }
         int rc = 0;
@@ -1062,6 +1062,8 @@ static int parse_settings(parser *p, const cJSON *root)
             m->output_given = true;
         } else if (strcmp(k, "data") == 0) {
             rc = get_string(c, k, &m->data, p->err);
+        } else if (strcmp(k, "baseline") == 0) {
+            rc = get_string(c, k, &m->baseline, p->err);
         } else if (strcmp(k, "limit") == 0) {
             rc = get_long(c, k, 1, LONG_MAX, &p->limit, p->err);
         } else if (strcmp(k, "max_length") == 0) {
@@ -1360,6 +1362,7 @@ void kb_matrix_free(kb_matrix *m)
     free(m->compute);
     free(m->output);
     free(m->data);
+    free(m->baseline);
     for (size_t i = 0; i < m->n_tasks; i++) {
         free(m->tasks[i].name);
         free(m->tasks[i].origin);

@@ -73,6 +73,7 @@ typedef struct kb_matrix {
     bool output_given;    /* the file sets "output" (not the default) */
     char *data;           /* folder with <task>.jsonl; default "datasets/longbench" */
     long threads;         /* 0 = all cores */
+    char *baseline;       /* a run folder the nightly report compares with (kvbench submit); may be NULL */
     bool empty_tasks_missing; /* kvbench run --empty-tasks missing: an empty task file is
                                * a task without samples (no score), not an error */
     kb_task_spec *tasks;

@@ -72,16 +72,22 @@ bool kb_shard_selects(const kb_shard *s, long sample_index)
     return s->count <= 1 || sample_index % s->count == s->index;
 }
 
-char *kb_run_dir(const char *output, const char *run_name, const kb_shard *shard)
+char *kb_shard_dir(const char *run_dir, const kb_shard *shard)
 {
     char *dir = NULL;
-    if (shard && shard->count > 1) {
-        if (asprintf(&dir, "%s/%s/shards/%ld-of-%ld", output, run_name, shard->index,
-                     shard->count) < 0)
-            return NULL;
-        return dir;
-    }
-    return path2(output, run_name);
+    if (asprintf(&dir, "%s/shards/%ld-of-%ld", run_dir, shard->index, shard->count) < 0)
+        return NULL;
+    return dir;
+}
+
+char *kb_run_dir(const char *output, const char *run_name, const kb_shard *shard)
+{
+    char *run_dir = path2(output, run_name);
+    if (!run_dir || !shard || shard->count <= 1)
+        return run_dir;
+    char *dir = kb_shard_dir(run_dir, shard);
+    free(run_dir);
+    return dir;
 }
 
 /* ---- run.json ---------------------------------------------------------- */
@@ -355,6 +361,42 @@ int kb_run_mark_finished(kb_run *run, kv_error *err)
     return rc;
 }
 
+/* "pid P on host H", from what the holder of run.lock wrote into it. */
+static void lock_holder(int fd, char *out, size_t n)
+{
+    char text[256] = "", host[200] = "?";
+    ssize_t len = pread(fd, text, sizeof text - 1, 0);
+    text[len > 0 ? len : 0] = '\0';
+    long pid = 0;
+    if (sscanf(text, "%ld %199s", &pid, host) < 1)
+        pid = 0;
+    snprintf(out, n, "pid %ld on host %s", pid, host);
+}
+
+int kb_run_lock_holder(const char *dir, char *holder, size_t n, kv_error *err)
+{
+    char *path = path2(dir, "run.lock");
+    if (!path)
+        return kv_fail(err, "out of memory");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int rc = 0;
+    if (fd < 0) {
+        if (errno != ENOENT)
+            rc = kv_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    } else if (flock(fd, LOCK_SH | LOCK_NB) == 0) {
+        flock(fd, LOCK_UN); /* free: let go at once, a shard may be starting */
+    } else if (errno == EWOULDBLOCK) {
+        lock_holder(fd, holder, n);
+        rc = 1;
+    } else {
+        rc = kv_fail(err, "%s: cannot lock: %s", path, strerror(errno));
+    }
+    if (fd >= 0)
+        close(fd);
+    free(path);
+    return rc;
+}
+
 /* Takes the folder's write lock: an exclusive flock on dir/run.lock, which
  * then records "pid host" for whoever finds it taken. The kernel drops the
  * lock when the process ends, however it ends, so a crash never leaves a
@@ -372,16 +414,12 @@ static int lock_run_dir(const char *dir, kv_error *err)
     }
     if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
         if (errno == EWOULDBLOCK) {
-            char holder[256] = "", host[200] = "?";
-            ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
-            holder[n > 0 ? n : 0] = '\0';
-            long pid = 0;
-            if (sscanf(holder, "%ld %199s", &pid, host) < 1)
-                pid = 0;
+            char holder[256];
+            lock_holder(fd, holder, sizeof holder);
             kv_fail(err,
-                    "%s: another kvbench run (pid %ld on host %s) is writing this run folder; "
+                    "%s: another kvbench run (%s) is writing this run folder; "
                     "wait for it to end, or give this run another name (--name)",
-                    dir, pid, host);
+                    dir, holder);
         } else {
             kv_fail(err, "%s: cannot lock: %s", path, strerror(errno));
         }

@@ -62,6 +62,8 @@ typedef struct kb_run {
 /* The folder a run (or one shard of it) writes to:
  * <output>/<run> or <output>/<run>/shards/<i>-of-<n>. Caller frees. */
 char *kb_run_dir(const char *output, const char *run_name, const kb_shard *shard);
+/* <run_dir>/shards/<i>-of-<n>. Caller frees. */
+char *kb_shard_dir(const char *run_dir, const kb_shard *shard);
 
 /* Creates dir (and predictions/) or resumes it, holding an exclusive flock
  * on dir/run.lock until kb_run_close: a second run into the same folder
@@ -74,6 +76,11 @@ char *kb_run_dir(const char *output, const char *run_name, const kb_shard *shard
  * know; configs and tasks that are new are added (run.json is rewritten
  * atomically), so a matrix can grow between nights. */
 int kb_run_open(const char *dir, const kb_run_info *info, kb_run *run, kv_error *err);
+
+/* Whether a kvbench run is writing dir now: 1 with "pid P on host H" in
+ * holder, 0 when nobody holds dir's lock (or dir has none), -1 on an error.
+ * It takes the lock for no longer than the test. */
+int kb_run_lock_holder(const char *dir, char *holder, size_t n, kv_error *err);
 
 /* Records in run.json that the run (or shard) completed: "finished" is the
  * UTC time, null while it runs. kb_run_open resets it (a rerun may add work). */

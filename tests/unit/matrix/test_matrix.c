@@ -63,7 +63,7 @@ Test(matrix, errors_name_the_key_path)
                  "thread: unknown key (did you mean \"threads\"?) (known: name, description, "
                  "model, model_revision, "
                  "protocol, compute, threads, output, data, limit, max_length, max_new_tokens, "
-                 "tasks, configs, sweep)");
+                 "tasks, configs, sweep, baseline)");
     expect_error("{" BASE ", \"threads\": -1}", "threads: must be >= 0");
     expect_error("{" BASE ", \"compute\": \"fp16\"}", "compute: must be \"f32\" or \"bf16\"");
     expect_error("{" BASE ", \"compute\": 16}", "compute: must be a non-empty string");
