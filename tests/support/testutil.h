@@ -3,6 +3,8 @@
 #ifndef KB_TESTUTIL_H
 #define KB_TESTUTIL_H
 
+#include <stdint.h>
+#include <string.h>
 #include <stddef.h>
 
 typedef struct tu_result {
@@ -29,5 +31,19 @@ char *tu_data(const char *rel);
 
 /* Whole file as a NUL-terminated string (abort on failure). */
 char *tu_slurp(const char *path, size_t *len);
+
+/* The bits of an F32 value and back: tests that require results bit for bit. */
+static inline uint32_t tu_f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+static inline float tu_f32_from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 
 #endif

@@ -11,20 +11,7 @@
 #include "model/gemm_dnnl.h"
 #include "model/kernels.h"
 #include "support/levels.h"
-
-static uint32_t bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float from_bits(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
+#include "support/testutil.h"
 
 Test(kernels, bf16_rounding_is_to_nearest_even)
 {
@@ -41,7 +28,7 @@ Test(kernels, bf16_rounding_is_to_nearest_even)
         {0x00000001, 0x0000}, /* the smallest denormal rounds to zero */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        float f = from_bits(cases[i][0]);
+        float f = tu_f32_from_bits(cases[i][0]);
         cr_expect_eq(kv_f32_to_bf16(f), cases[i][1], "%08x -> %04x, want %04x", cases[i][0],
                      kv_f32_to_bf16(f), cases[i][1]);
         /* the vector path (8 at a time) and the scalar tail agree */
@@ -50,8 +37,8 @@ Test(kernels, bf16_rounding_is_to_nearest_even)
             v[k] = f;
         kv_round_bf16(v, 9);
         for (int k = 0; k < 9; k++)
-            cr_expect_eq(bits(v[k]), cases[i][1] << 16, "kv_round_bf16(%08x)[%d] = %08x",
-                         cases[i][0], k, bits(v[k]));
+            cr_expect_eq(tu_f32_bits(v[k]), cases[i][1] << 16, "kv_round_bf16(%08x)[%d] = %08x",
+                         cases[i][0], k, tu_f32_bits(v[k]));
     }
     float nan[9];
     for (int k = 0; k < 9; k++)
@@ -221,7 +208,7 @@ static void check_batch(kv_pool *p, kv_dtype dt, kv_compute mode, int rows, int 
         for (int b = 0; b < batch; b++) {
             kv_gemv(p, &w[i], xs + (size_t)b * (size_t)cols, mode, alone);
             for (int r = 0; r < w[i].rows; r++)
-                cr_assert_eq(bits(ys[i][(size_t)b * (size_t)w[i].rows + (size_t)r]), bits(alone[r]),
+                cr_assert_eq(tu_f32_bits(ys[i][(size_t)b * (size_t)w[i].rows + (size_t)r]), tu_f32_bits(alone[r]),
                              "%s: dtype %d, mode %s, %d x %d, batch %d: row %d of input %d is "
                              "%.9g batched, %.9g alone",
                              kv_isa_name(kv_isa_active()), (int)dt, kv_compute_name(mode),
@@ -299,7 +286,7 @@ Test(kernels, attention_slot_runs_equal_dot_and_axpy_bit_for_bit)
         kv_dot8(a, b, stride, n, scale, got);
         for (int j = 0; j < 8; j++) {
             float want = kv_dot(a, b + (size_t)j * stride, n) * scale;
-            cr_assert_eq(bits(got[j]), bits(want), "n %d row %d: %.9g vs %.9g", n, j, got[j],
+            cr_assert_eq(tu_f32_bits(got[j]), tu_f32_bits(want), "n %d row %d: %.9g vs %.9g", n, j, got[j],
                          want);
         }
         /* three outputs (a pair and a lone head), 1..8 rows in order */

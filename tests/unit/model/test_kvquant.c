@@ -14,20 +14,6 @@
 
 static uint32_t hex(const cJSON *s) { return (uint32_t)strtoul(s->valuestring, NULL, 16); }
 
-static float from_bits(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static uint32_t bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
 static cJSON *vectors(void)
 {
     char *path = tu_data("kvquant/vectors.json");
@@ -45,13 +31,13 @@ static void check_group(const char *name, const float *x, size_t n, size_t strid
 {
     uint8_t q[256];
     kv_qgroup g = kv_quant_group(x, n, stride, b, q);
-    cr_expect_eq(bits(g.scale), hex(cJSON_GetObjectItem(want, "scale")), "%s: scale", name);
-    cr_expect_eq(bits(g.min), hex(cJSON_GetObjectItem(want, "min")), "%s: min", name);
+    cr_expect_eq(tu_f32_bits(g.scale), hex(cJSON_GetObjectItem(want, "scale")), "%s: scale", name);
+    cr_expect_eq(tu_f32_bits(g.min), hex(cJSON_GetObjectItem(want, "min")), "%s: min", name);
     const cJSON *wq = cJSON_GetObjectItem(want, "q"), *wb = cJSON_GetObjectItem(want, "back");
     cr_assert_eq((size_t)cJSON_GetArraySize(wq), n, "%s: codes", name);
     for (size_t i = 0; i < n; i++) {
         cr_expect_eq(q[i], cJSON_GetArrayItem(wq, (int)i)->valueint, "%s: q[%zu]", name, i);
-        cr_expect_eq(bits(kv_dequant(q[i], g)), hex(cJSON_GetArrayItem(wb, (int)i)),
+        cr_expect_eq(tu_f32_bits(kv_dequant(q[i], g)), hex(cJSON_GetArrayItem(wb, (int)i)),
                      "%s: value read back [%zu]", name, i);
     }
     const cJSON *packed = cJSON_GetObjectItem(want, "packed");
@@ -77,7 +63,7 @@ Test(kvquant, groups_match_the_float64_reference_bit_for_bit)
         size_t total = (size_t)cJSON_GetArraySize(xs);
         float *x = malloc(total * sizeof *x);
         for (size_t i = 0; i < total; i++)
-            x[i] = from_bits(hex(cJSON_GetArrayItem(xs, (int)i)));
+            x[i] = tu_f32_from_bits(hex(cJSON_GetArrayItem(xs, (int)i)));
         for (size_t col = 0; col < stride; col++)
             check_group(name, x + col, total / stride, stride,
                         cJSON_GetObjectItem(c, "bits")->valueint, cJSON_GetArrayItem(groups, (int)col));
@@ -92,7 +78,7 @@ Test(kvquant, bf16_and_f16_round_to_nearest_even_as_the_reference)
 {
     cJSON *doc = vectors(), *c;
     cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, "convert")) {
-        float x = from_bits(hex(cJSON_GetObjectItem(c, "x")));
+        float x = tu_f32_from_bits(hex(cJSON_GetObjectItem(c, "x")));
         cr_expect_eq(kv_f32_to_bf16(x), hex(cJSON_GetObjectItem(c, "bf16")), "bf16 of %a", (double)x);
         cr_expect_eq(kv_f32_to_f16(x), hex(cJSON_GetObjectItem(c, "f16")), "f16 of %a", (double)x);
     }
@@ -161,7 +147,7 @@ static kv_cache *filled(int n, const kv_cache_quant *q, float *k0, float *v0)
 static void expect_rows(const float *got, const float *want, int from, int to, const char *what)
 {
     for (int i = from * T_ROW; i < to * T_ROW; i++)
-        cr_expect_eq(bits(got[i]), bits(want[i]), "%s: slot %d channel %d", what, i / T_ROW,
+        cr_expect_eq(tu_f32_bits(got[i]), tu_f32_bits(want[i]), "%s: slot %d channel %d", what, i / T_ROW,
                      i % T_ROW);
 }
 
