@@ -89,9 +89,9 @@ int lb_template_check(const char *template, char *msg, size_t n)
     return 0;
 }
 
-static int format_braces(const lb_task *task, const lb_sample *s, kv_strbuf *out, kv_error *err)
+static int format_braces(const lb_task *task, const char *t, const lb_sample *s, kv_strbuf *out,
+                         kv_error *err)
 {
-    const char *t = task->prompt;
     while (*t) {
         size_t lit = strcspn(t, "{}");
         if (kv_strbuf_add(out, t, lit) < 0)
@@ -142,7 +142,8 @@ static int replace_all(kv_strbuf *text, const char *key, const char *value, size
 
 /* v2 pred.py: template.replace('$DOC$', context.strip()).replace('$Q$', question.strip())
  * .replace('$C_A$', choice_A.strip()) ... ; the CoT answer step also replaces $COT$. */
-static int format_dollars(const lb_task *task, const lb_sample *s, kv_strbuf *out, kv_error *err)
+static int format_dollars(const lb_task *task, const char *t, const lb_sample *s, kv_strbuf *out,
+                          kv_error *err)
 {
     if (!s->choices[0].p || !s->choices[1].p || !s->choices[2].p || !s->choices[3].p)
         return kv_fail(err, "task %s needs LongBench v2 records (choice_A..choice_D)", task->name);
@@ -152,7 +153,7 @@ static int format_dollars(const lb_task *task, const lb_sample *s, kv_strbuf *ou
     const char *keys[] = {"$DOC$", "$Q$", "$C_A$", "$C_B$", "$C_C$", "$C_D$", "$COT$"};
     const kv_str values[] = {s->context,    s->input,      s->choices[0], s->choices[1],
                              s->choices[2], s->choices[3], s->cot};
-    if (kv_strbuf_add(out, task->prompt, strlen(task->prompt)) < 0)
+    if (kv_strbuf_add(out, t, strlen(t)) < 0)
         return kv_fail(err, "out of memory building a %s prompt", task->name);
     for (int i = 0; i < 7; i++) {
         if (i == 6 && !wants_cot)
@@ -165,20 +166,42 @@ static int format_dollars(const lb_task *task, const lb_sample *s, kv_strbuf *ou
     return 0;
 }
 
-int lb_prompt_format(const lb_task *task, const lb_sample *s, char **text, size_t *len,
-                     kv_error *err)
+/* Template t (the task's, or its question part) with the sample substituted. */
+static int format_template(const lb_task *task, const char *t, const lb_sample *s, char **text,
+                           size_t *len, kv_error *err)
 {
     kv_strbuf out = {0};
     if (kv_strbuf_add(&out, "", 0) < 0) /* an empty prompt is still a string */
         return kv_fail(err, "out of memory building a %s prompt", task->name);
-    int rc = task->template_kind == LB_TEMPLATE_DOLLARS ? format_dollars(task, s, &out, err)
-                                                        : format_braces(task, s, &out, err);
+    int rc = task->template_kind == LB_TEMPLATE_DOLLARS ? format_dollars(task, t, s, &out, err)
+                                                        : format_braces(task, t, s, &out, err);
     if (rc < 0) {
         free(out.s);
         return -1;
     }
     *text = out.s;
     *len = out.len;
+    return 0;
+}
+
+int lb_prompt_format(const lb_task *task, const lb_sample *s, char **text, size_t *len,
+                     kv_error *err)
+{
+    return format_template(task, task->prompt, s, text, len, err);
+}
+
+/* How many bytes at the end of the formatted prompt are its question part:
+ * the question part of the template, formatted on its own (kvpress formats
+ * context and question apart), at most the whole prompt. */
+static int question_bytes(const lb_task *task, const lb_sample *s, size_t prompt_len, size_t *q,
+                          kv_error *err)
+{
+    char *text = NULL;
+    if (format_template(task, task->prompt + lb_task_question_at(task), s, &text, q, err) < 0)
+        return -1;
+    free(text);
+    if (*q > prompt_len)
+        *q = prompt_len;
     return 0;
 }
 
@@ -193,11 +216,24 @@ void lb_prompt_free(lb_prompt *p)
     memset(p, 0, sizeof *p);
 }
 
+/* Where the question part starts in the truncated text new[0..nlen), the
+ * first head_n bytes of which are the kept head: at the same distance from
+ * the end when the question survived whole, else where it did in the head,
+ * else the question's surviving part is the whole tail. */
+static size_t cut_after_truncation(const char *old, size_t olen, size_t cut, const char *new,
+                                   size_t nlen, size_t head_n)
+{
+    size_t q = olen - cut;
+    if (q <= nlen - head_n && memcmp(new + nlen - q, old + cut, q) == 0)
+        return nlen - q;
+    return cut < head_n ? cut : head_n;
+}
+
 /* pred.py: half = int(max_length/2); prompt = decode(ids[:half]) + decode(ids[-half:]),
  * both with skip_special_tokens=True. v2's pred.py keeps ids[-max_len//2:], which
  * in Python is one more token when max_len is odd. Replaces *text. */
 static int cut_middle(const kv_tokenizer *t, const int32_t *ids, size_t n, long max_length, bool v2,
-                      char **text, size_t *len, kv_error *err)
+                      char **text, size_t *len, size_t *cut, kv_error *err)
 {
     size_t half = (size_t)max_length / 2, tail_n = v2 ? (size_t)(max_length + 1) / 2 : half;
     if (tail_n == 0) /* max_length 1: Python's ids[-0:] is the whole list, not none of it */
@@ -213,6 +249,7 @@ static int cut_middle(const kv_tokenizer *t, const int32_t *ids, size_t n, long 
     free(head);
     free(tail);
     if (rc == 0) {
+        *cut = cut_after_truncation(*text, *len, *cut, joined.s, joined.len, head_n);
         free(*text);
         *text = joined.s;
         *len = joined.len;
@@ -222,36 +259,98 @@ static int cut_middle(const kv_tokenizer *t, const int32_t *ids, size_t n, long 
     return rc;
 }
 
+/* The last occurrence of needle[0..n) in hay[0..len), or NULL. */
+static const char *last_occurrence(const char *hay, size_t len, const char *needle, size_t n)
+{
+    const char *found = NULL, *p = hay, *end = hay + len, *hit;
+    while ((hit = memmem(p, (size_t)(end - p), needle, n))) {
+        found = hit;
+        p = hit + 1;
+    }
+    return found;
+}
+
+/* Where the question part text[cut..len) starts in the rendered chat: the
+ * last place its text occurs (the end of turn follows it), its trailing
+ * whitespace aside, since a template may trim the message (Llama 3). */
+static int cut_after_chat(const char *text, size_t len, size_t cut, const char *chat,
+                          size_t chat_len, size_t *out, kv_error *err)
+{
+    size_t q = len - cut;
+    while (q > 0 && text[cut + q - 1] && strchr(" \t\n\r\f\v", text[cut + q - 1]))
+        q--;
+    if (q == 0) { /* no question text: it is all in the template's tail */
+        const char *c = last_occurrence(chat, chat_len, text, len);
+        *out = c ? (size_t)(c - chat) + len : chat_len;
+        return 0;
+    }
+    const char *at = last_occurrence(chat, chat_len, text + cut, q);
+    if (!at)
+        return kv_fail(err, "the chat template changed the question's text; cannot find where the "
+                            "question part starts");
+    *out = (size_t)(at - chat);
+    return 0;
+}
+
 static int apply_chat(const kv_tokenizer *t, bool enable_thinking, char **text, size_t *len,
-                      kv_error *err)
+                      size_t *cut, kv_error *err)
 {
     kv_chat_message user = {.role = "user", .content = *text, .content_len = *len};
     size_t chat_len;
     char *chat = kv_chat_render_len(t, &user, 1, true, enable_thinking, &chat_len, err);
     if (!chat)
         return -1;
+    if (cut_after_chat(*text, *len, *cut, chat, chat_len, cut, err) < 0) {
+        free(chat);
+        return -1;
+    }
     free(*text);
     *text = chat;
     *len = chat_len;
     return 0;
 }
 
+/* The tokens before the first one that starts at or after byte cut of the
+ * text they encode, counted from the end (an added BOS is not in the text;
+ * the question part is whole at the end). At least one token is left to the
+ * question: it is what the answer's first token is predicted from. */
+static size_t context_tokens(const kv_tokenizer *t, const int32_t *ids, size_t n, size_t len,
+                             size_t cut)
+{
+    size_t tail = 0, i = n;
+    while (i > 0) {
+        size_t b = 0;
+        kv_tokenizer_token_bytes(t, ids[i - 1], &b);
+        if (tail + b > len - cut)
+            break;
+        tail += b;
+        i--;
+    }
+    return i == n && n > 0 ? n - 1 : i;
+}
+
 int lb_prompt_build(const lb_task *task, const lb_sample *s, const kv_tokenizer *t,
                     const lb_prompt_options *opts, lb_prompt *p, kv_error *err)
 {
     memset(p, 0, sizeof *p);
+    size_t q = 0;
     if (lb_prompt_format(task, s, &p->text, &p->len, err) < 0)
         return -1;
+    /* The question part's first byte, followed through truncation and chat. */
+    size_t cut = p->len;
+    int rc = question_bytes(task, s, p->len, &q, err);
+    cut -= q;
     /* pred.py: tokenizer(prompt) adds the special tokens (Llama-3: BOS; Qwen: none). */
-    int rc = kv_tokenizer_encode_special(t, p->text, p->len, &p->ids, &p->n_raw, err);
+    if (rc == 0)
+        rc = kv_tokenizer_encode_special(t, p->text, p->len, &p->ids, &p->n_raw, err);
     if (rc == 0 && opts->max_length > 0 && p->n_raw > (size_t)opts->max_length) {
         rc = cut_middle(t, p->ids, p->n_raw, opts->max_length, task->family == LB_FAMILY_V2,
-                        &p->text, &p->len, err);
+                        &p->text, &p->len, &cut, err);
         p->truncated = true;
     }
     p->chat = lb_protocol_chat(opts->protocol, task) && kv_tokenizer_chat_template(t) != NULL;
     if (rc == 0 && p->chat)
-        rc = apply_chat(t, opts->enable_thinking, &p->text, &p->len, err);
+        rc = apply_chat(t, opts->enable_thinking, &p->text, &p->len, &cut, err);
     if (rc == 0 && (p->truncated || p->chat)) { /* re-tokenise the final text */
         free(p->ids);
         p->ids = NULL;
@@ -264,6 +363,8 @@ int lb_prompt_build(const lb_task *task, const lb_sample *s, const kv_tokenizer 
     } else {
         p->n_ids = p->n_raw;
     }
+    if (rc == 0)
+        p->n_context = context_tokens(t, p->ids, p->n_ids, p->len, cut);
     if (rc < 0) {
         char where[160];
         snprintf(where, sizeof where, "%s sample %s", task->name, s->id ? s->id : "?");

@@ -6,6 +6,11 @@
  *      join the texts and tokenise again;
  *   3. wrap the text in the model's chat template when the protocol says so.
  *
+ * The tokens are then split into a context part and a question part at the
+ * first token that starts at or after the task's cut (lb_task.question_from,
+ * followed through steps 2 and 3): query-agnostic eviction compresses the
+ * context before the question is read.
+ *
  * Two protocols decide step 3 and where generation stops:
  *   longbench  pred.py: chat on every task but trec triviaqa samsum lsht lcc
  *              repobench-p; stop at EOS, samsum also at the single "\n" token.
@@ -67,6 +72,8 @@ typedef struct lb_prompt {
     int32_t *ids; /* text tokenised: with the tokenizer's special tokens (BOS) for a plain
                      prompt, as the rendered template writes them for a chat */
     size_t n_ids;
+    size_t n_context; /* ids[0..n_context) are the context part, the rest the question part
+                         (lb_task.question_from; docs/longbench.md) */
     size_t n_raw;   /* tokens of the substituted template before truncation */
     bool truncated; /* the middle was cut */
     bool chat;      /* the chat template was applied */

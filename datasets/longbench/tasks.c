@@ -7,6 +7,13 @@
  *   n          LongBench/task.md (LongBench-E: 0-4k + 4-8k + 8k+)
  * The templates are the JSON string literals of dataset2prompt.json, split
  * after each \n only so that they can be read; the escapes mean the same in C.
+ *
+ * "question from" is where the question part of a prompt starts: the first
+ * place in the template where that text occurs. It is the cut of NVIDIA
+ * kvpress's LongBench datasets (evaluation/benchmarks/longbench and
+ * longbenchv2, create_huggingface_dataset.py: context_prefix, then
+ * question_template + answer_prefix), so a query-agnostic config compresses
+ * what kvpress compresses (docs/longbench.md, "Context and question").
  */
 #include "longbench/tasks.h"
 
@@ -296,6 +303,10 @@ static const char S_PASSAGE[] =
     "Below are numbered paragraphs. Each one ends with its number in brackets.\n\n"
     "{context}\n\n{input}";
 
+/* v2: kvpress's context ends before the question and its choices (without
+ * context, the whole prompt is the question). */
+#define V2_CUT "What is the correct answer to this question:"
+
 #define V1 LB_FAMILY_V1
 #define E  LB_FAMILY_E
 #define V2 LB_FAMILY_V2
@@ -304,55 +315,55 @@ static const char S_PASSAGE[] =
 #define DL LB_TEMPLATE_DOLLARS
 
 const lb_task lb_tasks[] = {
-/*  name                    base                    family category         metric                max_gen lang   chat   first  \n-stop  n    kind template */
-    {"narrativeqa",          "narrativeqa",          V1, "single-doc QA",  "qa_f1_score",          128, "en",   true,  false, false, 200, BR, P_NARRATIVEQA},
-    {"qasper",               "qasper",               V1, "single-doc QA",  "qa_f1_score",          128, "en",   true,  false, false, 200, BR, P_QASPER},
-    {"multifieldqa_en",      "multifieldqa_en",      V1, "single-doc QA",  "qa_f1_score",           64, "en",   true,  false, false, 150, BR, P_MULTIFIELDQA_EN},
-    {"multifieldqa_zh",      "multifieldqa_zh",      V1, "single-doc QA",  "qa_f1_zh_score",        64, "zh",   true,  false, false, 200, BR, P_MULTIFIELDQA_ZH},
-    {"hotpotqa",             "hotpotqa",             V1, "multi-doc QA",   "qa_f1_score",           32, "en",   true,  false, false, 200, BR, P_HOTPOTQA},
-    {"2wikimqa",             "2wikimqa",             V1, "multi-doc QA",   "qa_f1_score",           32, "en",   true,  false, false, 200, BR, P_2WIKIMQA},
-    {"musique",              "musique",              V1, "multi-doc QA",   "qa_f1_score",           32, "en",   true,  false, false, 200, BR, P_MUSIQUE},
-    {"dureader",             "dureader",             V1, "multi-doc QA",   "rouge_zh_score",       128, "zh",   true,  false, false, 200, BR, P_DUREADER},
-    {"gov_report",           "gov_report",           V1, "summarization",  "rouge_score",          512, "en",   true,  false, false, 200, BR, P_GOV_REPORT},
-    {"qmsum",                "qmsum",                V1, "summarization",  "rouge_score",          512, "en",   true,  false, false, 200, BR, P_QMSUM},
-    {"multi_news",           "multi_news",           V1, "summarization",  "rouge_score",          512, "en",   true,  false, false, 200, BR, P_MULTI_NEWS},
-    {"vcsum",                "vcsum",                V1, "summarization",  "rouge_zh_score",       512, "zh",   true,  false, false, 200, BR, P_VCSUM},
-    {"trec",                 "trec",                 V1, "few-shot",       "classification_score",  64, "en",   false, true,  false, 200, BR, P_TREC},
-    {"triviaqa",             "triviaqa",             V1, "few-shot",       "qa_f1_score",           32, "en",   false, true,  false, 200, BR, P_TRIVIAQA},
-    {"samsum",               "samsum",               V1, "few-shot",       "rouge_score",          128, "en",   false, true,  true,  200, BR, P_SAMSUM},
-    {"lsht",                 "lsht",                 V1, "few-shot",       "classification_score",  64, "zh",   false, true,  false, 200, BR, P_LSHT},
-    {"passage_count",        "passage_count",        V1, "synthetic",      "count_score",           32, "en",   true,  false, false, 200, BR, P_PASSAGE_COUNT},
-    {"passage_retrieval_en", "passage_retrieval_en", V1, "synthetic",      "retrieval_score",       32, "en",   true,  false, false, 200, BR, P_PASSAGE_RETRIEVAL_EN},
-    {"passage_retrieval_zh", "passage_retrieval_zh", V1, "synthetic",      "retrieval_zh_score",    32, "zh",   true,  false, false, 200, BR, P_PASSAGE_RETRIEVAL_ZH},
-    {"lcc",                  "lcc",                  V1, "code",           "code_sim_score",        64, "code", false, false, false, 500, BR, P_LCC},
-    {"repobench-p",          "repobench-p",          V1, "code",           "code_sim_score",        64, "code", false, false, false, 500, BR, P_REPOBENCH_P},
+/*  name                    base                    family category         metric                max_gen lang   chat   first  \n-stop  n    kind template  question from */
+    {"narrativeqa",          "narrativeqa",          V1, "single-doc QA",  "qa_f1_score",          128, "en",   true,  false, false, 200, BR, P_NARRATIVEQA, "Question: {input}"},
+    {"qasper",               "qasper",               V1, "single-doc QA",  "qa_f1_score",          128, "en",   true,  false, false, 200, BR, P_QASPER, "Question: {input}"},
+    {"multifieldqa_en",      "multifieldqa_en",      V1, "single-doc QA",  "qa_f1_score",           64, "en",   true,  false, false, 150, BR, P_MULTIFIELDQA_EN, "Question: {input}"},
+    {"multifieldqa_zh",      "multifieldqa_zh",      V1, "single-doc QA",  "qa_f1_zh_score",        64, "zh",   true,  false, false, 200, BR, P_MULTIFIELDQA_ZH, "问题：{input}"},
+    {"hotpotqa",             "hotpotqa",             V1, "multi-doc QA",   "qa_f1_score",           32, "en",   true,  false, false, 200, BR, P_HOTPOTQA, "Question: {input}"},
+    {"2wikimqa",             "2wikimqa",             V1, "multi-doc QA",   "qa_f1_score",           32, "en",   true,  false, false, 200, BR, P_2WIKIMQA, "Question: {input}"},
+    {"musique",              "musique",              V1, "multi-doc QA",   "qa_f1_score",           32, "en",   true,  false, false, 200, BR, P_MUSIQUE, "Question: {input}"},
+    {"dureader",             "dureader",             V1, "multi-doc QA",   "rouge_zh_score",       128, "zh",   true,  false, false, 200, BR, P_DUREADER, "问题：{input}"},
+    {"gov_report",           "gov_report",           V1, "summarization",  "rouge_score",          512, "en",   true,  false, false, 200, BR, P_GOV_REPORT, "Now, write"},
+    {"qmsum",                "qmsum",                V1, "summarization",  "rouge_score",          512, "en",   true,  false, false, 200, BR, P_QMSUM, "Query: {input}"},
+    {"multi_news",           "multi_news",           V1, "summarization",  "rouge_score",          512, "en",   true,  false, false, 200, BR, P_MULTI_NEWS, "Now, write"},
+    {"vcsum",                "vcsum",                V1, "summarization",  "rouge_zh_score",       512, "zh",   true,  false, false, 200, BR, P_VCSUM, "会议总结："},
+    {"trec",                 "trec",                 V1, "few-shot",       "classification_score",  64, "en",   false, true,  false, 200, BR, P_TREC, "{input}"},
+    {"triviaqa",             "triviaqa",             V1, "few-shot",       "qa_f1_score",           32, "en",   false, true,  false, 200, BR, P_TRIVIAQA, "{input}"},
+    {"samsum",               "samsum",               V1, "few-shot",       "rouge_score",          128, "en",   false, true,  true,  200, BR, P_SAMSUM, "{input}"},
+    {"lsht",                 "lsht",                 V1, "few-shot",       "classification_score",  64, "zh",   false, true,  false, 200, BR, P_LSHT, "{input}"},
+    {"passage_count",        "passage_count",        V1, "synthetic",      "count_score",           32, "en",   true,  false, false, 200, BR, P_PASSAGE_COUNT, "Please enter"},
+    {"passage_retrieval_en", "passage_retrieval_en", V1, "synthetic",      "retrieval_score",       32, "en",   true,  false, false, 200, BR, P_PASSAGE_RETRIEVAL_EN, "{input}"},
+    {"passage_retrieval_zh", "passage_retrieval_zh", V1, "synthetic",      "retrieval_zh_score",    32, "zh",   true,  false, false, 200, BR, P_PASSAGE_RETRIEVAL_ZH, "{input}"},
+    {"lcc",                  "lcc",                  V1, "code",           "code_sim_score",        64, "code", false, false, false, 500, BR, P_LCC, "Next line of code"},
+    {"repobench-p",          "repobench-p",          V1, "code",           "code_sim_score",        64, "code", false, false, false, 500, BR, P_REPOBENCH_P, "{input}"},
 
-    {"qasper_e",             "qasper",               E,  "single-doc QA",  "qa_f1_score",          128, "en",   true,  false, false, 224, BR, P_QASPER},
-    {"multifieldqa_en_e",    "multifieldqa_en",      E,  "single-doc QA",  "qa_f1_score",           64, "en",   true,  false, false, 150, BR, P_MULTIFIELDQA_EN},
-    {"hotpotqa_e",           "hotpotqa",             E,  "multi-doc QA",   "qa_f1_score",           32, "en",   true,  false, false, 300, BR, P_HOTPOTQA},
-    {"2wikimqa_e",           "2wikimqa",             E,  "multi-doc QA",   "qa_f1_score",           32, "en",   true,  false, false, 300, BR, P_2WIKIMQA},
-    {"gov_report_e",         "gov_report",           E,  "summarization",  "rouge_score",          512, "en",   true,  false, false, 300, BR, P_GOV_REPORT},
-    {"multi_news_e",         "multi_news",           E,  "summarization",  "rouge_score",          512, "en",   true,  false, false, 294, BR, P_MULTI_NEWS},
-    {"trec_e",               "trec",                 E,  "few-shot",       "classification_score",  64, "en",   false, true,  false, 300, BR, P_TREC},
-    {"triviaqa_e",           "triviaqa",             E,  "few-shot",       "qa_f1_score",           32, "en",   false, true,  false, 300, BR, P_TRIVIAQA},
-    {"samsum_e",             "samsum",               E,  "few-shot",       "rouge_score",          128, "en",   false, true,  true,  300, BR, P_SAMSUM},
-    {"passage_count_e",      "passage_count",        E,  "synthetic",      "count_score",           32, "en",   true,  false, false, 300, BR, P_PASSAGE_COUNT},
-    {"passage_retrieval_en_e","passage_retrieval_en",E,  "synthetic",      "retrieval_score",       32, "en",   true,  false, false, 300, BR, P_PASSAGE_RETRIEVAL_EN},
-    {"lcc_e",                "lcc",                  E,  "code",           "code_sim_score",        64, "code", false, false, false, 300, BR, P_LCC},
-    {"repobench-p_e",        "repobench-p",          E,  "code",           "code_sim_score",        64, "code", false, false, false, 300, BR, P_REPOBENCH_P},
+    {"qasper_e",             "qasper",               E,  "single-doc QA",  "qa_f1_score",          128, "en",   true,  false, false, 224, BR, P_QASPER, "Question: {input}"},
+    {"multifieldqa_en_e",    "multifieldqa_en",      E,  "single-doc QA",  "qa_f1_score",           64, "en",   true,  false, false, 150, BR, P_MULTIFIELDQA_EN, "Question: {input}"},
+    {"hotpotqa_e",           "hotpotqa",             E,  "multi-doc QA",   "qa_f1_score",           32, "en",   true,  false, false, 300, BR, P_HOTPOTQA, "Question: {input}"},
+    {"2wikimqa_e",           "2wikimqa",             E,  "multi-doc QA",   "qa_f1_score",           32, "en",   true,  false, false, 300, BR, P_2WIKIMQA, "Question: {input}"},
+    {"gov_report_e",         "gov_report",           E,  "summarization",  "rouge_score",          512, "en",   true,  false, false, 300, BR, P_GOV_REPORT, "Now, write"},
+    {"multi_news_e",         "multi_news",           E,  "summarization",  "rouge_score",          512, "en",   true,  false, false, 294, BR, P_MULTI_NEWS, "Now, write"},
+    {"trec_e",               "trec",                 E,  "few-shot",       "classification_score",  64, "en",   false, true,  false, 300, BR, P_TREC, "{input}"},
+    {"triviaqa_e",           "triviaqa",             E,  "few-shot",       "qa_f1_score",           32, "en",   false, true,  false, 300, BR, P_TRIVIAQA, "{input}"},
+    {"samsum_e",             "samsum",               E,  "few-shot",       "rouge_score",          128, "en",   false, true,  true,  300, BR, P_SAMSUM, "{input}"},
+    {"passage_count_e",      "passage_count",        E,  "synthetic",      "count_score",           32, "en",   true,  false, false, 300, BR, P_PASSAGE_COUNT, "Please enter"},
+    {"passage_retrieval_en_e","passage_retrieval_en",E,  "synthetic",      "retrieval_score",       32, "en",   true,  false, false, 300, BR, P_PASSAGE_RETRIEVAL_EN, "{input}"},
+    {"lcc_e",                "lcc",                  E,  "code",           "code_sim_score",        64, "code", false, false, false, 300, BR, P_LCC, "Next line of code"},
+    {"repobench-p_e",        "repobench-p",          E,  "code",           "code_sim_score",        64, "code", false, false, false, 300, BR, P_REPOBENCH_P, "{input}"},
 
     /* v2: official runs go through a chat API; 128 new tokens, 1024 for the CoT step. */
-    {"v2",                   "v2",                   V2, "multiple choice", "accuracy",            128, "en",   true,  false, false, 503, DL, V2_0SHOT},
-    {"v2_cot",               "v2",                   V2, "multiple choice", "accuracy",           1024, "en",   true,  false, false, 503, DL, V2_0SHOT_COT},
-    {"v2_cot_ans",           "v2",                   V2, "multiple choice", "accuracy",            128, "en",   true,  false, false, 503, DL, V2_0SHOT_COT_ANS},
-    {"v2_no_context",        "v2",                   V2, "multiple choice", "accuracy",            128, "en",   true,  false, false, 503, DL, V2_0SHOT_NO_CONTEXT},
-    {"v2_rag",               "v2",                   V2, "multiple choice", "accuracy",            128, "en",   true,  false, false, 503, DL, V2_0SHOT_RAG},
+    {"v2",                   "v2",                   V2, "multiple choice", "accuracy",            128, "en",   true,  false, false, 503, DL, V2_0SHOT, V2_CUT},
+    {"v2_cot",               "v2",                   V2, "multiple choice", "accuracy",           1024, "en",   true,  false, false, 503, DL, V2_0SHOT_COT, V2_CUT},
+    {"v2_cot_ans",           "v2",                   V2, "multiple choice", "accuracy",            128, "en",   true,  false, false, 503, DL, V2_0SHOT_COT_ANS, V2_CUT},
+    {"v2_no_context",        "v2",                   V2, "multiple choice", "accuracy",            128, "en",   true,  false, false, 503, DL, V2_0SHOT_NO_CONTEXT, V2_CUT},
+    {"v2_rag",               "v2",                   V2, "multiple choice", "accuracy",            128, "en",   true,  false, false, 503, DL, V2_0SHOT_RAG, V2_CUT},
 
     /* Synthetic (issue 10): metrics are LongBench's own. passkey: the number in the
      * answer (count_score extracts numbers); passage variant: "Paragraph N". */
-    {"synth_passkey",        "synth_passkey",        SY, "retrieval",      "count_score",            8, "en",   false, false, false,  90, BR, S_PASSKEY},
-    {"synth_kv",             "synth_kv",             SY, "retrieval",      "count_score",            8, "en",   false, false, false,  90, BR, S_KV},
-    {"synth_passage",        "synth_passage",        SY, "retrieval",      "retrieval_score",        6, "en",   false, false, false,  90, BR, S_PASSAGE},
+    {"synth_passkey",        "synth_passkey",        SY, "retrieval",      "count_score",            8, "en",   false, false, false,  90, BR, S_PASSKEY, "{input}"},
+    {"synth_kv",             "synth_kv",             SY, "retrieval",      "count_score",            8, "en",   false, false, false,  90, BR, S_KV, "{input}"},
+    {"synth_passage",        "synth_passage",        SY, "retrieval",      "retrieval_score",        6, "en",   false, false, false,  90, BR, S_PASSAGE, "{input}"},
 };
 // clang-format on
 
@@ -364,6 +375,17 @@ const lb_task *lb_task_find(const char *name)
         if (strcmp(lb_tasks[i].name, name) == 0)
             return &lb_tasks[i];
     return lb_user_task_find(name);
+}
+
+size_t lb_task_question_at(const lb_task *task)
+{
+    const char *at = task->question_from ? strstr(task->prompt, task->question_from) : NULL;
+    if (at)
+        return (size_t)(at - task->prompt);
+    /* a template without a cut of its own: everything after the context */
+    const char *ctx = task->template_kind == LB_TEMPLATE_DOLLARS ? "$DOC$" : "{context}";
+    at = strstr(task->prompt, ctx);
+    return at ? (size_t)(at - task->prompt) + strlen(ctx) : 0;
 }
 
 const lb_task *lb_tasks_of(lb_family family, size_t *n)

@@ -45,6 +45,11 @@ typedef struct lb_task {
     int n_samples;        /* official number of samples (task.md) */
     lb_template_kind template_kind;
     const char *prompt; /* the template, verbatim */
+    /* where the template's question part starts: the first occurrence of this
+     * text (kvpress's cut; tasks.c). Everything from there on, the chat
+     * template's end of turn included, is the prompt's question part; NULL:
+     * right after the context (lb_task_question_at) */
+    const char *question_from;
 } lb_task;
 
 /* All tasks, in LongBench's order: v1, then E, then v2, then synthetic. */
@@ -53,6 +58,11 @@ extern const size_t lb_n_tasks;
 
 /* The task called name (a built-in one, else a user task: usertask.h), or NULL. */
 const lb_task *lb_task_find(const char *name);
+
+/* The byte offset in task->prompt where its question part starts: at
+ * question_from, or, for a template without one, right after its context
+ * placeholder. */
+size_t lb_task_question_at(const lb_task *task);
 
 /* The tasks of one family, in table order: *n receives their number. */
 const lb_task *lb_tasks_of(lb_family family, size_t *n);

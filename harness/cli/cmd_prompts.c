@@ -67,8 +67,9 @@ static char **split_ids(const char *list, size_t *n, char **copy)
     return ids;
 }
 
+/* n_tokens and n_context < 0: unknown (no tokenizer). */
 static int print_line(const lb_task *task, const lb_sample *s, const char *text, size_t len,
-                      long n_tokens, bool truncated, bool chat)
+                      long n_tokens, long n_context, bool truncated, bool chat)
 {
     cJSON *o = cJSON_CreateObject();
     if (!o)
@@ -79,6 +80,10 @@ static int print_line(const lb_task *task, const lb_sample *s, const char *text,
         cJSON_AddNumberToObject(o, "n_tokens", (double)n_tokens);
     else
         cJSON_AddNullToObject(o, "n_tokens");
+    if (n_context >= 0)
+        cJSON_AddNumberToObject(o, "context_tokens", (double)n_context);
+    else
+        cJSON_AddNullToObject(o, "context_tokens");
     cJSON_AddBoolToObject(o, "truncated", truncated);
     cJSON_AddBoolToObject(o, "chat", chat);
     cJSON_AddItemToObject(o, "prompt", kv_json_text(text, len));
@@ -106,7 +111,7 @@ static int one_sample(const lb_task *task, const lb_sample *s, const kv_tokenize
             kb_error("%s", err.msg);
             return -1;
         }
-        int rc = print_line(task, s, text, len, -1, false, false);
+        int rc = print_line(task, s, text, len, -1, -1, false, false);
         free(text);
         c->samples++;
         return rc;
@@ -116,7 +121,8 @@ static int one_sample(const lb_task *task, const lb_sample *s, const kv_tokenize
         kb_error("%s", err.msg);
         return -1;
     }
-    int rc = print_line(task, s, p.text, p.len, (long)p.n_ids, p.truncated, p.chat);
+    int rc = print_line(task, s, p.text, p.len, (long)p.n_ids, (long)p.n_context, p.truncated,
+                        p.chat);
     c->samples++;
     c->truncated += p.truncated;
     lb_prompt_free(&p);
@@ -222,11 +228,13 @@ const kb_command kb_cmd_prompts = {
     .summary = "print the exact prompts a LongBench task produces (one JSON line each)",
     .usage = "kvbench prompts --task T (--file F | --data D) [--model DIR] [options]",
     .description =
-        "Prints {\"id\", \"task\", \"n_tokens\", \"truncated\", \"chat\", \"prompt\"} per sample: "
-        "the\n"
-        "template filled in, middle-truncated to --max-length tokens as LongBench's pred.py\n"
-        "does, and wrapped in the model's chat template where the protocol says so.\n"
-        "Without --model only the template is filled in (n_tokens is null).",
+        "Prints {\"id\", \"task\", \"n_tokens\", \"context_tokens\", \"truncated\", \"chat\", "
+        "\"prompt\"}\n"
+        "per sample: the template filled in, middle-truncated to --max-length tokens as\n"
+        "LongBench's pred.py does, and wrapped in the model's chat template where the\n"
+        "protocol says so. context_tokens: the first tokens, before the question part\n"
+        "(kvpress's cut), which query-agnostic eviction compresses. Without --model only\n"
+        "the template is filled in (n_tokens and context_tokens are null).",
     .options = options,
     .run = run,
 };

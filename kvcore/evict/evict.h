@@ -83,6 +83,9 @@ typedef struct kv_evict_params {
     int key_group_size;                         /* 0: the default of key_quant */
     int value_group_size;                       /* 0: head_dim */
     double compression_ratio; /* kvpress: the prompt's share to evict, [0, 1); 0: none */
+    /* false: the context is compressed once, before the question is read
+     * (kvpress's query-agnostic protocol, docs/eviction.md) */
+    bool query_aware;
 } kv_evict_params;
 
 /* The table's defaults (evict_table.h). */

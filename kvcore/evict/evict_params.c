@@ -155,7 +155,7 @@ void kv_evict_params_resolve(kv_evict_params *p)
 
 static int unknown_key(const char *key, kv_error *err)
 {
-    char known[512] = "";
+    char known[1024] = "";
     for (size_t i = 0; i < N_FIELDS; i++) {
         strcat(known, i ? ", " : "");
         strcat(known, fields[i].key);

@@ -96,7 +96,10 @@
       "value-group-size", "N", "u8/u4 value group: channels (0: head_dim)", "vg", "") \
     X(compression_ratio, NUMBER, "0", 0, 0, NULL, NULL, \
       "compression-ratio", "R", "kvpress: evict this share of each prompt (0..1; 0: the sizes set the budget)", \
-      "cr", "")
+      "cr", "") \
+    X(query_aware, BOOL, "true", 0, 0, NULL, NULL, \
+      "query-aware", "BOOL", "compress the prompt with its question (true), or the context alone " \
+      "before the question is read (false: kvpress's protocol)", "", "true= false=qa0")
 /* clang-format on */
 
 #endif

@@ -1619,10 +1619,10 @@ Test(evict_params, keys_and_algorithms_are_listed)
                              "ea_n_future_positions ea_use_covariance ea_use_vnorm ea_epsilon "
                              "layer_budget pyramid_beta head_budget alpha_safeguard "
                              "kv_cache_precision key_quant value_quant key_group_size "
-                             "value_group_size compression_ratio",
+                             "value_group_size compression_ratio query_aware",
                              kv_evict_param_key(n)),
                       NULL, "%s", kv_evict_param_key(n));
-    cr_assert_eq(n, 28);
+    cr_assert_eq(n, 29);
     cr_assert_null(kv_evict_param_key(-1));
     for (int i = 0; kv_evict_algorithm(i); i++) {
         cr_assert_eq(kv_evict_params_set(&p, "algorithm", kv_evict_algorithm(i), &err), 0);

@@ -224,6 +224,28 @@ Test(matrix, stored_hashes_survive_new_parameters)
     cJSON_Delete(d);
 }
 
+/* query_aware (issue 29): true is today's behaviour and leaves every hash
+ * and name as it was; false is another config, named with "_qa0". */
+Test(matrix, query_aware_is_part_of_identity_only_when_false)
+{
+    cJSON *a = cJSON_Parse("{\"algorithm\": \"h2o\", \"start_size\": 4, \"recent_size\": 32, "
+                           "\"intermediate_size\": 92, \"query_aware\": true}");
+    cJSON *b = cJSON_Parse("{\"algorithm\": \"h2o\", \"start_size\": 4, \"recent_size\": 32, "
+                           "\"intermediate_size\": 92, \"query_aware\": false}");
+    char ha[17], hb[17];
+    cr_assert_eq(kb_config_hash(a, ha), 0);
+    cr_assert_eq(kb_config_hash(b, hb), 0);
+    cr_assert_str_eq(ha, "17ee463df1a3db75", "the stored hash of the same config without the key");
+    cr_assert_str_neq(ha, hb);
+    char *na = kb_config_name(a), *nb = kb_config_name(b);
+    cr_assert_str_eq(na, "h2o_s4_r32_i92");
+    cr_assert_str_eq(nb, "h2o_s4_r32_i92_qa0");
+    free(na);
+    free(nb);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+}
+
 Test(matrix, hash_ignores_key_order_and_number_spelling)
 {
     cJSON *a = cJSON_Parse("{\"algorithm\": \"snapkv\", \"window_size\": 8, \"start_size\": 32}");
