@@ -263,6 +263,8 @@ static int cut_middle(const kv_tokenizer *t, const int32_t *ids, size_t n, long 
 static const char *last_occurrence(const char *hay, size_t len, const char *needle, size_t n)
 {
     const char *found = NULL, *p = hay, *end = hay + len, *hit;
+    if (!needle || n == 0)
+        return NULL;
     while ((hit = memmem(p, (size_t)(end - p), needle, n))) {
         found = hit;
         p = hit + 1;
@@ -371,5 +373,23 @@ int lb_prompt_build(const lb_task *task, const lb_sample *s, const kv_tokenizer 
         kv_fail_prefix(err, where);
         lb_prompt_free(p);
     }
+    return rc;
+}
+
+int lb_split_encode(const kv_tokenizer *t, const char *text, size_t len, size_t cut, bool chat,
+                    bool enable_thinking, int32_t **ids, size_t *n_ids, size_t *n_context,
+                    kv_error *err)
+{
+    char *copy = malloc(len + 1);
+    if (!copy)
+        return kv_fail(err, "out of memory");
+    memcpy(copy, text, len);
+    copy[len] = '\0';
+    int rc = chat ? apply_chat(t, enable_thinking, &copy, &len, &cut, err) : 0;
+    if (rc == 0)
+        rc = kv_tokenizer_encode(t, copy, len, ids, n_ids, err);
+    if (rc == 0)
+        *n_context = context_tokens(t, *ids, *n_ids, len, cut);
+    free(copy);
     return rc;
 }

@@ -86,4 +86,11 @@ int lb_prompt_build(const lb_task *task, const lb_sample *s, const kv_tokenizer 
                     const lb_prompt_options *opts, lb_prompt *p, kv_error *err);
 void lb_prompt_free(lb_prompt *p);
 
+/* The same split of any text whose question part starts at byte cut
+ * (`kvbench generate --prompt C --question Q`): its tokens, the chat
+ * template around it when asked, and how many of them are the context. */
+int lb_split_encode(const kv_tokenizer *t, const char *text, size_t len, size_t cut, bool chat,
+                    bool enable_thinking, int32_t **ids, size_t *n_ids, size_t *n_context,
+                    kv_error *err);
+
 #endif

@@ -144,10 +144,11 @@ static int run_matrix(kb_matrix *m, kb_runner_options *o)
         return KB_EXIT_FAIL;
     }
     fprintf(stderr,
-            "kvbench: run: %ld samples done, %ld already on disk, %ld prefills, %ld decodes in "
-            "%ld batched steps\n",
-            stats.samples_done, stats.samples_skipped, stats.prefills, stats.decodes,
-            stats.decode_steps);
+            "kvbench: run: %ld samples done, %ld already on disk, %ld prefills (+ %ld of the "
+            "question on the full cache, %ld batched over the query-agnostic configs), %ld "
+            "decodes in %ld batched steps\n",
+            stats.samples_done, stats.samples_skipped, stats.prefills, stats.question_prefills,
+            stats.question_batches, stats.decodes, stats.decode_steps);
     if (stats.stopped) {
         kb_error("run: stopped; run the same command again to resume");
         return 130;

@@ -18,6 +18,7 @@ struct kb_eviction {
     FILE *trace;
     const char *trace_path;
     int trace_errno;
+    const char *first_phase; /* NULL: trace lines name no phase */
 };
 
 static int read_config(const char *path, kv_evict_params *p)
@@ -143,7 +144,10 @@ static void write_trace(void *ctx, int step, int layer, const int32_t *pos, int 
     kb_eviction *e = ctx;
     if (!e->trace || e->trace_errno)
         return;
-    fprintf(e->trace, "{\"step\": %d, \"layer\": %d, \"kept_positions\": ", step, layer);
+    fprintf(e->trace, "{\"step\": %d, \"layer\": %d, ", step, layer);
+    if (e->first_phase)
+        fprintf(e->trace, "\"phase\": \"%s\", ", step == 0 ? e->first_phase : "decode");
+    fputs("\"kept_positions\": ", e->trace);
     if (sets > 1)
         fputc('[', e->trace);
     for (int g = 0; g < sets; g++) {
@@ -172,7 +176,8 @@ static void write_trace(void *ctx, int step, int layer, const int32_t *pos, int 
         e->trace_errno = errno ? errno : EIO;
 }
 
-int kb_eviction_open(const kb_args *a, const kv_model *m, int n_prompt, kb_eviction **out)
+int kb_eviction_open(const kb_args *a, const kv_model *m, int n_prompt, int n_context,
+                     kb_eviction **out)
 {
     *out = NULL;
     kv_evict_params p;
@@ -184,7 +189,9 @@ int kb_eviction_open(const kb_args *a, const kv_model *m, int n_prompt, kb_evict
         }
         return rc > 0 ? KB_EXIT_OK : KB_EXIT_USAGE;
     }
-    kv_evict_params_for_prompt(&p, n_prompt);
+    /* compression_ratio is a share of what is compressed: the context alone
+     * when it is compressed before the question is read */
+    kv_evict_params_for_prompt(&p, !p.query_aware && n_context >= 0 ? n_context : n_prompt);
     const char *warning = kv_evict_params_warning(&p);
     if (warning)
         fprintf(stderr, "kvbench: warning: %s\n", warning);
@@ -222,6 +229,16 @@ void kb_eviction_close(kb_eviction *e)
     kv_evictor_free(e->ev);
     kv_evict_model_release(&e->model);
     free(e);
+}
+
+bool kb_eviction_query_aware(const kb_eviction *e)
+{
+    return e->params.query_aware;
+}
+
+void kb_eviction_set_phase(kb_eviction *e, const char *first)
+{
+    e->first_phase = first;
 }
 
 kv_attn_stats_request kb_eviction_request(const kb_eviction *e)

@@ -44,9 +44,19 @@ int kb_eviction_cache_quant(const kb_args *a, const kv_model *m, kv_cache_quant 
 /* The policy for model m plus the trace file, or *out = NULL
  * when no eviction was asked for. Returns 0 or an exit code (reported). */
 /* n_prompt: the prompt's tokens, which a --compression-ratio's budget is a
- * share of (kv_evict_params_for_prompt). */
-int kb_eviction_open(const kb_args *a, const kv_model *m, int n_prompt, kb_eviction **out);
+ * share of (kv_evict_params_for_prompt); n_context: the tokens before the
+ * question (-1: none given), the share's base with --query-aware false. */
+int kb_eviction_open(const kb_args *a, const kv_model *m, int n_prompt, int n_context,
+                     kb_eviction **out);
 void kb_eviction_close(kb_eviction *e);
+
+/* The config's query_aware. */
+bool kb_eviction_query_aware(const kb_eviction *e);
+
+/* From now on trace lines say which phase an eviction belongs to: `first`
+ * for step 0 ("context": compressed before the question; "question": after
+ * it), "decode" for the others. */
+void kb_eviction_set_phase(kb_eviction *e, const char *first);
 
 /* The statistics every forward must report. */
 kv_attn_stats_request kb_eviction_request(const kb_eviction *e);

@@ -1032,6 +1032,8 @@ cJSON *kb_prediction_json(const kb_prediction *p)
         ok = add_length(o, p) &&
              cJSON_AddNumberToObject(o, "prompt_tokens", (double)p->prompt_tokens) &&
              cJSON_AddNumberToObject(o, "kept_tokens", (double)p->kept_tokens) &&
+             cJSON_AddNumberToObject(o, "context_tokens", (double)p->context_tokens) &&
+             cJSON_AddNumberToObject(o, "kept_context_tokens", (double)p->kept_context_tokens) &&
              cJSON_AddNumberToObject(o, "generated_tokens", (double)p->generated_tokens) &&
              cJSON_AddNumberToObject(o, "prefill_s", p->prefill_s) &&
              cJSON_AddNumberToObject(o, "decode_s", p->decode_s);

@@ -178,6 +178,8 @@ typedef struct kb_prediction {
     const char *length_class; /* v2: "short" | "medium" | "long", written as "length" */
     long prompt_tokens;       /* after truncation and chat template */
     long kept_tokens;         /* KV entries per layer after the prefill eviction */
+    long context_tokens;      /* of prompt_tokens, the context part (before the question) */
+    long kept_context_tokens; /* of kept_tokens, the context part's */
     long generated_tokens;
     double prefill_s; /* the shared prefill of this sample */
     double decode_s;  /* compress + decode of this config */

@@ -22,16 +22,28 @@ typedef struct engine {
     kv_evictor **ev;         /* [n_configs]; NULL for the full cache */
 } engine;
 
+/* A sample's prefill. With a query-agnostic config pending and a context
+ * part, the prompt is split (docs/eviction.md, "Query-agnostic"): base
+ * then holds the context only, stats are the context's, and the question
+ * ids wait for decode_batch. */
 typedef struct prefill_state {
     kv_cache *base;
-    kv_attn_stats *stats; /* [n_layers] of the prompt's forward */
+    kv_attn_stats *stats; /* [n_layers] of the prompt's (split: the context's) forward */
     kv_attn_stats_request req;
-    float *logits; /* [vocab] of the last prompt position */
+    float *logits; /* [vocab] of the last prompt position (split: after the question) */
     int32_t *stop;
     int n_stop;
     int max_new;
     int n_prompt;
+    int n_context;     /* the context part's tokens */
+    bool split;        /* base holds the context part only */
+    int32_t *question; /* split: ids[n_context..n_prompt) */
 } prefill_state;
+
+static bool agnostic(const engine *e, size_t config)
+{
+    return e->ev[config] && !e->params[config].query_aware;
+}
 
 /* ---- prefill once, decode per config ---- */
 
@@ -45,37 +57,76 @@ static void prefill_free(void *ctx, void *state)
     kv_model_stats_free(st->stats, kv_model_get_config(e->model)->n_layers);
     free(st->logits);
     free(st->stop);
+    free(st->question);
     free(st);
+}
+
+/* The union request of the pending configs that are (or are not)
+ * query-agnostic, for their prefill. */
+static int request_of(engine *e, const size_t *configs, size_t n, bool agn,
+                      kv_attn_stats_request *req, kv_error *err)
+{
+    kv_evict_params *ps = malloc((n + 1) * sizeof *ps);
+    int n_ps = 0;
+    for (size_t i = 0; ps && i < n; i++)
+        if (e->ev[configs[i]] && agnostic(e, configs[i]) == agn)
+            ps[n_ps++] = e->params[configs[i]];
+    memset(req, 0, sizeof *req);
+    int rc = !ps ? kv_fail(err, "out of memory")
+             : n_ps ? kv_evict_stats_request(ps, n_ps, true, req, err)
+                    : 0;
+    free(ps);
+    return rc;
+}
+
+/* What the context's forward collects in a split prefill: what the
+ * query-agnostic configs read, and the share of the query-aware configs'
+ * statistics that lies in the context (their windows end in the question). */
+static int context_request(engine *e, const size_t *configs, size_t n, int n_question,
+                           kv_attn_stats_request *req, kv_error *err)
+{
+    kv_attn_stats_request aware, head;
+    if (request_of(e, configs, n, true, req, err) < 0 ||
+        request_of(e, configs, n, false, &aware, err) < 0)
+        return -1;
+    kv_attn_stats_request_head(&aware, n_question, &head);
+    if (kv_attn_stats_request_merge(req, &head) != 0)
+        return kv_fail(err, "eviction: the configs need more than %d distinct window sizes",
+                       KV_MAX_WINDOWS);
+    return 0;
 }
 
 /* The prompt's ids (the runner built them) through the model once, with
  * the statistics every config in `configs` reads. */
-static int prefill(void *ctx, const int32_t *ids, size_t n_ids, const kb_gen_limits *g,
-                   const size_t *configs, size_t n_configs, void **state, kv_error *err)
+static int prefill(void *ctx, const int32_t *ids, size_t n_ids, size_t n_context,
+                   const kb_gen_limits *g, const size_t *configs, size_t n_configs, void **state,
+                   kv_error *err)
 {
     engine *e = ctx;
-    if (n_ids == 0 || n_ids > (size_t)INT_MAX)
-        return kv_fail(err, "cannot prefill a prompt of %zu tokens", n_ids);
+    if (n_ids == 0 || n_ids > (size_t)INT_MAX || n_context >= n_ids)
+        return kv_fail(err, "cannot prefill a prompt of %zu tokens (%zu of context)", n_ids,
+                       n_context);
     prefill_state *st = calloc(1, sizeof *st);
     if (!st)
         return kv_fail(err, "out of memory");
     st->max_new = g->max_new_tokens;
     st->n_stop = g->n_stop_ids;
     st->n_prompt = (int)n_ids;
+    st->n_context = (int)n_context;
     st->stop = malloc((size_t)(g->n_stop_ids + 1) * sizeof *st->stop);
     if (st->stop && g->n_stop_ids > 0)
         memcpy(st->stop, g->stop_ids, (size_t)g->n_stop_ids * sizeof *st->stop);
+    for (size_t i = 0; n_context > 0 && i < n_configs; i++)
+        st->split = st->split || agnostic(e, configs[i]);
+    int n_fed = st->split ? st->n_context : st->n_prompt;
+    if (st->split && (st->question = malloc((n_ids - n_context) * sizeof *ids)))
+        memcpy(st->question, ids + n_context, (n_ids - n_context) * sizeof *ids);
 
-    /* The union of what every pending config reads from the prefill. */
-    kv_evict_params *ps = malloc((n_configs + 1) * sizeof *ps);
-    int n_ps = 0;
-    for (size_t i = 0; ps && i < n_configs; i++)
-        if (e->ev[configs[i]])
-            ps[n_ps++] = e->params[configs[i]];
-    int rc = !ps || !st->stop ? kv_fail(err, "out of memory")
-             : n_ps ? kv_evict_stats_request(ps, n_ps, true, &st->req, err)
-                    : 0;
-    free(ps);
+    /* The union of what every pending config reads from this forward. */
+    int rc = !st->stop || (st->split && !st->question) ? kv_fail(err, "out of memory")
+             : st->split ? context_request(e, configs, n_configs, st->n_prompt - st->n_context,
+                                           &st->req, err)
+                         : request_of(e, configs, n_configs, false, &st->req, err);
     const kv_model_config *mc = kv_model_get_config(e->model);
     /* Room for the full cache's answer too (its row takes this cache over):
      * a usual answer's; a longer one grows it. */
@@ -84,13 +135,13 @@ static int prefill(void *ctx, const int32_t *ids, size_t n_ids, const kb_gen_lim
         rc = -1;
     bool want = kv_attn_stats_wanted(&st->req);
     if (rc == 0 && want &&
-        !(st->stats = kv_model_stats_new(e->model, st->base, st->n_prompt, &st->req, err)))
+        !(st->stats = kv_model_stats_new(e->model, st->base, n_fed, &st->req, err)))
         rc = -1;
     if (rc == 0 && !(st->logits = malloc((size_t)mc->vocab * sizeof *st->logits)))
         rc = kv_fail(err, "out of memory for logits");
     if (rc == 0)
-        rc = kv_model_forward(e->model, st->base, ids, st->n_prompt, want ? &st->req : NULL,
-                              st->stats, st->logits, false, err);
+        rc = kv_model_forward(e->model, st->base, ids, n_fed, want ? &st->req : NULL, st->stats,
+                              st->split ? NULL : st->logits, false, err);
     if (rc < 0) {
         prefill_free(e, st);
         return -1;
@@ -157,13 +208,84 @@ static int row_start(engine *e, prefill_state *st, size_t config, decode_row *r,
     return 0;
 }
 
+/* A query-agnostic config's row: the context compressed once into its own
+ * cache, then (decode_batch) the question prefilled on it; no eviction
+ * runs after that, so the row has no hook. Without a context part there is
+ * nothing to compress: the row copies the prefilled prompt. */
+static int agnostic_start(engine *e, prefill_state *st, size_t config, decode_row *r,
+                          kv_error *err)
+{
+    r->o = (kv_generate_opts){
+        .max_new_tokens = st->max_new,
+        .stop_ids = st->stop,
+        .n_stop_ids = st->n_stop,
+    };
+    if (!st->split)
+        return (r->c = kv_cache_fork(st->base, st->n_prompt + st->max_new + 1, err)) ? 0 : -1;
+    if (kv_evictor_fork(e->ev[config], st->base, &st->req, st->stats, &r->c, NULL, NULL, err) < 0)
+        return kv_fail_prefix(err, e->m->configs[config].name);
+    return 0;
+}
+
+/* The question part on the full cache (split prefill), for the query-aware
+ * configs: their statistics go on from the context's, so that they read
+ * the prompt's as if it had been one forward. */
+static int question_on_base(engine *e, prefill_state *st, const size_t *configs, size_t n,
+                            kv_error *err)
+{
+    int n_layers = kv_model_get_config(e->model)->n_layers, nq = st->n_prompt - st->n_context;
+    kv_attn_stats_request req;
+    if (request_of(e, configs, n, false, &req, err) < 0)
+        return -1;
+    kv_attn_stats_request_tail(&req, &st->req, st->n_context);
+    bool want = kv_attn_stats_wanted(&req);
+    kv_attn_stats *stats = want ? kv_model_stats_new(e->model, st->base, nq, &req, err) : NULL;
+    if (want && !stats)
+        return -1;
+    if (want)
+        kv_attn_stats_carry(st->stats, &st->req, stats, &req, nq, n_layers);
+    int rc = kv_model_forward(e->model, st->base, st->question, nq, want ? &req : NULL, stats,
+                              st->logits, false, err);
+    kv_model_stats_free(st->stats, n_layers);
+    st->stats = stats;
+    st->req = req;
+    return rc;
+}
+
+/* The question part on every query-agnostic row's compressed cache, as one
+ * forward; each row's first token comes from its own logits. */
+static int question_on_rows(engine *e, prefill_state *st, decode_row *rows, const size_t *configs,
+                            size_t n, const float **lasts, float **logits, kv_error *err)
+{
+    int vocab = kv_model_get_config(e->model)->vocab, k = 0;
+    kv_cache **caches = calloc(n, sizeof *caches);
+    *logits = malloc(n * (size_t)vocab * sizeof **logits);
+    if (!caches || !*logits) {
+        free(caches);
+        return kv_fail(err, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++)
+        if (agnostic(e, configs[i]))
+            caches[k++] = rows[i].c;
+    int rc = kv_model_forward_many(e->model, caches, k, st->question, st->n_prompt - st->n_context,
+                                   *logits, false, err);
+    for (size_t i = 0, j = 0; i < n; i++)
+        if (agnostic(e, configs[i]))
+            lasts[i] = *logits + (j++) * (size_t)vocab;
+    free(caches);
+    return rc;
+}
+
 /* Every pending config of the sample decodes in one batch: one forward per
- * step for all configs still generating (kv_generate_batch). The eviction
- * configs fork first; then the full cache takes the prefilled cache over,
- * or it is freed, and the prefill's statistics with it: the batch holds
- * only its own caches. */
+ * step for all configs still generating (kv_generate_batch). In a split
+ * prefill the query-agnostic configs compress the context first, then the
+ * question goes once onto the full cache for the others. The eviction
+ * configs fork; then the full cache takes the prefilled cache over, or it
+ * is freed, and the prefill's statistics with it: the batch holds only its
+ * own caches. Last, the question goes onto the query-agnostic caches, all
+ * in one forward. */
 static int decode_batch(void *ctx, void *state, const size_t *configs, size_t n,
-                        kb_decode_result *outs, long *steps, kv_error *err)
+                        kb_decode_result *outs, kb_forward_counts *counts, kv_error *err)
 {
     engine *e = ctx;
     prefill_state *st = state;
@@ -172,22 +294,43 @@ static int decode_batch(void *ctx, void *state, const size_t *configs, size_t n,
     kv_cache **caches = calloc(n, sizeof *caches);
     const kv_generate_opts **opts = calloc(n, sizeof *opts);
     const float **lasts = calloc(n, sizeof *lasts);
+    float *q_logits = NULL;
     int rc = rows && gens && caches && opts && lasts ? 0 : kv_fail(err, "out of memory");
+    size_t n_agn = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (!agnostic(e, configs[i]))
+            continue;
+        rc = agnostic_start(e, st, configs[i], &rows[i], err);
+        outs[i].kept_tokens = outs[i].kept_context_tokens = rc == 0 ? kv_cache_mean_kept(rows[i].c) : 0;
+        n_agn++;
+    }
+    if (rc == 0 && st->split && n_agn < n) {
+        rc = question_on_base(e, st, configs, n, err);
+        counts->question_prefills++;
+    }
     for (int full = 0; full < 2; full++)
         for (size_t i = 0; i < n && rc == 0; i++) {
-            if ((e->ev[configs[i]] == NULL) != full)
+            if (agnostic(e, configs[i]) || (e->ev[configs[i]] == NULL) != full)
                 continue;
             rc = row_start(e, st, configs[i], &rows[i], err);
-            caches[i] = rows[i].c;
-            opts[i] = &rows[i].o;
-            lasts[i] = st->logits;
-            if (rc == 0)
+            if (rc == 0) {
                 outs[i].kept_tokens = kv_cache_mean_kept(rows[i].c);
+                outs[i].kept_context_tokens = kv_cache_mean_kept_before(rows[i].c, st->n_context);
+            }
         }
     kv_cache_free(st->base);
     st->base = NULL;
     kv_model_stats_free(st->stats, kv_model_get_config(e->model)->n_layers);
     st->stats = NULL;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        caches[i] = rows[i].c;
+        opts[i] = &rows[i].o;
+        lasts[i] = st->logits;
+    }
+    if (rc == 0 && st->split && n_agn > 0) {
+        rc = question_on_rows(e, st, rows, configs, n, lasts, &q_logits, err);
+        counts->question_batches++;
+    }
     int forwards = 0;
     if (rc == 0)
         rc = kv_generate_batch(e->model, (int)n, caches, lasts, opts, gens, &forwards, err);
@@ -199,11 +342,12 @@ static int decode_batch(void *ctx, void *state, const size_t *configs, size_t n,
         if (!outs[i].text)
             rc = kv_fail(err, "out of memory decoding the answer");
     }
-    *steps = forwards;
+    counts->decode_steps += forwards;
     for (size_t i = 0; rows && gens && i < n; i++) {
         kv_generation_free(&gens[i]);
         kv_cache_free(rows[i].c);
     }
+    free(q_logits);
     free(rows);
     free(gens);
     free(caches);

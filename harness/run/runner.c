@@ -155,6 +155,7 @@ typedef struct sample_run {
     const kb_task_spec *spec;
     const kb_taskdata *it;
     long prompt_tokens;
+    long context_tokens;
     double prefill_s;
 } sample_run;
 
@@ -178,6 +179,8 @@ static int write_prediction(loop *L, const sample_run *r, size_t c, const kb_dec
                        .length_class = v2 ? s->length_class : NULL,
                        .prompt_tokens = r->prompt_tokens,
                        .kept_tokens = d->kept_tokens,
+                       .context_tokens = r->context_tokens,
+                       .kept_context_tokens = d->kept_context_tokens,
                        .generated_tokens = d->generated_tokens,
                        .prefill_s = r->prefill_s,
                        .decode_s = d->decode_s};
@@ -204,11 +207,12 @@ static int decode_each(loop *L, void *state, size_t n_pending)
 /* Decodes the pending configs as one batch into L->results. */
 static int decode_together(loop *L, void *state, size_t n_pending)
 {
-    long steps = 0;
-    if (L->b->decode_batch(L->b->ctx, state, L->pending, n_pending, L->results, &steps, L->err) <
-        0)
+    kb_forward_counts n = {0};
+    if (L->b->decode_batch(L->b->ctx, state, L->pending, n_pending, L->results, &n, L->err) < 0)
         return -1;
-    L->stats->decode_steps += steps;
+    L->stats->decode_steps += n.decode_steps;
+    L->stats->question_prefills += n.question_prefills;
+    L->stats->question_batches += n.question_batches;
     return 0;
 }
 
@@ -240,8 +244,10 @@ static int prefill(loop *L, sample_run *r, size_t n_pending, void **state)
     double t0 = kv_clock_s();
     int rc = lb_prompt_build(task, &r->it->s, L->b->tok, &po, &p, L->err);
     if (rc == 0)
-        rc = L->b->prefill(L->b->ctx, p.ids, p.n_ids, &g, L->pending, n_pending, state, L->err);
+        rc = L->b->prefill(L->b->ctx, p.ids, p.n_ids, p.n_context, &g, L->pending, n_pending,
+                           state, L->err);
     r->prompt_tokens = (long)p.n_ids;
+    r->context_tokens = (long)p.n_context;
     r->prefill_s = kv_clock_s() - t0;
     lb_prompt_free(&p);
     return rc;

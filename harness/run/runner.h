@@ -13,7 +13,10 @@
  *   for each task, for each sample (file order; --shard keeps index % N == I):
  *     skip it when every config's prediction file already has its _id;
  *     PREFILL ONCE with full attention, collecting the union of the attention
- *       statistics that the pending configs need;
+ *       statistics that the pending configs need (with a query-agnostic
+ *       config: the context part only; the question part follows once on
+ *       the full cache for the query-aware configs and once, batched, on the
+ *       compressed caches of the query-agnostic ones);
  *     for each pending config (matrix order): fork the prefilled cache,
  *       compress it under the config (nothing for "full"), decode greedily
  *       with the policy active at every step, append one JSON line + fsync;
@@ -92,9 +95,19 @@ typedef struct kb_decode_result {
     char *text;
     size_t text_len;  /* text may hold NUL bytes (a token for byte 0x00); 0: strlen(text) */
     long kept_tokens; /* KV entries per layer after the prefill eviction */
+    long kept_context_tokens; /* of those, the context part's */
     long generated_tokens;
     double decode_s; /* decode_batch: seconds until this config left the batch */
 } kb_decode_result;
+
+/* The forwards of one sample after its prefill (decode_batch adds to them). */
+typedef struct kb_forward_counts {
+    long decode_steps;       /* batched decode forwards */
+    long question_prefills;  /* the question part on the full cache, shared by the
+                                query-aware configs, after a split prefill */
+    long question_batches;   /* the question part on every query-agnostic config's
+                                compressed cache, as one batched forward */
+} kb_forward_counts;
 
 /* The model. Configs are indices into the matrix the backend was opened
  * with (0: the full cache). */
@@ -104,18 +117,21 @@ typedef struct kb_runner_backend {
     long max_positions;      /* the model's context: the prompt budget a task does not set */
     /* Prefills the prompt ONCE with full attention, collecting the
      * statistics that all `configs` need; *state keeps the cache (and g) for
-     * decoding. */
-    int (*prefill)(void *ctx, const int32_t *ids, size_t n_ids, const kb_gen_limits *g,
-                   const size_t *configs, size_t n_configs, void **state, kv_error *err);
+     * decoding. ids[0..n_context) are the context part (lb_prompt): when a
+     * config is query-agnostic, only they are prefilled here, and the
+     * question part follows in decode_batch. */
+    int (*prefill)(void *ctx, const int32_t *ids, size_t n_ids, size_t n_context,
+                   const kb_gen_limits *g, const size_t *configs, size_t n_configs,
+                   void **state, kv_error *err);
     /* Forks the prefilled cache, compresses it under config `config` and
      * decodes greedily. Must leave *state as it was. */
     int (*decode)(void *ctx, void *state, size_t config, kb_decode_result *out, kv_error *err);
     /* Instead of decode, when set: decodes all n configs of the sample
      * together (outs[i] for configs[i]), one batched forward per step;
-     * *steps: how many such forwards ran. Called once per prefill, it may
-     * release what *state holds (prefill_free still follows). */
+     * counts what it ran. Called once per prefill, it may release what
+     * *state holds (prefill_free still follows). */
     int (*decode_batch)(void *ctx, void *state, const size_t *configs, size_t n,
-                        kb_decode_result *outs, long *steps, kv_error *err);
+                        kb_decode_result *outs, kb_forward_counts *counts, kv_error *err);
     void (*prefill_free)(void *ctx, void *state);
 } kb_runner_backend;
 
@@ -125,6 +141,8 @@ typedef struct kb_runner_stats {
     long prefills;
     long decodes;
     long decode_steps; /* decode_batch's batched forwards */
+    long question_prefills; /* kb_forward_counts, summed */
+    long question_batches;
     bool stopped; /* *stop was set: stopped between samples, resumable */
 } kb_runner_stats;
 

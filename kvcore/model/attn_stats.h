@@ -30,6 +30,12 @@ typedef struct kv_attn_stats_request {
      * kv_model_forward; the batched decode step leaves them zero. */
     bool q_moments;
     int q_from, q_rows;
+    /* Rows of the same prompt that earlier forwards fed into these very
+     * buffers: the forward adds to their sums instead of starting afresh
+     * (q_from counts from the prompt's first row). A prompt fed in two
+     * calls, context then question, so gets the statistics of one call
+     * whose windows end with the second. 0: a prompt of its own. */
+    int rows_before;
 } kv_attn_stats_request;
 
 typedef struct kv_attn_stats {
@@ -50,5 +56,22 @@ static inline bool kv_attn_stats_wanted(const kv_attn_stats_request *r)
 {
     return r && (r->col_sums || r->n_windows > 0 || r->q_moments);
 }
+
+/* A prompt fed in two forwards, n_tail rows in the second, whose statistics
+ * must be those of `whole` (the request of one forward):
+ *   head  what the first forward collects: the same, each window W longer
+ *         than the tail as its first W - n_tail rows;
+ *   tail  `whole` adjusted for the second forward (rows_before; its query
+ *         rows are those the first one kept);
+ *   carry copies the first forward's sums into the second's buffers
+ *         (kv_model_stats_new, [n_layers]), which then go on from them.
+ * Column sums then add every row in the order one forward would. */
+void kv_attn_stats_request_head(const kv_attn_stats_request *whole, int n_tail,
+                                kv_attn_stats_request *head);
+void kv_attn_stats_request_tail(kv_attn_stats_request *whole, const kv_attn_stats_request *head,
+                                int rows_before);
+void kv_attn_stats_carry(const kv_attn_stats *head, const kv_attn_stats_request *head_req,
+                         kv_attn_stats *tail, const kv_attn_stats_request *tail_req, int n_tail,
+                         int n_layers);
 
 #endif

@@ -438,6 +438,16 @@ long kv_cache_mean_kept(const kv_cache *c)
     return lround(sum / ((double)c->n_layers * c->n_kv_heads));
 }
 
+long kv_cache_mean_kept_before(const kv_cache *c, int32_t pos)
+{
+    double sum = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        for (int s = 0; s < c->layers[l].len; s++)
+            for (int h = 0; h < c->n_kv_heads; h++)
+                sum += kv_cache_holds(c, l, s, h) && kv_cache_pos(c, l, s, h) < pos;
+    return lround(sum / ((double)c->n_layers * c->n_kv_heads));
+}
+
 int kv_cache_shrink(kv_cache *c, int cap, kv_error *err)
 {
     for (int i = 0; i < c->n_layers; i++) {

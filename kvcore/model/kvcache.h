@@ -136,6 +136,9 @@ long kv_cache_entries(const kv_cache *c, int layer);
  * and rounded: the cache length when all are alike; what reports show as
  * kept tokens when layers (pyramid) or heads (adaptive) differ. */
 long kv_cache_mean_kept(const kv_cache *c);
+/* The same, of the tokens at positions below pos only (the kept context
+ * tokens when pos is the context's length). */
+long kv_cache_mean_kept_before(const kv_cache *c, int32_t pos);
 
 /* Sets every KV head's position of one slot (a token just written). */
 static inline void kv_cache_set_pos(kv_cache *c, int layer, int slot, int32_t pos)

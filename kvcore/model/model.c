@@ -451,6 +451,7 @@ static void zero_stats(const kv_attn_stats_request *req, kv_attn_stats *stats, i
 static void stats_add_queries(const kv_attn_stats_request *req, kv_attn_stats *s,
                               const double *qpre, int row0, int n)
 {
+    row0 += req->rows_before; /* the row's index in the whole prompt */
     int D = s->head_dim, first = req->q_from > row0 ? req->q_from - row0 : 0;
     if (first >= n)
         return;
@@ -567,7 +568,7 @@ static int fwd_alloc(const kv_model *m, int max_keys, int n, int chunk, fwd *f, 
     size_t block = C < ATTN_BLOCK_ROWS ? C : ATTN_BLOCK_ROWS;
     size_t rows = max_size(block * threads, (size_t)cfg->n_heads);
     if (f->batched) /* each worker may run a whole row's attention */
-        rows = threads * (size_t)cfg->n_heads;
+        rows = max_size(rows, threads * (size_t)cfg->n_heads);
     f->x = malloc((size_t)n * (size_t)cfg->hidden * sizeof(float));
     f->h = malloc(C * (size_t)cfg->hidden * sizeof(float));
     f->tmp = malloc(C * (size_t)cfg->hidden * sizeof(float));
@@ -1093,7 +1094,8 @@ int kv_model_forward(kv_model *m, kv_cache *c, const int32_t *tokens, int n,
     if (kv_attn_stats_wanted(req)) {
         f.req = req;
         f.stats = stats;
-        zero_stats(req, stats, cfg->n_layers);
+        if (req->rows_before == 0) /* else the sums of the prompt's earlier rows go on */
+            zero_stats(req, stats, cfg->n_layers);
     }
     if (f.req && req->q_moments &&
         !(f.qpre = malloc((size_t)chunk * (size_t)cfg->n_heads * (size_t)cfg->head_dim *
@@ -1282,5 +1284,88 @@ int kv_model_forward_batch(kv_model *m, kv_cache *const *caches, const int32_t *
         caches[b]->next_pos++;
     fwd_free(&f);
     free(req_of);
+    return 0;
+}
+
+/* ------------------------------------------------ one text on many caches */
+
+/* One layer of kv_model_forward_many: rows [b n, (b + 1) n) of f are the
+ * tokens on caches[b]. Projections, output and MLP are batched GEMVs over
+ * all rows (one pass over the weights, each row's bits those of a batch of
+ * one); RoPE, the cache append and attention are each cache's own. */
+static void layer_forward_many(const kv_model *m, const layer *L, int li, kv_cache *const *caches,
+                               int n_caches, int n, fwd *f)
+{
+    const kv_model_config *cfg = &m->cfg;
+    int rows = n_caches * n;
+    size_t qd = (size_t)cfg->n_heads * (size_t)cfg->head_dim;
+    size_t kvd = (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim;
+
+    rmsnorm_rows(f->h, f->x, L->attn_norm, rows, cfg->hidden, cfg->rms_eps);
+    const kv_weight *qkv_w[] = {&L->wq, &L->wk, &L->wv};
+    float *qkv_y[] = {f->q, f->k_new, f->v_new};
+    const float *qkv_b[] = {L->bq, L->bk, L->bv};
+    matmul_many(f, 3, qkv_w, f->h, rows, qkv_y, qkv_b);
+    round_input(f, f->v_new, (size_t)rows * kvd); /* as qkv does: BF16 values in BF16 mode */
+    for (int b = 0; b < n_caches; b++) {
+        kv_cache *c = caches[b];
+        kv_cache_layer *cl = &c->layers[li];
+        int base = cl->len;
+        size_t r0 = (size_t)b * (size_t)n;
+        memcpy(cl->k + (size_t)base * kvd, f->k_new + r0 * kvd, (size_t)n * kvd * sizeof(float));
+        memcpy(cl->v + (size_t)base * kvd, f->v_new + r0 * kvd, (size_t)n * kvd * sizeof(float));
+        kv_cache_measure_values(c, cl, base, n);
+        for (int i = 0; i < n; i++) {
+            rotate_row(f, m, L, f->q + (r0 + (size_t)i) * qd, cl->k + (size_t)(base + i) * kvd,
+                       c->next_pos + i, NULL);
+            kv_cache_set_pos(c, li, base + i, c->next_pos + i + c->token_offset);
+        }
+        cl->len = base + n;
+        fwd one = *f; /* this cache's rows */
+        one.q = f->q + r0 * qd;
+        one.att = f->att + r0 * qd;
+        one.n = n;
+        attention(m, cl, &one, NULL, n, base, 0);
+    }
+    output_and_mlp(m, L, f, f->x, rows);
+}
+
+int kv_model_forward_many(kv_model *m, kv_cache *const *caches, int n_caches, const int32_t *tokens,
+                          int n, float *logits, bool all_logits, kv_error *err)
+{
+    const kv_model_config *cfg = &m->cfg;
+    if (n_caches <= 0 || n <= 0 || n > INT32_MAX / n_caches)
+        return kv_fail(err, "forward: %d caches of %d tokens", n_caches, n);
+    int max_keys = 0;
+    for (int b = 0; b < n_caches; b++) {
+        for (int o = 0; o < b; o++)
+            if (caches[o] == caches[b])
+                return kv_fail(err, "forward: caches %d and %d are one cache", o, b);
+        if (check_call(m, caches[b], tokens, n, err) != 0 || kv_cache_reserve(caches[b], n, err) != 0)
+            return -1;
+        int k = keys_after(caches[b], n);
+        max_keys = k > max_keys ? k : max_keys;
+    }
+    int rows = n_caches * n;
+    fwd f = {.n = rows, .chunk = rows, .mode = m->compute, .pool = m->pool, .batched = true};
+    if (fwd_alloc(m, max_keys, rows, rows, &f, err) != 0)
+        return -1;
+    size_t H = (size_t)cfg->hidden;
+    for (int r = 0; r < rows; r++)
+        kv_widen_rows(NULL, &m->embed, tokens[r % n], 1, f.x + (size_t)r * H);
+    for (int l = 0; l < cfg->n_layers; l++)
+        layer_forward_many(m, &m->layers[l], l, caches, n_caches, n, &f);
+    if (logits && all_logits) { /* rows of the batched GEMV: the last ones as below */
+        rmsnorm_rows(f.h, f.x, m->norm, rows, cfg->hidden, cfg->rms_eps);
+        matmul(&f, &m->lm_head, f.h, rows, logits, NULL);
+    } else if (logits) {
+        for (int b = 0; b < n_caches; b++)
+            rmsnorm_rows(f.h + (size_t)b * H, f.x + ((size_t)b * (size_t)n + (size_t)n - 1) * H,
+                         m->norm, 1, cfg->hidden, cfg->rms_eps);
+        matmul(&f, &m->lm_head, f.h, n_caches, logits, NULL);
+    }
+    for (int b = 0; b < n_caches; b++)
+        caches[b]->next_pos += n;
+    fwd_free(&f);
     return 0;
 }

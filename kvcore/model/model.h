@@ -86,6 +86,16 @@ int kv_model_forward_batch(kv_model *m, kv_cache *const *caches, const int32_t *
                            const kv_attn_stats_request *const *reqs, kv_attn_stats *const *stats,
                            float *logits, kv_error *err);
 
+/* The same n tokens appended to each of n_caches distinct caches, as one
+ * forward: every weight is read once for all n_caches x n rows (batched
+ * GEMV), so that a row's keys, values and logits do not depend on which
+ * other caches share the call; RoPE, the cache append and attention are each
+ * cache's own. Without statistics. logits (may be NULL): [n_caches][vocab],
+ * each cache's last token, or with all_logits [n_caches][n][vocab]. (Query-agnostic eviction prefills the question on
+ * every config's compressed cache at once.) */
+int kv_model_forward_many(kv_model *m, kv_cache *const *caches, int n_caches, const int32_t *tokens,
+                          int n, float *logits, bool all_logits, kv_error *err);
+
 /* Per-layer statistics buffers for a forward of n tokens on cache c (n_keys
  * = each layer's length after the call), zeroed; free with
  * kv_model_stats_free. */

@@ -62,10 +62,14 @@ static void write_task(const char *data, const char *task)
     fclose(f);
 }
 
-static int f_prefill(void *ctx, const int32_t *ids, size_t n_ids, const kb_gen_limits *g,
-                     const size_t *configs, size_t n, void **state, kv_error *err)
+static int f_prefill(void *ctx, const int32_t *ids, size_t n_ids, size_t n_context,
+                     const kb_gen_limits *g, const size_t *configs, size_t n, void **state,
+                     kv_error *err)
 {
     (void)configs, (void)g;
+    if (n_context == 0 || n_context >= n_ids)
+        return kv_fail(err, "the prompt has no context and question parts (%zu of %zu)", n_context,
+                       n_ids);
     fake *f = ctx;
     f->prefills++;
     f->last_n_configs = n;
