@@ -1297,9 +1297,19 @@ static void md_warnings(FILE *f, const kb_report_run *run)
     }
 }
 
+/* The config table's query_aware column: "true" (also when the key is
+ * absent: the default), "false", or "-" for the full cache. */
+static const char *query_aware_cell(const cJSON *params)
+{
+    if (!params || cJSON_IsNull(params))
+        return "-";
+    return cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(params, "query_aware")) ? "false"
+                                                                                 : "true";
+}
+
 static void md_params(FILE *f, const kb_report_run *run)
 {
-    fputs("\n| config | hash | budget | parameters |\n|---|---|--:|---|\n", f);
+    fputs("\n| config | hash | budget | query_aware | parameters |\n|---|---|--:|---|---|\n", f);
     for (const cJSON *c = run->configs->child; c; c = c->next) {
         const cJSON *params = cJSON_GetObjectItemCaseSensitive(c, "params");
         char *canon = params && !cJSON_IsNull(params) ? kb_json_canonical(params) : NULL;
@@ -1310,7 +1320,7 @@ static void md_params(FILE *f, const kb_report_run *run)
             fprintf(f, "%ld", budget);
         else
             fputs(kb_budget_label(budget), f);
-        fprintf(f, " | `%s` |\n", canon ? canon : "full cache");
+        fprintf(f, " | %s | `%s` |\n", query_aware_cell(params), canon ? canon : "full cache");
         free(canon);
     }
 }
@@ -2134,7 +2144,9 @@ static void html_compare(FILE *f, const kb_report_run *run, const kb_report_opti
 
 static void html_params(FILE *f, const kb_report_run *run)
 {
-    fputs("<table><tr><th>config</th><th>hash</th><th>budget</th><th>parameters</th></tr>\n", f);
+    fputs("<table><tr><th>config</th><th>hash</th><th>budget</th><th>query_aware</th>"
+          "<th>parameters</th></tr>\n",
+          f);
     for (const cJSON *c = run->configs->child; c; c = c->next) {
         const cJSON *params = cJSON_GetObjectItemCaseSensitive(c, "params");
         char *canon = params && !cJSON_IsNull(params) ? kb_json_canonical(params) : NULL;
@@ -2144,9 +2156,10 @@ static void html_params(FILE *f, const kb_report_run *run)
         html_esc(f, str(c, "hash") ? str(c, "hash") : "?");
         long b = (long)num(c, "budget");
         if (b >= 0)
-            fprintf(f, "</code></td><td class='num'>%ld</td><td><code>", b);
+            fprintf(f, "</code></td><td class='num'>%ld</td>", b);
         else
-            fputs("</code></td><td class='num'>full</td><td><code>", f);
+            fputs("</code></td><td class='num'>full</td>", f);
+        fprintf(f, "<td>%s</td><td><code>", query_aware_cell(params));
         html_esc(f, canon ? canon : "full cache");
         fputs("</code></td></tr>\n", f);
         free(canon);

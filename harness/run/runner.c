@@ -1,5 +1,7 @@
 #include "run/runner.h"
 
+#include <cjson/cJSON.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,7 +65,18 @@ void kb_runner_plan_print(FILE *f, const kb_matrix *m, const kb_runner_options *
         print_setting(f, "max_new_tokens", t->max_new_tokens, "task default");
         fputc('\n', f);
     }
-    fprintf(f, "\n%zu configs (one prefill per sample, shared by all):\n", m->n_configs);
+    size_t agnostic = 0;
+    for (size_t i = 0; i < m->n_configs; i++)
+        agnostic += m->configs[i].params &&
+                    cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(m->configs[i].params,
+                                                                   "query_aware"));
+    if (agnostic)
+        fprintf(f,
+                "\n%zu configs (one prefill of the context per sample, shared by all; then the "
+                "question on the full cache, and batched on the %zu query-agnostic caches):\n",
+                m->n_configs, agnostic);
+    else
+        fprintf(f, "\n%zu configs (one prefill per sample, shared by all):\n", m->n_configs);
     bool budgets = false;
     for (size_t i = 0; i < m->n_configs; i++) {
         const kb_config *c = &m->configs[i];

@@ -360,6 +360,19 @@ Test(query_agnostic, a_mixed_run_shares_its_prefills, .timeout = 300)
         }
         cJSON_Delete(q);
     }
+    /* the report's config table says which setting each config ran in */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/runs/mixed/summary.md", dir);
+    char *md = tu_slurp(path, NULL);
+    cr_assert(strstr(md, "| config | hash | budget | query_aware | parameters |"), "%s", md);
+    cr_assert(strstr(md, "| 128 | false | `{\"algorithm\":\"snapkv\""), "%s", md);
+    cr_assert(strstr(md, "| 128 | true | `{\"algorithm\":\"snapkv\""), "%s", md);
+    cr_assert(strstr(md, "| full | - | `full cache` |"), "%s", md);
+    free(md);
+    snprintf(path, sizeof path, "%s/runs/mixed/report.html", dir);
+    char *html = tu_slurp(path, NULL);
+    cr_assert(strstr(html, "<th>query_aware</th>") && strstr(html, "<td>false</td>"));
+    free(html);
     free(mixed);
     free(aware);
     tu_rmtree(dir);

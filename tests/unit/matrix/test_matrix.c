@@ -448,8 +448,9 @@ Test(matrix, shipped_configs_parse)
     cr_assert_eq(m.configs[1].budget, 224);
     kb_matrix_free(&m);
     /* 16 tasks; full + 4 refined + 2x5x2 (H2O/SnapKV x budgets x sum/norm_sum) + 5 streaming
-     * + 3x2 (TOVA/KeyDiff/ExpectedAttention x 512, 1024) + 2 PyramidKV + 2 AdaKV */
-    load_shipped("configs/nightly.json", 16, 1 + 4 + 20 + 5 + 6 + 2 + 2);
+     * + 3x2 (TOVA/KeyDiff/ExpectedAttention x 512, 1024) + 2 PyramidKV + 2 AdaKV + the 2x2x2
+     * query-agnostic twins of H2O/SnapKV at 512, 1024 */
+    load_shipped("configs/nightly.json", 16, 1 + 4 + 20 + 5 + 6 + 2 + 2 + 8);
     long budgets[5] = {0};
     for (size_t i = 5; i < 25; i += 2)
         budgets[(i - 5) / 2 % 5] = m.configs[i].budget;
@@ -460,6 +461,15 @@ Test(matrix, shipped_configs_parse)
     /* the schedules' budget is their mean: the same 512 and 1024 */
     for (int i = 30; i < 40; i++)
         cr_assert_eq(m.configs[i].budget, i % 2 ? 1024 : 512, "%s", m.configs[i].name);
+    for (int i = 40; i < 48; i++) {
+        cr_assert_eq(m.configs[i].budget, i % 4 < 2 ? 512 : 1024, "%s", m.configs[i].name);
+        cr_assert(strstr(m.configs[i].name, "_qa0"), "%s", m.configs[i].name);
+    }
+    kb_matrix_free(&m);
+    /* the demo's 8 configs at 128 in both settings, and the full cache */
+    load_shipped("configs/demo-query-agnostic.json", 3, 1 + 16);
+    for (size_t i = 1; i < 17; i++)
+        cr_assert_eq(m.configs[i].budget, 128, "%s", m.configs[i].name);
     kb_matrix_free(&m);
 }
 
@@ -492,8 +502,12 @@ Test(matrix, run_dry_run_shows_the_plan_and_errors_name_the_key)
               "%s", r.err);
     cr_assert(strstr(r.out, "run nightly -> results/nightly/shards/1-of-4\n"), "%s", r.out);
     cr_assert(strstr(r.out, "16 tasks:"));
-    cr_assert(strstr(r.out, "40 configs (one prefill per sample, shared by all):"));
+    cr_assert(strstr(r.out, "48 configs (one prefill of the context per sample, shared by all; "
+                            "then the question on the full cache, and batched on the 8 "
+                            "query-agnostic caches):"),
+              "%s", r.out);
     cr_assert(strstr(r.out, "  snapkv_s32_r64_i1952_normsum_norot "), "%s", r.out);
+    cr_assert(strstr(r.out, "  h2o_s32_r64_i928_normsum_norot_qa0 "), "%s", r.out);
     tu_result_free(&r);
     r = tu_kvbench("run", nightly, "--dry-run", "--shard", "4/4", NULL);
     cr_assert_eq(r.status, 2);
