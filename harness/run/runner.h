@@ -26,7 +26,10 @@
  * Order is what makes "resume == uninterrupted": samples in file order,
  * configs in matrix order, files only ever grow by appending. A config's
  * prediction must not depend on which other configs share the prefill
- * (tests/e2e/test_run.c checks N configs together == N separate runs).
+ * (tests/e2e/test_run.c checks N configs together == N separate runs); a
+ * query-agnostic config splits the prefill in two forwards, which moves the
+ * query-aware configs' logits in the last bits only
+ * (tests/e2e/test_query_agnostic.c checks their answers are unchanged).
  */
 #ifndef KB_RUNNER_H
 #define KB_RUNNER_H
