@@ -1326,6 +1326,7 @@ static void layer_forward_many(const kv_model *m, const layer *L, int li, kv_cac
         one.att = f->att + r0 * qd;
         one.n = n;
         attention(m, cl, &one, NULL, n, base, 0);
+        kv_cache_commit(c, li); /* stored at the cache's precision, as kv_model_forward does */
     }
     output_and_mlp(m, L, f, f->x, rows);
 }
