@@ -170,6 +170,24 @@ typedef struct decode_row {
     kv_generate_opts o;
 } decode_row;
 
+/* Config's evictor for a compressed part of n tokens: with a
+ * compression_ratio the budget is a share of that part (kvpress's meaning),
+ * so the evictor is rebuilt for it; otherwise the run's evictor as is. */
+static kv_evictor *evictor_for(engine *e, size_t config, int n, kv_error *err)
+{
+    if (!(e->params[config].compression_ratio > 0))
+        return e->ev[config];
+    kv_evict_params p = e->params[config];
+    kv_evict_params_for_prompt(&p, n);
+    kv_evictor *fresh = kv_evictor_new(&p, &e->em, err);
+    if (!fresh) {
+        kv_fail_prefix(err, e->m->configs[config].name);
+        return NULL;
+    }
+    kv_evictor_free(e->ev[config]);
+    return e->ev[config] = fresh;
+}
+
 /* Row r of a config: an eviction config compresses the prefilled cache into
  * its own; the full cache (after them) takes the prefilled cache over, so
  * no second copy of the prompt's keys and values is ever held. */
@@ -190,15 +208,9 @@ static int row_start(engine *e, prefill_state *st, size_t config, decode_row *r,
         st->base = NULL;
         return 0;
     }
-    if (e->params[config].compression_ratio > 0) { /* a budget of this prompt's own */
-        kv_evict_params p = e->params[config];
-        kv_evict_params_for_prompt(&p, st->n_prompt);
-        kv_evictor *fresh = kv_evictor_new(&p, &e->em, err);
-        if (!fresh)
-            return kv_fail_prefix(err, cfg->name);
-        kv_evictor_free(ev);
-        r->hook.ev = ev = e->ev[config] = fresh;
-    }
+    if (!(ev = evictor_for(e, config, st->n_prompt, err)))
+        return -1;
+    r->hook.ev = ev;
     if (kv_evictor_fork(ev, st->base, &st->req, st->stats, &r->c, NULL, NULL, err) < 0)
         return kv_fail_prefix(err, cfg->name);
     kv_evictor_generation_request(ev, &r->hook.req);
@@ -222,7 +234,10 @@ static int agnostic_start(engine *e, prefill_state *st, size_t config, decode_ro
     };
     if (!st->split)
         return (r->c = kv_cache_fork(st->base, st->n_prompt + st->max_new + 1, err)) ? 0 : -1;
-    if (kv_evictor_fork(e->ev[config], st->base, &st->req, st->stats, &r->c, NULL, NULL, err) < 0)
+    kv_evictor *ev = evictor_for(e, config, st->n_context, err);
+    if (!ev)
+        return -1;
+    if (kv_evictor_fork(ev, st->base, &st->req, st->stats, &r->c, NULL, NULL, err) < 0)
         return kv_fail_prefix(err, e->m->configs[config].name);
     return 0;
 }
