@@ -994,7 +994,7 @@ Test(evict_params, json_round_trip)
                  0, "%s", err.msg);
     cJSON *j = kv_evict_params_to_json(&a);
     cr_assert_not_null(j);
-    cr_assert_eq(cJSON_GetArraySize(j), 28);
+    cr_assert_eq(cJSON_GetArraySize(j), 29);
     kv_evict_params_default(&b);
     cr_assert_eq(kv_evict_params_from_json(&b, j, &err), 0, "%s", err.msg);
     cr_assert_eq(memcmp(&a, &b, sizeof a), 0);
@@ -1668,7 +1668,7 @@ Test(evict_params, every_table_row_parses_by_key_and_flag)
             cr_assert(strstr(err.msg, d->key), "%s", err.msg);
         }
     }
-    cr_assert_eq(n, 28);
+    cr_assert_eq(n, 29);
     cr_assert_null(kv_evict_param_find("--no-such-flag"));
     cJSON *schema = kv_evict_params_schema();
     cr_assert_eq(cJSON_GetArraySize(schema), n);

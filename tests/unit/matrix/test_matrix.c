@@ -426,7 +426,7 @@ Test(matrix, shipped_configs_are_coherent_and_defaults_are_warned_about)
     warned_configs(warned, sizeof warned);
     cr_assert_str_eq(warned, "");
     kb_matrix_free(&m);
-    load_shipped("configs/nightly.json", 16, 1 + 4 + 20 + 5 + 6 + 2 + 2);
+    load_shipped("configs/nightly.json", 16, 1 + 4 + 20 + 5 + 6 + 2 + 2 + 8);
     warned_configs(warned, sizeof warned);
     cr_assert_str_eq(warned, "");
     kb_matrix_free(&m);
