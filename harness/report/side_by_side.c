@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "matrix/taskset.h"
+#include "report/rows.h"
 #include "report/rowstats.h"
 
 /* The names (config or task) of every run's rows, in order of first
@@ -29,17 +29,7 @@ static int add_name(names *s, const char *name)
 
 static int cmp_tasks(const void *a, const void *b)
 {
-    const char *x = *(const char *const *)a, *y = *(const char *const *)b;
-    int ox = kb_task_order(x), oy = kb_task_order(y);
-    return ox != oy ? (ox < oy ? -1 : 1) : strcmp(x, y);
-}
-
-static const kb_score_row *row_of(const kb_report_run *run, const char *config, const char *task)
-{
-    for (size_t i = 0; i < run->n_rows; i++)
-        if (strcmp(run->rows[i].config, config) == 0 && strcmp(run->rows[i].task, task) == 0)
-            return &run->rows[i];
-    return NULL;
+    return kb_task_cmp(*(const char *const *)a, *(const char *const *)b);
 }
 
 /* Markdown and HTML from one description: a row is cells between begin and end. */
@@ -136,11 +126,11 @@ static void config_means(const kb_report_run *runs, size_t n, const char *config
     for (size_t t = 0; t < tasks->n; t++) {
         bool everywhere = true;
         for (size_t k = 0; k < n && everywhere; k++)
-            everywhere = row_of(&runs[k], config, tasks->v[t]) != NULL;
+            everywhere = kb_report_row(&runs[k], config, tasks->v[t]) != NULL;
         if (!everywhere)
             continue;
         for (size_t k = 0; k < n; k++)
-            mean[k] += row_of(&runs[k], config, tasks->v[t])->score;
+            mean[k] += kb_report_row(&runs[k], config, tasks->v[t])->score;
         used++;
     }
     for (size_t k = 0; k < n; k++)
@@ -191,21 +181,21 @@ int kb_report_side_by_side(FILE *f, const kb_report_run *runs, size_t n, bool ht
     header(&t, "task", "config", runs, n, " (paired)");
     for (size_t i = 0; i < tasks.n && rc == 0; i++)
         for (size_t c = 0; c < configs.n && rc == 0; c++) {
-            const kb_score_row *base = row_of(&runs[0], configs.v[c], tasks.v[i]);
+            const kb_score_row *base = kb_report_row(&runs[0], configs.v[c], tasks.v[i]);
             bool any = false;
             for (size_t k = 0; k < n; k++)
-                any |= row_of(&runs[k], configs.v[c], tasks.v[i]) != NULL;
+                any |= kb_report_row(&runs[k], configs.v[c], tasks.v[i]) != NULL;
             if (!any)
                 continue;
             row_begin(&t);
             cell_text(&t, tasks.v[i], false);
             cell_text(&t, configs.v[c], false);
             for (size_t k = 0; k < n; k++) {
-                const kb_score_row *r = row_of(&runs[k], configs.v[c], tasks.v[i]);
+                const kb_score_row *r = kb_report_row(&runs[k], configs.v[c], tasks.v[i]);
                 cell_num(&t, r ? r->score : NAN, "%.2f");
             }
             for (size_t k = 1; k < n && rc == 0; k++) {
-                const kb_score_row *r = row_of(&runs[k], configs.v[c], tasks.v[i]);
+                const kb_score_row *r = kb_report_row(&runs[k], configs.v[c], tasks.v[i]);
                 kb_pairing p = {NAN, {NAN, NAN}, 0, false};
                 if (r && base)
                     rc = kb_rows_pair(r, base, tasks.v[i], NULL, &p);

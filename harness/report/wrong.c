@@ -8,6 +8,7 @@
 #include "longbench/sample.h"
 #include "longbench/tasks.h"
 #include "matrix/results.h"
+#include "report/rows.h"
 #include "util/file.h"
 #include "util/jsonstr.h"
 
@@ -23,17 +24,9 @@ char *kb_wrong_page(const kb_report_run *run, const char *task, bool several_run
     return n < 0 ? NULL : page;
 }
 
-static const kb_score_row *row_of(const kb_report_run *run, const char *config, const char *task)
-{
-    for (size_t i = 0; i < run->n_rows; i++)
-        if (strcmp(run->rows[i].config, config) == 0 && strcmp(run->rows[i].task, task) == 0)
-            return &run->rows[i];
-    return NULL;
-}
-
 bool kb_wrong_has_page(const kb_report_run *run, const char *task)
 {
-    const kb_score_row *full = row_of(run, "full", task);
+    const kb_score_row *full = kb_report_row(run, "full", task);
     if (!full || !full->n_samples)
         return false;
     for (size_t i = 0; i < run->n_rows; i++)
@@ -341,7 +334,7 @@ static int write_page(const char *dir, const kb_report_run *run, const char *tas
     FILE *f = open_memstream(&buf, &len);
     if (!f)
         return kv_fail(err, "out of memory");
-    const kb_score_row *full = row_of(run, "full", task);
+    const kb_score_row *full = kb_report_row(run, "full", task);
     kb_pred_lines full_lines;
     read_predictions(run, "full", task, &full_lines);
     fprintf(f, "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><title>");
