@@ -26,6 +26,19 @@
 #include "report/side_by_side.h"
 #include "report/wrong.h"
 
+/* A link to a page beside report.html: every byte but ASCII letters,
+ * digits and "-._~/" percent-encoded, so that a run folder named "it's #2"
+ * neither ends the attribute nor starts a fragment. */
+static void url_path(FILE *f, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            strchr("-._~/", *p))
+            fputc(*p, f);
+        else
+            fprintf(f, "%%%02X", *p);
+}
+
 /* Links to the per-task pages of samples wrong against the full cache (report/wrong.h). */
 static void html_wrong_links(FILE *f, const kb_report_run *run, const kb_pivot *p, bool several)
 {
@@ -37,7 +50,7 @@ static void html_wrong_links(FILE *f, const kb_report_run *run, const kb_pivot *
             continue;
         fputs(any ? " · " : "<p>Samples each config got wrong against the full cache: ", f);
         fputs("<a href='", f);
-        kb_html_esc(f, page);
+        url_path(f, page);
         fputs("'>", f);
         kb_html_esc(f, p->tasks[t]);
         fputs("</a>", f);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "report/report.h"
 #include "matrix/results.h"
@@ -676,6 +677,37 @@ Test(report, runs_over_different_samples_pair_the_shared_ones_and_say_so)
     free(md);
     free(last);
     free(part);
+    tu_rmtree(out);
+    free(out);
+}
+
+/* A run folder may be renamed to anything: report.html's links to its
+ * pages of wrong answers still lead to them (percent-encoded, so that a
+ * quote does not end the attribute nor a '#' start a fragment). */
+Test(report, links_to_pages_of_a_run_with_any_name_are_encoded)
+{
+    char *out = tu_mkdtemp(), *renamed, *both, *page;
+    char *dir = scored_run(out, "night1");
+    char *other = scored_run(out, "night2");
+    cr_assert_geq(asprintf(&renamed, "%s/it's #2 ü", out), 0);
+    cr_assert_eq(rename(dir, renamed), 0);
+    cr_assert_geq(asprintf(&both, "%s/both", out), 0);
+    tu_result r = tu_kvbench("report", renamed, other, "--output", both, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
+    char *html = read_in(both, "report.html");
+    cr_assert(strstr(html, "<a href='wrong/it%27s%20%232%20%C3%BC/qasper.html'>qasper</a>"),
+              "%s", html);
+    cr_assert(strstr(html, "<a href='wrong/night2/qasper.html'>qasper</a>"), "%s", html);
+    /* the page is where the decoded link says */
+    cr_assert_geq(asprintf(&page, "%s/wrong/it's #2 ü/qasper.html", both), 0);
+    cr_assert_eq(access(page, F_OK), 0, "%s", page);
+    free(page);
+    free(html);
+    free(both);
+    free(renamed);
+    free(other);
+    free(dir);
     tu_rmtree(out);
     free(out);
 }
