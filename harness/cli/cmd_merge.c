@@ -9,7 +9,8 @@
 #include "run/taskdata.h"
 #include "cli/cli.h"
 #include "util/file.h"
-#include "matrix/results.h"
+#include "rundir/merge.h"
+#include "rundir/predfile.h"
 
 static const kb_option options[] = {
     {"output", "DIR", "write the merged run here (default: RUN when given RUN with RUN/shards/)"},

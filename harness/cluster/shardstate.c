@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "matrix/results.h"
+#include "rundir/predfile.h"
 #include "run/taskdata.h"
 #include "util/file.h"
 

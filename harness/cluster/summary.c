@@ -7,7 +7,7 @@
 
 #include "cluster/shardstate.h"
 #include "cluster/slurm.h"
-#include "matrix/results.h"
+#include "rundir/predfile.h"
 #include "util/file.h"
 
 /* Samples a shard ran: the lines of its first config (the full cache, which

@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "matrix/results.h"
+#include "rundir/predfile.h"
 #include "report/report.h"
 
 /* Sets n_expected on the rows of an unfinished run: the task's samples as

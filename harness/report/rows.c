@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "matrix/results.h"
+#include "rundir/predfile.h"
 #include "matrix/taskset.h"
 #include "report/json_get.h"
 #include "util/file.h"

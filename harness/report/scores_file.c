@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "matrix/results.h"
+#include "rundir/predfile.h"
 #include "report/json_get.h"
 #include "report/rows.h"
 #include "util/file.h"

@@ -7,8 +7,8 @@
 #include "longbench/prompt.h"
 #include "longbench/sample.h"
 #include "longbench/tasks.h"
-#include "matrix/results.h"
 #include "report/rows.h"
+#include "rundir/predfile.h"
 #include "util/file.h"
 #include "util/jsonstr.h"
 

@@ -125,7 +125,7 @@ int kb_runner_check_data(const kb_matrix *m, long *samples, kv_error *err)
     for (size_t t = 0; t < m->n_tasks; t++) {
         kb_idset ids = {0};
         int rc = kb_taskdata_ids(m->data, m->tasks[t].name, m->empty_tasks_missing, &ids, err);
-        *samples += (long)ids.n;
+        *samples += (long)kb_idset_size(&ids);
         kb_idset_free(&ids);
         if (rc < 0)
             return kv_fail_prefix(err, m->tasks[t].name);

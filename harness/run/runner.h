@@ -1,7 +1,7 @@
 /* The runner: `kvbench run CONFIG.json`.
  *
  *   matrix.h    the config file -> kb_matrix (tasks, configs[0] = "full", names, hashes)
- *   results.h   run folder, run.json, resumable prediction files, --shard, merge
+ *   rundir/     run folder, run.json, resumable prediction files, --shard, merge
  *   progress.h  terminal bar / log lines
  *   report.h    scores.json -> scores.csv, summary.md, report.html
  *   taskdata.h  a task's samples in file order
@@ -43,7 +43,7 @@
 #include "tokenizer/tokenizer.h"
 #include "run/progress.h"
 #include "report/report.h"
-#include "matrix/results.h"
+#include "rundir/predfile.h"
 
 /* Command-line overrides of the matrix file. NULL / 0: keep the file's. */
 typedef struct kb_runner_options {

@@ -108,7 +108,7 @@ long kb_task_size(const char *data, const char *task, kv_error *err)
     /* an empty file: size 0; the loader's count, v2 too */
     long n = kb_taskdata_ids(data, task, true, &ids, err);
     if (n == 0)
-        n = (long)ids.n;
+        n = (long)kb_idset_size(&ids);
     kb_idset_free(&ids);
     return n;
 }

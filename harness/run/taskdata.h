@@ -10,7 +10,7 @@
 #include "util/error.h"
 #include "longbench/sample.h"
 #include "longbench/tasks.h"
-#include "matrix/results.h"
+#include "rundir/predfile.h"
 
 typedef struct kb_taskdata {
     const lb_task *task;

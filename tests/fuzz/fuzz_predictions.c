@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "matrix/results.h"
+#include "rundir/predfile.h"
 
 /* A temporary file in memory (/dev/shm) when there is one: on a disk, creating
  * and deleting thousands of small files costs seconds. */

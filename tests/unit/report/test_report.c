@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "report/report.h"
-#include "matrix/results.h"
+#include "rundir/predfile.h"
 #include "support/testutil.h"
 
 static kv_error err;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "util/file.h"
+#include "rundir/merge.h"
 #include "run/runner.h"
 #include "score/score.h"
 #include "tokenizer/tokenizer.h"

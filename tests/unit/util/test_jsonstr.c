@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "util/jsonstr.h"
-#include "matrix/results.h"
+#include "rundir/predfile.h"
 #include "score/score.h"
 #include "util/utf8.h"
 

@@ -11,7 +11,8 @@
 #include <unistd.h>
 
 #include "util/file.h"
-#include "matrix/results.h"
+#include "rundir/merge.h"
+#include "rundir/predfile.h"
 #include "support/testutil.h"
 
 static kv_error err;
