@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "tokenizer/chat.h"
+#include "util/jsonstr.h"
 #include "util/utf8.h"
 
 int lb_protocol_parse(const char *name, lb_protocol *out, kv_error *err)
@@ -368,8 +369,9 @@ int lb_prompt_build(const lb_task *task, const lb_sample *s, const kv_tokenizer 
     if (rc == 0)
         p->n_context = context_tokens(t, p->ids, p->n_ids, p->len, cut);
     if (rc < 0) {
-        char where[160];
-        snprintf(where, sizeof where, "%s sample %s", task->name, s->id ? s->id : "?");
+        char where[200], id[160];
+        snprintf(where, sizeof where, "%s sample %s", task->name,
+                 s->id.p ? kv_json_quote_to(id, sizeof id, s->id.p, s->id.n) : "?");
         kv_fail_prefix(err, where);
         lb_prompt_free(p);
     }

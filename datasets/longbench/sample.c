@@ -17,7 +17,7 @@ void lb_sample_free(lb_sample *s)
 {
     if (!s)
         return;
-    free(s->id);
+    kv_str_free(&s->id);
     kv_str_free(&s->input);
     kv_str_free(&s->context);
     free(s->dataset);
@@ -130,22 +130,6 @@ static int read_name(reader *r, char **out)
     return 0;
 }
 
-/* "_id": a C string key; a NUL in it is carried as KV_ID_NUL (jsonstr.h),
- * so "a\u0000b" stays apart from "a" and is written back as it came. */
-static int read_id(reader *r, char **out)
-{
-    kv_str v = {0};
-    if (read_text(r, &v) < 0)
-        return -1;
-    char *id = kv_id_from_bytes(v.p, v.n);
-    kv_str_free(&v);
-    if (!id)
-        return kv_fail(r->err, "out of memory reading \"%s\"", r->key);
-    free(*out);
-    *out = id;
-    return 0;
-}
-
 /* An array of strings into *out, *n. */
 static int read_texts(reader *r, kv_str **out, size_t *n)
 {
@@ -210,7 +194,7 @@ static int member_v1(reader *r, lb_sample *s, seen *got)
 {
     const char *k = r->key;
     if (strcmp(k, "_id") == 0)
-        return read_id(r, &s->id);
+        return read_text(r, &s->id);
     if (strcmp(k, "input") == 0)
         return read_text(r, &s->input);
     if (strcmp(k, "context") == 0)
@@ -246,7 +230,7 @@ static int member_v2(reader *r, lb_sample *s, seen *got)
         if (strcmp(k, choice_keys[i]) == 0)
             return read_text(r, &s->choices[i]);
     if (strcmp(k, "_id") == 0)
-        return read_id(r, &s->id);
+        return read_text(r, &s->id);
     if (strcmp(k, "question") == 0)
         return read_text(r, &s->input);
     if (strcmp(k, "context") == 0)
@@ -269,7 +253,7 @@ static int member_v2(reader *r, lb_sample *s, seen *got)
 /* The first required key that the record lacks, or NULL. */
 static const char *missing_v1(const lb_sample *s, const seen *got)
 {
-    return !s->id          ? "_id"
+    return !s->id.p        ? "_id"
            : !s->input.p   ? "input"
            : !s->context.p ? "context"
            : !s->dataset   ? "dataset"
@@ -283,8 +267,8 @@ static const char *missing_v1(const lb_sample *s, const seen *got)
 static const char *missing_v2(const lb_sample *s, const seen *got)
 {
     (void)got;
-    if (!s->id || !s->input.p || !s->context.p)
-        return !s->id ? "_id" : !s->input.p ? "question" : "context";
+    if (!s->id.p || !s->input.p || !s->context.p)
+        return !s->id.p ? "_id" : !s->input.p ? "question" : "context";
     for (int i = 0; i < 4; i++)
         if (!s->choices[i].p)
             return choice_keys[i];
@@ -511,7 +495,7 @@ static bool selected(lb_loader *l, const lb_sample *s)
     if (!l->id_seen)
         return true;
     for (size_t i = 0; i < l->opts.n_ids; i++)
-        if (strcmp(l->opts.ids[i], s->id) == 0) {
+        if (kv_str_eq(l->opts.ids[i], s->id)) {
             l->id_seen[i] = true;
             return true;
         }
@@ -523,8 +507,11 @@ static int check_ids_found(const lb_loader *l, kv_error *err)
     if (!l->id_seen)
         return 0;
     for (size_t i = 0; i < l->opts.n_ids; i++)
-        if (!l->id_seen[i])
-            return kv_fail(err, "%s: no sample has _id \"%s\"", l->path, l->opts.ids[i]);
+        if (!l->id_seen[i]) {
+            char id[160];
+            return kv_fail(err, "%s: no sample has _id %s", l->path,
+                           kv_json_quote_to(id, sizeof id, l->opts.ids[i].p, l->opts.ids[i].n));
+        }
     return 0;
 }
 

@@ -19,11 +19,11 @@
 
 /* One LongBench record, owned by the sample. Text fields are kv_str: JSON's
  * "\u0000" is data, and every byte of a context reaches the prompt. The id
- * is a C string key (resume, selection) with a NUL carried as KV_ID_NUL
- * (kvcore/util/jsonstr.h), so that no cut merges two samples. Metadata are C
- * strings: a NUL in them (dataset, language...) is refused. */
+ * is one too: a key (resume, selection) that a cut at a NUL would merge with
+ * another. Metadata are C strings: a NUL in them (dataset, language...) is
+ * refused. */
 typedef struct lb_sample {
-    char *id;     /* "_id", NULs as KV_ID_NUL */
+    kv_str id;    /* "_id" ({NULL, 0} until read) */
     kv_str input; /* may be "" */
     kv_str context;
     kv_str *answers; /* n_answers >= 1 */
@@ -71,7 +71,7 @@ typedef struct lb_loader_options {
     lb_schema schema;
     lb_on_error on_error;
     long limit;             /* at most this many samples; 0: all */
-    const char *const *ids; /* only these _id values (file order is kept); NULL: all */
+    const kv_str *ids;      /* only these _id values (file order is kept); NULL: all */
     size_t n_ids;
 } lb_loader_options;
 

@@ -51,19 +51,19 @@ static long default_max_length(const char *model_dir)
     return n;
 }
 
-/* "a,b,c" -> a NULL-free array of pointers into a copy of the string. */
-static char **split_ids(const char *list, size_t *n, char **copy)
+/* "a,b,c" -> ids pointing into a copy of the string. */
+static kv_str *split_ids(const char *list, size_t *n, char **copy)
 {
     *copy = strdup(list);
     size_t cap = 1;
     for (const char *p = list; *p; p++)
         cap += *p == ',';
-    char **ids = calloc(cap, sizeof *ids);
+    kv_str *ids = calloc(cap, sizeof *ids);
     *n = 0;
     if (!*copy || !ids)
         return ids;
     for (char *tok = strtok(*copy, ","); tok; tok = strtok(NULL, ","))
-        ids[(*n)++] = kv_id_unescape_nul(tok); /* a shell argument cannot hold a NUL */
+        ids[(*n)++] = kv_unescape_nul(tok); /* a shell argument cannot hold a NUL */
     return ids;
 }
 
@@ -74,7 +74,7 @@ static int print_line(const lb_task *task, const lb_sample *s, const char *text,
     cJSON *o = cJSON_CreateObject();
     if (!o)
         return -1;
-    cJSON_AddStringToObject(o, "id", s->id);
+    cJSON_AddItemToObject(o, "id", kv_json_text(s->id.p, s->id.n));
     cJSON_AddStringToObject(o, "task", task->name);
     if (n_tokens >= 0)
         cJSON_AddNumberToObject(o, "n_tokens", (double)n_tokens);
@@ -89,7 +89,7 @@ static int print_line(const lb_task *task, const lb_sample *s, const char *text,
     cJSON_AddItemToObject(o, "prompt", kv_json_text(text, len));
     char *line = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    if (!line || !(line = kv_json_ids_out(line))) /* a NUL in the id as "\u0000" */
+    if (!line)
         return -1;
     int rc = puts(line) == EOF ? -1 : 0; /* a full disk: stop now, main says why */
     free(line);
@@ -189,8 +189,8 @@ static int run(const kb_args *a)
             po.max_length = default_max_length(kb_arg(a, "model"));
     }
     char *ids_copy = NULL;
-    char **ids = kb_arg(a, "ids") ? split_ids(kb_arg(a, "ids"), &lo.n_ids, &ids_copy) : NULL;
-    lo.ids = (const char *const *)ids;
+    kv_str *ids = kb_arg(a, "ids") ? split_ids(kb_arg(a, "ids"), &lo.n_ids, &ids_copy) : NULL;
+    lo.ids = ids;
     char *path =
         kb_arg(a, "file") ? strdup(kb_arg(a, "file")) : lb_sample_path(data_folder(a), task);
     lb_loader *l = path ? lb_loader_open(path, &lo, &err) : NULL;

@@ -1,4 +1,4 @@
-/* The two reads every part of the report makes of run.json and scores.json
+/* The two reads every part of the report makes of run.json
  * objects: a number (NaN when absent or not a number) and a string (NULL
  * when absent or not a string), so that a missing field is a value the
  * caller checks, never a crash.

@@ -24,7 +24,8 @@
 
 /* One sample's score within a row, what intervals and pairings need. */
 typedef struct kb_sample_score {
-    char *id;     /* the sample's "_id": what pairs it across configs and runs */
+    kv_str id;    /* the sample's "_id" (owned, NUL-terminated too): what pairs it
+                   * across configs and runs */
     double score; /* the task's metric for this sample, 0..1 */
     long length;  /* the sample's "length" field, -1 when absent */
 } kb_sample_score;

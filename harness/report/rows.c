@@ -1,6 +1,8 @@
 #include "report/rows.h"
 
 #include <math.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,7 +18,7 @@ void kb_score_row_free(kb_score_row *r)
     free(r->task);
     free(r->metric);
     for (size_t i = 0; i < r->n_samples; i++)
-        free(r->samples[i].id);
+        kv_str_free(&r->samples[i].id);
     free(r->samples);
     free(r->boot);
     free(r->boot_delta);
@@ -87,12 +89,13 @@ static bool listed(const cJSON *list, const char *field, const char *name)
     return false;
 }
 
-static double mean_field(const kb_pred_lines *l, const char *key)
+/* The mean of a count or time over the lines that have it. */
+static double mean_field(const kb_pred_lines *l, size_t offset)
 {
     double sum = 0;
     size_t k = 0;
     for (size_t i = 0; i < l->n; i++) {
-        double v = kb_json_num(l->json[i], key);
+        double v = *(const double *)((const char *)&l->line[i] + offset);
         if (!isnan(v)) {
             sum += v;
             k++;
@@ -108,20 +111,55 @@ static int keep_samples(const kb_pred_lines *l, const double *per, kb_score_row 
     if (l->n && !(r->samples = calloc(l->n, sizeof *r->samples)))
         return kv_fail(err, "out of memory");
     for (size_t i = 0; i < l->n; i++) {
-        const char *id = kb_json_str(l->json[i], "id");
-        double len = kb_json_num(l->json[i], "length");
-        if (!id)
-            return kv_fail(err, "%s:%zu: id: missing", path, i + 1);
+        const kb_prediction *p = &l->line[i];
         if (!(per[i] >= 0 && per[i] <= 1))
             return kv_fail(err, "%s:%zu: the scorer gave %g, not a score from 0 to 1", path, i + 1,
                            per[i]);
-        if (!(r->samples[i].id = strdup(id)))
+        char *id = malloc(p->id.n + 1);
+        if (!id)
             return kv_fail(err, "out of memory");
+        memcpy(id, p->id.p, p->id.n);
+        id[p->id.n] = '\0';
+        r->samples[i].id = (kv_str){id, p->id.n};
         r->samples[i].score = per[i];
-        r->samples[i].length = isnan(len) || len < 0 ? -1 : (long)len;
+        r->samples[i].length = p->length < 0 ? -1 : p->length;
         r->n_samples++;
     }
     return 0;
+}
+
+/* The lines as the scorer reads them: views into l. NULL when out of memory
+ * or when a line cannot be scored (err says which and why). */
+static kb_scored_line *scored_lines(const kb_pred_lines *l, const char *path, const char *task,
+                                    kv_error *err)
+{
+    enum { WHERE = 32 }; /* "line N", what the scorer's messages start with */
+    kb_scored_line *v = calloc(l->n + 1, sizeof *v + WHERE);
+    if (!v) {
+        kv_fail(err, "out of memory");
+        return NULL;
+    }
+    char *where = (char *)(v + l->n + 1);
+    for (size_t i = 0; i < l->n; i++) {
+        const kb_prediction *p = &l->line[i];
+        if (p->unscorable) {
+            kv_fail(err, "%s:%zu: %s", path, i + 1, p->unscorable);
+            free(v);
+            return NULL;
+        }
+        /* views: the scorer only reads them (a line without "dataset" is the file's task) */
+        v[i] = (kb_scored_line){.id = p->id,
+                                .dataset = (char *)(p->task ? p->task : task),
+                                .pred = p->pred,
+                                .answers = (kv_str *)p->answers,
+                                .n_answers = p->n_answers,
+                                .classes = (kv_str *)p->all_classes,
+                                .n_classes = p->n_classes,
+                                .length = p->length,
+                                .where = where + i * WHERE};
+        snprintf(v[i].where, WHERE, "line %zu", i + 1);
+    }
+    return v;
 }
 
 /* One row from one prediction file: 0, 1 when the file has no lines (no
@@ -143,11 +181,12 @@ static int score_file(const char *path, const char *config, const char *task, kb
     }
     char msg[512] = "";
     double *per = calloc(l.n + 1, sizeof *per);
+    kb_scored_line *lines = scored_lines(&l, path, task, err);
     kb_task_result res = {.metric = "?", .sample_scores = per};
-    int rc = per ? scorer(task, (const char *const *)l.text, l.n, &res, msg, sizeof msg, ctx) : -2;
-    if (rc == -2)
-        kv_fail(err, "out of memory");
-    else if (rc < 0)
+    int rc = !lines ? -1
+             : per  ? scorer(task, lines, l.n, &res, msg, sizeof msg, ctx)
+                    : kv_fail(err, "out of memory");
+    if (lines && per && rc < 0)
         kv_fail(err, "%s: %s", path, msg[0] ? msg : "the scorer failed");
     if (rc == 0) {
         r->config = strdup(config);
@@ -161,13 +200,14 @@ static int score_file(const char *path, const char *config, const char *task, kb
         r->n = (long)l.n;
         memcpy(r->bucket_n, res.bucket_n, sizeof r->bucket_n);
         memcpy(r->bucket, res.bucket, sizeof r->bucket);
-        r->prompt_tokens = mean_field(&l, "prompt_tokens");
-        r->kept_tokens = mean_field(&l, "kept_tokens");
-        r->prefill_s = mean_field(&l, "prefill_s");
-        r->decode_s = mean_field(&l, "decode_s");
+        r->prompt_tokens = mean_field(&l, offsetof(kb_prediction, prompt_tokens));
+        r->kept_tokens = mean_field(&l, offsetof(kb_prediction, kept_tokens));
+        r->prefill_s = mean_field(&l, offsetof(kb_prediction, prefill_s));
+        r->decode_s = mean_field(&l, offsetof(kb_prediction, decode_s));
         if (rc == 0 && (rc = keep_samples(&l, per, r, path, err)) < 0)
             kb_score_row_free(r);
     }
+    free(lines);
     free(per);
     kb_pred_lines_free(&l);
     return rc;

@@ -22,15 +22,15 @@ static bool same_order(const kb_score_row *a, const kb_score_row *b)
     if (a->n_samples != b->n_samples)
         return false;
     for (size_t i = 0; i < a->n_samples; i++)
-        if (strcmp(a->samples[i].id, b->samples[i].id) != 0)
+        if (!kv_str_eq(a->samples[i].id, b->samples[i].id))
             return false;
     return true;
 }
 
 static int cmp_sample_id(const void *x, const void *y)
 {
-    return strcmp((*(const kb_sample_score *const *)x)->id,
-                  (*(const kb_sample_score *const *)y)->id);
+    return kv_str_cmp((*(const kb_sample_score *const *)x)->id,
+                      (*(const kb_sample_score *const *)y)->id);
 }
 
 static void fill_nan(double *v)

@@ -1,12 +1,13 @@
 #include "report/scores_file.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "rundir/predfile.h"
-#include "report/json_get.h"
 #include "report/rows.h"
 #include "util/file.h"
 #include "util/jsonstr.h"
@@ -21,7 +22,7 @@ static int add_samples(cJSON *o, const kb_score_row *r)
     cJSON *lengths = cJSON_AddArrayToObject(o, "sample_lengths");
     for (size_t i = 0; ids && scores && lengths && i < r->n_samples; i++) {
         const kb_sample_score *s = &r->samples[i];
-        cJSON *id = cJSON_CreateString(s->id);
+        cJSON *id = kv_json_text(s->id.p, s->id.n);
         cJSON *sc = cJSON_CreateNumber(s->score);
         cJSON *len = s->length >= 0 ? cJSON_CreateNumber((double)s->length) : cJSON_CreateNull();
         bool ok = id && sc && len;
@@ -85,7 +86,6 @@ int kb_scores_save(const char *dir, const kb_score_row *rows, size_t n, kv_error
     }
     char *text = a ? cJSON_Print(o) : NULL;
     cJSON_Delete(o);
-    text = text ? kv_json_ids_out(text) : NULL; /* a NUL in an id is "\u0000" */
     char *path = kv_path_join(dir, "scores.json");
     int rc = text && path ? kv_write_atomic(path, text, strlen(text), err)
                           : kv_fail(err, "out of memory");
@@ -94,24 +94,56 @@ int kb_scores_save(const char *dir, const kb_score_row *rows, size_t n, kv_error
     return rc;
 }
 
+/* scores.json is a data document (sample ids may hold a NUL), so it is read
+ * with jansson (docs/json.md): a number (NaN when absent or not a number)
+ * and a string (NULL when absent or not a string) of a row. */
+static double jnum(const json_t *o, const char *k)
+{
+    const json_t *v = json_object_get(o, k);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+static const char *jstr(const json_t *o, const char *k)
+{
+    return json_string_value(json_object_get(o, k));
+}
+
+/* One sample of a row's lists into s (its id copied). */
+static int sample_from_json(const json_t *id, const json_t *sc, const json_t *len,
+                            kb_sample_score *s, const char *path, const char *where, size_t k,
+                            kv_error *err)
+{
+    double score = json_is_number(sc) ? json_number_value(sc) : NAN;
+    double length = json_is_number(len) ? json_number_value(len) : NAN;
+    if (!json_is_string(id) || !(score >= 0 && score <= 1))
+        return kv_fail(err, "%s: %s: sample %zu: needs a string id and a score from 0 to 1", path,
+                       where, k);
+    if (!json_is_null(len) && !(length >= 0 && length <= 1e15))
+        return kv_fail(err, "%s: %s: sample_lengths[%zu]: must be a count or null", path, where, k);
+    if (kv_json_take(id, &s->id) < 0)
+        return kv_fail(err, "out of memory");
+    s->score = score;
+    s->length = json_is_number(len) ? (long)length : -1;
+    return 0;
+}
+
 /* The per-sample lists of a row (absent in scores.json files written before
  * kvbench kept them: the row then has no intervals). They must agree with the
  * row: one entry per sample, distinct ids, and the score their mean. */
-static int samples_from_json(const cJSON *o, kb_score_row *r, const char *path, const char *where,
+static int samples_from_json(const json_t *o, kb_score_row *r, const char *path, const char *where,
                              kv_error *err)
 {
-    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(o, "sample_ids");
-    const cJSON *scores = cJSON_GetObjectItemCaseSensitive(o, "sample_scores");
-    const cJSON *lengths = cJSON_GetObjectItemCaseSensitive(o, "sample_lengths");
+    const json_t *ids = json_object_get(o, "sample_ids");
+    const json_t *scores = json_object_get(o, "sample_scores");
+    const json_t *lengths = json_object_get(o, "sample_lengths");
     if (!ids && !scores && !lengths)
         return 0;
-    if (!cJSON_IsArray(ids) || !cJSON_IsArray(scores) || !cJSON_IsArray(lengths))
+    if (!json_is_array(ids) || !json_is_array(scores) || !json_is_array(lengths))
         return kv_fail(err,
                        "%s: %s: sample_ids, sample_scores and sample_lengths go together, as lists",
                        path, where);
-    size_t n = (size_t)cJSON_GetArraySize(ids);
-    if ((size_t)cJSON_GetArraySize(scores) != n || (size_t)cJSON_GetArraySize(lengths) != n ||
-        n != (size_t)r->n)
+    size_t n = json_array_size(ids);
+    if (json_array_size(scores) != n || json_array_size(lengths) != n || n != (size_t)r->n)
         return kv_fail(err,
                        "%s: %s: needs one sample_ids, sample_scores and sample_lengths entry "
                        "per sample (n = %ld)",
@@ -121,34 +153,22 @@ static int samples_from_json(const cJSON *o, kb_score_row *r, const char *path, 
     if (!(r->samples = calloc(n, sizeof *r->samples)))
         return kv_fail(err, "out of memory");
     kb_idset seen = {0};
-    const cJSON *id = ids->child, *sc = scores->child, *len = lengths->child;
     double sum = 0;
     int rc = 0;
-    for (size_t k = 0; k < n && rc == 0; k++, id = id->next, sc = sc->next, len = len->next) {
-        if (!cJSON_IsString(id) || !cJSON_IsNumber(sc) ||
-            !(sc->valuedouble >= 0 && sc->valuedouble <= 1))
-            rc = kv_fail(err, "%s: %s: sample %zu: needs a string id and a score from 0 to 1", path,
-                         where, k);
-        else if (!cJSON_IsNull(len) &&
-                 !(cJSON_IsNumber(len) && len->valuedouble >= 0 && len->valuedouble <= 1e15))
-            rc = kv_fail(err, "%s: %s: sample_lengths[%zu]: must be a count or null", path, where,
-                         k);
-        else if ((rc = kb_idset_add(&seen, id->valuestring)) <= 0)
-            rc = rc < 0 ? kv_fail(err, "out of memory")
-                        : kv_fail(err, "%s: %s: sample id \"%s\" appears twice", path, where,
-                                  id->valuestring);
-        else {
-            rc = 0;
-            kb_sample_score *s = &r->samples[r->n_samples];
-            if (!(s->id = strdup(id->valuestring))) {
-                rc = kv_fail(err, "out of memory");
-                break;
-            }
-            s->score = sc->valuedouble;
-            s->length = cJSON_IsNumber(len) ? (long)len->valuedouble : -1;
-            sum += s->score;
-            r->n_samples++;
-        }
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        kb_sample_score *s = &r->samples[r->n_samples];
+        rc = sample_from_json(json_array_get(ids, k), json_array_get(scores, k),
+                              json_array_get(lengths, k), s, path, where, k, err);
+        if (rc < 0)
+            break;
+        r->n_samples++;
+        sum += s->score;
+        int added = kb_idset_add(&seen, s->id);
+        char id[160];
+        if (added <= 0)
+            rc = added < 0 ? kv_fail(err, "out of memory")
+                           : kv_fail(err, "%s: %s: sample id %s appears twice", path, where,
+                                     kv_json_quote_to(id, sizeof id, s->id.p, s->id.n));
     }
     kb_idset_free(&seen);
     /* LongBench rounds the task score to 2 decimals (v2's accuracy to 1):
@@ -161,18 +181,18 @@ static int samples_from_json(const cJSON *o, kb_score_row *r, const char *path, 
 }
 
 /* A LongBench-E row's "buckets" (absent: none). */
-static int buckets_from_json(const cJSON *o, kb_score_row *r, const char *path, size_t i,
+static int buckets_from_json(const json_t *o, kb_score_row *r, const char *path, size_t i,
                              kv_error *err)
 {
     for (int b = 0; b < KB_N_BUCKETS; b++)
         r->bucket[b] = NAN;
-    const cJSON *all = cJSON_GetObjectItemCaseSensitive(o, "buckets");
+    const json_t *all = json_object_get(o, "buckets");
     if (!all)
         return 0;
     size_t total = 0;
     for (int b = 0; b < KB_N_BUCKETS; b++) {
-        const cJSON *one = cJSON_GetObjectItemCaseSensitive(all, kb_bucket_names[b]);
-        double n = kb_json_num(one, "n"), score = kb_json_num(one, "score");
+        const json_t *one = json_object_get(all, kb_bucket_names[b]);
+        double n = jnum(one, "n"), score = jnum(one, "score");
         if (!(n >= 0 && n <= 1e15 && n == floor(n)) || (n > 0 && !(score >= 0 && score <= 100)))
             return kv_fail(err,
                            "%s: rows[%zu].buckets.%s: needs a count n and, when n > 0, a "
@@ -188,12 +208,12 @@ static int buckets_from_json(const cJSON *o, kb_score_row *r, const char *path, 
     return 0;
 }
 
-static int row_from_json(const cJSON *o, kb_score_row *r, const char *path, size_t i, kv_error *err)
+static int row_from_json(const json_t *o, kb_score_row *r, const char *path, size_t i,
+                         kv_error *err)
 {
     memset(r, 0, sizeof *r);
-    const char *config = kb_json_str(o, "config"), *task = kb_json_str(o, "task"),
-               *metric = kb_json_str(o, "metric");
-    double score = kb_json_num(o, "score"), n = kb_json_num(o, "n");
+    const char *config = jstr(o, "config"), *task = jstr(o, "task"), *metric = jstr(o, "metric");
+    double score = jnum(o, "score"), n = jnum(o, "n");
     if (!config || !task || !metric || isnan(score) || isnan(n))
         return kv_fail(err, "%s: rows[%zu]: needs config, task, metric, score and n", path, i);
     if (!(score >= 0 && score <= 100))
@@ -209,10 +229,10 @@ static int row_from_json(const cJSON *o, kb_score_row *r, const char *path, size
     }
     r->score = score;
     r->n = (long)n;
-    r->prompt_tokens = kb_json_num(o, "mean_prompt_tokens");
-    r->kept_tokens = kb_json_num(o, "mean_kept_tokens");
-    r->prefill_s = kb_json_num(o, "mean_prefill_s");
-    r->decode_s = kb_json_num(o, "mean_decode_s");
+    r->prompt_tokens = jnum(o, "mean_prompt_tokens");
+    r->kept_tokens = jnum(o, "mean_kept_tokens");
+    r->prefill_s = jnum(o, "mean_prefill_s");
+    r->decode_s = jnum(o, "mean_decode_s");
     char where[64];
     snprintf(where, sizeof where, "rows[%zu]", i);
     if (samples_from_json(o, r, path, where, err) < 0 ||
@@ -239,20 +259,20 @@ int kb_scores_load(const char *dir, kb_report_run *run, kv_error *err)
         return -1;
     }
     int rc = kv_file_read(path, &text, &len, err);
-    /* ids with "\u0000" as KV_ID_NUL, as prediction lines give them */
-    cJSON *o = rc == 0 ? cJSON_ParseWithLength(text, kv_json_ids_in(text, len)) : NULL;
-    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(o, "rows");
-    if (rc == 0 && !cJSON_IsArray(rows))
+    json_t *o = rc == 0 ? kv_json_load(text, len, err) : NULL;
+    if (rc == 0 && !o)
+        rc = kv_fail_prefix(err, path);
+    const json_t *rows = json_object_get(o, "rows");
+    if (rc == 0 && !json_is_array(rows))
         rc = kv_fail(err, "%s: not a scores file (no \"rows\" list)", path);
-    size_t n = rc == 0 ? (size_t)cJSON_GetArraySize(rows) : 0;
+    size_t n = rc == 0 ? json_array_size(rows) : 0;
     if (rc == 0 && n && !(run->rows = calloc(n, sizeof *run->rows)))
         rc = kv_fail(err, "out of memory");
-    size_t i = 0;
-    for (const cJSON *r = rows ? rows->child : NULL; r && rc == 0; r = r->next, i++) {
-        rc = row_from_json(r, &run->rows[i], path, i, err);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        rc = row_from_json(json_array_get(rows, i), &run->rows[i], path, i, err);
         run->n_rows += rc == 0;
     }
-    cJSON_Delete(o);
+    json_decref(o);
     free(text);
     free(path);
     return rc;

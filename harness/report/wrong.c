@@ -10,7 +10,6 @@
 #include "report/rows.h"
 #include "rundir/predfile.h"
 #include "util/file.h"
-#include "util/jsonstr.h"
 
 /* How much of a prompt a page shows at each end, and how many samples of a
  * config at most (a page of 500 long prompts helps nobody). */
@@ -36,8 +35,7 @@ bool kb_wrong_has_page(const kb_report_run *run, const char *task)
     return false;
 }
 
-/* Text as HTML; a NUL, whether a byte (data) or KV_ID_NUL (prediction
- * lines as read), as \u0000. */
+/* Text as HTML; a NUL as \u0000. */
 static void esc(FILE *f, const char *s, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -46,10 +44,6 @@ static void esc(FILE *f, const char *s, size_t n)
                          : s[i] == '>' ? "&gt;"
                          : s[i] == 0   ? "\\u0000"
                                        : NULL;
-        if (i + 1 < n && memcmp(s + i, KV_ID_NUL, 2) == 0) {
-            as = "\\u0000";
-            i++;
-        }
         if (as)
             fputs(as, f);
         else
@@ -62,6 +56,11 @@ static void esc_c(FILE *f, const char *s)
     esc(f, s, strlen(s));
 }
 
+static void esc_id(FILE *f, kv_str id)
+{
+    esc(f, id.p, id.n);
+}
+
 /* The full cache's per-sample scores sorted by id, for bsearch: every
  * sample of every config is looked up in it. */
 typedef struct full_index {
@@ -71,7 +70,8 @@ typedef struct full_index {
 
 static int cmp_sample_ids(const void *a, const void *b)
 {
-    return strcmp((*(const kb_sample_score *const *)a)->id, (*(const kb_sample_score *const *)b)->id);
+    return kv_str_cmp((*(const kb_sample_score *const *)a)->id,
+                      (*(const kb_sample_score *const *)b)->id);
 }
 
 static int full_index_build(const kb_score_row *full, full_index *x)
@@ -86,19 +86,19 @@ static int full_index_build(const kb_score_row *full, full_index *x)
 }
 
 /* The full cache's score of sample id, or -1 when it lacks it. */
-static double full_score(const full_index *x, const char *id)
+static double full_score(const full_index *x, kv_str id)
 {
-    kb_sample_score key = {.id = (char *)id};
+    kb_sample_score key = {.id = id};
     const kb_sample_score *k = &key;
     const kb_sample_score **hit = bsearch(&k, x->v, x->n, sizeof *x->v, cmp_sample_ids);
     return hit ? (*hit)->score : -1;
 }
 
 /* The score of sample id in row, or -1 when the row lacks it. */
-static double sample_score(const kb_score_row *r, const char *id)
+static double sample_score(const kb_score_row *r, kv_str id)
 {
     for (size_t i = 0; i < r->n_samples; i++)
-        if (strcmp(r->samples[i].id, id) == 0)
+        if (kv_str_eq(r->samples[i].id, id))
             return r->samples[i].score;
     return -1;
 }
@@ -116,37 +116,32 @@ static void read_predictions(const kb_report_run *run, const char *config, const
     free(path);
 }
 
-static const cJSON *line_of(const kb_pred_lines *l, const char *id)
+static const kb_prediction *line_of(const kb_pred_lines *l, kv_str id)
 {
-    for (size_t i = 0; i < l->n; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->json[i], "id");
-        if (cJSON_IsString(v) && strcmp(v->valuestring, id) == 0)
-            return l->json[i];
-    }
+    for (size_t i = 0; i < l->n; i++)
+        if (kv_str_eq(l->line[i].id, id))
+            return &l->line[i];
     return NULL;
 }
 
-static void pred_cell(FILE *f, const cJSON *line)
+static void pred_cell(FILE *f, const kb_prediction *line)
 {
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(line, "pred");
     fputs("<td><pre>", f);
-    if (cJSON_IsString(p))
-        esc_c(f, p->valuestring);
+    if (line && line->pred.p)
+        esc(f, line->pred.p, line->pred.n);
     else
         fputs("<i>not found</i>", f);
     fputs("</pre></td>", f);
 }
 
-static void answers_cell(FILE *f, const cJSON *line)
+static void answers_cell(FILE *f, const kb_prediction *line)
 {
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(line, "answers");
     fputs("<td>", f);
-    for (const cJSON *x = cJSON_IsArray(a) ? a->child : NULL; x; x = x->next)
-        if (cJSON_IsString(x)) {
-            fputs("<pre>", f);
-            esc_c(f, x->valuestring);
-            fputs("</pre>", f);
-        }
+    for (size_t i = 0; line && i < line->n_answers; i++) {
+        fputs("<pre>", f);
+        esc(f, line->answers[i].p, line->answers[i].n);
+        fputs("</pre>", f);
+    }
     fputs("</td>", f);
 }
 
@@ -181,8 +176,8 @@ static void prompt_cell(FILE *f, const lb_task *t, const lb_sample *s)
 
 /* The data's samples of the task whose ids are listed; NULL entries where
  * the data is not here. */
-static void load_samples(const kb_report_run *run, const lb_task *t, const char *const *ids,
-                         size_t n, lb_sample *out, bool *have)
+static void load_samples(const kb_report_run *run, const lb_task *t, const kv_str *ids, size_t n,
+                         lb_sample *out, bool *have)
 {
     memset(have, 0, n * sizeof *have);
     if (!t || !run->data || !n)
@@ -197,7 +192,7 @@ static void load_samples(const kb_report_run *run, const lb_task *t, const char 
     lb_sample s;
     while (l && lb_loader_next(l, &s, &err) == 1) {
         size_t k = 0;
-        while (k < n && (have[k] || strcmp(ids[k], s.id) != 0))
+        while (k < n && (have[k] || !kv_str_eq(ids[k], s.id)))
             k++;
         if (k < n) {
             out[k] = s;
@@ -212,24 +207,23 @@ static void load_samples(const kb_report_run *run, const lb_task *t, const char 
 
 /* The samples a page shows, loaded from the data once per task. */
 typedef struct shown_samples {
-    const char **ids;
+    kv_str *ids;
     lb_sample *s;
     bool *have;
     size_t n;
 } shown_samples;
 
-static const lb_sample *shown(const shown_samples *d, const char *id)
+static const lb_sample *shown(const shown_samples *d, kv_str id)
 {
     for (size_t k = 0; k < d->n; k++)
-        if (d->have[k] && strcmp(d->ids[k], id) == 0)
+        if (d->have[k] && kv_str_eq(d->ids[k], id))
             return &d->s[k];
     return NULL;
 }
 
 /* The first MAX_SAMPLES ids of r that scored below the full cache (into
  * ids, which has room for them); returns how many there are in all. */
-static size_t wrong_ids(const kb_score_row *r, const full_index *full, const char **ids,
-                        size_t *n_ids)
+static size_t wrong_ids(const kb_score_row *r, const full_index *full, kv_str *ids, size_t *n_ids)
 {
     size_t n = 0;
     *n_ids = 0;
@@ -244,7 +238,7 @@ static void config_section(FILE *f, const kb_report_run *run, const kb_score_row
                            const full_index *full, const kb_pred_lines *full_lines,
                            const shown_samples *data)
 {
-    const char *ids[MAX_SAMPLES];
+    kv_str ids[MAX_SAMPLES];
     size_t n_ids, n = wrong_ids(r, full, ids, &n_ids);
     fprintf(f, "<h2 id='");
     esc_c(f, r->config);
@@ -261,9 +255,10 @@ static void config_section(FILE *f, const kb_report_run *run, const kb_score_row
           "tail)</th><th>prediction</th><th>full cache's</th><th>answers</th></tr>\n",
           f);
     for (size_t k = 0; k < n_ids; k++) {
-        const cJSON *line = line_of(&mine, ids[k]), *full_line = line_of(full_lines, ids[k]);
+        const kb_prediction *line = line_of(&mine, ids[k]);
+        const kb_prediction *full_line = line_of(full_lines, ids[k]);
         fputs("<tr><td>", f);
-        esc_c(f, ids[k]);
+        esc_id(f, ids[k]);
         fprintf(f, "</td><td class='num'>%.2f (%.2f)</td>", sample_score(r, ids[k]),
                 full_score(full, ids[k]));
         prompt_cell(f, t, shown(data, ids[k]));
@@ -291,12 +286,12 @@ static int load_shown(const kb_report_run *run, const char *task, const kb_score
     for (size_t i = 0; i < run->n_rows; i++) {
         if (strcmp(run->rows[i].task, task) != 0 || &run->rows[i] == full)
             continue;
-        const char *ids[MAX_SAMPLES];
+        kv_str ids[MAX_SAMPLES];
         size_t n_ids;
         wrong_ids(&run->rows[i], index, ids, &n_ids);
         for (size_t k = 0; k < n_ids; k++) {
             size_t j = 0;
-            while (j < d->n && strcmp(d->ids[j], ids[k]) != 0)
+            while (j < d->n && !kv_str_eq(d->ids[j], ids[k]))
                 j++;
             if (j == d->n)
                 d->ids[d->n++] = ids[k];

@@ -176,13 +176,16 @@ static int write_prediction(loop *L, const sample_run *r, size_t c, const kb_dec
 {
     const lb_sample *s = &r->it->s;
     bool v2 = r->it->task->family == LB_FAMILY_V2;
+    /* text_len 0: the text is a C string */
+    kv_str pred = !d->text      ? kv_str_c("")
+                  : d->text_len ? (kv_str){d->text, d->text_len}
+                                : kv_str_c(d->text);
     kb_prediction p = {.id = s->id,
                        .index = r->it->index - 1,
                        .task = r->spec->name,
                        .config = L->m->configs[c].name,
                        .config_hash = L->m->configs[c].hash,
-                       .pred = d->text ? d->text : "",
-                       .pred_len = d->text ? d->text_len : 0,
+                       .pred = pred,
                        .answers = s->answers,
                        .n_answers = s->n_answers,
                        .all_classes = s->all_classes,
@@ -190,19 +193,14 @@ static int write_prediction(loop *L, const sample_run *r, size_t c, const kb_dec
                        .length = s->length,
                        .difficulty = v2 ? s->difficulty : NULL,
                        .length_class = v2 ? s->length_class : NULL,
-                       .prompt_tokens = r->prompt_tokens,
-                       .kept_tokens = d->kept_tokens,
-                       .context_tokens = r->context_tokens,
-                       .kept_context_tokens = d->kept_context_tokens,
-                       .generated_tokens = d->generated_tokens,
+                       .prompt_tokens = (double)r->prompt_tokens,
+                       .kept_tokens = (double)d->kept_tokens,
+                       .context_tokens = (double)r->context_tokens,
+                       .kept_context_tokens = (double)d->kept_context_tokens,
+                       .generated_tokens = (double)d->generated_tokens,
                        .prefill_s = r->prefill_s,
                        .decode_s = d->decode_s};
-    cJSON *line = kb_prediction_json(&p);
-    if (!line)
-        return kv_fail(L->err, "out of memory");
-    int rc = kb_pred_file_append(&L->pf[c], line, L->err);
-    cJSON_Delete(line);
-    return rc;
+    return kb_pred_file_append(&L->pf[c], &p, L->err);
 }
 
 /* Decodes the pending configs one after the other into L->results. */

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/jsonstr.h"
+
 /* Lines with something on them: the samples of a JSON Lines task file. */
 static long count_lines(const char *path)
 {
@@ -90,10 +92,12 @@ int kb_taskdata_ids(const char *data, const char *name, bool empty_missing, kb_i
             break;
         }
         if (added == 0) {
+            char id[160];
             kv_fail(err,
-                    "%s:%ld: _id \"%s\" is also the _id of the sample at index %ld: a task's "
+                    "%s:%ld: _id %s is also the _id of the sample at index %ld: a task's "
                     "samples need distinct _ids (a run keeps predictions by _id)",
-                    it.path, it.s.lineno, it.s.id, first);
+                    it.path, it.s.lineno, kv_json_quote_to(id, sizeof id, it.s.id.p, it.s.id.n),
+                    first);
             got = KB_TASKDATA_REPEATED_ID;
             break;
         }

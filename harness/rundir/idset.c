@@ -3,28 +3,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-long kb_idset_pos(const kb_idset *s, const char *id)
+long kb_idset_pos(const kb_idset *s, kv_str id)
 {
-    const kb_strmap_entry *e = kb_strmap_find(&s->map, id, strlen(id));
+    const kb_strmap_entry *e = kb_strmap_find(&s->map, id.p, id.n);
     return e ? (long)e->value : -2;
 }
 
-bool kb_idset_has(const kb_idset *s, const char *id)
+bool kb_idset_has(const kb_idset *s, kv_str id)
 {
     return kb_idset_pos(s, id) != -2;
 }
 
-int kb_idset_add_at(kb_idset *s, const char *id, long pos)
+int kb_idset_add_at(kb_idset *s, kv_str id, long pos)
 {
-    size_t len = strlen(id);
-    char *copy = malloc(len + 1);
+    char *copy = malloc(id.n + 1);
     if (!copy)
         return -1;
-    memcpy(copy, id, len + 1);
+    if (id.n)
+        memcpy(copy, id.p, id.n);
     int added;
-    kb_strmap_entry *e = kb_strmap_upsert(&s->map, copy, len, pos, &added);
+    kb_strmap_entry *e = kb_strmap_upsert(&s->map, copy, id.n, pos, &added);
     /* kept unless the map holds its own: the id was there, or is "" */
-    if (!e || !added || len == 0)
+    if (!e || !added || id.n == 0)
         free(copy);
     if (!e)
         return -1;
@@ -33,7 +33,7 @@ int kb_idset_add_at(kb_idset *s, const char *id, long pos)
     return added;
 }
 
-int kb_idset_add(kb_idset *s, const char *id)
+int kb_idset_add(kb_idset *s, kv_str id)
 {
     return kb_idset_has(s, id) ? 0 : kb_idset_add_at(s, id, -1);
 }

@@ -199,8 +199,7 @@ static int merge_one_file(shard_in *s, size_t n_shards, const char *config, cons
     size_t k = 0;
     for (size_t i = 0; i < n_shards && rc == 0; i++)
         for (size_t j = 0; j < in[i].n && rc == 0; j++) {
-            long index =
-                (long)cJSON_GetObjectItemCaseSensitive(in[i].json[j], "index")->valuedouble;
+            long index = in[i].line[j].index;
             long count = (long)n_shards;
             if (index % count != s[i].index)
                 rc = kv_fail(err,

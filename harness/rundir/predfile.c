@@ -12,25 +12,201 @@
 #include "util/jsonstr.h"
 #include "rundir/runjson.h"
 
+/* ---- writing a line ---------------------------------------------------- */
+
+static void add_text(kv_strbuf *b, const char *key, kv_str s)
+{
+    kv_strbuf_puts(b, key);
+    kv_json_quote(b, s.p ? s.p : "", s.n);
+}
+
+static void add_name(kv_strbuf *b, const char *key, const char *s)
+{
+    add_text(b, key, kv_str_c(s));
+}
+
+static void add_list(kv_strbuf *b, const char *key, const kv_str *v, size_t n)
+{
+    kv_strbuf_puts(b, key);
+    kv_strbuf_puts(b, "[");
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            kv_strbuf_puts(b, ",");
+        kv_json_quote(b, v[i].p, v[i].n);
+    }
+    kv_strbuf_puts(b, "]");
+}
+
+/* A number as lines have always spelled it (cJSON's way): a whole number
+ * plainly, else the shortest of 15 or 17 digits that reads back the same;
+ * NaN and infinities, which JSON cannot hold, as null. */
+static void add_number(kv_strbuf *b, const char *key, double v)
+{
+    char num[32];
+    if (!isfinite(v))
+        snprintf(num, sizeof num, "null");
+    else if (v == (double)(long long)v && fabs(v) < 1e15)
+        snprintf(num, sizeof num, "%lld", (long long)v);
+    else if (snprintf(num, sizeof num, "%1.15g", v), strtod(num, NULL) != v)
+        snprintf(num, sizeof num, "%1.17g", v);
+    kv_strbuf_puts(b, key);
+    kv_strbuf_puts(b, num);
+}
+
+/* "length": LongBench's word count, or v2's class; v2 adds its difficulty
+ * and answer letter. */
+static void add_length(kv_strbuf *b, const kb_prediction *p)
+{
+    if (!p->length_class) {
+        add_number(b, ",\"length\":", (double)p->length);
+        return;
+    }
+    add_name(b, ",\"length\":", p->length_class);
+    if (p->difficulty)
+        add_name(b, ",\"difficulty\":", p->difficulty);
+    if (p->n_answers)
+        add_text(b, ",\"answer\":", p->answers[0]);
+}
+
+int kb_prediction_format(const kb_prediction *p, kv_strbuf *b)
+{
+    add_text(b, "{\"id\":", p->id);
+    add_number(b, ",\"index\":", (double)p->index);
+    add_name(b, ",\"dataset\":", p->task);
+    add_name(b, ",\"config\":", p->config);
+    if (p->config_hash)
+        add_name(b, ",\"config_hash\":", p->config_hash);
+    add_text(b, ",\"pred\":", p->pred);
+    add_list(b, ",\"answers\":", p->answers, p->n_answers);
+    if (p->all_classes)
+        add_list(b, ",\"all_classes\":", p->all_classes, p->n_classes);
+    else
+        kv_strbuf_puts(b, ",\"all_classes\":null");
+    add_length(b, p);
+    add_number(b, ",\"prompt_tokens\":", p->prompt_tokens);
+    add_number(b, ",\"kept_tokens\":", p->kept_tokens);
+    add_number(b, ",\"context_tokens\":", p->context_tokens);
+    add_number(b, ",\"kept_context_tokens\":", p->kept_context_tokens);
+    add_number(b, ",\"generated_tokens\":", p->generated_tokens);
+    add_number(b, ",\"prefill_s\":", p->prefill_s);
+    add_number(b, ",\"decode_s\":", p->decode_s);
+    return kv_strbuf_puts(b, "}");
+}
+
+/* ---- reading a line ---------------------------------------------------- */
+
+/* What a read line's views point into: its parsed document, and its
+ * answers and classes as kv_str. */
+struct kb_pred_held {
+    json_t *doc;
+    kv_str *texts;
+};
+
+static const char *name_of(const json_t *o, const char *key)
+{
+    return json_string_value(json_object_get(o, key)); /* NULL when not a string */
+}
+
+static double number_of(const json_t *o, const char *key)
+{
+    const json_t *v = json_object_get(o, key);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+static kv_str text_of(const json_t *v)
+{
+    return (kv_str){json_string_value(v), json_string_length(v)};
+}
+
+/* A list of strings into views at *at (advanced); false, with no list,
+ * when v is not one. */
+static bool texts_of(const json_t *v, kv_str **at, const kv_str **out, size_t *n)
+{
+    size_t k = json_array_size(v);
+    for (size_t i = 0; i < k; i++)
+        if (!json_is_string(json_array_get(v, i)))
+            return false;
+    *out = *at;
+    *n = k;
+    for (size_t i = 0; i < k; i++)
+        *(*at)++ = text_of(json_array_get(v, i));
+    return json_is_array(v);
+}
+
+/* The fields scoring needs, whose absence only scoring minds: NULL, or
+ * what is wrong with the first one that is wrong. */
+static const char *scoring_fields(const json_t *o, kb_prediction *p, kv_str *texts)
+{
+    const json_t *pred = json_object_get(o, "pred");
+    if (!pred)
+        pred = json_object_get(o, "prediction"); /* eval.py's other spelling */
+    const json_t *answers = json_object_get(o, "answers");
+    const json_t *classes = json_object_get(o, "all_classes");
+    if (!json_is_string(pred))
+        return "no \"pred\" (or \"prediction\") string";
+    p->pred = text_of(pred);
+    if (!answers)
+        return "no \"answers\" list";
+    if (!texts_of(answers, &texts, &p->answers, &p->n_answers))
+        return "\"answers\" must be a list of strings";
+    if (classes && !json_is_null(classes) &&
+        !texts_of(classes, &texts, &p->all_classes, &p->n_classes))
+        return "\"all_classes\" must be a list of strings";
+    return NULL;
+}
+
+/* One line (no '\n', no NUL byte) into p, whose views point into h. -1
+ * when it is not a prediction line, -2 when out of memory. */
+static int parse_line(const char *s, size_t n, kb_prediction *p, struct kb_pred_held *h)
+{
+    kv_error ignored; /* the caller says what a line must be */
+    json_t *o = kv_json_load(s, n, &ignored);
+    const json_t *id = json_object_get(o, "id"), *index = json_object_get(o, "index");
+    double at = json_is_number(index) ? json_number_value(index) : -1;
+    if (!json_is_object(o) || !json_is_string(id) || !(at >= 0 && at == floor(at))) {
+        json_decref(o);
+        return -1;
+    }
+    size_t texts = json_array_size(json_object_get(o, "answers")) +
+                   json_array_size(json_object_get(o, "all_classes"));
+    *h = (struct kb_pred_held){o, malloc((texts ? texts : 1) * sizeof *h->texts)};
+    if (!h->texts) {
+        json_decref(o);
+        return -2;
+    }
+    const json_t *length = json_object_get(o, "length");
+    *p = (kb_prediction){.id = text_of(id),
+                         .index = (long)at,
+                         .task = name_of(o, "dataset"),
+                         .config = name_of(o, "config"),
+                         .config_hash = name_of(o, "config_hash"),
+                         .length = json_is_number(length) ? (long)json_number_value(length) : -1,
+                         .difficulty = name_of(o, "difficulty"),
+                         .length_class = json_string_value(length),
+                         .prompt_tokens = number_of(o, "prompt_tokens"),
+                         .kept_tokens = number_of(o, "kept_tokens"),
+                         .context_tokens = number_of(o, "context_tokens"),
+                         .kept_context_tokens = number_of(o, "kept_context_tokens"),
+                         .generated_tokens = number_of(o, "generated_tokens"),
+                         .prefill_s = number_of(o, "prefill_s"),
+                         .decode_s = number_of(o, "decode_s")};
+    p->unscorable = scoring_fields(o, p, h->texts);
+    return 0;
+}
+
 /* ---- reading prediction files ------------------------------------------ */
 
 void kb_pred_lines_free(kb_pred_lines *l)
 {
     for (size_t i = 0; i < l->n; i++) {
         free(l->text[i]);
-        cJSON_Delete(l->json[i]);
+        json_decref(l->held[i].doc);
+        free(l->held[i].texts);
     }
     free(l->text);
-    free(l->json);
+    free(l->line);
+    free(l->held);
     memset(l, 0, sizeof *l);
-}
-
-static bool valid_line(const cJSON *j)
-{
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id");
-    const cJSON *index = cJSON_GetObjectItemCaseSensitive(j, "index");
-    return cJSON_IsObject(j) && cJSON_IsString(id) && cJSON_IsNumber(index) &&
-           index->valuedouble >= 0 && index->valuedouble == floor(index->valuedouble);
 }
 
 static bool blank(const char *s, size_t n)
@@ -41,27 +217,29 @@ static bool blank(const char *s, size_t n)
     return true;
 }
 
-static int push_line(kb_pred_lines *l, size_t *cap, const char *s, size_t n, cJSON *j)
+/* Room for one more line, and its verbatim text. */
+static int push_text(kb_pred_lines *l, size_t *cap, const char *s, size_t n)
 {
     if (l->n == *cap) {
         size_t c = *cap ? 2 * *cap : 64;
         char **t = realloc(l->text, c * sizeof *t);
         if (t)
             l->text = t;
-        cJSON **js = t ? realloc(l->json, c * sizeof *js) : NULL;
-        if (!js)
+        kb_prediction *p = t ? realloc(l->line, c * sizeof *p) : NULL;
+        if (p)
+            l->line = p;
+        struct kb_pred_held *h = p ? realloc(l->held, c * sizeof *h) : NULL;
+        if (!h)
             return -1;
-        l->json = js;
+        l->held = h;
         *cap = c;
     }
-    if (!(l->text[l->n] = strndup(s, n)))
-        return -1;
-    l->json[l->n++] = j;
-    return 0;
+    return (l->text[l->n] = strndup(s, n)) ? 0 : -1;
 }
 
-/* Splits data into complete, valid lines. A cut-short or unparsable last line
- * is dropped (counted); a bad line before the last is an error. */
+/* Splits data into complete, valid lines, each parsed once. A cut-short or
+ * unparsable last line is dropped (counted); a bad line before the last is
+ * an error. */
 static int split_lines(const char *path, const char *data, size_t len, kb_pred_lines *out,
                        kv_error *err)
 {
@@ -81,33 +259,28 @@ static int split_lines(const char *path, const char *data, size_t len, kb_pred_l
         }
         /* a NUL byte is never part of JSON text; it is what a crash can leave */
         bool parsable = nl && !blank(s, n) && !memchr(s, '\0', n);
-        /* cJSON would cut an id at "\u0000": read it as KV_ID_NUL (jsonstr.h) */
-        char *ids = parsable && s && memmem(s, n, "\\u0000", 6) ? strndup(s, n) : NULL;
-        const char *js = ids ? ids : s, *end = NULL;
-        size_t jn = ids ? kv_json_ids_in(ids, n) : n;
-        cJSON *j = parsable ? cJSON_ParseWithLengthOpts(js, jn, &end, false) : NULL;
-        if (j && !blank(end, jn - (size_t)(end - js))) { /* "{...} junk" is not a line */
-            cJSON_Delete(j);
-            j = NULL;
+        if (parsable && push_text(out, &cap, s, n) < 0) {
+            kb_pred_lines_free(out);
+            return kv_fail(err, "out of memory");
         }
-        free(ids);
-        if (!j || !valid_line(j)) {
-            cJSON_Delete(j);
-            if (last) { /* what an interruption leaves: redo that sample */
+        int rc = parsable ? parse_line(s, n, &out->line[out->n], &out->held[out->n]) : -1;
+        if (rc == 0) {
+            out->n++;
+        } else {
+            if (parsable)
+                free(out->text[out->n]);
+            if (rc == -1 && last) { /* what an interruption leaves: redo that sample */
                 out->n_dropped += !blank(s, n);
                 break;
             }
             kb_pred_lines_free(out);
+            if (rc == -2)
+                return kv_fail(err, "out of memory");
             return kv_fail(err,
                            "%s:%ld: not a prediction line (JSON object with \"id\" and "
                            "\"index\"); the file is damaged before its last line: fix or delete "
                            "it",
                            path, lineno);
-        }
-        if (push_line(out, &cap, s, n, j) < 0) {
-            cJSON_Delete(j);
-            kb_pred_lines_free(out);
-            return kv_fail(err, "out of memory");
         }
         pos = next;
     }
@@ -135,11 +308,10 @@ int kb_pred_lines_check(const kb_pred_lines *l, const char *path, const kb_pred_
                         kv_error *err)
 {
     for (size_t i = 0; i < l->n; i++) {
-        const cJSON *j = l->json[i];
-        const char *id = kb_runjson_string(j, "id");
-        const char *task = kb_runjson_string(j, "dataset"),
-                   *config = kb_runjson_string(j, "config");
-        const char *hash = kb_runjson_string(j, "config_hash");
+        const kb_prediction *p = &l->line[i];
+        const char *task = p->task, *config = p->config, *hash = p->config_hash;
+        char id[160];
+        kv_json_quote_to(id, sizeof id, p->id.p, p->id.n);
         if (x->task && (!task || strcmp(task, x->task) != 0))
             return kv_fail(err, "%s:%zu: a line of task \"%s\" in the file of task \"%s\"; %s",
                            path, i + 1, task ? task : "(none)", x->task, REMOVE_LINE);
@@ -157,25 +329,24 @@ int kb_pred_lines_check(const kb_pred_lines *l, const char *path, const kb_pred_
                            "(the line was made with other parameters); %s",
                            path, i + 1, hash, x->config ? x->config : "?", x->config_hash,
                            REMOVE_LINE);
-        long pos = x->ids ? kb_idset_pos(x->ids, id) : -1;
+        long pos = x->ids ? kb_idset_pos(x->ids, p->id) : -1;
         if (pos == -2)
-            return kv_fail(err, "%s:%zu: sample \"%s\" is not in the task's data; %s", path, i + 1,
-                           id, REMOVE_LINE);
+            return kv_fail(err, "%s:%zu: sample %s is not in the task's data; %s", path, i + 1, id,
+                           REMOVE_LINE);
         /* shards, merges and --limit go by index: it must be the id's place */
-        long index = (long)cJSON_GetObjectItemCaseSensitive(j, "index")->valuedouble;
-        if (pos >= 0 && index != pos)
+        if (pos >= 0 && p->index != pos)
             return kv_fail(err,
-                           "%s:%zu: sample \"%s\" has index %ld, but it is sample %ld of the "
+                           "%s:%zu: sample %s has index %ld, but it is sample %ld of the "
                            "task's data (the data changed since, or the line comes from other "
                            "data); %s",
-                           path, i + 1, id, index, pos, REMOVE_LINE);
+                           path, i + 1, id, p->index, pos, REMOVE_LINE);
         /* a shard's folder holds only its own samples, or merge would
          * count a sample twice */
-        if (x->shard.count > 1 && !kb_shard_selects(&x->shard, index))
+        if (x->shard.count > 1 && !kb_shard_selects(&x->shard, p->index))
             return kv_fail(err,
-                           "%s:%zu: sample \"%s\" has index %ld, which shard %ld of %ld runs, "
+                           "%s:%zu: sample %s has index %ld, which shard %ld of %ld runs, "
                            "not this folder's shard %ld; %s",
-                           path, i + 1, id, index, index % x->shard.count, x->shard.count,
+                           path, i + 1, id, p->index, p->index % x->shard.count, x->shard.count,
                            x->shard.index, REMOVE_LINE);
     }
     return 0;
@@ -185,22 +356,17 @@ int kb_pred_lines_check(const kb_pred_lines *l, const char *path, const kb_pred_
 
 static char *join_lines(const kb_pred_lines *l, size_t *len)
 {
-    size_t n = 0;
-    for (size_t i = 0; i < l->n; i++)
-        n += strlen(l->text[i]) + 1;
-    char *s = malloc(n + 1);
-    if (!s)
-        return NULL;
-    size_t at = 0;
+    kv_strbuf b = {0};
     for (size_t i = 0; i < l->n; i++) {
-        size_t k = strlen(l->text[i]);
-        memcpy(s + at, l->text[i], k);
-        s[at + k] = '\n';
-        at += k + 1;
+        kv_strbuf_puts(&b, l->text[i]);
+        kv_strbuf_puts(&b, "\n");
     }
-    s[at] = '\0';
-    *len = at;
-    return s;
+    if (b.oom || kv_strbuf_add(&b, "", 0) < 0) {
+        kv_strbuf_free(&b);
+        return NULL;
+    }
+    *len = b.len;
+    return b.s;
 }
 
 /* Checks every line against x and puts its id in done: a sample twice in
@@ -211,12 +377,13 @@ static int check_lines(const kb_pred_lines *l, const char *path, const kb_pred_e
     if (kb_pred_lines_check(l, path, x, err) < 0)
         return -1;
     for (size_t i = 0; i < l->n; i++) {
-        const char *id = cJSON_GetObjectItemCaseSensitive(l->json[i], "id")->valuestring;
-        int added = kb_idset_add(done, id);
+        int added = kb_idset_add(done, l->line[i].id);
+        char id[160];
         if (added < 0)
             return kv_fail(err, "out of memory");
         if (added == 0)
-            return kv_fail(err, "%s:%zu: sample \"%s\" appears twice", path, i + 1, id);
+            return kv_fail(err, "%s:%zu: sample %s appears twice", path, i + 1,
+                           kv_json_quote_to(id, sizeof id, l->line[i].id.p, l->line[i].id.n));
     }
     return 0;
 }
@@ -348,35 +515,30 @@ int kb_pred_file_open(const kb_run *run, const char *config, const char *task, c
     return rc;
 }
 
-bool kb_pred_file_done(const kb_pred_file *pf, const char *id)
+bool kb_pred_file_done(const kb_pred_file *pf, kv_str id)
 {
     return kb_idset_has(&pf->done, id);
 }
 
-int kb_pred_file_append(kb_pred_file *pf, const cJSON *line, kv_error *err)
+int kb_pred_file_append(kb_pred_file *pf, const kb_prediction *p, kv_error *err)
 {
-    if (!valid_line(line))
-        return kv_fail(err, "%s: a prediction needs \"id\" and \"index\"", pf->path);
-    const char *id = cJSON_GetObjectItemCaseSensitive(line, "id")->valuestring;
-    if (kb_pred_file_done(pf, id))
-        return kv_fail(err, "%s: sample \"%s\" is already there", pf->path, id);
-    char *text = cJSON_PrintUnformatted(line);
-    if (!text || !(text = kv_json_ids_out(text)))
-        return kv_fail(err, "out of memory");
-    size_t n = strlen(text);
-    char *withnl = realloc(text, n + 2);
-    if (!withnl) {
-        free(text);
+    char id[160];
+    if (kb_pred_file_done(pf, p->id))
+        return kv_fail(err, "%s: sample %s is already there", pf->path,
+                       kv_json_quote_to(id, sizeof id, p->id.p, p->id.n));
+    kv_strbuf line = {0};
+    kb_prediction_format(p, &line);
+    if (kv_strbuf_puts(&line, "\n") < 0) {
+        kv_strbuf_free(&line);
         return kv_fail(err, "out of memory");
     }
-    withnl[n] = '\n';
     /* one write: an interruption leaves a prefix of this line, never a mix */
     int rc = 0;
-    if (kv_write_all(pf->fd, withnl, n + 1) < 0 || fsync(pf->fd) < 0)
+    if (kv_write_all(pf->fd, line.s, line.len) < 0 || fsync(pf->fd) < 0)
         rc = kv_fail(err, "%s: cannot write: %s", pf->path, strerror(errno));
-    free(withnl);
+    kv_strbuf_free(&line);
     if (rc == 0) {
-        if (kb_idset_add(&pf->done, id) < 0)
+        if (kb_idset_add(&pf->done, p->id) < 0)
             return kv_fail(err, "out of memory");
         pf->n_lines++;
     }
@@ -391,65 +553,4 @@ void kb_pred_file_close(kb_pred_file *pf)
     kb_idset_free(&pf->done);
     memset(pf, 0, sizeof *pf);
     pf->fd = -1;
-}
-
-/* A JSON array of the texts (NULs kept), or NULL on OOM. */
-static cJSON *text_array(const kv_str *v, size_t n)
-{
-    cJSON *a = cJSON_CreateArray();
-    for (size_t i = 0; a && i < n; i++) {
-        cJSON *e = kv_json_text(v[i].p, v[i].n);
-        if (!e || !cJSON_AddItemToArray(a, e)) {
-            cJSON_Delete(e);
-            cJSON_Delete(a);
-            return NULL;
-        }
-    }
-    return a;
-}
-
-/* "length": LongBench's word count, or v2's class; v2 adds its answer
- * letter and difficulty. */
-static bool add_length(cJSON *o, const kb_prediction *p)
-{
-    if (!p->length_class)
-        return cJSON_AddNumberToObject(o, "length", (double)p->length);
-    return cJSON_AddStringToObject(o, "length", p->length_class) &&
-           (!p->difficulty || cJSON_AddStringToObject(o, "difficulty", p->difficulty)) &&
-           (p->n_answers == 0 ||
-            cJSON_AddItemToObject(o, "answer", kv_json_text(p->answers[0].p, p->answers[0].n)));
-}
-
-cJSON *kb_prediction_json(const kb_prediction *p)
-{
-    cJSON *o = cJSON_CreateObject();
-    cJSON *answers = text_array(p->answers, p->n_answers);
-    cJSON *classes = p->all_classes ? text_array(p->all_classes, p->n_classes) : cJSON_CreateNull();
-    bool ok = o && answers && classes && cJSON_AddStringToObject(o, "id", p->id) &&
-              cJSON_AddNumberToObject(o, "index", (double)p->index) &&
-              cJSON_AddStringToObject(o, "dataset", p->task) &&
-              cJSON_AddStringToObject(o, "config", p->config) &&
-              (!p->config_hash || cJSON_AddStringToObject(o, "config_hash", p->config_hash)) &&
-              cJSON_AddItemToObject(
-                  o, "pred", kv_json_text(p->pred, p->pred_len ? p->pred_len : strlen(p->pred)));
-    if (ok) {
-        cJSON_AddItemToObject(o, "answers", answers);
-        cJSON_AddItemToObject(o, "all_classes", classes);
-        answers = classes = NULL;
-        ok = add_length(o, p) &&
-             cJSON_AddNumberToObject(o, "prompt_tokens", (double)p->prompt_tokens) &&
-             cJSON_AddNumberToObject(o, "kept_tokens", (double)p->kept_tokens) &&
-             cJSON_AddNumberToObject(o, "context_tokens", (double)p->context_tokens) &&
-             cJSON_AddNumberToObject(o, "kept_context_tokens", (double)p->kept_context_tokens) &&
-             cJSON_AddNumberToObject(o, "generated_tokens", (double)p->generated_tokens) &&
-             cJSON_AddNumberToObject(o, "prefill_s", p->prefill_s) &&
-             cJSON_AddNumberToObject(o, "decode_s", p->decode_s);
-    }
-    cJSON_Delete(answers);
-    cJSON_Delete(classes);
-    if (!ok) {
-        cJSON_Delete(o);
-        return NULL;
-    }
-    return o;
 }

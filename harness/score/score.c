@@ -436,35 +436,19 @@ void kb_scorer_close(kb_scorer *s)
     free(s);
 }
 
-/* The lines of one task's file as kb_score_predictions reads them. */
-static int parse_task_lines(const char *task, const char *const *lines, size_t n,
-                            kb_predictions *p, kv_error *err)
-{
-    for (size_t i = 0; i < n; i++) {
-        kb_scored_line *pr;
-        if (push(p, &pr) < 0)
-            return kv_fail(err, "out of memory");
-        if (asprintf(&pr->where, "line %zu", i + 1) < 0) {
-            pr->where = NULL;
-            return kv_fail(err, "out of memory");
-        }
-        /* the task stands in for a file name: a line without "dataset" is the task's */
-        if (kb_scored_line_parse(lines[i], strlen(lines[i]), task, pr, err) < 0)
-            return -1;
-    }
-    return 0;
-}
-
-int kb_scorer_task(const char *task, const char *const *lines, size_t n, kb_task_result *out,
+int kb_scorer_task(const char *task, const kb_scored_line *lines, size_t n, kb_task_result *out,
                    char *msg, size_t msg_n, void *ctx)
 {
     kb_scorer *s = ctx;
-    kb_predictions p = {0};
+    /* a copy of the views, which scoring fills in: the texts stay the caller's */
+    kb_predictions p = {.v = malloc((n ? n : 1) * sizeof *p.v), .n = n, .cap = n};
     kb_task_scores t = {0};
     kv_error err = {{0}};
-    int rc = kb_scorer_prepare(s, task, &err);
-    if (rc == 0 && (rc = parse_task_lines(task, lines, n, &p, &err)) == 0)
+    int rc = p.v ? kb_scorer_prepare(s, task, &err) : kv_fail(&err, "out of memory");
+    if (rc == 0) {
+        memcpy(p.v, lines, n * sizeof *p.v);
         rc = kb_score_predictions(s->metrics, &p, &t, &err);
+    }
     if (rc == 0 && (t.n != 1 || strcmp(t.v[0].dataset, task) != 0))
         rc = kv_fail(&err, "the lines are not all of task %s", task);
     if (rc == 0) {
@@ -482,7 +466,7 @@ int kb_scorer_task(const char *task, const char *const *lines, size_t n, kb_task
     if (rc < 0)
         snprintf(msg, msg_n, "%s", err.msg);
     kb_task_scores_free(&t);
-    kb_predictions_free(&p);
+    free(p.v); /* not kb_predictions_free: the texts are the caller's */
     return rc;
 }
 

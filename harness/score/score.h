@@ -122,11 +122,11 @@ typedef struct kb_task_result {
     double bucket[KB_N_BUCKETS];
 } kb_task_result;
 
-/* Scores one task's prediction lines (each line's JSON text, file order; the
- * scorer parses them, so that strings keep their NULs) into *out. Returns 0
- * or negative with a message in err. This is where the scorer plugs in
- * (kb_scorer_task below). */
-typedef int (*kb_task_scorer)(const char *task, const char *const *lines, size_t n,
+/* Scores one task's prediction lines (file order, as the run folder's
+ * reader parsed them: views the scorer reads and never frees) into *out.
+ * Returns 0 or negative with a message in err. This is where the scorer
+ * plugs in (kb_scorer_task below). */
+typedef int (*kb_task_scorer)(const char *task, const kb_scored_line *lines, size_t n,
                               kb_task_result *out, char *err, size_t err_n, void *ctx);
 
 /* kb_task_scorer over a kb_scorer (ctx): the task's score as
@@ -134,7 +134,7 @@ typedef int (*kb_task_scorer)(const char *task, const char *const *lines, size_t
  * metric's name and, for a LongBench-E task, its length buckets. The
  * scorer's result lives here, beside the scorers, so reports (which
  * read it) sit above scoring and scoring needs nothing of them. */
-int kb_scorer_task(const char *task, const char *const *lines, size_t n, kb_task_result *out,
+int kb_scorer_task(const char *task, const kb_scored_line *lines, size_t n, kb_task_result *out,
                    char *msg, size_t msg_n, void *ctx);
 
 /* result.py's accuracies, in percent rounded to 1 decimal (NaN for an empty

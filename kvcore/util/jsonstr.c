@@ -1,12 +1,21 @@
 #include "util/jsonstr.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "util/utf8.h"
 
+static atomic_long loads;
+
+long kv_json_loads(void)
+{
+    return atomic_load(&loads);
+}
+
 json_t *kv_json_load(const char *text, size_t n, kv_error *err)
 {
+    atomic_fetch_add_explicit(&loads, 1, memory_order_relaxed);
     size_t ok = kv_utf8_valid_prefix(text, n);
     if (ok < n) {
         kv_fail(err, "invalid UTF-8 at byte %zu (0x%02X)", ok + 1, (unsigned char)text[ok]);
@@ -141,79 +150,24 @@ cJSON *kv_json_text(const char *s, size_t n)
     return v;
 }
 
-char *kv_id_from_bytes(const char *s, size_t n)
+const char *kv_json_quote_to(char *buf, size_t size, const char *s, size_t n)
 {
-    size_t nuls = 0;
-    for (const char *p = s; (p = memchr(p, '\0', n - (size_t)(p - s))); p++)
-        nuls++;
-    char *id = malloc(n + nuls + 1), *o = id;
-    for (size_t i = 0; id && i < n; i++) {
-        if (s[i])
-            *o++ = s[i];
-        else
-            o = memcpy(o, KV_ID_NUL, 2) + 2;
-    }
-    if (id)
-        *o = '\0';
-    return id;
+    kv_strbuf b = {0};
+    kv_json_quote(&b, s, n);
+    snprintf(buf, size, "%s", b.oom ? "(out of memory)" : b.s);
+    kv_strbuf_free(&b);
+    return buf;
 }
 
-char *kv_id_unescape_nul(char *id)
+kv_str kv_unescape_nul(char *id)
 {
     char *w = id;
     for (const char *r = id; *r;)
         if (strncmp(r, "\\u0000", 6) == 0) {
-            memcpy(w, KV_ID_NUL, 2);
-            w += 2;
+            *w++ = '\0';
             r += 6;
-        } else
-            *w++ = *r++;
-    *w = '\0';
-    return id;
-}
-
-size_t kv_json_ids_in(char *text, size_t n)
-{
-    bool in_string = false;
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = text[i];
-        if (c == '"') {
-            in_string = !in_string;
-        } else if (in_string && c == '\\' && n - i >= 6 && memcmp(text + i + 1, "u0000", 5) == 0) {
-            memcpy(text + o, KV_ID_NUL, 2);
-            o += 2;
-            i += 5;
-            continue;
-        } else if (in_string && c == '\\' && i + 1 < n) {
-            text[o++] = c; /* an escaped character cannot end the string */
-            c = text[++i];
-        }
-        text[o++] = c;
-    }
-    if (o < n)
-        text[o] = '\0';
-    return o;
-}
-
-char *kv_json_ids_out(char *text)
-{
-    size_t n = strlen(text), k = 0;
-    for (const char *p = text; (p = strstr(p, KV_ID_NUL)); p += 2)
-        k++;
-    if (k == 0)
-        return text;
-    char *out = malloc(n + 4 * k + 1), *o = out;
-    for (const char *p = text; out && *p;) {
-        if (memcmp(p, KV_ID_NUL, 2) == 0) {
-            o = memcpy(o, "\\u0000", 6) + 6;
-            p += 2;
         } else {
-            *o++ = *p++;
+            *w++ = *r++;
         }
-    }
-    if (out)
-        *o = '\0';
-    free(text);
-    return out;
+    return (kv_str){id, (size_t)(w - id)};
 }

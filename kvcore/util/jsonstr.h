@@ -1,9 +1,11 @@
 /* JSON strings of any bytes, both ways.
  *
- * cJSON keeps strings as C strings, so a "\u0000" inside one cuts it. Small
- * data-path lines (prediction files, tokenize --jsonl) are therefore parsed
- * with jansson, whose JSON_ALLOW_NUL strings carry their length (LongBench
- * records, megabytes each, are read with kv_jscan in datasets/longbench/sample.c), and
+ * cJSON keeps strings as C strings, so a "\u0000" inside one cuts it. Data
+ * documents (prediction lines, scores.json, tokenize --jsonl) are therefore
+ * parsed with jansson, whose JSON_ALLOW_NUL strings carry their length
+ * (LongBench records, megabytes each, are read with kv_jscan in
+ * datasets/longbench/sample.c, which keeps NULs too); docs/json.md gives the
+ * rule. Sample ids are byte strings (kv_str) from the data to the reports, and
  * strings are written with kv_json_quote, which escapes every control byte
  * (NUL as \u0000) and repairs ill-formed UTF-8, so that what kvbench writes
  * is always valid UTF-8 JSON.
@@ -24,6 +26,9 @@
  * where the ill-formed sequence starts; a syntax error names its byte too.
  * err gets "what is wrong" (the caller adds file:line). */
 json_t *kv_json_load(const char *text, size_t n, kv_error *err);
+/* How many texts kv_json_load has parsed in this process: a test counts
+ * them to show that each prediction line is parsed once when scored. */
+long kv_json_loads(void);
 
 /* The bytes of a jansson string, copied (NUL-terminated as well) into *out. */
 int kv_json_take(const json_t *v, kv_str *out);
@@ -43,32 +48,13 @@ int kv_json_quote(kv_strbuf *b, const char *s, size_t n);
  * node holding the quoted literal. NULL when out of memory. */
 cJSON *kv_json_text(const char *s, size_t n);
 
-/* Ids are keys (resume, selection, pairing of samples), kept as C strings.
- * A NUL in an id (LongBench's "_id" may hold "\u0000") is carried as the
- * two bytes C0 80 (Java's "modified UTF-8"): they never occur in valid
- * UTF-8, which every data line is checked to be, so the mapping is
- * lossless and two ids stay two keys. In JSON it is always "\u0000":
- * kv_json_ids_in turns the escape into C0 80 before cJSON reads a line,
- * kv_json_ids_out turns C0 80 back after cJSON prints one. */
-#define KV_ID_NUL "\xC0\x80"
+/* s as a JSON string literal in buf (cut to fit), for messages that name a
+ * sample: an id "a\u0000b" shows its NUL. Returns buf. */
+const char *kv_json_quote_to(char *buf, size_t size, const char *s, size_t n);
 
-/* The id of the n bytes s (NULs as KV_ID_NUL), malloc'd; NULL when out of
- * memory. */
-char *kv_id_from_bytes(const char *s, size_t n);
-
-/* An id as a person types it (a command-line argument), in place: every
- * "\u0000" becomes KV_ID_NUL, so the id names the one the data spells with
- * that escape. Returns id. */
-char *kv_id_unescape_nul(char *id);
-
-/* In JSON text of n bytes: every "\u0000" inside a string becomes
- * KV_ID_NUL, in place. Returns the new length (text stays NUL-terminated
- * when it was). */
-size_t kv_json_ids_in(char *text, size_t n);
-
-/* Printed JSON (malloc'd, NUL-terminated): every KV_ID_NUL becomes
- * "\u0000". Returns the text (reallocated when it grew), or NULL when out of
- * memory (text is then freed). */
-char *kv_json_ids_out(char *text);
+/* An id as a person types it (a command-line argument cannot hold a NUL),
+ * in place: every "\u0000" becomes a NUL byte, so the id names the one the
+ * data spells with that escape. Returns the id with its new length. */
+kv_str kv_unescape_nul(char *id);
 
 #endif

@@ -29,6 +29,15 @@ static inline bool kv_str_eq(kv_str a, kv_str b)
     return a.n == b.n && (a.n == 0 || memcmp(a.p, b.p, a.n) == 0);
 }
 
+/* Byte order, a shorter string first when it is a prefix (strcmp's order
+ * for strings without NULs). */
+static inline int kv_str_cmp(kv_str a, kv_str b)
+{
+    size_t n = a.n < b.n ? a.n : b.n;
+    int c = n ? memcmp(a.p, b.p, n) : 0;
+    return c ? c : (a.n > b.n) - (a.n < b.n);
+}
+
 /* Frees the bytes of a kv_str that owns them. */
 static inline void kv_str_free(kv_str *s)
 {

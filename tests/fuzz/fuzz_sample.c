@@ -13,7 +13,7 @@
 
 static void check_sample(const lb_sample *s)
 {
-    if (!s->id || !s->input.p || !s->context.p || !s->dataset || !s->language || s->n_answers < 1)
+    if (!s->id.p || !s->input.p || !s->context.p || !s->dataset || !s->language || s->n_answers < 1)
         abort();
     for (size_t i = 0; i < s->n_answers; i++)
         if (!s->answers[i].p || s->answers[i].p[s->answers[i].n] != '\0')

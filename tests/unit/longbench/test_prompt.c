@@ -198,7 +198,7 @@ Test(prompt, v2_substitution_equals_python)
         const char *id = cJSON_GetObjectItem(e, "id")->valuestring;
         const lb_task *task = lb_task_find(cJSON_GetObjectItem(e, "task")->valuestring);
         cr_assert(task);
-        const char *ids[] = {id};
+        kv_str ids[] = {kv_str_c(id)};
         lb_loader_options o = {.schema = LB_SCHEMA_V2, .ids = ids, .n_ids = 1};
         kv_error err;
         lb_loader *l = lb_loader_open(data, &o, &err);

@@ -104,7 +104,7 @@ static lb_sample made_sample(const kvpress_question *k)
     while (n + 40 < sizeof context)
         n += (size_t)snprintf(context + n, sizeof context - n, "Line %zu of the long context. ", n);
     lb_sample s = {0};
-    s.id = "made";
+    s.id = kv_str_c("made");
     s.context = (kv_str){context, n};
     static char input[64];
     snprintf(input, sizeof input, "What does line 5 say?%s", k->strip ? k->strip : "");
@@ -130,7 +130,7 @@ static bool check_split(kv_tokenizer *t, const lb_task *task, const kvpress_ques
     kv_error err;
     cr_assert_eq(lb_prompt_build(task, s, t, o, &p, &err), 0, "%s", err.msg);
     cr_assert(p.n_context > 0 && p.n_context < p.n_ids, "%s %s: %zu of %zu tokens are context",
-              task->name, s->id, p.n_context, p.n_ids);
+              task->name, s->id.p, p.n_context, p.n_ids);
     size_t qn = 0, cn = 0, an = 0;
     char *q = kv_tokenizer_decode_len(t, p.ids + p.n_context, p.n_ids - p.n_context, false, &qn);
     char *c = kv_tokenizer_decode_len(t, p.ids, p.n_context, false, &cn);
@@ -140,7 +140,7 @@ static bool check_split(kv_tokenizer *t, const lb_task *task, const kvpress_ques
     cr_assert(qn >= wn && memcmp(q, want, wn) == 0,
               "%s %s (chat %d, truncated %d): the question part begins \"%.60s\", kvpress's "
               "\"%.60s\"",
-              task->name, s->id, p.chat, p.truncated, q, want);
+              task->name, s->id.p, p.chat, p.truncated, q, want);
     /* the two parts are the prompt, cut between two tokens */
     cr_assert_eq(cn + qn, an);
     cr_assert(memcmp(all, c, cn) == 0 && memcmp(all + cn, q, qn) == 0);

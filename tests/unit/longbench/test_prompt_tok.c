@@ -22,7 +22,7 @@
 /* The sample with _id `id` from path (via the loader's ids selection). */
 static lb_sample load_one(const char *path, const char *id)
 {
-    const char *ids[] = {id};
+    kv_str ids[] = {kv_str_c(id)};
     lb_loader_options o = {.ids = ids, .n_ids = 1};
     kv_error err;
     lb_loader *l = lb_loader_open(path, &o, &err);
@@ -68,10 +68,10 @@ Test(prompt_tok, qwen3_matches_the_reference_byte_for_byte)
         cr_assert(exact, "%s", jerr.msg);
         const json_t *want = json_object_get(exact, "prompt");
         size_t want_n = json_string_length(want);
-        cr_assert_eq(p.len, want_n, "%s %s %s: %zu bytes, want %zu", file, s.id, str(e, "protocol"),
-                     p.len, want_n);
+        cr_assert_eq(p.len, want_n, "%s %s %s: %zu bytes, want %zu", file, s.id.p,
+                     str(e, "protocol"), p.len, want_n);
         cr_assert(memcmp(p.text, json_string_value(want), p.len) == 0, "%s %s: prompt differs",
-                  file, s.id);
+                  file, s.id.p);
         nuls += memchr(p.text, '\0', p.len) != NULL;
         json_decref(exact);
         cr_assert_eq(p.n_ids, (size_t)cJSON_GetObjectItem(e, "n_tokens")->valuedouble);

@@ -100,7 +100,7 @@ static kb_score_row make_row(const char *config, const double *x, size_t n, bool
         size_t j = reversed ? n - 1 - i : i;
         char id[32];
         snprintf(id, sizeof id, "s%zu", j);
-        r.samples[i] = (kb_sample_score){strdup(id), x[j], -1};
+        r.samples[i] = (kb_sample_score){{strdup(id), strlen(id)}, x[j], -1};
         sum += x[j];
     }
     r.n_samples = n;
@@ -111,7 +111,7 @@ static kb_score_row make_row(const char *config, const double *x, size_t n, bool
 static void free_row(kb_score_row *r)
 {
     for (size_t i = 0; i < r->n_samples; i++)
-        free(r->samples[i].id);
+        kv_str_free(&r->samples[i].id);
     free(r->samples);
     free(r->boot);
     free(r->boot_delta);

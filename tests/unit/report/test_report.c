@@ -11,12 +11,13 @@
 #include "report/report.h"
 #include "rundir/predfile.h"
 #include "support/testutil.h"
+#include "util/jsonstr.h"
 
 static kv_error err;
 
 /* Exact match, in percent: enough to check the plumbing around a scorer. */
-static int exact_scorer(const char *task, const char *const *lines, size_t n, kb_task_result *out,
-                        char *msg, size_t msg_n, void *ctx)
+static int exact_scorer(const char *task, const kb_scored_line *lines, size_t n,
+                        kb_task_result *out, char *msg, size_t msg_n, void *ctx)
 {
     (void)task;
     int *calls = ctx;
@@ -25,12 +26,8 @@ static int exact_scorer(const char *task, const char *const *lines, size_t n, kb
         return snprintf(msg, msg_n, "no lines"), -1;
     double hits = 0;
     for (size_t i = 0; i < n; i++) {
-        cJSON *line = cJSON_Parse(lines[i]);
-        const char *pred = cJSON_GetObjectItem(line, "pred")->valuestring;
-        const cJSON *ans = cJSON_GetArrayItem(cJSON_GetObjectItem(line, "answers"), 0);
-        out->sample_scores[i] = strcmp(pred, ans->valuestring) == 0;
+        out->sample_scores[i] = kv_str_eq(lines[i].pred, lines[i].answers[0]);
         hits += out->sample_scores[i];
-        cJSON_Delete(line);
     }
     out->score = 100.0 * hits / (double)n;
     out->metric = "exact";
@@ -73,11 +70,11 @@ static char *make_run(const char *out, const char *name)
                 kv_str answers[] = {kv_str_c("yes")};
                 /* trec's classes make LongBench's classification score exact here */
                 kv_str classes[] = {kv_str_c("yes"), kv_str_c("no")};
-                kb_prediction p = {.id = id,
+                kb_prediction p = {.id = kv_str_c(id),
                                    .index = i,
                                    .task = tasks[t],
                                    .config = cfgs[c],
-                                   .pred = i < correct[c][t] ? "yes" : "no",
+                                   .pred = kv_str_c(i < correct[c][t] ? "yes" : "no"),
                                    .answers = answers,
                                    .n_answers = 1,
                                    .all_classes = t == 0 ? classes : NULL,
@@ -87,9 +84,7 @@ static char *make_run(const char *out, const char *name)
                                    .generated_tokens = 1,
                                    .prefill_s = 1.0,
                                    .decode_s = 0.5};
-                cJSON *j = kb_prediction_json(&p);
-                cr_assert_eq(kb_pred_file_append(&pf, j, &err), 0, "%s", err.msg);
-                cJSON_Delete(j);
+                cr_assert_eq(kb_pred_file_append(&pf, &p, &err), 0, "%s", err.msg);
             }
             kb_pred_file_close(&pf);
         }
@@ -154,6 +149,36 @@ Test(report, rows_from_predictions_and_scores_json_round_trip)
     }
     kb_report_run_free(&r);
     kb_score_rows_free(rows, n);
+    free(dir);
+    tu_rmtree(out);
+    free(out);
+}
+
+/* Scoring a run reads each prediction line once: the reader parses it, and
+ * resume's checks, the scorer and the report's means all use that parse. */
+Test(report, scoring_a_run_parses_each_prediction_line_once)
+{
+    char *out = tu_mkdtemp();
+    char *dir = make_run(out, "night1");
+    kb_scorer *scorer;
+    cr_assert_eq(kb_scorer_open(&scorer, &err), 0, "%s", err.msg);
+    kb_score_row *rows;
+    size_t n;
+    long before = kv_json_loads();
+    cr_assert_eq(kb_scores_from_predictions(dir, kb_scorer_task, scorer, &rows, &n, &err), 0, "%s",
+                 err.msg);
+    long lines = 0;
+    for (size_t i = 0; i < n; i++)
+        lines += rows[i].n;
+    cr_assert_eq(lines, 5 * 2 * 3, "every file scored: %ld lines", lines);
+    cr_assert_eq(kv_json_loads() - before, lines, "%ld parses for %ld lines",
+                 kv_json_loads() - before, lines);
+    /* and the scores are LongBench's: trec's exact class match */
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(rows[i].task, "trec") == 0 && strcmp(rows[i].config, "full") == 0)
+            cr_assert_float_eq(rows[i].score, 100.0 * correct[0][0] / 3.0, 0.01);
+    kb_score_rows_free(rows, n);
+    kb_scorer_close(scorer);
     free(dir);
     tu_rmtree(out);
     free(out);
@@ -239,7 +264,7 @@ static void edit_score(const char *dir, const char *config, const char *task, do
         if (!strcmp(r.rows[i].config, config) && !strcmp(r.rows[i].task, task))
             r.rows[i].score += delta;
         for (size_t j = 0; j < r.rows[i].n_samples; j++)
-            free(r.rows[i].samples[j].id);
+            kv_str_free(&r.rows[i].samples[j].id);
         free(r.rows[i].samples);
         r.rows[i].samples = NULL;
         r.rows[i].n_samples = 0;
@@ -511,7 +536,7 @@ static char *paired_run(const char *out, const char *name, const char *moved, in
                 }
                 char id[16];
                 snprintf(id, sizeof id, "s%03d", i);
-                r->samples[i] = (kb_sample_score){strdup(id), right, 1000};
+                r->samples[i] = (kb_sample_score){{strdup(id), strlen(id)}, right, 1000};
                 sum += right;
             }
             cr_assert_eq(d + u, 0, "the fixture moved every sample it was asked to");
@@ -524,7 +549,7 @@ static char *paired_run(const char *out, const char *name, const char *moved, in
         free(rows[i].task);
         free(rows[i].metric);
         for (size_t j = 0; j < rows[i].n_samples; j++)
-            free(rows[i].samples[j].id);
+            kv_str_free(&rows[i].samples[j].id);
         free(rows[i].samples);
     }
     return dir;

@@ -2,6 +2,7 @@
  * all configs, the same predictions as separate runs, clean stop + resume,
  * shards + merge, limits, and scores/report written at the end. */
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,12 +13,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "util/file.h"
-#include "rundir/merge.h"
 #include "run/runner.h"
+#include "rundir/merge.h"
 #include "score/score.h"
-#include "tokenizer/tokenizer.h"
 #include "support/testutil.h"
+#include "tokenizer/tokenizer.h"
+#include "util/file.h"
 
 typedef struct fake {
     const kb_matrix *m;
@@ -127,10 +128,7 @@ static double exact_share(const kb_pred_lines *l, double *per)
 {
     double hits = 0;
     for (size_t i = 0; i < l->n; i++) {
-        const cJSON *line = l->json[i];
-        per[i] = strcmp(cJSON_GetObjectItem(line, "pred")->valuestring,
-                        cJSON_GetArrayItem(cJSON_GetObjectItem(line, "answers"), 0)->valuestring) ==
-                 0;
+        per[i] = kv_str_eq(l->line[i].pred, l->line[i].answers[0]);
         hits += per[i];
     }
     return l->n ? 100.0 * hits / (double)l->n : 0;
@@ -195,9 +193,11 @@ static char *lines_without_times(const char *dir, const char *config, const char
     cr_assert_eq(kb_pred_lines_read(path, &l, &err), 0, "%s", err.msg);
     char *all = strdup("");
     for (size_t i = 0; i < l.n; i++) {
-        cJSON_DeleteItemFromObject(l.json[i], "prefill_s");
-        cJSON_DeleteItemFromObject(l.json[i], "decode_s");
-        char *t = cJSON_PrintUnformatted(l.json[i]), *grown;
+        json_t *o = json_loads(l.text[i], JSON_ALLOW_NUL, NULL);
+        json_object_del(o, "prefill_s");
+        json_object_del(o, "decode_s");
+        char *t = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER), *grown;
+        json_decref(o);
         cr_assert_geq(asprintf(&grown, "%s%s\n", all, t), 0);
         free(all);
         free(t);
@@ -267,8 +267,7 @@ Test(runner, one_prefill_per_sample_for_all_configs_and_a_report_at_the_end)
         /* the per-sample scores the intervals resample, kept in scores.json */
         cr_assert_eq(r.rows[i].n_samples, l.n);
         for (size_t j = 0; j < l.n; j++) {
-            cr_assert_str_eq(r.rows[i].samples[j].id,
-                             cJSON_GetObjectItem(l.json[j], "id")->valuestring);
+            cr_assert(kv_str_eq(r.rows[i].samples[j].id, l.line[j].id));
             cr_assert_eq(r.rows[i].samples[j].score, per[j]);
         }
         cr_assert(!isnan(r.rows[i].ci.lo) && r.rows[i].ci.lo <= r.rows[i].score &&
@@ -632,20 +631,18 @@ static void reorder(const char *dir, const char *config, const char *task, long 
     cr_assert_geq(asprintf(&path, "%s/predictions/%s/%s.jsonl", dir, config, task), 0);
     kb_pred_lines l;
     cr_assert_eq(kb_pred_lines_read(path, &l, &err), 0, "%s", err.msg);
-    if (swap && l.n > 1) {
-        cJSON *a = cJSON_GetObjectItem(l.json[0], "index"), *b = cJSON_GetObjectItem(l.json[1], "index");
-        double t = a->valuedouble;
-        cJSON_SetNumberValue(a, b->valuedouble);
-        cJSON_SetNumberValue(b, t);
-    }
     FILE *f = fopen(path, "w");
     for (size_t k = 0; k < l.n; k++) {
         size_t i = swap ? k : l.n - 1 - k;
-        if ((long)cJSON_GetObjectItem(l.json[i], "index")->valuedouble == drop && !swap)
+        if (l.line[i].index == drop && !swap)
             continue;
-        char *t = cJSON_PrintUnformatted(l.json[i]);
+        json_t *o = json_loads(l.text[i], JSON_ALLOW_NUL, NULL);
+        if (swap && l.n > 1 && i < 2) /* the other one's index */
+            json_object_set_new(o, "index", json_integer(l.line[1 - i].index));
+        char *t = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
         fprintf(f, "%s\n", swap ? t : l.text[i]);
         free(t);
+        json_decref(o);
     }
     fclose(f);
     kb_pred_lines_free(&l);

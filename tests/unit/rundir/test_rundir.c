@@ -42,38 +42,48 @@ static void hash_for(const char *config, char hash[17])
     cJSON_Delete(h2o);
 }
 
-/* The prediction line of sample `index` for a config, as the runner would write it. */
-static cJSON *line_for(long index, const char *config)
+/* The prediction of sample `index` for a config, as the runner would write
+ * it (its texts in static buffers: valid until the next call). */
+static kb_prediction pred_for(long index, const char *config)
 {
-    char id[32], pred[64], hash[17];
+    static char id[32], pred[64], hash[17];
+    static kv_str answers[1];
     hash_for(config, hash);
     snprintf(id, sizeof id, "id%03ld", index);
     snprintf(pred, sizeof pred, "answer %ld by %s", index, config);
-    kv_str answers[] = {kv_str_c("x")};
-    kb_prediction p = {.id = id,
-                       .index = index,
-                       .task = "trec",
-                       .config = config,
-                       .config_hash = hash,
-                       .pred = pred,
-                       .answers = answers,
-                       .n_answers = 1,
-                       .length = 100 + index,
-                       .prompt_tokens = 50,
-                       .kept_tokens = 20,
-                       .generated_tokens = 3,
-                       .prefill_s = 0.5,
-                       .decode_s = 0.25};
-    cJSON *j = kb_prediction_json(&p);
+    answers[0] = kv_str_c("x");
+    return (kb_prediction){.id = kv_str_c(id),
+                           .index = index,
+                           .task = "trec",
+                           .config = config,
+                           .config_hash = hash,
+                           .pred = kv_str_c(pred),
+                           .answers = answers,
+                           .n_answers = 1,
+                           .length = 100 + index,
+                           .prompt_tokens = 50,
+                           .kept_tokens = 20,
+                           .generated_tokens = 3,
+                           .prefill_s = 0.5,
+                           .decode_s = 0.25};
+}
+
+/* Its line as a JSON tree, for tests that edit it by hand. */
+static cJSON *line_for(long index, const char *config)
+{
+    kb_prediction p = pred_for(index, config);
+    kv_strbuf b = {0};
+    cr_assert_eq(kb_prediction_format(&p, &b), 0);
+    cJSON *j = cJSON_Parse(b.s);
+    kv_strbuf_free(&b);
     cr_assert_not_null(j);
     return j;
 }
 
 static void append(kb_pred_file *pf, long index, const char *config)
 {
-    cJSON *j = line_for(index, config);
-    cr_assert_eq(kb_pred_file_append(pf, j, &err), 0, "%s", err.msg);
-    cJSON_Delete(j);
+    kb_prediction p = pred_for(index, config);
+    cr_assert_eq(kb_pred_file_append(pf, &p, &err), 0, "%s", err.msg);
 }
 
 static char *file_of(const char *dir, const char *config, const char *task)
@@ -219,14 +229,15 @@ Test(results, truncated_last_line_is_dropped_and_redone)
     cr_assert_eq(kb_pred_file_open(&run, "full", "trec", NULL, &pf, &err), 0, "%s", err.msg);
     cr_assert_eq(pf.n_dropped, 1);
     cr_assert_eq(pf.n_lines, 3);
-    cr_assert(kb_pred_file_done(&pf, "id002"));
-    cr_assert_not(kb_pred_file_done(&pf, "id003"));
+    cr_assert(kb_pred_file_done(&pf, kv_str_c("id002")));
+    cr_assert_not(kb_pred_file_done(&pf, kv_str_c("id003")));
     char *after = tu_slurp(path, NULL);
     cr_assert_str_eq(after, good, "the cut-short line must be gone, the rest untouched");
     free(after);
     /* redo it, and a duplicate is refused */
     append(&pf, 3, "full");
-    cr_assert_lt(kb_pred_file_append(&pf, j, &err), 0);
+    kb_prediction again = pred_for(3, "full");
+    cr_assert_lt(kb_pred_file_append(&pf, &again, &err), 0);
     cr_assert(strstr(err.msg, "\"id003\" is already there"), "%s", err.msg);
     kb_pred_file_close(&pf);
 
@@ -302,12 +313,11 @@ static void produce(const char *dir, const kb_matrix *m, const char *const *conf
         for (int c = 0; c < n_cfg; c++) {
             char id[32];
             snprintf(id, sizeof id, "id%03ld", i);
-            if (kb_pred_file_done(&pf[c], id))
+            if (kb_pred_file_done(&pf[c], kv_str_c(id)))
                 continue;
-            cJSON *j = line_for(i, configs[c]);
-            if (kb_pred_file_append(&pf[c], j, &err) < 0)
+            kb_prediction p = pred_for(i, configs[c]);
+            if (kb_pred_file_append(&pf[c], &p, &err) < 0)
                 _exit(5);
-            cJSON_Delete(j);
             if (report_fd >= 0 && write(report_fd, "x", 1) != 1)
                 _exit(6);
         }
@@ -615,7 +625,7 @@ Test(results, resume_keeps_only_lines_of_this_task_config_and_data)
     for (long i = 0; i < 5; i++) {
         char id[32];
         snprintf(id, sizeof id, "id%03ld", i);
-        cr_assert_eq(kb_idset_add(&ids, id), 1);
+        cr_assert_eq(kb_idset_add(&ids, kv_str_c(id)), 1);
     }
     char *line;
     line = full_line(1, "dataset", "qasper");
