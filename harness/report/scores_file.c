@@ -95,7 +95,7 @@ int kb_scores_save(const char *dir, const kb_score_row *rows, size_t n, kv_error
 }
 
 /* scores.json is a data document (sample ids may hold a NUL), so it is read
- * with jansson (docs/json.md): a number (NaN when absent or not a number)
+ * with jansson (docs/ARCHITECTURE.md, "JSON"): a number (NaN when absent or not a number)
  * and a string (NULL when absent or not a string) of a row. */
 static double jnum(const json_t *o, const char *k)
 {

@@ -4,9 +4,10 @@
  * documents (prediction lines, scores.json, tokenize --jsonl) are therefore
  * parsed with jansson, whose JSON_ALLOW_NUL strings carry their length
  * (LongBench records, megabytes each, are read with kv_jscan in
- * datasets/longbench/sample.c, which keeps NULs too); docs/json.md gives the
- * rule. Sample ids are byte strings (kv_str) from the data to the reports, and
- * strings are written with kv_json_quote, which escapes every control byte
+ * datasets/longbench/sample.c, which keeps NULs too); docs/ARCHITECTURE.md
+ * ("JSON") gives the rule. Sample ids are byte strings (kv_str) from the
+ * data to the reports, and strings are written with kv_json_quote, which
+ * escapes every control byte
  * (NUL as \u0000) and repairs ill-formed UTF-8, so that what kvbench writes
  * is always valid UTF-8 JSON.
  */
