@@ -205,6 +205,89 @@ static bool is_hashed_always(const char *key)
     return false;
 }
 
+static const char *param_str(const cJSON *p, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(p, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static const kv_evict_param_def *param_def(const char *key);
+static int check_param(const kv_evict_param_def *d, const cJSON *v, char *err, size_t n);
+
+bool kb_config_is_full(const cJSON *params)
+{
+    const char *alg = params ? param_str(params, "algorithm") : NULL;
+    return !params || (alg && strcasecmp(alg, "full") == 0);
+}
+
+/* The parameters of a full-cache config decoded on the table's defaults:
+ * only the cache's precision keys may be set (the algorithm stays the
+ * table's default, which nothing runs). */
+static int decode_full(const cJSON *params, kv_evict_params *p, kv_error *err)
+{
+    kv_evict_params_default(p);
+    for (const cJSON *c = params ? params->child : NULL; c; c = c->next) {
+        if (strcmp(c->string, "algorithm") == 0 || strcmp(c->string, "name") == 0)
+            continue;
+        if (!kv_evict_param_is_cache(c->string))
+            return kv_fail(err, "%s: the full cache takes no eviction parameters, only the "
+                                "cache's precision (kv_cache_precision, key_quant, value_quant, "
+                                "key_group_size, value_group_size)",
+                           c->string);
+        char msg[512];
+        if (check_param(param_def(c->string), c, msg, sizeof msg) < 0)
+            return kv_fail(err, "%s", msg);
+        cJSON *one = cJSON_CreateObject();
+        if (!one || !cJSON_AddItemToObject(one, c->string, cJSON_Duplicate(c, true))) {
+            cJSON_Delete(one);
+            return kv_fail(err, "out of memory");
+        }
+        int rc = kv_evict_params_from_json(p, one, err);
+        cJSON_Delete(one);
+        if (rc != 0)
+            return -1;
+    }
+    return kv_evict_params_validate(p, err);
+}
+
+int kb_config_cache_quant(const cJSON *params, kv_cache_quant *q, kv_error *err)
+{
+    kv_evict_params p;
+    if (kb_config_is_full(params) ? decode_full(params, &p, err) != 0
+                                  : (kv_evict_params_default(&p),
+                                     kv_evict_params_from_json(&p, params, err) != 0))
+        return -1;
+    *q = kv_evict_params_cache_quant(&p);
+    return 0;
+}
+
+/* A full-cache config at another precision, canonically: "algorithm":
+ * "full" and the cache keys that differ from their defaults. */
+static char *canonical_full(const cJSON *params)
+{
+    kv_evict_params p;
+    kv_error err;
+    if (decode_full(params, &p, &err) != 0)
+        return kb_json_canonical(params);
+    cJSON *j = kv_evict_params_to_json(&p), *out = cJSON_CreateObject();
+    kv_evict_params d;
+    kv_evict_params_default(&d);
+    cJSON *dflt = kv_evict_params_to_json(&d);
+    char *c = NULL;
+    if (j && out && dflt && cJSON_AddStringToObject(out, "algorithm", "full")) {
+        bool ok = true;
+        for (const cJSON *v = j->child; v && ok; v = v->next)
+            if (kv_evict_param_is_cache(v->string) &&
+                !cJSON_Compare(v, cJSON_GetObjectItemCaseSensitive(dflt, v->string), true))
+                ok = cJSON_AddItemToObject(out, v->string, cJSON_Duplicate(v, true));
+        c = ok ? kb_json_canonical(out) : NULL;
+    }
+    cJSON_Delete(j);
+    cJSON_Delete(out);
+    cJSON_Delete(dflt);
+    return c;
+}
+
 /* Drops from full the later parameters that hold their defaults. */
 static int drop_later_defaults(cJSON *full)
 {
@@ -229,6 +312,8 @@ static int drop_later_defaults(cJSON *full)
  * without the eviction checks) stand for themselves. NULL on OOM. */
 static char *canonical_params(const cJSON *params)
 {
+    if (kb_config_is_full(params))
+        return canonical_full(params);
     kv_evict_params p;
     kv_error err;
     kv_evict_params_default(&p);
@@ -255,15 +340,10 @@ int kb_config_hash(const cJSON *params, char hash[17])
     return 0;
 }
 
-static const char *param_str(const cJSON *p, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(p, key);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
 
 long kb_config_budget(const cJSON *params)
 {
-    if (!params)
+    if (kb_config_is_full(params))
         return -1;
     kv_evict_params p;
     kv_error err;
@@ -280,7 +360,7 @@ const char *kb_budget_label(long budget)
 
 const char *kb_config_warning(const cJSON *params)
 {
-    if (!params)
+    if (kb_config_is_full(params))
         return NULL;
     kv_evict_params p;
     kv_error err;
@@ -679,24 +759,24 @@ static int fail_validation(kv_error *err, const char *path, const cJSON *params,
     return kv_fail(err, "%s: %s", path, msg);
 }
 
-static bool is_full(const cJSON *params)
-{
-    const char *alg = param_str(params, "algorithm");
-    return alg && strcasecmp(alg, "full") == 0;
-}
-
 /* Adds a config (takes ownership of params, NULL = full cache). */
 static int add_config(parser *p, cJSON *params, const char *name, const char *origin)
 {
     kb_matrix *m = p->m;
     kb_config c = {0};
-    if (params && is_full(params)) {
-        if (cJSON_GetArraySize(params) != 1) {
+    if (params && kb_config_is_full(params)) {
+        /* the baseline's precision (F32) is no parameter: such a config is
+         * the baseline; another precision is a config of its own */
+        kv_cache_quant q;
+        kv_error e;
+        if (kb_config_cache_quant(params, &q, &e) != 0) {
             cJSON_Delete(params);
-            return failp(p->err, origin, "the full cache takes no other parameters");
+            return failp(p->err, origin, "%s", e.msg);
         }
-        cJSON_Delete(params);
-        params = NULL;
+        if (q.precision == KV_PREC_F32) {
+            cJSON_Delete(params);
+            params = NULL;
+        }
     }
     c.params = params;
     c.budget = kb_config_budget(params);
@@ -824,7 +904,7 @@ static int validate_and_add(parser *p, cJSON *params, const char *name, const ch
 {
     long asked = 0;
     char *derived = NULL;
-    if (!is_full(params)) {
+    if (!kb_config_is_full(params)) {
         char msg[768] = "";
         if (apply_budget(params, &asked, msg, sizeof msg) < 0 ||
             p->hooks->validate_eviction(params, msg, sizeof msg) < 0) {

@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "model/kvcache.h"
 #include "util/error.h"
 
 /* Validates one eviction config (a JSON object without the matrix-level
@@ -146,6 +147,15 @@ char *kb_config_name(const cJSON *params);
 long kb_config_budget(const cJSON *params);
 /* How reports write a budget that is no number: "full" or "per prompt". */
 const char *kb_budget_label(long budget);
+
+/* Does params run no eviction: NULL (the baseline) or {"algorithm":
+ * "full"} with only the cache's precision keys (a full cache at bf16, u8,
+ * ...: docs/eviction.md "KV-cache precision")? */
+bool kb_config_is_full(const cJSON *params);
+
+/* The KV-cache precision a config's params ask for, eviction or full
+ * (kv_evict_params_cache_quant; group sizes of 0 left to the cache). */
+int kb_config_cache_quant(const cJSON *params, kv_cache_quant *q, kv_error *err);
 
 /* kv_evict_params_warning of params with defaults applied: NULL for the
  * full cache and for consistent (or invalid) params. */

@@ -20,6 +20,8 @@ typedef struct engine {
     bool em_loaded;
     kv_evict_params *params; /* [n_configs]; unused for configs[0] (full cache) */
     kv_evictor **ev;         /* [n_configs]; NULL for the full cache */
+    kv_cache_quant *quant;   /* [n_configs]; a full cache's precision (F32: the
+                                baseline, which takes the prefilled cache over) */
 } engine;
 
 /* A sample's prefill. With a query-agnostic config pending and a context
@@ -43,6 +45,13 @@ typedef struct prefill_state {
 static bool agnostic(const engine *e, size_t config)
 {
     return e->ev[config] && !e->params[config].query_aware;
+}
+
+/* The F32 full cache: its row takes the prefilled cache over, after every
+ * other row has copied from it. */
+static bool takes_base(const engine *e, size_t config)
+{
+    return !e->ev[config] && e->quant[config].precision == KV_PREC_F32;
 }
 
 /* ---- prefill once, decode per config ---- */
@@ -201,6 +210,11 @@ static int row_start(engine *e, prefill_state *st, size_t config, decode_row *r,
         .stop_ids = st->stop,
         .n_stop_ids = st->n_stop,
     };
+    if (!ev && !takes_base(e, config)) /* every token, stored at another precision */
+        return (r->c = kv_cache_fork_at(st->base, &e->quant[config],
+                                        st->n_prompt + st->max_new + 1, err))
+                   ? 0
+                   : kv_fail_prefix(err, cfg->name);
     if (!ev) {
         if (!st->base)
             return kv_fail(err, "%s: a second full-cache config", cfg->name);
@@ -323,9 +337,9 @@ static int decode_batch(void *ctx, void *state, const size_t *configs, size_t n,
         rc = question_on_base(e, st, configs, n, err);
         counts->question_prefills++;
     }
-    for (int full = 0; full < 2; full++)
+    for (int last = 0; last < 2; last++)
         for (size_t i = 0; i < n && rc == 0; i++) {
-            if (agnostic(e, configs[i]) || (e->ev[configs[i]] == NULL) != full)
+            if (agnostic(e, configs[i]) || takes_base(e, configs[i]) != last)
                 continue;
             rc = row_start(e, st, configs[i], &rows[i], err);
             if (rc == 0) {
@@ -393,7 +407,8 @@ int kb_engine_backend_open(const kb_matrix *m, const char *model_dir, kb_runner_
     b->ctx = e;
     e->params = calloc(m->n_configs, sizeof *e->params);
     e->ev = calloc(m->n_configs, sizeof *e->ev);
-    if (!e->params || !e->ev) {
+    e->quant = calloc(m->n_configs, sizeof *e->quant);
+    if (!e->params || !e->ev || !e->quant) {
         kv_fail(err, "out of memory");
         goto fail;
     }
@@ -411,6 +426,15 @@ int kb_engine_backend_open(const kb_matrix *m, const char *model_dir, kb_runner_
         goto fail;
     for (size_t i = 1; i < m->n_configs; i++) {
         kv_evict_params_default(&e->params[i]);
+        if (kb_config_is_full(m->configs[i].params)) {
+            if (kb_config_cache_quant(m->configs[i].params, &e->quant[i], err) < 0 ||
+                kv_cache_quant_check(&e->quant[i], kv_model_get_config(e->model)->head_dim,
+                                     err) < 0) {
+                kv_fail_prefix(err, m->configs[i].name);
+                goto fail;
+            }
+            continue;
+        }
         if (kv_evict_params_from_json(&e->params[i], m->configs[i].params, err) < 0 ||
             kv_evict_params_validate(&e->params[i], err) < 0) {
             kv_fail_prefix(err, m->configs[i].name);
@@ -422,7 +446,8 @@ int kb_engine_backend_open(const kb_matrix *m, const char *model_dir, kb_runner_
             goto fail;
         e->em_loaded = true;
         for (size_t i = 1; i < m->n_configs; i++)
-            if (!(e->ev[i] = kv_evictor_new(&e->params[i], &e->em, err))) {
+            if (!kb_config_is_full(m->configs[i].params) &&
+                !(e->ev[i] = kv_evictor_new(&e->params[i], &e->em, err))) {
                 kv_fail_prefix(err, m->configs[i].name);
                 goto fail;
             }
@@ -448,6 +473,7 @@ void kb_engine_backend_close(kb_runner_backend *b)
     if (e->em_loaded)
         kv_evict_model_release(&e->em);
     free(e->ev);
+    free(e->quant);
     free(e->params);
     kv_tokenizer_free(e->tok);
     kv_model_free(e->model);

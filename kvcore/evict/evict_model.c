@@ -86,13 +86,9 @@ int kv_evictor_fork(kv_evictor *ev, const kv_cache *base, const kv_attn_stats_re
         return kv_evictor_compress_into(ev, base, out, trace, trace_ctx, err);
     /* The prompt's keys and values are stored at the config's precision
      * when its one forward ends: before eviction, which reads them so. */
-    kv_cache *c = kv_cache_fork(base, 0, err);
-    if (!c || kv_cache_set_quant(c, &q, err) != 0) {
-        kv_cache_free(c);
+    kv_cache *c = kv_cache_fork_at(base, &q, 0, err);
+    if (!c)
         return -1;
-    }
-    for (int l = 0; l < c->n_layers; l++)
-        kv_cache_commit(c, l);
     if (kv_evictor_compress(ev, c, trace, trace_ctx, err) != 0) {
         kv_cache_free(c);
         return -1;

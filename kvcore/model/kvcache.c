@@ -162,6 +162,21 @@ int kv_cache_set_quant(kv_cache *c, const kv_cache_quant *q, kv_error *err)
     return 0;
 }
 
+kv_cache *kv_cache_fork_at(const kv_cache *c, const kv_cache_quant *q, int cap_hint,
+                           kv_error *err)
+{
+    kv_cache *f = kv_cache_fork(c, cap_hint, err);
+    if (!f || q->precision == c->quant.precision)
+        return f;
+    if (kv_cache_set_quant(f, q, err) != 0) {
+        kv_cache_free(f);
+        return NULL;
+    }
+    for (int l = 0; l < f->n_layers; l++)
+        kv_cache_commit(f, l);
+    return f;
+}
+
 /* Stores rows [from, to) of x (keys or values of one layer) at the cache's
  * precision, in groups of `group` channels within each KV head. */
 static void store_rows(const kv_cache *c, float *x, int from, int to, int group)

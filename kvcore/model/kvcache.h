@@ -95,6 +95,13 @@ void kv_cache_free(kv_cache *c);
  * lets one prefill serve many eviction configs. */
 kv_cache *kv_cache_fork(const kv_cache *c, int cap_hint, kv_error *err);
 
+/* A copy of c whose tokens are stored at precision q, as if the forward
+ * that computed them had ended in a cache of that precision: how one F32
+ * prefill serves configs of every precision. q's group sizes are resolved
+ * and checked (kv_cache_quant_check). */
+kv_cache *kv_cache_fork_at(const kv_cache *c, const kv_cache_quant *q, int cap_hint,
+                           kv_error *err);
+
 /* Resolves q's group sizes of 0 (by token: the head dimension; by
  * channel: 32 tokens) and checks them against head_dim. */
 int kv_cache_quant_check(kv_cache_quant *q, int head_dim, kv_error *err);

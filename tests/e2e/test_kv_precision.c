@@ -147,3 +147,70 @@ Test(kv_precision, the_prompts_own_forward_reads_no_rounded_key)
     tu_rmtree(tmp);
     free(tmp);
 }
+
+/* The preds of one config's prediction file, one per line, as one string. */
+static char *preds(const char *dir, const char *run, const char *config)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/runs/%s/predictions/%s/synth_passkey.jsonl", dir, run, config);
+    char *text = tu_slurp(path, NULL), *out = calloc(1, strlen(text) + 1);
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(line);
+        cr_assert_not_null(j, "%s: %s", path, line);
+        strcat(out, cJSON_GetObjectItem(j, "pred")->valuestring);
+        strcat(out, "\n");
+        cJSON_Delete(j);
+    }
+    free(text);
+    return out;
+}
+
+/* In a run, {"algorithm": "full", "kv_cache_precision": ...} keeps every
+ * token at that precision beside the F32 baseline, from the one prefill:
+ * it answers as an eviction config of that precision whose budget is above
+ * the prompt, and the baseline answers as in a run without it. */
+Test(kv_precision, a_run_holds_full_caches_at_their_precision_beside_the_f32_baseline,
+     .timeout = 300)
+{
+    char *dir = tu_mkdtemp(), path[1024];
+    char *model = tu_source(MODEL), *data = tu_source("datasets/synthetic");
+    static const char *const matrices[2] = {
+        "[{\"name\": \"full_u8\", \"algorithm\": \"full\", \"kv_cache_precision\": \"u8\"},\n"
+        " {\"name\": \"full_u4_kch\", \"algorithm\": \"full\", \"kv_cache_precision\": \"u4\",\n"
+        "  \"key_quant\": \"by_channel\"},\n"
+        " {\"name\": \"big_u8\", \"algorithm\": \"snapkv\", \"intermediate_size\": 100000,\n"
+        "  \"kv_cache_precision\": \"u8\"},\n"
+        " {\"name\": \"big_u4_kch\", \"algorithm\": \"snapkv\", \"intermediate_size\": 100000,\n"
+        "  \"kv_cache_precision\": \"u4\", \"key_quant\": \"by_channel\"}]",
+        "[]"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s.json", dir, i ? "alone" : "prec");
+        FILE *f = fopen(path, "w");
+        fprintf(f,
+                "{\"model\": \"%s\", \"data\": \"%s\", \"output\": \"%s/runs\", \"limit\": 3,\n"
+                " \"threads\": 1, \"tasks\": [\"synth_passkey\"], \"configs\": %s}\n",
+                model, data, dir, matrices[i]);
+        fclose(f);
+        tu_result r = tu_kvbench("run", path, NULL);
+        cr_assert_eq(r.status, 0, "%s", r.err);
+        tu_result_free(&r);
+    }
+    char *full = preds(dir, "prec", "full"), *alone = preds(dir, "alone", "full");
+    char *u8 = preds(dir, "prec", "full_u8"), *big8 = preds(dir, "prec", "big_u8");
+    char *u4 = preds(dir, "prec", "full_u4_kch"), *big4 = preds(dir, "prec", "big_u4_kch");
+    cr_expect_str_eq(u8, big8, "u8: the full cache and a budget above the prompt differ");
+    cr_expect_str_eq(u4, big4, "u4 by channel: the full cache and a budget above the prompt differ");
+    /* the baseline stays F32: as in a run of the baseline alone */
+    cr_assert(strlen(alone) > 3, "%s", alone);
+    cr_expect_str_eq(full, alone, "the F32 baseline changed beside full caches at u8/u4");
+    free(full);
+    free(alone);
+    free(u8);
+    free(big8);
+    free(u4);
+    free(big4);
+    free(model);
+    free(data);
+    tu_rmtree(dir);
+    free(dir);
+}

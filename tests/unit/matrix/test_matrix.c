@@ -95,7 +95,43 @@ Test(matrix, errors_name_the_key_path)
                                                                "appears twice");
     expect_error("{" BASE
                  ", \"configs\": [\"full\", {\"algorithm\": \"full\", \"start_size\": 1}]}",
-                 "configs[1]: the full cache takes no other parameters");
+                 "configs[1]: start_size: the full cache takes no eviction parameters, only the "
+                 "cache's precision (kv_cache_precision, key_quant, value_quant, key_group_size, "
+                 "value_group_size)");
+}
+
+/* Issue 30: a full cache at another precision is a config of its own (every
+ * token kept, stored at that precision); at F32 it is the baseline. */
+Test(matrix, a_full_cache_at_another_precision_is_its_own_config)
+{
+    cr_assert_eq(parse("{" BASE ", \"configs\": [{\"algorithm\": \"full\", \"kv_cache_precision\": "
+                       "\"u8\"}, {\"name\": \"full_u4_kch\", \"algorithm\": \"FULL\", "
+                       "\"key_quant\": \"by_channel\", \"kv_cache_precision\": \"u4\"}]}"),
+                 0, "%s", err.msg);
+    cr_assert_eq(m.n_configs, 3);
+    cr_assert_null(m.configs[0].params);
+    cr_assert_str_eq(m.configs[1].name, "full_kvu8");
+    cr_assert_eq(m.configs[1].budget, -1);
+    cr_assert(kb_config_is_full(m.configs[1].params));
+    kv_cache_quant q;
+    cr_assert_eq(kb_config_cache_quant(m.configs[2].params, &q, &err), 0, "%s", err.msg);
+    cr_assert(q.precision == KV_PREC_U4 && q.key_by_channel);
+    cr_assert_str_neq(m.configs[1].hash, m.configs[0].hash);
+    char hash[17];
+    /* the hash is the precision's: defaults spelled out or key order change nothing */
+    cJSON *same = cJSON_Parse("{\"value_quant\": \"by_token\", \"kv_cache_precision\": \"u8\", "
+                              "\"algorithm\": \"full\", \"key_quant\": \"by_token\"}");
+    cr_assert_eq(kb_config_hash(same, hash), 0);
+    cr_assert_str_eq(hash, m.configs[1].hash);
+    cJSON_Delete(same);
+    kb_matrix_free(&m);
+    /* at F32 it is the baseline itself */
+    expect_error("{" BASE ", \"configs\": [\"full\", {\"algorithm\": \"full\", "
+                 "\"kv_cache_precision\": \"f32\"}]}",
+                 "configs[1] (\"full\") is the same config as configs[0] (\"full\"); remove one");
+    expect_error("{" BASE ", \"configs\": [{\"algorithm\": \"full\", \"kv_cache_precision\": "
+                 "\"u7\"}]}",
+                 "configs[0]: kv_cache_precision: must be one of f32, bf16, f16, u8, u4");
 }
 
 Test(matrix, sweep_error_names_the_combination)
@@ -470,6 +506,13 @@ Test(matrix, shipped_configs_parse)
     load_shipped("configs/demo-query-agnostic.json", 3, 1 + 16);
     for (size_t i = 1; i < 17; i++)
         cr_assert_eq(m.configs[i].budget, 128, "%s", m.configs[i].name);
+    kb_matrix_free(&m);
+    /* the F32 baseline, 4 full caches at u8/u4 (by token, by channel), SnapKV W=32 at
+     * 128 and 256 at f32, u8, u4 and u8, u4 by channel */
+    load_shipped("configs/demo-kv-precision.json", 3, 1 + 4 + 6 + 4);
+    for (size_t i = 1; i < 5; i++)
+        cr_assert(kb_config_is_full(m.configs[i].params) && m.configs[i].budget == -1, "%s",
+                  m.configs[i].name);
     kb_matrix_free(&m);
 }
 
