@@ -41,6 +41,8 @@ typedef struct kv_attn_stats_request {
 typedef struct kv_attn_stats {
     int n_heads;                    /* query heads */
     int n_keys;                     /* columns: cache slots during the attention */
+    int cap_keys;                   /* columns the buffers have room for (kv_model_stats_renew;
+                                       0: exactly n_keys) */
     double *col_sums;               /* [n_heads][n_keys], when requested */
     double *win_sums[KV_MAX_WINDOWS];/* [n_heads][n_keys] per requested window */
     /* q_moments: */

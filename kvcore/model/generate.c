@@ -26,6 +26,7 @@ static kv_attn_stats_request decode_request(const kv_attn_stats_request *r)
 {
     kv_attn_stats_request d = *r;
     d.q_moments = false;
+    d.rows_before = 0; /* each step's statistics are its own row's */
     return d;
 }
 
@@ -154,7 +155,8 @@ typedef struct batch {
     kv_cache **fed;   /* [n] their caches */
     const kv_attn_stats_request **reqs; /* [n] */
     kv_attn_stats_request *req_of;      /* [n] the decode requests reqs point into */
-    kv_attn_stats **stats;              /* [n] */
+    kv_attn_stats **stats;              /* [n] live row j's, from row_stats */
+    kv_attn_stats **row_stats;          /* [n] row r's buffers, reused from step to step */
     double t0;
 } batch;
 
@@ -195,14 +197,16 @@ static int choose(batch *bt, kv_error *err)
 /* One batched forward of the live rows, then each row's hooks. */
 static int forward_live(batch *bt, kv_error *err)
 {
-    int L = kv_model_get_config(bt->m)->n_layers, rc = 0;
+    int rc = 0;
     for (int j = 0; j < bt->n_live; j++) {
         const kv_generate_opts *o = bt->opts[bt->live[j]];
         bt->req_of[j] = decode_request(&o->stats_req);
         bt->reqs[j] = kv_attn_stats_wanted(&bt->req_of[j]) ? &bt->req_of[j] : NULL;
         bt->stats[j] = NULL;
-        if (bt->reqs[j] && !(bt->stats[j] = kv_model_stats_new(bt->m, bt->fed[j], 1, bt->reqs[j], err)))
-            rc = -1;
+        kv_attn_stats **own = &bt->row_stats[bt->live[j]];
+        if (bt->reqs[j] && rc == 0 &&
+            (rc = kv_model_stats_renew(bt->m, bt->fed[j], 1, bt->reqs[j], own, err)) == 0)
+            bt->stats[j] = *own;
     }
     if (rc == 0)
         rc = kv_model_forward_batch(bt->m, bt->fed, bt->tokens, bt->n_live, bt->reqs, bt->stats,
@@ -216,13 +220,15 @@ static int forward_live(batch *bt, kv_error *err)
             rc = o->on_step(o->user, bt->fed[j], bt->stats[j], g->n, err) < 0 ? -1 : 0;
         g->n_decode_forwards++;
     }
-    for (int j = 0; j < bt->n_live; j++)
-        kv_model_stats_free(bt->stats[j], L);
     return rc;
 }
 
 static void batch_free(batch *bt)
 {
+    int L = kv_model_get_config(bt->m)->n_layers;
+    for (int r = 0; bt->row_stats && r < bt->n; r++)
+        kv_model_stats_free(bt->row_stats[r], L);
+    free(bt->row_stats);
     for (int r = 0; bt->texts && r < bt->n; r++)
         free(bt->texts[r].s);
     free(bt->texts);
@@ -252,8 +258,9 @@ int kv_generate_batch(kv_model *m, int n, kv_cache *const *caches, const float *
     bt.reqs = malloc(un * sizeof *bt.reqs);
     bt.req_of = malloc(un * sizeof *bt.req_of);
     bt.stats = malloc(un * sizeof *bt.stats);
+    bt.row_stats = calloc(un, sizeof *bt.row_stats);
     bool ok = bt.texts && bt.live && bt.logits && bt.tokens && bt.fed && bt.reqs && bt.req_of &&
-              bt.stats;
+              bt.stats && bt.row_stats;
     for (int r = 0; r < n; r++) {
         memset(&outs[r], 0, sizeof outs[r]);
         outs[r].stop = KV_STOP_LENGTH;

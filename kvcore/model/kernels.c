@@ -198,24 +198,10 @@ static int gemv_task_rows(const kv_weight *w)
  * pair gets the bits of the level's row kernel, so a row's result is
  * bit-identical to a batch of one: batching never changes a token. */
 
-typedef struct gemv_job {
-    int n, batch;
-    const kv_weight *const *ws;
-    float *const *ys;
-    const float *xs; /* [batch][cols] */
-    const void *xps; /* each row prepared for the level's row kernel */
-    int cols;
-    kv_compute mode;
-    const kv_isa_kernels *k;
-    int first[9];     /* first task of each matrix; first[n] = all tasks */
-    int task_rows[8]; /* rows per task of each matrix */
-} gemv_job;
-
-
 static void gemv_task(void *ctx, int task, int worker)
 {
     (void)worker;
-    const gemv_job *j = ctx;
+    const kv_gemv_step *j = ctx;
     int i = 0;
     while (task >= j->first[i + 1])
         i++;
@@ -228,27 +214,51 @@ static void gemv_task(void *ctx, int task, int worker)
         j->k->rows_batch(w, r0, r1, j->xs, j->xps, j->batch, j->mode, j->ys[i], (size_t)w->rows);
 }
 
+void kv_gemv_step_init(kv_gemv_step *s, int n, const kv_weight *const *ws, const float *xs,
+                       int batch, kv_compute mode, float *const *ys, float *xps)
+{
+    assert(n >= 1 && n <= 8 && batch >= 1);
+    *s = (kv_gemv_step){.n = n,
+                        .batch = batch,
+                        .ws = ws,
+                        .ys = ys,
+                        .xs = xs,
+                        .xps = xps,
+                        .cols = ws[0]->cols,
+                        .mode = mode,
+                        .k = isa_kernels()};
+    for (int i = 0; i < n; i++) {
+        s->task_rows[i] = gemv_task_rows(ws[i]);
+        s->first[i + 1] = s->first[i] + (ws[i]->rows + s->task_rows[i] - 1) / s->task_rows[i];
+    }
+}
+
+void kv_gemv_step_prepare(kv_gemv_step *s)
+{
+    _Static_assert(KV_PREPARED_BYTES_PER_ELEMENT == sizeof(float), "prepared x: one float each");
+    size_t cols = (size_t)s->cols;
+    for (int b = 0; b < s->batch; b++)
+        s->k->prepare(s->xs + (size_t)b * cols, s->cols, s->mode, s->xps + (size_t)b * cols);
+}
+
+kv_pool_phase kv_gemv_step_phase(kv_gemv_step *s)
+{
+    return (kv_pool_phase){.n_tasks = s->first[s->n], .fn = gemv_task, .ctx = s};
+}
+
+size_t kv_gemv_step_work(const kv_gemv_step *s)
+{
+    size_t work = 0;
+    for (int i = 0; i < s->n; i++)
+        work += (size_t)s->ws[i]->rows * (size_t)s->ws[i]->cols * (size_t)s->batch;
+    return work;
+}
+
 void kv_gemv_batch(kv_pool *p, int n, const kv_weight *const *ws, const float *xs, int batch,
                    kv_compute mode, float *const *ys)
 {
-    assert(n >= 1 && n <= 8 && batch >= 1);
     int cols = ws[0]->cols;
-    gemv_job j = {.n = n,
-                  .batch = batch,
-                  .ws = ws,
-                  .ys = ys,
-                  .xs = xs,
-                  .cols = cols,
-                  .mode = mode,
-                  .k = isa_kernels()};
-    size_t work = 0;
-    for (int i = 0; i < n; i++) {
-        j.task_rows[i] = gemv_task_rows(ws[i]);
-        j.first[i + 1] = j.first[i] + (ws[i]->rows + j.task_rows[i] - 1) / j.task_rows[i];
-        work += (size_t)ws[i]->rows * (size_t)ws[i]->cols * (size_t)batch;
-    }
     size_t floats = (size_t)batch * (size_t)cols;
-    _Static_assert(KV_PREPARED_BYTES_PER_ELEMENT == sizeof(float), "prepared x: one float each");
     float stack[4096], *xps = floats <= 4096 ? stack : malloc(floats * sizeof *xps);
     if (!xps && batch > 1) {
         /* No room for every row's prepared copy: one row at a time, which
@@ -267,11 +277,12 @@ void kv_gemv_batch(kv_pool *p, int n, const kv_weight *const *ws, const float *x
                 ys[i][r] = kv_dot_row_scalar(ws[i], r, xs);
         return;
     }
-    for (int b = 0; b < batch; b++)
-        j.k->prepare(xs + (size_t)b * (size_t)cols, cols, mode, xps + (size_t)b * (size_t)cols);
-    j.xps = xps;
+    kv_gemv_step s;
+    kv_gemv_step_init(&s, n, ws, xs, batch, mode, ys, xps);
+    kv_gemv_step_prepare(&s);
     /* Small matrices are not worth waking the other threads for. */
-    kv_pool_run(work > KV_PARALLEL_MIN_WORK ? p : NULL, j.first[n], gemv_task, &j);
+    kv_pool_phase ph = kv_gemv_step_phase(&s);
+    kv_pool_run_phases(kv_gemv_step_work(&s) > KV_PARALLEL_MIN_WORK ? p : NULL, 1, &ph);
     if (xps != stack)
         free(xps);
 }

@@ -100,6 +100,39 @@ void kv_gemv_many(kv_pool *p, int n, const kv_weight *const *ws, const float *x,
 void kv_gemv_batch(kv_pool *p, int n, const kv_weight *const *ws, const float *xs, int batch,
                    kv_compute mode, float *const *ys);
 
+/* kv_gemv_batch as one phase of a larger pool job (kv_pool_run_phases), so
+ * that decode runs a layer's serial steps and GEMVs as one job: the step is
+ * set up first, its input prepared (kv_gemv_step_prepare) by the caller or
+ * by the serial phase that computes it, then its phase runs. Same bits as
+ * kv_gemv_batch. The fields are kernels.c's. */
+typedef struct kv_gemv_step {
+    int n, batch;
+    const kv_weight *const *ws;
+    float *const *ys;
+    const float *xs; /* [batch][cols] */
+    float *xps;      /* each row prepared for the level's row kernel */
+    int cols;
+    kv_compute mode;
+    const struct kv_isa_kernels *k;
+    int first[9];     /* first task of each matrix; first[n] = all tasks */
+    int task_rows[8]; /* rows per task of each matrix */
+} kv_gemv_step;
+
+/* Sets up ys[i][b][r] = ws[i][r] . xs[b] (as kv_gemv_batch; ws and ys must
+ * outlive the step). xps: batch * ws[0]->cols floats of scratch for the
+ * prepared input. */
+void kv_gemv_step_init(kv_gemv_step *s, int n, const kv_weight *const *ws, const float *xs,
+                       int batch, kv_compute mode, float *const *ys, float *xps);
+
+/* Prepares xs, once it holds the input (in BF16 mode: BF16 values). */
+void kv_gemv_step_prepare(kv_gemv_step *s);
+
+/* The step's tasks as a phase. */
+kv_pool_phase kv_gemv_step_phase(kv_gemv_step *s);
+
+/* Multiply-adds of the step (against KV_PARALLEL_MIN_WORK). */
+size_t kv_gemv_step_work(const kv_gemv_step *s);
+
 /* Widens rows [row0, row0 + n) of w into dst ([n][cols] floats). */
 void kv_widen_rows(kv_pool *p, const kv_weight *w, int row0, int n, float *dst);
 

@@ -390,6 +390,54 @@ void kv_model_stats_free(kv_attn_stats *stats, int n_layers)
     free(stats);
 }
 
+/* Room for a few more slots than asked, as a growing cache takes them. */
+static int stats_room(int keys)
+{
+    return keys + (keys / 8 > 64 ? keys / 8 : 64);
+}
+
+int kv_model_stats_renew(const kv_model *m, const kv_cache *c, int n,
+                         const kv_attn_stats_request *req, kv_attn_stats **stats, kv_error *err)
+{
+    int L = m->cfg.n_layers;
+    if (req->q_moments || req->rows_before != 0) {
+        kv_model_stats_free(*stats, L);
+        *stats = NULL;
+        return kv_fail(err, "attention statistics: a decode step's request carries no query "
+                            "moments and no earlier rows");
+    }
+    kv_attn_stats *s = *stats ? *stats : calloc((size_t)L, sizeof *s);
+    bool ok = s != NULL;
+    for (int l = 0; ok && l < L; l++) {
+        int keys = c->layers[l].len + n;
+        if (keys > s[l].cap_keys) { /* every buffer of the layer anew, larger */
+            free(s[l].col_sums);
+            s[l].col_sums = NULL;
+            for (int w = 0; w < KV_MAX_WINDOWS; w++) {
+                free(s[l].win_sums[w]);
+                s[l].win_sums[w] = NULL;
+            }
+            s[l].cap_keys = stats_room(keys);
+        }
+        s[l].n_heads = m->cfg.n_heads;
+        s[l].n_keys = keys;
+        s[l].head_dim = m->cfg.head_dim;
+        size_t bytes = (size_t)s[l].n_heads * (size_t)s[l].cap_keys * sizeof(double);
+        if (req->col_sums && !s[l].col_sums)
+            ok = (s[l].col_sums = malloc(bytes)) != NULL;
+        for (int w = 0; ok && w < req->n_windows; w++)
+            if (!s[l].win_sums[w])
+                ok = (s[l].win_sums[w] = malloc(bytes)) != NULL;
+    }
+    if (!ok) {
+        kv_model_stats_free(s, L);
+        *stats = NULL;
+        return kv_fail(err, "out of memory for attention statistics");
+    }
+    *stats = s;
+    return 0;
+}
+
 static int check_stats(const kv_model *m, const kv_cache *c, int n,
                        const kv_attn_stats_request *req, kv_attn_stats *stats, kv_error *err)
 {
@@ -512,6 +560,7 @@ typedef struct fwd {
     bool batched;
     float *k_new, *v_new; /* [n][n_kv_heads * head_dim] before they enter their caches */
     double *qpre;         /* [chunk][n_heads * head_dim] pre-RoPE queries, for query moments */
+    float *xprep;         /* GEMV-sized chunks: [chunk][widest input] prepared GEMV input */
 } fwd;
 
 static void fwd_free(fwd *f)
@@ -530,6 +579,7 @@ static void fwd_free(fwd *f)
     free(f->k_new);
     free(f->v_new);
     free(f->qpre);
+    free(f->xprep);
 }
 
 static size_t max_size(size_t a, size_t b)
@@ -588,6 +638,12 @@ static int fwd_alloc(const kv_model *m, int max_keys, int n, int chunk, fwd *f, 
             blocks *= threads;
         ok = (f->partial = malloc(blocks * qd * sizeof(float))) != NULL;
     }
+    if (ok && (f->batched || chunk <= KV_GEMV_MAX_ROWS)) {
+        /* GEMV-sized chunks run the output projection and MLP as one job
+         * (output_and_mlp_gemv), their inputs prepared in this buffer. */
+        size_t widest = max_size(max_size((size_t)cfg->hidden, qd), (size_t)cfg->ffn);
+        ok = (f->xprep = malloc(C * widest * sizeof(float))) != NULL;
+    }
     if (ok && f->batched) {
         size_t kvd = (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim;
         ok = (f->k_new = malloc(C * kvd * sizeof(float))) &&
@@ -629,6 +685,15 @@ static void round_input(const fwd *f, float *x, size_t n)
         kv_round_bf16(x, n);
 }
 
+/* y[i][r] += bias[r] for n rows of `cols` (bias may be NULL). */
+static void add_bias(float *y, const float *bias, int n, int cols)
+{
+    if (bias)
+        for (int i = 0; i < n; i++)
+            for (int r = 0; r < cols; r++)
+                y[(size_t)i * (size_t)cols + (size_t)r] += bias[r];
+}
+
 static void matmul(const fwd *f, const kv_weight *w, float *x, int n, float *y, const float *bias)
 {
     round_input(f, x, (size_t)n * (size_t)w->cols);
@@ -636,10 +701,7 @@ static void matmul(const fwd *f, const kv_weight *w, float *x, int n, float *y, 
         kv_gemv_batch(f->pool, 1, &w, x, n, f->mode, &y);
     else
         kv_matmul(f->pool, w, x, n, f->mode, y, f->wide);
-    if (bias)
-        for (int i = 0; i < n; i++)
-            for (int r = 0; r < w->rows; r++)
-                y[(size_t)i * (size_t)w->rows + (size_t)r] += bias[r];
+    add_bias(y, bias, n, w->rows);
 }
 
 /* matmul of several weights over the same input; one parallel loop for all
@@ -654,10 +716,7 @@ static void matmul_many(const fwd *f, int n, const kv_weight *const *ws, float *
         for (int i = 0; i < n; i++)
             kv_matmul(f->pool, ws[i], x, rows, f->mode, ys[i], f->wide);
     for (int i = 0; i < n; i++)
-        if (bias[i])
-            for (int t = 0; t < rows; t++)
-                for (int r = 0; r < ws[i]->rows; r++)
-                    ys[i][(size_t)t * (size_t)ws[i]->rows + (size_t)r] += bias[i][r];
+        add_bias(ys[i], bias[i], rows, ws[i]->rows);
 }
 
 static void rmsnorm_rows(float *out, const float *x, const float *w, int n, int dim, double eps)
@@ -775,9 +834,10 @@ static void decode_attention(decode_job *j, kv_pool *p, float *out)
     const kv_model_config *c = j->cfg;
     int blocks = (j->keys + j->f->key_block - 1) / j->f->key_block;
     size_t qd = (size_t)c->n_heads * (size_t)c->head_dim;
-    kv_pool_run(p, blocks, decode_scores_task, j);
-    kv_pool_run(p, c->n_heads, decode_softmax_task, j);
-    kv_pool_run(p, blocks, decode_values_task, j);
+    kv_pool_phase passes[] = {{blocks, decode_scores_task, j},
+                              {c->n_heads, decode_softmax_task, j},
+                              {blocks, decode_values_task, j}};
+    kv_pool_run_phases(p, 3, passes);
     memcpy(out, j->partial, qd * sizeof *out);
     for (int t = 1; t < blocks; t++)
         kv_axpy(out, 1.0f, j->partial + (size_t)t * qd, (int)qd);
@@ -1003,6 +1063,81 @@ static void add_rows(float *x, const float *y, size_t n)
         x[i] += y[i];
 }
 
+/* output_and_mlp of GEMV-sized rows as one pool job: the three GEMVs are
+ * its phases, and the steps between them (residual add and norm; the gated
+ * activation) are phases of one task that also prepare the next GEMV's
+ * input. The same operations in the same order as the unfused path, so the
+ * same bits. */
+typedef struct mlp_job {
+    const kv_model *m;
+    const layer *L;
+    fwd *f;
+    float *x;
+    int n;
+    const kv_weight *wo[1], *gate_up[2], *down[1];
+    float *o_y[1], *gate_up_y[2], *down_y[1];
+    kv_gemv_step o, gu, dn;
+} mlp_job;
+
+/* After the output projection: the residual add, the FFN norm, and the
+ * input of gate/up. */
+static void mlp_norm_task(void *ctx, int task, int worker)
+{
+    (void)task;
+    (void)worker;
+    mlp_job *j = ctx;
+    const kv_model_config *cfg = &j->m->cfg;
+    fwd *f = j->f;
+    add_bias(f->tmp, j->L->bo, j->n, cfg->hidden);
+    add_rows(j->x, f->tmp, (size_t)j->n * (size_t)cfg->hidden);
+    rmsnorm_rows(f->h, j->x, j->L->ffn_norm, j->n, cfg->hidden, cfg->rms_eps);
+    round_input(f, f->h, (size_t)j->n * (size_t)cfg->hidden);
+    kv_gemv_step_prepare(&j->gu);
+}
+
+/* After gate/up: their biases, the gated activation, the input of down. */
+static void mlp_act_task(void *ctx, int task, int worker)
+{
+    (void)task;
+    (void)worker;
+    mlp_job *j = ctx;
+    const kv_model_config *cfg = &j->m->cfg;
+    fwd *f = j->f;
+    add_bias(f->g, j->L->b_gate, j->n, cfg->ffn);
+    add_bias(f->u, j->L->b_up, j->n, cfg->ffn);
+    kv_silu_mul(f->g, f->u, (size_t)j->n * (size_t)cfg->ffn);
+    round_input(f, f->g, (size_t)j->n * (size_t)cfg->ffn);
+    kv_gemv_step_prepare(&j->dn);
+}
+
+static void output_and_mlp_gemv(const kv_model *m, const layer *L, fwd *f, float *x, int n)
+{
+    const kv_model_config *cfg = &m->cfg;
+    mlp_job j = {.m = m,
+                 .L = L,
+                 .f = f,
+                 .x = x,
+                 .n = n,
+                 .wo = {&L->wo},
+                 .gate_up = {&L->gate, &L->up},
+                 .down = {&L->down},
+                 .o_y = {f->tmp},
+                 .gate_up_y = {f->g, f->u},
+                 .down_y = {f->tmp}};
+    kv_gemv_step_init(&j.o, 1, j.wo, f->att, n, f->mode, j.o_y, f->xprep);
+    kv_gemv_step_init(&j.gu, 2, j.gate_up, f->h, n, f->mode, j.gate_up_y, f->xprep);
+    kv_gemv_step_init(&j.dn, 1, j.down, f->g, n, f->mode, j.down_y, f->xprep);
+    round_input(f, f->att, (size_t)n * (size_t)L->wo.cols);
+    kv_gemv_step_prepare(&j.o);
+    kv_pool_phase phases[] = {kv_gemv_step_phase(&j.o),  {1, mlp_norm_task, &j},
+                              kv_gemv_step_phase(&j.gu), {1, mlp_act_task, &j},
+                              kv_gemv_step_phase(&j.dn)};
+    size_t work = kv_gemv_step_work(&j.o) + kv_gemv_step_work(&j.gu) + kv_gemv_step_work(&j.dn);
+    kv_pool_run_phases(work > KV_PARALLEL_MIN_WORK ? f->pool : NULL, 5, phases);
+    add_bias(f->tmp, L->b_down, n, cfg->hidden);
+    add_rows(x, f->tmp, (size_t)n * (size_t)cfg->hidden);
+}
+
 /* The rest of a layer once attention has filled f->att for n rows: the
  * output projection and the MLP, each added to the residual stream x. The
  * single and the batched forward share it, so their rows stay bit-identical. */
@@ -1010,6 +1145,10 @@ static void output_and_mlp(const kv_model *m, const layer *L, fwd *f, float *x, 
 {
     const kv_model_config *cfg = &m->cfg;
     size_t H = (size_t)cfg->hidden;
+    if (f->xprep) {
+        output_and_mlp_gemv(m, L, f, x, n);
+        return;
+    }
     matmul(f, &L->wo, f->att, n, f->tmp, L->bo);
     add_rows(x, f->tmp, (size_t)n * H);
 

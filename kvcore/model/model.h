@@ -103,4 +103,14 @@ kv_attn_stats *kv_model_stats_new(const kv_model *m, const kv_cache *c, int n,
                                   const kv_attn_stats_request *req, kv_error *err);
 void kv_model_stats_free(kv_attn_stats *stats, int n_layers);
 
+/* Statistics buffers for one decode step of n tokens on cache c, reusing
+ * *stats (an earlier step's, or NULL for new ones) where its buffers hold
+ * the step: a generation's steps need the same buffers, a slot longer each,
+ * and fresh ones per row and step (7 MB at Qwen3-0.6B's 16 heads x 2,048
+ * keys x 28 layers) were most of a sweep's page faults. Not zeroed: the
+ * forward zeroes them (req->rows_before must be 0). No query moments. On
+ * failure *stats is freed and NULL. */
+int kv_model_stats_renew(const kv_model *m, const kv_cache *c, int n,
+                         const kv_attn_stats_request *req, kv_attn_stats **stats, kv_error *err);
+
 #endif

@@ -54,3 +54,61 @@ Test(pool, null_pool_runs_on_the_caller)
     for (int i = 0; i < 5; i++)
         cr_assert_eq(atomic_load(&hits[i]), 1);
 }
+
+/* Phases of one job: each task checks that the phase before it has
+ * finished every task (its counter is full) and that the phase after it has
+ * not started. */
+typedef struct phased {
+    atomic_int ran[KV_POOL_MAX_PHASES];
+    int n_tasks[KV_POOL_MAX_PHASES];
+    int n_phases;
+    atomic_int out_of_order;
+} phased;
+
+typedef struct phase_ctx {
+    phased *s;
+    int phase;
+} phase_ctx;
+
+static void phase_task(void *ctx, int task, int worker)
+{
+    (void)task;
+    (void)worker;
+    const phase_ctx *c = ctx;
+    phased *s = c->s;
+    int k = c->phase;
+    for (int before = 0; before < k; before++)
+        if (atomic_load(&s->ran[before]) != s->n_tasks[before])
+            atomic_fetch_add(&s->out_of_order, 1);
+    for (int after = k + 1; after < s->n_phases; after++)
+        if (atomic_load(&s->ran[after]) != 0)
+            atomic_fetch_add(&s->out_of_order, 1);
+    atomic_fetch_add(&s->ran[k], 1);
+}
+
+Test(pool, phases_run_in_order)
+{
+    for (int threads = 1; threads <= 4; threads++) {
+        kv_error err;
+        kv_pool *p = kv_pool_new(threads, &err);
+        cr_assert_not_null(p, "%s", err.msg);
+        for (int job = 0; job < 500; job++) {
+            phased s = {.n_phases = 1 + job % KV_POOL_MAX_PHASES};
+            atomic_init(&s.out_of_order, 0);
+            phase_ctx ctx[KV_POOL_MAX_PHASES];
+            kv_pool_phase ph[KV_POOL_MAX_PHASES];
+            for (int k = 0; k < s.n_phases; k++) {
+                atomic_init(&s.ran[k], 0);
+                s.n_tasks[k] = (job * 7 + k * 3) % 9; /* 0..8 tasks, some phases empty */
+                ctx[k] = (phase_ctx){.s = &s, .phase = k};
+                ph[k] = (kv_pool_phase){.n_tasks = s.n_tasks[k], .fn = phase_task, .ctx = &ctx[k]};
+            }
+            kv_pool_run_phases(p, s.n_phases, ph);
+            for (int k = 0; k < s.n_phases; k++)
+                cr_assert_eq(atomic_load(&s.ran[k]), s.n_tasks[k], "job %d phase %d", job, k);
+            cr_assert_eq(atomic_load(&s.out_of_order), 0, "job %d: a phase overlapped another",
+                         job);
+        }
+        kv_pool_free(p);
+    }
+}
