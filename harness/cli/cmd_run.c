@@ -242,7 +242,7 @@ static int run(const kb_args *a)
         return KB_EXIT_FAIL;
     }
     kb_matrix m;
-    int loaded = kb_matrix_load_with(a->positional[0], overrides, NULL, &m, &err);
+    int loaded = kb_matrix_load_with(a->positional[0], overrides, &m, &err);
     cJSON_Delete(overrides);
     if (loaded < 0) {
         kb_error("%s", err.msg);

@@ -287,7 +287,7 @@ static int run(const kb_args *a)
         return KB_EXIT_USAGE;
     kv_error err = {{0}};
     kb_matrix m;
-    if (kb_matrix_load(req.config, NULL, &m, &err) < 0) {
+    if (kb_matrix_load(req.config, &m, &err) < 0) {
         kb_error("%s", err.msg);
         return KB_EXIT_FAIL;
     }

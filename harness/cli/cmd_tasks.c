@@ -46,7 +46,7 @@ static int print_user_tasks(const char *config)
 {
     kb_matrix m;
     kv_error err;
-    if (kb_matrix_load(config, NULL, &m, &err) < 0) {
+    if (kb_matrix_load(config, &m, &err) < 0) {
         kb_error("%s", err.msg);
         return KB_EXIT_FAIL;
     }

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "util/file.h"
-#include "matrix/matrix.h"
+#include "evict/evict_params.h"
 #include "util/strbuf.h"
 
 struct kb_eviction {
@@ -21,6 +21,21 @@ struct kb_eviction {
     const char *first_phase; /* NULL: trace lines name no phase */
 };
 
+/* Reports a problem with what the options gave: under the flag that set
+ * the key, else the --eviction-config file's key, else (a rule between
+ * keys) as the eviction's. */
+static void report(const kb_args *a, const kv_evict_problem *pr)
+{
+    const kv_evict_param_def *d = pr->key ? kv_evict_param_find(pr->key) : NULL;
+    if (d && kb_arg(a, d->flag))
+        kb_error("--%s: %s", d->flag, pr->err.msg);
+    else if (pr->key)
+        kb_error("%s: %s: %s", kb_arg(a, "eviction-config"), pr->key, pr->err.msg);
+    else
+        kb_error("eviction: %s", pr->err.msg);
+}
+
+/* The --eviction-config file's keys onto *p, checked as a matrix's are. */
 static int read_config(const char *path, kv_evict_params *p)
 {
     char *text = NULL;
@@ -36,54 +51,35 @@ static int read_config(const char *path, kv_evict_params *p)
         kb_error("%s: not valid JSON", path);
         return -1;
     }
-    int rc = kv_evict_params_from_json(p, j, &err);
+    kv_evict_keys given;
+    kv_evict_problem pr;
+    int rc = kv_evict_params_decode(p, j, &given, &pr);
+    if (rc != 0 && pr.key)
+        kb_error("%s: %s: %s", path, pr.key, pr.err.msg);
+    else if (rc != 0)
+        kb_error("%s: %s", path, pr.err.msg);
     cJSON_Delete(j);
-    if (rc != 0)
-        kb_error("%s: %s", path, err.msg);
     return rc;
 }
 
-/* The params as JSON carry every key, defaults included; a key of another
- * algorithm (ea_* under h2o) that neither a flag nor the config file moved
- * from its default was not asked for, so it is not the user's mistake. */
-static void drop_untouched_foreign(const kb_args *a, const kv_evict_params *p, cJSON *j)
+/* Sets each parameter a flag gives (flags override the file), checked
+ * against the parameter table; *flagged receives the keys they set. */
+static int set_flags(const kb_args *a, kv_evict_params *p, kv_evict_keys *flagged)
 {
-    kv_evict_params d;
-    kv_evict_params_default(&d);
-    cJSON *dj = j ? kv_evict_params_to_json(&d) : NULL;
-    const kv_evict_param_def *def;
-    for (int i = 0; dj && (def = kv_evict_param(i)); i++)
-        if (def->only_for && strcmp(def->only_for, p->algorithm) != 0 && !kb_arg(a, def->flag) &&
-            cJSON_Compare(cJSON_GetObjectItemCaseSensitive(j, def->key),
-                          cJSON_GetObjectItemCaseSensitive(dj, def->key), true))
-            cJSON_DeleteItemFromObjectCaseSensitive(j, def->key);
-    cJSON_Delete(dj);
-}
-
-/* The parameter table's checks on what the options gave (each key's range,
- * choices and algorithm, then the cross-field rules): the matrix's own
- * kb_matrix_validate_eviction, so a flag and a config key accept the same
- * values. Its "KEY: problem" names the flag when a flag set KEY. */
-static int validate(const kb_args *a, const kv_evict_params *p)
-{
-    char msg[512];
-    cJSON *j = kv_evict_params_to_json(p);
-    drop_untouched_foreign(a, p, j);
-    int rc = j ? kb_matrix_validate_eviction(j, msg, sizeof msg)
-               : (snprintf(msg, sizeof msg, "out of memory"), -1);
-    cJSON_Delete(j);
-    if (rc == 0)
-        return 0;
-    size_t key_len = strcspn(msg, ":");
+    *flagged = 0;
+    kv_evict_problem pr;
     const kv_evict_param_def *d;
-    for (int i = 0; (d = kv_evict_param(i)); i++)
-        if (msg[key_len] && strlen(d->key) == key_len && strncmp(msg, d->key, key_len) == 0 &&
-            kb_arg(a, d->flag)) {
-            kb_error("--%s%s", d->flag, msg + key_len);
+    for (int i = 0; (d = kv_evict_param(i)); i++) {
+        const char *v = kb_arg(a, d->flag);
+        if (!v)
+            continue;
+        if (kv_evict_param_set_checked(p, d->key, v, &pr) != 0) {
+            report(a, &pr);
             return -1;
         }
-    kb_error("eviction: %s", msg);
-    return -1;
+        *flagged |= KV_EVICT_KEY(i);
+    }
+    return 0;
 }
 
 int kb_eviction_params(const kb_args *a, kv_evict_params *p)
@@ -99,17 +95,17 @@ int kb_eviction_params(const kb_args *a, kv_evict_params *p)
     kv_evict_params_default(p);
     if (!any)
         return 1;
-    if (config && read_config(config, p) != 0)
+    kv_evict_keys flagged;
+    if ((config && read_config(config, p) != 0) || set_flags(a, p, &flagged) != 0)
         return -1;
-    kv_error err;
-    for (int i = 0; (d = kv_evict_param(i)); i++) {
-        const char *v = kb_arg(a, d->flag);
-        if (v && kv_evict_params_set(p, d->key, v, &err) != 0) {
-            kb_error("--%s: %s", d->flag, err.msg);
-            return -1;
-        }
+    /* another algorithm's key (ea_* under h2o) that neither a flag nor the
+     * file moved from its default was not asked for: no mistake of the user */
+    kv_evict_problem pr;
+    if (kv_evict_params_check(p, flagged | kv_evict_params_moved(p), &pr) != 0) {
+        report(a, &pr);
+        return -1;
     }
-    return validate(a, p) != 0 ? -1 : evict ? 0 : 1;
+    return evict ? 0 : 1;
 }
 
 int kb_eviction_cache_quant(const kb_args *a, const kv_model *m, kv_cache_quant *q)

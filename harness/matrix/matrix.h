@@ -7,10 +7,11 @@
  * The full-cache baseline is always configs[0], named "full", whether or not
  * the file lists it: every delta in a report is taken against it.
  *
- * The structure is validated here; the eviction parameters of one config are
- * validated by a callback (the eviction module's parser, which knows the
- * defaults and cross-field rules). Every error names the file and the key
- * path: "configs/x.json: configs[3].window_size: must be > 0".
+ * The structure is validated here; each config's eviction parameters are
+ * decoded and checked once by the eviction module (evict/evict_params.h,
+ * which knows the table, the defaults and the rules between keys) and kept
+ * decoded in its kb_config. Every error names the file and the key path:
+ * "configs/x.json: configs[3].window_size: must be > 0".
  *
  * configs/schema.json documents the same format for editors and readers.
  */
@@ -21,21 +22,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "model/kvcache.h"
+#include "evict/evict.h"
 #include "util/error.h"
-
-/* Validates one eviction config (a JSON object without the matrix-level
- * "name"). Returns 0, or a negative value with a message in err. A message
- * that starts with "KEY: " is reported under that key's path. */
-typedef int (*kb_evict_validate_fn)(const cJSON *cfg, char *err, size_t n);
-
-/* Where the matrix gets what other modules own. NULL members fall back to
- * kb_matrix_validate_eviction and the task registry (taskset.h). */
-typedef struct kb_matrix_hooks {
-    kb_evict_validate_fn validate_eviction;
-    bool (*task_known)(const char *name);
-    const char *const *(*task_group)(const char *name, size_t *n);
-} kb_matrix_hooks;
 
 /* The largest max_length and max_new_tokens a matrix accepts, checked when
  * it is loaded (so --dry-run refuses what a run could not do): the engine
@@ -56,7 +44,13 @@ typedef struct kb_task_spec {
 typedef struct kb_config {
     char *name;    /* file-system safe: [a-z0-9_.-]; "full" for the baseline */
     char hash[17]; /* stable hash of the canonical params (see kb_config_hash) */
-    cJSON *params; /* the eviction parameters; NULL for the full cache */
+    cJSON *params; /* the eviction parameters as the user gave them (a budget
+                    * as its intermediate_size, names lower-cased); NULL for
+                    * the baseline; {"algorithm": "full", ...} for a full cache
+                    * at another precision (kb_config_is_full) */
+    kv_evict_params evict; /* params decoded and checked, defaults applied: what
+                            * the engine runs (a full cache: its precision keys
+                            * on the defaults) */
     char *origin;  /* where it came from: "configs[2]", "sweep[0]{algorithm=h2o,...}" */
     long budget;   /* start + intermediate + recent (KV entries per layer); -1: full cache;
                     * KB_BUDGET_PER_PROMPT: a compression_ratio's */
@@ -85,10 +79,9 @@ typedef struct kb_matrix {
 } kb_matrix;
 
 /* Parses text. default_run_name is used when the file has no "name" (the
- * config file's base name). hooks may be NULL. On error nothing is left to
- * free and err holds "PATH: message". */
-int kb_matrix_parse(const char *text, const char *default_run_name, const kb_matrix_hooks *hooks,
-                    kb_matrix *m, kv_error *err);
+ * config file's base name). On error nothing is left to free and err holds
+ * "PATH: message". */
+int kb_matrix_parse(const char *text, const char *default_run_name, kb_matrix *m, kv_error *err);
 
 /* A run or config name that is safe as one folder name: not empty, only
  * letters, digits, '.', '_', '-', not starting with '.' or '-' (so never
@@ -101,7 +94,7 @@ bool kb_name_is_safe(const char *s);
  * exist there (output: always then), so a config runs from any working
  * folder. A model must be a folder or a hub name ORG/NAME whose ORG is no
  * local folder: a missing local model is an error, never a download. */
-int kb_matrix_load(const char *path, const kb_matrix_hooks *hooks, kb_matrix *m, kv_error *err);
+int kb_matrix_load(const char *path, kb_matrix *m, kv_error *err);
 
 /* The same with the command line's overrides, an object such as {"model":
  * "DIR", "tasks": ["trec"], "limit": 5}: its keys "model", "data",
@@ -110,8 +103,7 @@ int kb_matrix_load(const char *path, const kb_matrix_hooks *hooks, kb_matrix *m,
  * which flags were given. The whole object is kept in m->overrides, and
  * so in run.json; the runner applies the other keys (name, output,
  * threads, limit: kb_runner_apply_options). */
-int kb_matrix_load_with(const char *path, const cJSON *overrides, const kb_matrix_hooks *hooks,
-                        kb_matrix *m, kv_error *err);
+int kb_matrix_load_with(const char *path, const cJSON *overrides, kb_matrix *m, kv_error *err);
 
 void kb_matrix_free(kb_matrix *m);
 
@@ -127,10 +119,15 @@ int kb_matrix_find_config(const kb_matrix *m, const char *name);
  * when their canonical texts are equal. Caller frees; NULL on OOM. */
 char *kb_json_canonical(const cJSON *v);
 
-/* hash = 16 hex digits of the canonical params with every default applied
- * (kv_evict_params_to_json), so configs equal once defaults apply share it;
- * "full" for NULL. */
-int kb_config_hash(const cJSON *params, char hash[17]);
+/* hash = 16 hex digits of c's canonical params with every default applied
+ * (kv_evict_params_to_json of c->evict), so configs equal once defaults
+ * apply share it; of "full" for the baseline (params NULL), of "algorithm":
+ * "full" and the cache keys off their defaults for a full cache at another
+ * precision. */
+int kb_config_hash(const kb_config *c, char hash[17]);
+/* The same of a config as JSON (run.json's "params"; NULL: the baseline),
+ * read by kv_evict_params_from_json; -1 when that refuses it. */
+int kb_config_hash_json(const cJSON *params, char hash[17]);
 
 /* The deterministic name of a config: the algorithm, then one short token
  * per parameter in the parameter table's order and spelling
@@ -141,10 +138,6 @@ char *kb_config_name(const cJSON *params);
 /* The budget of a config with a compression_ratio: its own for each prompt. */
 #define KB_BUDGET_PER_PROMPT (-2L)
 
-/* KV entries per layer a config keeps: kv_evict_params_budget of the params
- * with defaults applied. -1 for NULL (full cache) or invalid params,
- * KB_BUDGET_PER_PROMPT with a compression_ratio. */
-long kb_config_budget(const cJSON *params);
 /* How reports write a budget that is no number: "full" or "per prompt". */
 const char *kb_budget_label(long budget);
 
@@ -153,17 +146,9 @@ const char *kb_budget_label(long budget);
  * ...: docs/eviction.md "KV-cache precision")? */
 bool kb_config_is_full(const cJSON *params);
 
-/* The KV-cache precision a config's params ask for, eviction or full
- * (kv_evict_params_cache_quant; group sizes of 0 left to the cache). */
-int kb_config_cache_quant(const cJSON *params, kv_cache_quant *q, kv_error *err);
-
-/* kv_evict_params_warning of params with defaults applied: NULL for the
- * full cache and for consistent (or invalid) params. */
+/* kv_evict_params_warning of a config as JSON (run.json's "params"), with
+ * defaults applied: NULL for the full cache and for consistent (or invalid)
+ * params. */
 const char *kb_config_warning(const cJSON *params);
-
-/* Checks one eviction config against the parameter table (each key's JSON
- * type, range, choices and algorithm, as "KEY: problem"), then the eviction
- * module's cross-field rules (kv_evict_params_validate). */
-int kb_matrix_validate_eviction(const cJSON *cfg, char *err, size_t n);
 
 #endif

@@ -425,19 +425,13 @@ int kb_engine_backend_open(const kb_matrix *m, const char *model_dir, kb_runner_
     if (!(e->tok = kv_tokenizer_load(model_dir, err)))
         goto fail;
     for (size_t i = 1; i < m->n_configs; i++) {
-        kv_evict_params_default(&e->params[i]);
-        if (kb_config_is_full(m->configs[i].params)) {
-            if (kb_config_cache_quant(m->configs[i].params, &e->quant[i], err) < 0 ||
-                kv_cache_quant_check(&e->quant[i], kv_model_get_config(e->model)->head_dim,
-                                     err) < 0) {
-                kv_fail_prefix(err, m->configs[i].name);
-                goto fail;
-            }
+        const kb_config *c = &m->configs[i];
+        e->params[i] = c->evict; /* decoded and checked by the matrix */
+        if (!kb_config_is_full(c->params))
             continue;
-        }
-        if (kv_evict_params_from_json(&e->params[i], m->configs[i].params, err) < 0 ||
-            kv_evict_params_validate(&e->params[i], err) < 0) {
-            kv_fail_prefix(err, m->configs[i].name);
+        e->quant[i] = kv_evict_params_cache_quant(&c->evict);
+        if (kv_cache_quant_check(&e->quant[i], kv_model_get_config(e->model)->head_dim, err) < 0) {
+            kv_fail_prefix(err, c->name);
             goto fail;
         }
     }

@@ -67,9 +67,7 @@ void kb_runner_plan_print(FILE *f, const kb_matrix *m, const kb_runner_options *
     }
     size_t agnostic = 0;
     for (size_t i = 0; i < m->n_configs; i++)
-        agnostic += m->configs[i].params &&
-                    cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(m->configs[i].params,
-                                                                   "query_aware"));
+        agnostic += !kb_config_is_full(m->configs[i].params) && !m->configs[i].evict.query_aware;
     if (agnostic)
         fprintf(f,
                 "\n%zu configs (one prefill of the context per sample, shared by all; then the "
@@ -102,7 +100,8 @@ size_t kb_runner_warn(FILE *f, const kb_matrix *m)
     size_t n = 0;
     const char *why = NULL;
     for (size_t i = 0; i < m->n_configs; i++) {
-        const char *w = kb_config_warning(m->configs[i].params);
+        const kb_config *c = &m->configs[i];
+        const char *w = kb_config_is_full(c->params) ? NULL : kv_evict_params_warning(&c->evict);
         if (!w)
             continue;
         if (n == 0)

@@ -64,7 +64,7 @@ int kb_runner_apply_options(kb_matrix *m, const kb_runner_options *o);
 void kb_runner_plan_print(FILE *f, const kb_matrix *m, const kb_runner_options *o);
 
 /* Warns once on f about configs whose parameters contradict each other
- * (kb_config_warning), naming them and the fix; the plan and the run both
+ * (kv_evict_params_warning), naming them and the fix; the plan and the run both
  * say it, before any work. Returns how many configs it named. */
 size_t kb_runner_warn(FILE *f, const kb_matrix *m);
 

@@ -1,15 +1,19 @@
-/* Eviction parameters: defaults, the one parser (JSON or text), validation. */
+/* Eviction parameters: defaults, the one parser (JSON or text), validation,
+ * and the checked decoding of what a user wrote (evict_params.h). */
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "evict/evict_impl.h"
+#include "evict/evict_params.h"
 #include "evict/evict_table.h"
 
 /* ---- the table (evict_table.h), one row per key ---- */
@@ -526,6 +530,210 @@ int kv_evict_params_validate_layers(const kv_evict_params *p, int n_layers, kv_e
         return kv_fail(err, "refined_size %d exceeds the smallest pyramid layer budget %d.",
                        p->refined_size, smallest);
     return 0;
+}
+
+/* ---- checked input: what a user wrote, against the table ---- */
+
+_Static_assert(N_FIELDS <= 64, "kv_evict_keys holds one bit per row of the table");
+
+static int fault(kv_evict_problem *pr, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fault(kv_evict_problem *pr, const char *key, const char *fmt, ...)
+{
+    pr->key = key;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pr->err.msg, sizeof pr->err.msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* The i-th name a NAME row accepts: its choices, or the scorer registry. */
+static const char *choice(const field *f, int i)
+{
+    return f->choices ? f->choices[i] : kv_evict_algorithm(i);
+}
+
+/* Names are case-insensitive ("SnapKV" is NNCF's enum value). */
+static int check_name(const field *f, const char *v, kv_evict_problem *pr)
+{
+    for (int i = 0; choice(f, i); i++)
+        if (strcasecmp(v, choice(f, i)) == 0)
+            return 0;
+    char list[256] = "";
+    for (int i = 0; choice(f, i); i++) {
+        strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
+        strncat(list, choice(f, i), sizeof list - strlen(list) - 1);
+    }
+    return fault(pr, f->key, "must be one of %s", list);
+}
+
+/* An integer row's range (INT, WINDOW, SEED). */
+static int check_range(const field *f, double v, kv_evict_problem *pr)
+{
+    if (v < (double)f->min && f->min == 1)
+        return fault(pr, f->key, "must be > 0");
+    if (v < (double)f->min)
+        return fault(pr, f->key, "must be >= %lld", f->min);
+    if (v > (double)f->max)
+        return fault(pr, f->key, "must be <= %lld", f->max);
+    return 0;
+}
+
+/* A JSON value's type, range and choices. */
+static int check_json(const field *f, const cJSON *v, kv_evict_problem *pr)
+{
+    switch (f->type) {
+    case KV_PARAM_WINDOW:
+        if (cJSON_IsNull(v))
+            return 0; /* none: the algorithm's own */
+        /* fall through */
+    case KV_PARAM_INT:
+    case KV_PARAM_SEED:
+        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
+            return fault(pr, f->key, "must be an integer");
+        return check_range(f, v->valuedouble, pr);
+    case KV_PARAM_NUMBER:
+        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+            return fault(pr, f->key, "must be a finite number");
+        return 0;
+    case KV_PARAM_BOOL:
+        if (!cJSON_IsBool(v))
+            return fault(pr, f->key, "must be true or false");
+        return 0;
+    case KV_PARAM_NAME:
+        if (!cJSON_IsString(v))
+            return check_name(f, "", pr);
+        return check_name(f, v->valuestring, pr);
+    }
+    return 0;
+}
+
+/* A typed value's form, range and choices; set_field's parsers accept
+ * what passes. */
+static int check_text(const field *f, const char *v, kv_evict_problem *pr)
+{
+    kv_error err;
+    switch (f->type) {
+    case KV_PARAM_WINDOW:
+        if (!strcasecmp(v, "none") || !strcasecmp(v, "null"))
+            return 0;
+        /* fall through */
+    case KV_PARAM_INT:
+    case KV_PARAM_SEED: {
+        char *end;
+        errno = 0;
+        long long x = strtoll(v, &end, 10);
+        if (end == v || *end != '\0' || errno)
+            return fault(pr, f->key, "expected an integer, got '%s'", v);
+        return check_range(f, (double)x, pr);
+    }
+    case KV_PARAM_NUMBER: {
+        double x;
+        if (parse_number(f, v, &x, &err) != 0)
+            return fault(pr, f->key, "expected a finite number, got '%s'", v);
+        return 0;
+    }
+    case KV_PARAM_BOOL: {
+        bool b;
+        if (parse_bool(f, v, &b, &err) != 0)
+            return fault(pr, f->key, "expected true or false, got '%s'", v);
+        return 0;
+    }
+    case KV_PARAM_NAME:
+        return check_name(f, v, pr);
+    }
+    return 0;
+}
+
+int kv_evict_param_set_checked(kv_evict_params *p, const char *key, const char *value,
+                               kv_evict_problem *pr)
+{
+    const field *f = kv_evict_param_find(key);
+    if (!f)
+        return fault(pr, key, "unknown eviction parameter");
+    kv_error err;
+    if (check_text(f, value, pr) != 0)
+        return -1;
+    if (set_field(p, f, value, &err) != 0)
+        return fault(pr, f->key, "%s", err.msg);
+    return 0;
+}
+
+const kv_evict_param_def *kv_evict_param_exact(const char *key)
+{
+    for (size_t i = 0; i < N_FIELDS; i++)
+        if (strcmp(fields[i].key, key) == 0)
+            return &fields[i];
+    return NULL;
+}
+
+int kv_evict_params_decode(kv_evict_params *p, const cJSON *obj, kv_evict_keys *given,
+                           kv_evict_problem *pr)
+{
+    *given = 0;
+    if (!cJSON_IsObject(obj))
+        return fault(pr, NULL, "an eviction config must be an object");
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        const field *f = kv_evict_param_exact(it->string);
+        if (!f)
+            return fault(pr, it->string, "unknown eviction parameter");
+        char text[64];
+        kv_error err;
+        if (check_json(f, it, pr) != 0)
+            return -1;
+        if (json_text(f, it, text, sizeof text, &err) != 0 || set_field(p, f, text, &err) != 0)
+            return fault(pr, f->key, "%s", err.msg);
+        if (!cJSON_IsNull(it))
+            *given |= KV_EVICT_KEY(f - fields);
+    }
+    return 0;
+}
+
+int kv_evict_params_check(const kv_evict_params *p, kv_evict_keys given, kv_evict_problem *pr)
+{
+    for (size_t i = 0; i < N_FIELDS; i++)
+        if ((given & KV_EVICT_KEY(i)) && fields[i].only_for &&
+            strcmp(p->algorithm, fields[i].only_for) != 0)
+            return fault(pr, fields[i].key, "only supported for the %s algorithm",
+                         fields[i].only_for);
+    if (kv_evict_params_validate(p, &pr->err) != 0) {
+        pr->key = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* Whether a and b hold the same value of row f. */
+static bool same_value(const field *f, const kv_evict_params *a, const kv_evict_params *b)
+{
+    const char *x = (const char *)a + f->offset, *y = (const char *)b + f->offset;
+    switch (f->type) {
+    case KV_PARAM_INT:
+        return *(const int *)x == *(const int *)y;
+    case KV_PARAM_NAME:
+        return strcmp(x, y) == 0;
+    case KV_PARAM_BOOL:
+        return *(const bool *)x == *(const bool *)y;
+    case KV_PARAM_WINDOW:
+        return a->has_window == b->has_window && (!a->has_window || a->window_size == b->window_size);
+    case KV_PARAM_SEED:
+        return a->seed == b->seed;
+    case KV_PARAM_NUMBER:
+        return *(const double *)x == *(const double *)y;
+    }
+    return false;
+}
+
+kv_evict_keys kv_evict_params_moved(const kv_evict_params *p)
+{
+    kv_evict_params d;
+    kv_evict_params_default(&d);
+    kv_evict_keys moved = 0;
+    for (size_t i = 0; i < N_FIELDS; i++)
+        if (!same_value(&fields[i], p, &d))
+            moved |= KV_EVICT_KEY(i);
+    return moved;
 }
 
 /* ---- the JSON schema of the keys ---- */

@@ -1,9 +1,9 @@
 /* The eviction parameter table: one row per parameter, the only place a
  * parameter is described. Everything else is generated from it:
- *   - defaults, the parser (config keys and CLI spellings) and the type and
- *     range checks (kvcore/evict/evict_params.c),
- *   - the matrix's per-key validation, config names and canonical hash
- *     (harness/matrix/matrix.c),
+ *   - defaults, the parser (config keys and CLI spellings) and the type,
+ *     range, choice and algorithm checks of what a user wrote
+ *     (kvcore/evict/evict_params.c),
+ *   - config names and the canonical hash (harness/matrix/config_id.c),
  *   - the `kvbench generate` flags and their --help (harness/cli/eviction.h),
  *   - the "eviction" properties of configs/schema.json (`kvbench schema`).
  * Adding a parameter: a field in kv_evict_params (evict.h) and one row here.

@@ -451,13 +451,31 @@ Test(evict_e2e, cli_errors)
                        ARGS("--eviction", "h2o", "--strategy", "per_group", "--group-size", "0"),
                        "kvbench: --group-size: must be > 0\n");
     expect_usage_error(tmp, ARGS("--eviction", "random", "--eviction-seed", "4294967296"),
-                       "--eviction-seed: eviction config: seed: expected an integer 0..4294967295");
+                       "kvbench: --eviction-seed: must be <= 4294967295\n");
     /* another algorithm's key is refused when given, not when left at its default */
     expect_usage_error(tmp, ARGS("--eviction", "h2o", "--ea-n-future-positions", "512"),
                        "--ea-n-future-positions: only supported for the expected_attention");
     expect_usage_error(tmp, ARGS("--trace", "x.jsonl"), "--trace needs eviction");
     expect_usage_error(tmp, ARGS("--eviction", "snapkv", "--start-size", "lots"),
-                       "--start-size: eviction config: start_size: expected an integer");
+                       "kvbench: --start-size: expected an integer, got 'lots'\n");
+    /* an --eviction-config file's key is named under the file; a flag overrides the file */
+    char config[600], want[700];
+    snprintf(config, sizeof config, "%s/ea.json", tmp);
+    FILE *f = fopen(config, "w");
+    cr_assert_not_null(f);
+    fputs("{\"algorithm\": \"h2o\", \"ea_epsilon\": 0.5}", f);
+    cr_assert_eq(fclose(f), 0);
+    snprintf(want, sizeof want,
+             "kvbench: %s: ea_epsilon: only supported for the expected_attention algorithm\n", config);
+    expect_usage_error(tmp, ARGS("--eviction-config", config), want);
+    expect_usage_error(tmp, ARGS("--eviction-config", config, "--ea-epsilon", "1"),
+                       "kvbench: --ea-epsilon: only supported for the expected_attention");
+    f = fopen(config, "w");
+    cr_assert_not_null(f);
+    fputs("{\"algorithm\": \"h2o\", \"start_size\": -1}", f);
+    cr_assert_eq(fclose(f), 0);
+    snprintf(want, sizeof want, "kvbench: %s: start_size: must be >= 0\n", config);
+    expect_usage_error(tmp, ARGS("--eviction-config", config), want);
     tu_rmtree(tmp);
     free(tmp);
 }

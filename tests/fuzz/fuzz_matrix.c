@@ -15,7 +15,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     kb_matrix m;
     kv_error err = {{0}};
-    if (kb_matrix_parse(text, "fuzz", NULL, &m, &err) == 0) {
+    if (kb_matrix_parse(text, "fuzz", &m, &err) == 0) {
         if (m.n_configs < 1 || strcmp(m.configs[0].name, "full") != 0 || m.configs[0].params)
             abort();
         for (size_t i = 0; i < m.n_configs; i++)

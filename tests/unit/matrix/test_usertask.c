@@ -24,7 +24,7 @@ static kv_error err;
 static int parse(const char *text)
 {
     memset(&err, 0, sizeof err);
-    return kb_matrix_parse(text, "t", NULL, &m, &err);
+    return kb_matrix_parse(text, "t", &m, &err);
 }
 
 /* The tasks list must fail with exactly this message. */
@@ -136,7 +136,7 @@ Test(usertask, the_file_is_found_beside_the_config_or_named_in_the_error)
     char *path = write_in(dir, "c.json",
                           "{\"model\": \"Org/Name\", \"tasks\": [{\"task\": \"mine\", \"file\": "
                           "\"data/mine.jsonl\", " TEMPLATE ", \"metric\": \"qa_f1\"}]}");
-    cr_assert_eq(kb_matrix_load(path, NULL, &m, &err), 0, "%s", err.msg);
+    cr_assert_eq(kb_matrix_load(path, &m, &err), 0, "%s", err.msg);
     char *want;
     cr_assert_geq(asprintf(&want, "%s/mine.jsonl", data), 0);
     cr_assert_str_eq(lb_user_task_file(lb_task_find("mine")), want);
@@ -147,7 +147,7 @@ Test(usertask, the_file_is_found_beside_the_config_or_named_in_the_error)
     path = write_in(dir, "d.json",
                     "{\"model\": \"Org/Name\", \"tasks\": [\"trec\", {\"task\": \"mine\", "
                     "\"file\": \"data/missing.jsonl\", " TEMPLATE ", \"metric\": \"qa_f1\"}]}");
-    cr_assert_lt(kb_matrix_load(path, NULL, &m, &err), 0);
+    cr_assert_lt(kb_matrix_load(path, &m, &err), 0);
     cr_assert_geq(asprintf(&want,
                            "%s: tasks[1]: file: 'data/missing.jsonl' is no file (from the working "
                            "folder, nor from %s/)",
@@ -265,7 +265,7 @@ Test(usertask, kvbench_tasks_lists_tasks_groups_and_a_configs_own)
 Test(usertask, the_quick_start_sweeps_budgets_over_a_user_task)
 {
     char *path = tu_source("configs/quickstart.json"), *file = tu_source("datasets/user/my_passkey.jsonl");
-    cr_assert_eq(kb_matrix_load(path, NULL, &m, &err), 0, "%s", err.msg);
+    cr_assert_eq(kb_matrix_load(path, &m, &err), 0, "%s", err.msg);
     cr_assert_eq(m.n_tasks, 2);
     cr_assert_null(m.tasks[0].user, "synth_kv is built in");
     cr_assert_str_eq(m.tasks[1].name, "my_passkey");

@@ -49,7 +49,7 @@ static char *make_run(const char *out, const char *name)
              "\"recent_size\": 16, \"intermediate_size\": [16, 80]}}",
              name);
     kb_matrix m;
-    cr_assert_eq(kb_matrix_parse(text, NULL, NULL, &m, &err), 0, "%s", err.msg);
+    cr_assert_eq(kb_matrix_parse(text, NULL, &m, &err), 0, "%s", err.msg);
     for (int c = 0; c < 5; c++)
         cr_assert_str_eq(m.configs[c].name, cfgs[c]);
     kb_run_info info = {.kvbench_version = "0.1.0 (test)",

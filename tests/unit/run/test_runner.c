@@ -166,7 +166,7 @@ static void matrix(kb_matrix *m, const char *out, const char *configs, const cha
              "{\"name\": \"r\", \"model\": \"m\", \"output\": \"%s\", \"data\": \"%s\", "
              "\"tasks\": [\"trec\", \"qasper\"], \"configs\": [%s]%s}",
              out, data, configs, extra);
-    cr_assert_eq(kb_matrix_parse(text, NULL, NULL, m, &err), 0, "%s", err.msg);
+    cr_assert_eq(kb_matrix_parse(text, NULL, m, &err), 0, "%s", err.msg);
 }
 
 #define THREE                                                                                      \
@@ -511,7 +511,7 @@ Test(runner, limits_and_a_grown_matrix)
              "{\"name\": \"r2\", \"model\": \"m\", \"output\": \"%s\", \"data\": \"%s/data\", "
              "\"tasks\": [\"lcc\"]}",
              out, out);
-    cr_assert_eq(kb_matrix_parse(text, NULL, NULL, &m, &err), 0);
+    cr_assert_eq(kb_matrix_parse(text, NULL, &m, &err), 0);
     kb_runner_options o = {.shard = {0, 1}};
     kb_runner_backend b = backend(&g, &m);
     kb_runner_stats st;

@@ -24,7 +24,7 @@ static void matrix_from(kb_matrix *m, const char *configs)
              "{\"name\": \"r\", \"model\": \"m\", \"tasks\": [\"trec\", \"qasper\"], "
              "\"configs\": [%s]}",
              configs);
-    cr_assert_eq(kb_matrix_parse(text, NULL, NULL, m, &err), 0, "%s", err.msg);
+    cr_assert_eq(kb_matrix_parse(text, NULL, m, &err), 0, "%s", err.msg);
 }
 
 static kb_run_info info_for(const kb_matrix *m, const char *model_hash, long i, long n)
@@ -38,7 +38,7 @@ static kb_run_info info_for(const kb_matrix *m, const char *model_hash, long i, 
 static void hash_for(const char *config, char hash[17])
 {
     cJSON *h2o = cJSON_Parse("{\"algorithm\": \"h2o\"}");
-    cr_assert_eq(kb_config_hash(strcmp(config, "full") == 0 ? NULL : h2o, hash), 0);
+    cr_assert_eq(kb_config_hash_json(strcmp(config, "full") == 0 ? NULL : h2o, hash), 0);
     cJSON_Delete(h2o);
 }
 
@@ -147,7 +147,7 @@ Test(results, run_json_records_and_resume_checks)
     cr_assert_eq(kb_matrix_parse("{\"name\": \"r\", \"model\": \"m\", \"compute\": \"bf16\", "
                                  "\"tasks\": [\"trec\", \"qasper\"], \"configs\": [{\"algorithm\": "
                                  "\"h2o\", \"start_size\": 4}]}",
-                                 NULL, NULL, &m2, &err),
+                                 NULL, &m2, &err),
                  0, "%s", err.msg);
     kb_run_info bf16 = info_for(&m2, "aaaa", 0, 1);
     cr_assert_lt(kb_run_open(dir, &bf16, &run, &err), 0);
@@ -184,7 +184,7 @@ Test(results, a_run_may_grow_its_limit_but_not_change_its_prompts)
     };
     kb_run run;
     for (int i = 0; i < 3; i++) {
-        cr_assert_eq(kb_matrix_parse(texts[i], NULL, NULL, &m, &err), 0, "%s", err.msg);
+        cr_assert_eq(kb_matrix_parse(texts[i], NULL, &m, &err), 0, "%s", err.msg);
         kb_run_info info = info_for(&m, "h", 0, 1);
         int rc = kb_run_open(dir, &info, &run, &err);
         if (i < 2) {
