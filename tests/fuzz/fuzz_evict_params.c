@@ -1,7 +1,8 @@
 /* Fuzz target: the eviction parameter parser. The input is tried as a JSON
- * config object and, line by line, as "key value" CLI pairs; whatever
- * parses is validated, and a policy built from a valid set must work on a
- * small cache driven by uniform attention. */
+ * config object (by the engine's parser and by the checked decoding, which
+ * must agree) and, line by line, as "key value" CLI pairs; whatever parses
+ * is validated, and a policy built from a valid set must work on a small
+ * cache driven by uniform attention. */
 #include <cjson/cJSON.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 
 #include "fuzz_file.h"
 #include "evict/evict.h"
+#include "evict/evict_params.h"
 
 /* A few forwards of a 2-layer model with uniform attention. */
 static void drive(const kv_evict_params *p)
@@ -70,6 +72,33 @@ static void drive(const kv_evict_params *p)
     kv_evictor_free(ev);
 }
 
+/* The checked decoding (evict_params.h) is the stricter reader: what it
+ * accepts, the engine's own parser reads alike and validates; every
+ * refusal says why. */
+static void check_decoding(const cJSON *j)
+{
+    kv_evict_params a, b;
+    kv_evict_keys given;
+    kv_evict_problem pr = {0};
+    kv_error err;
+    kv_evict_params_default(&a);
+    kv_evict_params_default(&b);
+    if (kv_evict_params_decode(&a, j, &given, &pr) != 0 ||
+        kv_evict_params_check(&a, given, &pr) != 0) {
+        if (!pr.err.msg[0])
+            abort();
+        return;
+    }
+    if (kv_evict_params_from_json(&b, j, &err) != 0 || kv_evict_params_validate(&b, &err) != 0)
+        abort();
+    cJSON *x = kv_evict_params_to_json(&a), *y = kv_evict_params_to_json(&b);
+    bool same = x && y && cJSON_Compare(x, y, true);
+    cJSON_Delete(x);
+    cJSON_Delete(y);
+    if (!same)
+        abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char *text = fuzz_text(data, size);
@@ -81,6 +110,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cJSON *j = cJSON_ParseWithLength(text, size);
     if (j && kv_evict_params_from_json(&p, j, &err) == 0 && kv_evict_params_validate(&p, &err) == 0)
         drive(&p);
+    if (j)
+        check_decoding(j);
     cJSON_Delete(j);
     kv_evict_params_default(&p);
     bool ok = true;
