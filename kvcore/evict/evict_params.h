@@ -22,8 +22,9 @@ typedef uint64_t kv_evict_keys;
 #define KV_EVICT_KEY(i) ((kv_evict_keys)1 << (i))
 
 typedef struct kv_evict_problem {
-    const char *key; /* the key at fault (the table's spelling when it is one of its
-                      * keys, else as given); NULL: a rule between keys */
+    const char *key; /* the key at fault: the table's own string when it is one of
+                      * its keys, else the input's (valid while the input is);
+                      * NULL: a rule between keys */
     kv_error err;    /* the problem, without the key: "must be >= 0" */
 } kv_evict_problem;
 
