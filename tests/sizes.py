@@ -27,7 +27,8 @@ PORTS = {
     "harness/score/metrics.c",  # LongBench's metrics.py, every quirk kept
 }
 
-# Over the limit today, with their split under way (issue 27).
+# Files over the limit whose split is under way, named here until it lands
+# (issue 27's, report.c, results.c and matrix.c, all have: none left).
 KNOWN_OVER = set()
 
 
