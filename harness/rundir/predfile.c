@@ -45,7 +45,7 @@ static void add_number(kv_strbuf *b, const char *key, double v)
     char num[32];
     if (!isfinite(v))
         snprintf(num, sizeof num, "null");
-    else if (v == (double)(long long)v && fabs(v) < 1e15)
+    else if (v == (double)(long long)v && fabs(v) < 1e15 && !signbit(v)) /* -0 below */
         snprintf(num, sizeof num, "%lld", (long long)v);
     else if (snprintf(num, sizeof num, "%1.15g", v), strtod(num, NULL) != v)
         snprintf(num, sizeof num, "%1.17g", v);

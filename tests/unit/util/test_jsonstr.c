@@ -137,3 +137,39 @@ Test(jsonstr, an_id_with_a_nul_round_trips)
     kv_str id = kv_unescape_nul(typed);
     cr_assert(kv_str_eq(id, (kv_str){"\0a\0", 3}), "%zu bytes", id.n);
 }
+
+/* A line is spelled as kvbench has always written it (cJSON's printer until
+ * the line had its own writer), so shards written before and after merge
+ * into files that read alike: whole numbers plainly, else 15 digits when
+ * they read back, else 17; -0 keeps its sign; v2 lines carry their class,
+ * difficulty and answer. */
+Test(jsonstr, prediction_lines_are_spelled_as_before)
+{
+    kv_str answers[] = {kv_str_c("B")};
+    kb_prediction p = {.id = kv_str_c("v2-1"),
+                       .index = 3,
+                       .task = "longbench_v2",
+                       .config = "full",
+                       .config_hash = "abcdef",
+                       .pred = kv_str_c("The answer is (B)"),
+                       .answers = answers,
+                       .n_answers = 1,
+                       .length_class = "short",
+                       .difficulty = "easy",
+                       .prompt_tokens = 3000000000.0,
+                       .kept_tokens = 64,
+                       .context_tokens = 0.5,
+                       .kept_context_tokens = -0.0,
+                       .generated_tokens = 1e20,
+                       .prefill_s = 1.0 / 3,
+                       .decode_s = 0.1};
+    kv_strbuf b = {0};
+    cr_assert_eq(kb_prediction_format(&p, &b), 0);
+    cr_assert_str_eq(b.s, "{\"id\":\"v2-1\",\"index\":3,\"dataset\":\"longbench_v2\",\"config\":\"full\","
+                          "\"config_hash\":\"abcdef\",\"pred\":\"The answer is (B)\",\"answers\":"
+                          "[\"B\"],\"all_classes\":null,\"length\":\"short\",\"difficulty\":\"easy\","
+                          "\"answer\":\"B\",\"prompt_tokens\":3000000000,\"kept_tokens\":64,"
+                          "\"context_tokens\":0.5,\"kept_context_tokens\":-0,\"generated_tokens\":"
+                          "1e+20,\"prefill_s\":0.33333333333333331,\"decode_s\":0.1}");
+    kv_strbuf_free(&b);
+}
