@@ -737,7 +737,10 @@ int kv_evictor_compress_into(kv_evictor *ev, const kv_cache *src, kv_cache **out
         return -1;
     dst->next_pos = src->next_pos;
     dst->token_offset = src->token_offset;
-    dst->quant = src->quant;
+    if (kv_cache_set_quant(dst, &src->quant, err) != 0) {
+        kv_cache_free(dst);
+        return -1;
+    }
     for (int l = 0; l < src->n_layers; l++)
         if (compress_layer(ev, src, dst, l, trace, trace_ctx, err) != 0) {
             kv_cache_free(dst);

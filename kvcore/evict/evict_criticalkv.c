@@ -303,10 +303,13 @@ static int vnorm_exact(const kv_refine_call *c, const int *slots, int n, kv_erro
     float *v = malloc((size_t)(m > 0 ? m : 1) * (size_t)row * sizeof *v);
     double *out = malloc((size_t)(m > 0 ? m : 1) * sizeof *out);
     int rc = v && out ? 0 : kv_fail(err, "CriticalKV: out of memory");
-    const float *values = c->cache->layers[c->layer].v;
-    for (int i = 0; rc == 0 && i < m; i++)
-        memcpy(v + (size_t)i * (size_t)row, values + (size_t)all[i] * (size_t)row,
-               (size_t)row * sizeof *v);
+    for (int i = 0; rc == 0 && i < m; i++) { /* as stored, dequantised */
+        float *vi = v + (size_t)i * (size_t)row;
+        const float *x =
+            kv_cache_heads(c->cache, c->layer, KV_VALUES, all[i], 0, c->cache->n_kv_heads, vi);
+        if (x != vi)
+            memcpy(vi, x, (size_t)row * sizeof *v);
+    }
     if (rc == 0 && m > 0)
         rc = kv_criticalkv_vnorm(c->cfg->model, c->layer, set_head(c), v, m, out, err);
     for (int i = 0; rc == 0 && i < m; i++)

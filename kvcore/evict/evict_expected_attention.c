@@ -131,15 +131,15 @@ typedef struct ea_job {
     double *p;       /* [n_kv * G][n] each query head's softmax */
 } ea_job;
 
-/* u = Rbar^T k of the candidates of KV head g into u [n][D]. */
-static void rotate_keys(const ea_job *j, int g, double *u)
+/* u = Rbar^T k of the candidates of KV head g into u [n][D]; buf: D floats
+ * for a key the cache stores. */
+static void rotate_keys(const ea_job *j, int g, double *u, float *buf)
 {
     const kv_scorer_rank *r = j->r;
     const kv_cache *c = r->cache;
-    int D = c->head_dim, half = D / 2, row = kv_cache_row(c);
+    int D = c->head_dim, half = D / 2;
     for (int i = 0; i < r->n; i++) {
-        const float *k = c->layers[r->layer].k + (size_t)(r->first + i) * (size_t)row +
-                         (size_t)g * (size_t)D;
+        const float *k = kv_cache_heads(c, r->layer, KV_KEYS, r->first + i, g, 1, buf);
         double *ui = u + (size_t)i * (size_t)D;
         for (int f = 0; f < half; f++) {
             double x1 = k[f], x2 = k[f + half];
@@ -184,9 +184,7 @@ static void head_task(void *ctx, int t, int worker)
 /* ||v||_2 of KV head g's value at slot t. */
 static double value_norm(const kv_cache *c, int layer, int t, int g)
 {
-    return kv_evict_l2(c->layers[layer].v + (size_t)t * (size_t)kv_cache_row(c) +
-                           (size_t)g * (size_t)c->head_dim,
-                       c->head_dim);
+    return kv_evict_l2_heads(c, layer, KV_VALUES, t, g, 1);
 }
 
 /* scores += each KV head's mean over its query heads, (+ eps) x ||v||. */
@@ -220,14 +218,15 @@ static int ea_rank(const kv_scorer_rank *r, double *scores, kv_error *err)
     j.u = malloc((size_t)j.n_kv * nd * sizeof(double));
     j.us = malloc((size_t)threads * nd * sizeof(double));
     j.p = malloc((size_t)j.n_kv * (size_t)G * (size_t)(n > 0 ? n : 1) * sizeof(double));
+    float *key = malloc((size_t)D * sizeof *key);
     int rc = 0;
-    if (!j.c || !j.u || !j.us || !j.p) {
+    if (!j.c || !j.u || !j.us || !j.p || !key) {
         rc = kv_fail(err, "eviction expected_attention: out of memory for %d slots", n);
     } else {
         j.s = j.c + D / 2;
         average_rotation(cfg, c->next_pos, j.c, j.s);
         for (int gi = 0; gi < j.n_kv; gi++)
-            rotate_keys(&j, j.g0 + gi, j.u + (size_t)gi * nd);
+            rotate_keys(&j, j.g0 + gi, j.u + (size_t)gi * nd, key);
         kv_pool_run(pool, j.n_kv * G, head_task, &j);
         for (int i = 0; i < n; i++)
             scores[i] = 0.0;
@@ -237,6 +236,7 @@ static int ea_rank(const kv_scorer_rank *r, double *scores, kv_error *err)
     free(j.u);
     free(j.us);
     free(j.p);
+    free(key);
     return rc;
 }
 

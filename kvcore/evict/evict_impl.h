@@ -137,6 +137,11 @@ const double *kv_evictor_scorer_state(const kv_evictor *ev, int layer);
 /* ||x||_2 of n floats, in double (knorm, keydiff, expected_attention). */
 double kv_evict_l2(const float *x, int n);
 
+/* ||x||_2 of KV heads [h0, h0 + heads) of a slot's keys or values as the
+ * cache stores them (dequantised), summed in kv_evict_l2's order. */
+double kv_evict_l2_heads(const kv_cache *c, int layer, kv_cache_part part, int slot, int h0,
+                         int heads);
+
 /* Adds every query head's row of sums[n_heads][n] into the set holding it,
  * contrib[n_sets][n] (zeroed first): h2o's column sums, tova's last row. */
 int kv_scorer_sum_heads(const kv_scorer_obs *o, const double *sums, double *contrib,

@@ -6,10 +6,8 @@
 
 static double knorm_slot(const kv_cache *c, int layer, int slot, int head)
 {
-    int row = kv_cache_row(c), n = head < 0 ? row : c->head_dim;
-    const float *x = c->layers[layer].k + (size_t)slot * (size_t)row +
-                     (size_t)(head < 0 ? 0 : head) * (size_t)c->head_dim;
-    return -kv_evict_l2(x, n);
+    return -kv_evict_l2_heads(c, layer, KV_KEYS, slot, head < 0 ? 0 : head,
+                              head < 0 ? c->n_kv_heads : 1);
 }
 
 const kv_scorer kv_scorer_knorm = {

@@ -3,6 +3,7 @@
  * top-k, the L2 norm, and the sum of query heads into kept sets. The
  * bottom of kvcore/evict: it calls nothing above it. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "evict/evict_impl.h"
 
@@ -11,6 +12,23 @@ double kv_evict_l2(const float *x, int n)
     double ss = 0.0;
     for (int j = 0; j < n; j++)
         ss += (double)x[j] * x[j];
+    return sqrt(ss);
+}
+
+double kv_evict_l2_heads(const kv_cache *c, int layer, kv_cache_part part, int slot, int h0,
+                         int heads)
+{
+    int D = c->head_dim;
+    float *buf = kv_cache_stores(c) ? malloc((size_t)D * sizeof *buf) : NULL;
+    if (kv_cache_stores(c) && !buf)
+        return NAN; /* out of memory for one head: the slot ranks last */
+    double ss = 0.0;
+    for (int h = h0; h < h0 + heads; h++) {
+        const float *x = kv_cache_heads(c, layer, part, slot, h, 1, buf);
+        for (int j = 0; j < D; j++)
+            ss += (double)x[j] * x[j];
+    }
+    free(buf);
     return sqrt(ss);
 }
 

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "util/pool.h"
+#include "model/kvquant.h"
 #include "model/safetensors.h"
 
 typedef enum kv_compute { KV_COMPUTE_F32, KV_COMPUTE_BF16 } kv_compute;
@@ -186,5 +187,22 @@ void kv_dot8(const float *a, const float *b, size_t stride, int n, float scale, 
  * n floats, as nx calls of kv_axpy would. */
 void kv_axpy_rows(float *y, size_t y_stride, int ny, const float *a, size_t a_stride,
                   const float *x, size_t x_stride, int nx, int n);
+
+/* Decode attention over a KV cache's stored form (kvcache.h): n values x_j
+ * of one row in precision p, read where they lie, never copied out --
+ * KV_PREC_BF16/F16 16-bit values, KV_PREC_U8 codes one a byte, KV_PREC_U4
+ * two a byte (kv_u4_pack, x starting at an even index). A u8/u4 group's
+ * x^ = min + scale q is applied by the caller, per group: q . x^ = min sum(q)
+ * + scale (q . codes). The sums run in another order than over F32 values. */
+
+/* out[i] = sum_j q_i[j] x_j for the nq <= 8 vectors q_i = q + i * q_stride. */
+void kv_dot_stored(const float *q, size_t q_stride, int nq, const uint8_t *x, kv_precision p,
+                   int n, float *out);
+
+/* For the ny <= 8 outputs y_i = y + i * y_stride and the nx rows x_t = x +
+ * t * x_stride (bytes): y_i[j] += sum_t a[i * a_stride + t] x_t[j], over
+ * the rows in order t = 0..nx-1. */
+void kv_axpy_stored(float *y, size_t y_stride, int ny, const float *a, size_t a_stride,
+                    const uint8_t *x, size_t x_stride, int nx, kv_precision p, int n);
 
 #endif

@@ -5,25 +5,114 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* row = floats per slot; heads = positions per slot */
-static int layer_resize(kv_cache_layer *l, int row, int heads, int cap, kv_error *err)
+#include "model/kernels.h"
+
+static bool quantised(const kv_cache_quant *q)
 {
-    float *k = realloc(l->k, (size_t)cap * (size_t)row * sizeof *k);
-    if (!k && cap > 0)
-        return kv_fail(err, "KV cache: out of memory for %d slots", cap);
-    l->k = k;
-    float *v = realloc(l->v, (size_t)cap * (size_t)row * sizeof *v);
-    if (!v && cap > 0)
-        return kv_fail(err, "KV cache: out of memory for %d slots", cap);
-    l->v = v;
-    int32_t *pos = realloc(l->pos, (size_t)cap * (size_t)heads * sizeof *pos);
-    if (!pos && cap > 0)
-        return kv_fail(err, "KV cache: out of memory for %d slots", cap);
-    l->pos = pos;
-    float *vlen = realloc(l->vlen, (size_t)cap * (size_t)heads * sizeof *vlen);
-    if (!vlen && cap > 0)
-        return kv_fail(err, "KV cache: out of memory for %d slots", cap);
-    l->vlen = vlen;
+    return q->precision == KV_PREC_U8 || q->precision == KV_PREC_U4;
+}
+
+/* realloc of *p to `bytes`; 0 frees. */
+static int resize(void *p, size_t bytes, kv_error *err)
+{
+    void **at = p;
+    if (bytes == 0) {
+        free(*at);
+        *at = NULL;
+        return 0;
+    }
+    void *q = realloc(*at, bytes);
+    if (!q)
+        return kv_fail(err, "KV cache: out of memory for %zu bytes", bytes);
+    *at = q;
+    return 0;
+}
+
+/* Key group parameters of `slots` slots (kvcache.h: kg). */
+static size_t key_groups(const kv_cache *c, int slots)
+{
+    size_t row = (size_t)kv_cache_row(c), G = (size_t)c->quant.key_group;
+    if (!quantised(&c->quant))
+        return 0;
+    return c->quant.key_by_channel ? ((size_t)slots + G - 1) / G * row : (size_t)slots * (row / G);
+}
+
+static size_t value_groups(const kv_cache *c, int slots)
+{
+    if (!quantised(&c->quant))
+        return 0;
+    return (size_t)slots * ((size_t)kv_cache_row(c) / (size_t)c->quant.value_group);
+}
+
+/* Makes k and v hold krows and vrows full-precision rows. */
+static int full_resize(const kv_cache *c, kv_cache_layer *l, int krows, int vrows, kv_error *err)
+{
+    size_t row = (size_t)kv_cache_row(c) * sizeof(float);
+    if (krows != l->k_rows) {
+        if (resize(&l->k, (size_t)krows * row, err) != 0)
+            return -1;
+        l->k_rows = krows;
+    }
+    if (vrows != l->v_rows) {
+        if (resize(&l->v, (size_t)vrows * row, err) != 0)
+            return -1;
+        l->v_rows = vrows;
+    }
+    return 0;
+}
+
+/* Slots added when a full layer takes one more token: an eighth (amortized
+ * growth, as doubling), at least 64, but not a doubling -- a decode grows
+ * its cache one slot a step, and a fork that keeps its whole prompt (budget
+ * above the prompt) would otherwise hold twice its tokens for the rest of
+ * the answer (measured: 6.29 GB peak for a 31-config sweep at 512 tokens
+ * where its slots add up to 4.9 GB). */
+static int grow_step(int cap)
+{
+    return cap / 8 > 64 ? cap / 8 : 64;
+}
+
+static int grown(int have, int need)
+{
+    int cap = have + grow_step(have);
+    return cap < need ? need : cap;
+}
+
+/* A stored cache's room for n more full-precision rows of keys and of
+ * values beyond those in use (an F32 cache's rows are its slots). */
+static int full_reserve(const kv_cache *c, kv_cache_layer *l, int n, kv_error *err)
+{
+    int kneed = l->len - l->k_stored + n, vneed = l->len - l->v_stored + n;
+    return full_resize(c, l, kneed > l->k_rows ? grown(l->k_rows, kneed) : l->k_rows,
+                       vneed > l->v_rows ? grown(l->v_rows, vneed) : l->v_rows, err);
+}
+
+/* Gives back the full-precision rows a commit emptied, keeping one (the
+ * next decode step's) beyond those in use, or up to 64 (by-channel keys'
+ * residual block grows a row a step). Only rows ever written are
+ * resident, so a prompt's rows cost memory one layer at a time. */
+static void full_release(const kv_cache *c, kv_cache_layer *l)
+{
+    int kused = l->len - l->k_stored, vused = l->len - l->v_stored;
+    kv_error ignored; /* shrinking: realloc keeps the old block if it cannot move */
+    full_resize(c, l, l->k_rows > kused + 64 ? kused + 1 : l->k_rows,
+                l->v_rows > vused + 64 ? vused + 1 : l->v_rows, &ignored);
+}
+
+/* Sets a layer's capacity to cap slots: positions, norms, the stored form,
+ * and in an F32 cache its rows. */
+static int layer_resize(const kv_cache *c, kv_cache_layer *l, int cap, kv_error *err)
+{
+    size_t n = (size_t)cap, heads = (size_t)c->n_kv_heads, bytes = kv_cache_code_bytes(c);
+    bool stores = kv_cache_stores(c);
+    if (resize(&l->pos, n * heads * sizeof *l->pos, err) != 0 ||
+        resize(&l->vlen, n * heads * sizeof *l->vlen, err) != 0 ||
+        resize(&l->kq, stores ? n * bytes : 0, err) != 0 ||
+        resize(&l->vq, stores ? n * bytes : 0, err) != 0 ||
+        resize(&l->kg, key_groups(c, cap) * sizeof *l->kg, err) != 0 ||
+        resize(&l->vg, value_groups(c, cap) * sizeof *l->vg, err) != 0 ||
+        (!stores && full_resize(c, l, cap, cap, err) != 0))
+        return -1;
     l->cap = cap;
     if (l->vlen_n > cap)
         l->vlen_n = cap;
@@ -49,8 +138,7 @@ kv_cache *kv_cache_new(int n_layers, int n_kv_heads, int head_dim, int cap, kv_e
         return NULL;
     }
     for (int i = 0; i < n_layers; i++)
-        if (layer_resize(&c->layers[i], kv_cache_row(c), n_kv_heads, cap > 0 ? cap : 16, err) !=
-            0) {
+        if (layer_resize(c, &c->layers[i], cap > 0 ? cap : 16, err) != 0) {
             kv_cache_free(c);
             return NULL;
         }
@@ -62,11 +150,16 @@ void kv_cache_free(kv_cache *c)
     if (!c)
         return;
     for (int i = 0; i < c->n_layers; i++) {
-        free(c->layers[i].k);
-        free(c->layers[i].v);
-        free(c->layers[i].pos);
-        free(c->layers[i].vlen);
-        free(c->layers[i].gap);
+        kv_cache_layer *l = &c->layers[i];
+        free(l->k);
+        free(l->v);
+        free(l->kq);
+        free(l->vq);
+        free(l->kg);
+        free(l->vg);
+        free(l->pos);
+        free(l->vlen);
+        free(l->gap);
     }
     free(c->layers);
     free(c);
@@ -80,53 +173,44 @@ kv_cache *kv_cache_fork(const kv_cache *c, int cap_hint, kv_error *err)
     f->next_pos = c->next_pos;
     f->token_offset = c->token_offset;
     f->quant = c->quant;
-    size_t row = (size_t)kv_cache_row(c);
+    size_t row = (size_t)kv_cache_row(c) * sizeof(float), bytes = kv_cache_code_bytes(c);
     for (int i = 0; i < c->n_layers; i++) {
         const kv_cache_layer *src = &c->layers[i];
         kv_cache_layer *dst = &f->layers[i];
         int cap = src->len > cap_hint ? src->len : cap_hint;
-        if (layer_resize(dst, (int)row, c->n_kv_heads, cap > 0 ? cap : 1, err) != 0) {
-            kv_cache_free(f);
-            return NULL;
-        }
-        memcpy(dst->k, src->k, (size_t)src->len * row * sizeof(float));
-        memcpy(dst->v, src->v, (size_t)src->len * row * sizeof(float));
-        memcpy(dst->pos, src->pos, (size_t)src->len * (size_t)c->n_kv_heads * sizeof(int32_t));
-        memcpy(dst->vlen, src->vlen, (size_t)src->vlen_n * (size_t)c->n_kv_heads * sizeof(float));
-        dst->vlen_n = src->vlen_n;
         dst->len = src->len;
         dst->k_stored = src->k_stored;
         dst->v_stored = src->v_stored;
+        if (layer_resize(f, dst, cap > 0 ? cap : 1, err) != 0 ||
+            (kv_cache_stores(c) && full_reserve(f, dst, 1, err) != 0)) {
+            kv_cache_free(f);
+            return NULL;
+        }
+        memcpy(dst->k, src->k, (size_t)(src->len - src->k_stored) * row);
+        memcpy(dst->v, src->v, (size_t)(src->len - src->v_stored) * row);
+        if (kv_cache_stores(c)) {
+            memcpy(dst->kq, src->kq, (size_t)src->k_stored * bytes);
+            memcpy(dst->vq, src->vq, (size_t)src->v_stored * bytes);
+            memcpy(dst->kg, src->kg, key_groups(c, src->k_stored) * sizeof *src->kg);
+            memcpy(dst->vg, src->vg, value_groups(c, src->v_stored) * sizeof *src->vg);
+        }
+        memcpy(dst->pos, src->pos, (size_t)src->len * (size_t)c->n_kv_heads * sizeof(int32_t));
+        memcpy(dst->vlen, src->vlen, (size_t)src->vlen_n * (size_t)c->n_kv_heads * sizeof(float));
+        dst->vlen_n = src->vlen_n;
         if (src->gap) {
-            size_t bytes = 2 * (size_t)c->n_kv_heads * sizeof *src->gap;
-            if (!(dst->gap = malloc(bytes))) {
+            size_t gap_bytes = 2 * (size_t)c->n_kv_heads * sizeof *src->gap;
+            if (!(dst->gap = malloc(gap_bytes))) {
                 kv_cache_free(f);
                 kv_fail(err, "KV cache: out of memory");
                 return NULL;
             }
-            memcpy(dst->gap, src->gap, bytes);
+            memcpy(dst->gap, src->gap, gap_bytes);
         }
     }
     return f;
 }
 
-/* Slots added when a full layer takes one more token: an eighth (amortized
- * growth, as doubling), at least 64, but not a doubling -- a decode grows
- * its cache one slot a step, and a fork that keeps its whole prompt (budget
- * above the prompt) would otherwise hold twice its tokens for the rest of
- * the answer (measured: 6.29 GB peak for a 31-config sweep at 512 tokens
- * where its slots add up to 4.9 GB). */
-static int grow_step(int cap)
-{
-    return cap / 8 > 64 ? cap / 8 : 64;
-}
-
 /* ---- precision: when keys and values are stored at it ---- */
-
-static bool quantised(const kv_cache_quant *q)
-{
-    return q->precision == KV_PREC_U8 || q->precision == KV_PREC_U4;
-}
 
 int kv_cache_quant_check(kv_cache_quant *q, int head_dim, kv_error *err)
 {
@@ -149,6 +233,10 @@ int kv_cache_quant_check(kv_cache_quant *q, int head_dim, kv_error *err)
     if (r.value_group < 1 || D % r.value_group != 0 || r.value_group > KV_QUANT_GROUP_MAX)
         return kv_fail(err, "KV cache: value_group_size %d must divide the head dimension %d",
                        r.value_group, D);
+    /* u4 codes go two a byte: a group by token starts on a byte */
+    if (r.precision == KV_PREC_U4 && ((!r.key_by_channel && r.key_group % 2) || r.value_group % 2))
+        return kv_fail(err, "KV cache: u4 group sizes by token must be even (key %d, value %d)",
+                       r.key_group, r.value_group);
     *q = r;
     return 0;
 }
@@ -158,7 +246,13 @@ int kv_cache_set_quant(kv_cache *c, const kv_cache_quant *q, kv_error *err)
     kv_cache_quant r = *q;
     if (kv_cache_quant_check(&r, c->head_dim, err) != 0)
         return -1;
+    for (int i = 0; i < c->n_layers; i++)
+        if (c->layers[i].len > 0)
+            return kv_fail(err, "KV cache: the precision of a cache holding tokens is fixed");
     c->quant = r;
+    for (int i = 0; i < c->n_layers; i++) /* the stored form's room */
+        if (layer_resize(c, &c->layers[i], c->layers[i].cap, err) != 0)
+            return -1;
     return 0;
 }
 
@@ -177,42 +271,191 @@ kv_cache *kv_cache_fork_at(const kv_cache *c, const kv_cache_quant *q, int cap_h
     return f;
 }
 
-/* Stores rows [from, to) of x (keys or values of one layer) at the cache's
- * precision, in groups of `group` channels within each KV head. */
-static void store_rows(const kv_cache *c, float *x, int from, int to, int group)
+/* ---- the stored form, value by value ---- */
+
+/* Code i of a stored row (u8: a byte; u4: a nibble). */
+static unsigned code_at(kv_precision p, const uint8_t *codes, size_t i)
+{
+    return p == KV_PREC_U4 ? kv_u4_get(codes, i) : codes[i];
+}
+
+static void set_code(kv_precision p, uint8_t *codes, size_t i, unsigned q)
+{
+    if (p == KV_PREC_U4) {
+        unsigned sh = (unsigned)(i % 2) * 4;
+        codes[i / 2] = (uint8_t)((codes[i / 2] & ~(0xfu << sh)) | q << sh);
+    } else
+        codes[i] = (uint8_t)q;
+}
+
+/* The group parameters of channel ch (of the whole row) of slot s. */
+static kv_qgroup *group_of(const kv_cache *c, const kv_cache_layer *l, kv_cache_part part, int s,
+                           size_t ch)
 {
     size_t row = (size_t)kv_cache_row(c);
-    for (int t = from; t < to; t++)
-        for (int g = 0; g < kv_cache_row(c); g += group)
-            kv_round_group(x + (size_t)t * row + (size_t)g, (size_t)group, 1, c->quant.precision);
+    if (part == KV_VALUES)
+        return l->vg + (size_t)s * (row / (size_t)c->quant.value_group) +
+               ch / (size_t)c->quant.value_group;
+    size_t G = (size_t)c->quant.key_group;
+    if (c->quant.key_by_channel)
+        return l->kg + (size_t)s / G * row + ch;
+    return l->kg + (size_t)s * (row / G) + ch / G;
+}
+
+static uint8_t *codes_of(const kv_cache *c, const kv_cache_layer *l, kv_cache_part part, int s)
+{
+    return (part == KV_KEYS ? l->kq : l->vq) + (size_t)s * kv_cache_code_bytes(c);
+}
+
+/* Channels [at, at + n) of stored slot s, dequantised into out. */
+static void load(const kv_cache *c, const kv_cache_layer *l, kv_cache_part part, int s, size_t at,
+                 size_t n, float *out)
+{
+    const uint8_t *codes = codes_of(c, l, part, s);
+    const uint16_t *bits = (const uint16_t *)(const void *)codes;
+    kv_precision p = c->quant.precision;
+    for (size_t i = 0; i < n; i++)
+        switch (p) {
+        case KV_PREC_BF16:
+            out[i] = kv_bf16_to_f32(bits[at + i]);
+            break;
+        case KV_PREC_F16:
+            out[i] = kv_f16_to_f32(bits[at + i]);
+            break;
+        default:
+            out[i] = kv_dequant((uint8_t)code_at(p, codes, at + i), *group_of(c, l, part, s, at + i));
+        }
+}
+
+/* Stores channels [at, at + n) of slot s from x, by token: u8/u4 in groups
+ * of the part's group size (at and n whole groups). */
+static void store(const kv_cache *c, kv_cache_layer *l, kv_cache_part part, int s, size_t at,
+                  size_t n, const float *x)
+{
+    uint8_t *codes = codes_of(c, l, part, s);
+    uint16_t *bits = (uint16_t *)(void *)codes;
+    kv_precision p = c->quant.precision;
+    if (p == KV_PREC_BF16 || p == KV_PREC_F16) {
+        for (size_t i = 0; i < n; i++)
+            bits[at + i] = p == KV_PREC_BF16 ? kv_f32_to_bf16(x[i]) : kv_f32_to_f16(x[i]);
+        return;
+    }
+    size_t G = (size_t)(part == KV_KEYS ? c->quant.key_group : c->quant.value_group);
+    uint8_t q[KV_QUANT_GROUP_MAX];
+    for (size_t g = 0; g < n; g += G) {
+        *group_of(c, l, part, s, at + g) = kv_quant_group(x + g, G, 1, kv_precision_bits(p), q);
+        for (size_t i = 0; i < G; i++)
+            set_code(p, codes, at + g + i, q[i]);
+    }
+}
+
+/* Slot s's channels [at, at + n) stored as zeros (a gap's), by token. */
+static void store_zeros(const kv_cache *c, kv_cache_layer *l, kv_cache_part part, int s, size_t at,
+                        size_t n)
+{
+    size_t bits = (size_t)kv_precision_bits(c->quant.precision);
+    memset(codes_of(c, l, part, s) + at * bits / 8, 0, n * bits / 8);
+    for (size_t i = 0; quantised(&c->quant) && i < n; i++)
+        *group_of(c, l, part, s, at + i) = (kv_qgroup){0.0f, 0.0f};
+}
+
+/* KV heads [h0, h0 + heads) of a slot's part: its full row, or dequantised
+ * into buf. */
+static const float *heads_of(const kv_cache *c, const kv_cache_layer *l, kv_cache_part part,
+                             int slot, int h0, int heads, float *buf)
+{
+    size_t at = (size_t)h0 * (size_t)c->head_dim;
+    if (slot >= kv_cache_stored(l, part))
+        return kv_cache_full_row(c, l, part, slot) + at;
+    load(c, l, part, slot, at, (size_t)heads * (size_t)c->head_dim, buf);
+    return buf;
+}
+
+const float *kv_cache_heads(const kv_cache *c, int layer, kv_cache_part part, int slot, int h0,
+                            int heads, float *buf)
+{
+    return heads_of(c, &c->layers[layer], part, slot, h0, heads, buf);
+}
+
+void kv_cache_dense(const kv_cache *c, int layer, int n, float *k, float *v)
+{
+    size_t row = (size_t)kv_cache_row(c);
+    for (int s = 0; s < n; s++)
+        for (int part = KV_KEYS; part <= KV_VALUES; part++) {
+            float *out = (part == KV_KEYS ? k : v) + (size_t)s * row;
+            const float *x = kv_cache_heads(c, layer, (kv_cache_part)part, s, 0, c->n_kv_heads, out);
+            if (x != out)
+                memcpy(out, x, row * sizeof *out);
+        }
+}
+
+double kv_cache_bytes_per_token(const kv_cache_quant *q, int n_layers, int n_kv_heads,
+                                int head_dim)
+{
+    double row = (double)n_kv_heads * head_dim, bits = kv_precision_bits(q->precision);
+    double per_part = row * bits / 8, key_params = 0, value_params = 0;
+    if (quantised(q)) { /* a kv_qgroup per group; by channel a block's row of
+                           them is shared by its key_group tokens */
+        key_params = row / q->key_group;
+        value_params = row / q->value_group;
+    }
+    return n_layers * (2 * per_part + (key_params + value_params) * sizeof(kv_qgroup));
+}
+
+/* Drops the first n full-precision rows of a part (just stored): the rest
+ * move to the front. */
+static void drop_full(const kv_cache *c, kv_cache_layer *l, kv_cache_part part, int n)
+{
+    size_t row = (size_t)kv_cache_row(c);
+    float *full = part == KV_KEYS ? l->k : l->v;
+    size_t rest = (size_t)(l->len - kv_cache_stored(l, part) - n);
+    memmove(full, full + (size_t)n * row, rest * row * sizeof *full);
+}
+
+/* Stores a part's slots from its stored ones up to `to`, by token. */
+static void store_slots(const kv_cache *c, kv_cache_layer *l, kv_cache_part part, int to)
+{
+    size_t row = (size_t)kv_cache_row(c);
+    int from = kv_cache_stored(l, part);
+    for (int s = from; s < to; s++)
+        store(c, l, part, s, 0, row, kv_cache_full_row(c, l, part, s));
+    drop_full(c, l, part, to - from);
+    *(part == KV_KEYS ? &l->k_stored : &l->v_stored) = to;
 }
 
 /* Stores the complete blocks of keys by channel from slot l->k_stored on:
- * every channel of a block of key_group tokens is one group. */
+ * every channel of a block of key_group slots is one group. */
 static void store_key_blocks(const kv_cache *c, kv_cache_layer *l)
 {
     size_t row = (size_t)kv_cache_row(c);
-    int G = c->quant.key_group;
-    for (; l->k_stored + G <= l->len; l->k_stored += G)
-        for (size_t ch = 0; ch < row; ch++)
-            kv_round_group(l->k + (size_t)l->k_stored * row + ch, (size_t)G, row,
-                           c->quant.precision);
+    int G = c->quant.key_group, from = l->k_stored, s = from;
+    kv_precision p = c->quant.precision;
+    uint8_t q[KV_QUANT_GROUP_MAX];
+    for (; s + G <= l->len; s += G) {
+        const float *x = l->k + (size_t)(s - from) * row;
+        for (size_t ch = 0; ch < row; ch++) {
+            *group_of(c, l, KV_KEYS, s, ch) =
+                kv_quant_group(x + ch, (size_t)G, row, kv_precision_bits(p), q);
+            for (int t = 0; t < G; t++)
+                set_code(p, codes_of(c, l, KV_KEYS, s + t), ch, q[t]);
+        }
+    }
+    drop_full(c, l, KV_KEYS, s - from);
+    l->k_stored = s;
 }
 
 void kv_cache_commit(kv_cache *c, int layer)
 {
     kv_cache_layer *l = &c->layers[layer];
-    if (c->quant.precision == KV_PREC_F32 || c->commit_held)
+    if (!kv_cache_stores(c) || c->commit_held)
         return;
     int from = l->v_stored;
-    store_rows(c, l->v, l->v_stored, l->len, c->quant.value_group);
-    l->v_stored = l->len;
+    store_slots(c, l, KV_VALUES, l->len);
     if (c->quant.key_by_channel)
         store_key_blocks(c, l);
-    else {
-        store_rows(c, l->k, l->k_stored, l->len, c->quant.key_group);
-        l->k_stored = l->len;
-    }
+    else
+        store_slots(c, l, KV_KEYS, l->len);
+    full_release(c, l);
     if (from < l->len) /* CriticalKV bounds weights by the norms of what is stored */
         kv_cache_measure_values(c, l, from, l->len - from);
 }
@@ -221,12 +464,9 @@ int kv_cache_reserve(kv_cache *c, int n, kv_error *err)
 {
     for (int i = 0; i < c->n_layers; i++) {
         kv_cache_layer *l = &c->layers[i];
-        if (l->len + n <= l->cap)
-            continue;
-        int cap = l->cap + grow_step(l->cap);
-        if (cap < l->len + n)
-            cap = l->len + n;
-        if (layer_resize(l, kv_cache_row(c), c->n_kv_heads, cap, err) != 0)
+        if (l->len + n > l->cap && layer_resize(c, l, grown(l->cap, l->len + n), err) != 0)
+            return -1;
+        if (kv_cache_stores(c) && full_reserve(c, l, n, err) != 0)
             return -1;
     }
     return 0;
@@ -237,18 +477,27 @@ int kv_cache_reserve_layer(kv_cache *c, int layer, int slots, kv_error *err)
     kv_cache_layer *l = &c->layers[layer];
     if (slots <= l->cap)
         return 0;
-    return layer_resize(l, kv_cache_row(c), c->n_kv_heads, slots, err);
+    return layer_resize(c, l, slots, err);
 }
 
 void kv_cache_measure_values(const kv_cache *c, kv_cache_layer *l, int from, int n)
 {
+    enum { CHUNK = 256 }; /* channels dequantised at a time */
     int D = c->head_dim, H = c->n_kv_heads;
+    float buf[CHUNK];
     for (int t = from; t < from + n; t++)
         for (int h = 0; h < H; h++) {
-            const float *v = l->v + ((size_t)t * (size_t)H + (size_t)h) * (size_t)D;
             double ss = 0.0;
-            for (int i = 0; i < D; i++)
-                ss += (double)v[i] * (double)v[i];
+            for (int at = 0; at < D; at += CHUNK) {
+                int m = D - at < CHUNK ? D - at : CHUNK;
+                const float *v = t >= l->v_stored
+                                     ? kv_cache_full_row(c, l, KV_VALUES, t) + (size_t)h * D + at
+                                     : buf;
+                if (t < l->v_stored)
+                    load(c, l, KV_VALUES, t, (size_t)h * D + (size_t)at, (size_t)m, buf);
+                for (int i = 0; i < m; i++)
+                    ss += (double)v[i] * (double)v[i];
+            }
             l->vlen[(size_t)t * (size_t)H + (size_t)h] = (float)sqrt(ss);
         }
     if (from <= l->vlen_n && from + n > l->vlen_n)
@@ -308,13 +557,21 @@ static int measured_prefix(const kv_cache_keep *k, int n_keep, int measured)
     return j;
 }
 
-/* The slots of a gathered layer of len slots that hold stored rows: the
- * kept ones from below `stored` in every set, and past the shortest set
- * its gap, whose zeros every precision stores exactly. */
-static int stored_prefix(const kv_cache_keep *k, int shortest, int len, int stored)
+/* The slots of a gathered layer of len slots that hold a part in the stored
+ * form: the kept ones from below `stored` in every set, and after a set's
+ * last kept slot its gap, whose zeros every precision stores exactly. */
+static int stored_after(const kv_cache_keep *k, int len, int stored)
 {
-    int j = measured_prefix(k, shortest, stored);
-    return j == shortest ? len : j;
+    int p = len;
+    for (int g = 0; stored > 0 && g < k->sets; g++) {
+        const int *kg = k->keep + (size_t)g * (size_t)k->stride;
+        int j = 0;
+        while (j < k->n_keep[g] && kg[j] < stored)
+            j++;
+        int pg = j == k->n_keep[g] ? len : j;
+        p = pg < p ? pg : p;
+    }
+    return stored > 0 ? p : 0;
 }
 
 /* Checks every set's list; returns the longest (the layer's new length)
@@ -336,19 +593,6 @@ static int check_keep(const kv_cache_layer *s, const kv_cache_keep *k, int *shor
     return len;
 }
 
-/* Empties slot j of the KV heads [h0, h0 + heads): a set's gap. Attention
- * weighs it 0, and 0 times a NaN left in fresh memory would still be NaN. */
-static void clear_slot(const kv_cache *c, kv_cache_layer *d, int j, int h0, int heads)
-{
-    size_t at = (size_t)j * (size_t)kv_cache_row(c) + (size_t)h0 * (size_t)c->head_dim;
-    memset(d->k + at, 0, (size_t)heads * (size_t)c->head_dim * sizeof(float));
-    memset(d->v + at, 0, (size_t)heads * (size_t)c->head_dim * sizeof(float));
-    for (int h = h0; h < h0 + heads; h++) {
-        d->pos[(size_t)j * (size_t)c->n_kv_heads + (size_t)h] = -1;
-        d->vlen[(size_t)j * (size_t)c->n_kv_heads + (size_t)h] = 0.0f;
-    }
-}
-
 /* Deltas only decrease along the slots and come in long runs (per_token
  * decode: one run of -1), so each set's angles are computed once per run,
  * not once per key: cs holds a set's cosines then sines for delta. */
@@ -358,71 +602,220 @@ static void angles(const double *inv_freq, int half, int delta, double *cs)
         sincos(delta * inv_freq[f], &cs[half + f], &cs[f]);
 }
 
+/* One gather's moves of a part (keys or values) by token: slot keep[j] of
+ * each set to slot j, stored form to stored form (codes and groups as
+ * they are), or to full precision (dequantised) past the new stored
+ * prefix, full precision to full precision. Keys turn by their change of
+ * rank when rerotation is asked; a stored key is dequantised, turned, and
+ * stored again. */
+typedef struct part_move {
+    const kv_cache *src;
+    kv_cache *dst;
+    const kv_cache_layer *s;
+    kv_cache_layer *d;
+    const kv_cache_keep *k;
+    kv_cache_part part;
+    int len, d_stored;
+    const float *s_full; /* the source's full rows (a copy when they would be overwritten) */
+    float *buf;          /* heads * head_dim floats */
+    double *cs;          /* per set: cos | sin of its current delta */
+    int *delta;
+} part_move;
+
+/* Moves set g's heads of slot j (keep[j] = from). */
+static void move_one(part_move *m, int j, int g, int from)
+{
+    const kv_cache *src = m->src;
+    int D = src->head_dim, half = D / 2, sets = m->k->sets, nkv = src->n_kv_heads;
+    int heads = sets > 1 ? 1 : nkv, h0 = sets > 1 ? g : 0;
+    size_t row = (size_t)kv_cache_row(src), at = (size_t)h0 * (size_t)D,
+           span = (size_t)heads * (size_t)D;
+    int s_stored = kv_cache_stored(m->s, m->part);
+    bool from_stored = from < s_stored, to_stored = j < m->d_stored;
+    double *c = m->cs + (size_t)g * (size_t)D;
+    int shift = m->part == KV_KEYS && m->k->inv_freq ? j - held_rank(m->s, h0, from) : 0;
+    if (shift != 0 && shift != m->delta[g])
+        angles(m->k->inv_freq, half, m->delta[g] = shift, c);
+    if (to_stored && shift == 0) { /* codes and groups move as they are */
+        size_t bits = (size_t)kv_precision_bits(src->quant.precision);
+        memcpy(codes_of(m->dst, m->d, m->part, j) + at * bits / 8,
+               codes_of(src, m->s, m->part, from) + at * bits / 8, span * bits / 8);
+        if (quantised(&src->quant)) {
+            size_t G = (size_t)(m->part == KV_KEYS ? src->quant.key_group
+                                                    : src->quant.value_group);
+            memcpy(group_of(m->dst, m->d, m->part, j, at), group_of(src, m->s, m->part, from, at),
+                   span / G * sizeof(kv_qgroup));
+        }
+        return;
+    }
+    const float *x = m->s_full + (size_t)(from - s_stored) * row + at;
+    if (from_stored) {
+        load(src, m->s, m->part, from, at, span, m->buf);
+        x = m->buf;
+    }
+    float *y = to_stored ? m->buf
+                         : (m->part == KV_KEYS ? m->d->k : m->d->v) +
+                               (size_t)(j - m->d_stored) * row + at;
+    if (shift != 0)
+        for (int h = 0; h < heads; h++)
+            rotate_by(y + (size_t)h * D, x + (size_t)h * D, half, c, c + half);
+    else if (y != x)
+        memmove(y, x, span * sizeof *y);
+    if (to_stored)
+        store(m->dst, m->d, m->part, j, at, span, y);
+    else if (from_stored && shift != 0) /* as stored again, and a commit leaves it so */
+        for (size_t a = 0; a < span; a += (size_t)src->quant.key_group)
+            kv_round_group(y + a, (size_t)src->quant.key_group, 1, src->quant.precision);
+}
+
+/* Set g's heads of slot j, a gap: zeros (attention weighs it 0, and 0
+ * times a NaN left in fresh memory would still be NaN). */
+static void clear_one(part_move *m, int j, int g)
+{
+    int D = m->src->head_dim, sets = m->k->sets;
+    size_t at = (size_t)(sets > 1 ? g : 0) * (size_t)D,
+           span = (size_t)(sets > 1 ? 1 : m->src->n_kv_heads) * (size_t)D;
+    if (j < m->d_stored)
+        store_zeros(m->dst, m->d, m->part, j, at, span);
+    else
+        memset((m->part == KV_KEYS ? m->d->k : m->d->v) +
+                   (size_t)(j - m->d_stored) * (size_t)kv_cache_row(m->src) + at,
+               0, span * sizeof(float));
+}
+
+static int move_part(part_move *m, kv_error *err)
+{
+    const kv_cache_keep *k = m->k;
+    const kv_cache_layer *s = m->s;
+    size_t row = (size_t)kv_cache_row(m->src);
+    bool in_place = m->src == m->dst;
+    int s_stored = kv_cache_stored(s, m->part), s_full = s->len - s_stored;
+    float *copy = NULL;
+    m->s_full = m->part == KV_KEYS ? s->k : s->v;
+    /* in place, full rows move down unless some go to the stored form
+     * ahead of them: then they are read from a copy */
+    if (in_place && s_stored > 0 && s_full > 0) {
+        if (!(copy = malloc((size_t)s_full * row * sizeof *copy)))
+            return kv_fail(err, "KV cache: out of memory");
+        memcpy(copy, m->s_full, (size_t)s_full * row * sizeof *copy);
+        m->s_full = copy;
+    }
+    int need = m->len - m->d_stored + 1, rows = m->part == KV_KEYS ? m->d->k_rows : m->d->v_rows;
+    if (kv_cache_stores(m->dst) && need > rows &&
+        full_resize(m->dst, m->d, m->part == KV_KEYS ? need : m->d->k_rows,
+                    m->part == KV_KEYS ? m->d->v_rows : need, err) != 0) {
+        free(copy);
+        return -1;
+    }
+    for (int j = 0; j < m->len; j++)
+        for (int g = 0; g < k->sets; g++) {
+            if (j >= k->n_keep[g]) {
+                clear_one(m, j, g);
+                continue;
+            }
+            int from = k->keep[(size_t)g * (size_t)k->stride + (size_t)j];
+            /* in place, a slot kept where it is keeps its rank too */
+            bool unmoved = from < s_stored ? j < m->d_stored
+                                           : j >= m->d_stored && s_stored == m->d_stored && !copy;
+            if (in_place && from == j && unmoved)
+                continue;
+            move_one(m, j, g, from);
+        }
+    *(m->part == KV_KEYS ? &m->d->k_stored : &m->d->v_stored) = m->d_stored;
+    free(copy);
+    return 0;
+}
+
+/* By-channel keys: the kept keys, dequantised (and turned), form new
+ * blocks from slot 0 (one more rounding), the last incomplete one the
+ * residual at full precision. */
+static int regroup_keys(part_move *m, kv_error *err)
+{
+    const kv_cache_keep *k = m->k;
+    int D = m->src->head_dim, half = D / 2, sets = k->sets;
+    int heads = sets > 1 ? 1 : m->src->n_kv_heads;
+    size_t row = (size_t)kv_cache_row(m->src), span = (size_t)heads * (size_t)D;
+    float *keys = calloc((size_t)(m->len + 1) * row, sizeof *keys);
+    if (!keys)
+        return kv_fail(err, "KV cache: out of memory");
+    for (int j = 0; j < m->len; j++)
+        for (int g = 0; g < sets && j < m->len; g++) {
+            if (j >= k->n_keep[g])
+                continue; /* a gap: zeros */
+            int h0 = sets > 1 ? g : 0, from = k->keep[(size_t)g * (size_t)k->stride + (size_t)j];
+            float *y = keys + (size_t)j * row + (size_t)h0 * (size_t)D;
+            const float *x = heads_of(m->src, m->s, KV_KEYS, from, h0, heads, y);
+            int shift = k->inv_freq ? j - held_rank(m->s, h0, from) : 0;
+            double *c = m->cs + (size_t)g * (size_t)D;
+            if (shift != 0 && shift != m->delta[g])
+                angles(k->inv_freq, half, m->delta[g] = shift, c);
+            if (shift != 0)
+                for (int h = 0; h < heads; h++)
+                    rotate_by(y + (size_t)h * D, x + (size_t)h * D, half, c, c + half);
+            else if (x != y)
+                memcpy(y, x, span * sizeof *y);
+        }
+    free(m->d->k);
+    m->d->k = keys;
+    m->d->k_rows = m->len + 1;
+    m->d->k_stored = 0;
+    m->d->len = m->len;
+    store_key_blocks(m->dst, m->d);
+    return 0;
+}
+
+/* Positions and value norms of the kept slots; a gap's are -1 and 0. */
+static void move_positions(const kv_cache_layer *s, kv_cache_layer *d, const kv_cache_keep *k,
+                           int nkv, int len)
+{
+    int sets = k->sets, heads = sets > 1 ? 1 : nkv;
+    for (int j = 0; j < len; j++)
+        for (int g = 0; g < sets; g++) {
+            int h0 = sets > 1 ? g : 0;
+            int from = j < k->n_keep[g] ? k->keep[(size_t)g * (size_t)k->stride + (size_t)j] : -1;
+            for (int h = h0; h < h0 + heads; h++) { /* a few numbers: no memcpy call */
+                d->pos[(size_t)j * nkv + h] = from < 0 ? -1 : s->pos[(size_t)from * nkv + h];
+                d->vlen[(size_t)j * nkv + h] = from < 0 ? 0.0f : s->vlen[(size_t)from * nkv + h];
+            }
+        }
+}
+
 int kv_cache_gather(const kv_cache *src, kv_cache *dst, int layer, const kv_cache_keep *k,
                     kv_error *err)
 {
     const kv_cache_layer *s = &src->layers[layer];
     kv_cache_layer *d = &dst->layers[layer];
-    int D = src->head_dim, half = D / 2, sets = k->sets, nkv = src->n_kv_heads;
-    int heads = sets > 1 ? 1 : nkv; /* KV heads moved per set */
-    size_t row = (size_t)kv_cache_row(src), span = (size_t)heads * (size_t)D;
-    bool in_place = src == dst;
+    int D = src->head_dim, sets = k->sets;
     int shortest, len = check_keep(s, k, &shortest, err);
     if (len < 0 || kv_cache_reserve_layer(dst, layer, len + 1, err) != 0)
         return -1;
-    double *cs = malloc((size_t)sets * (size_t)D * sizeof *cs); /* per set: cos | sin */
-    int *delta = calloc((size_t)sets, sizeof *delta);
-    if (!cs || !delta) {
-        free(cs);
-        free(delta);
-        return kv_fail(err, "KV cache: out of memory");
+    part_move m = {.src = src, .dst = dst, .s = s, .d = d, .k = k, .len = len};
+    m.cs = malloc((size_t)sets * (size_t)D * sizeof *m.cs); /* per set: cos | sin */
+    m.delta = calloc((size_t)sets, sizeof *m.delta);
+    m.buf = malloc((size_t)(sets > 1 ? 1 : src->n_kv_heads) * (size_t)D * sizeof *m.buf);
+    int rc = m.cs && m.delta && m.buf ? 0 : kv_fail(err, "KV cache: out of memory");
+    int vlen_n = measured_prefix(k, shortest, s->vlen_n);
+    /* values, then keys: neither reads the other's rows */
+    m.part = KV_VALUES;
+    m.d_stored = stored_after(k, len, s->v_stored);
+    if (rc == 0)
+        rc = move_part(&m, err);
+    m.part = KV_KEYS;
+    for (int g = 0; g < sets; g++)
+        m.delta[g] = 0;
+    bool by_channel = src->quant.key_by_channel && kv_cache_stores(src);
+    m.d_stored = stored_after(k, len, s->k_stored);
+    if (rc == 0)
+        rc = by_channel ? regroup_keys(&m, err) : move_part(&m, err);
+    if (rc == 0) {
+        move_positions(s, d, k, src->n_kv_heads, len);
+        d->vlen_n = vlen_n;
+        d->len = len;
     }
-    for (int j = 0; j < len; j++)
-        for (int g = 0; g < sets; g++) {
-            int h0 = sets > 1 ? g : 0;
-            if (j >= k->n_keep[g]) {
-                clear_slot(src, d, j, h0, heads);
-                continue;
-            }
-            int from = k->keep[(size_t)g * (size_t)k->stride + (size_t)j];
-            if (in_place && from == j)
-                continue;
-            double *c = cs + (size_t)g * (size_t)D;
-            int shift = j - held_rank(s, h0, from);
-            if (k->inv_freq && shift != delta[g])
-                angles(k->inv_freq, half, delta[g] = shift, c);
-            /* in place, keep[j] >= j and ascending: row j is free once read */
-            size_t to_off = (size_t)j * row + (size_t)h0 * D,
-                   from_off = (size_t)from * row + (size_t)h0 * D;
-            if (k->inv_freq && shift != 0) {
-                for (int h = 0; h < heads; h++)
-                    rotate_by(d->k + to_off + (size_t)h * D, s->k + from_off + (size_t)h * D, half,
-                              c, c + half);
-                /* a stored key is read dequantised, turned, and stored again */
-                if (from < s->k_stored && !src->quant.key_by_channel)
-                    for (size_t at = 0; at < span; at += (size_t)src->quant.key_group)
-                        kv_round_group(d->k + to_off + at, (size_t)src->quant.key_group, 1,
-                                       src->quant.precision);
-            } else
-                memcpy(d->k + to_off, s->k + from_off, span * sizeof(float));
-            memcpy(d->v + to_off, s->v + from_off, span * sizeof(float));
-            for (int h = h0; h < h0 + heads; h++) { /* a few numbers: no memcpy call */
-                d->pos[(size_t)j * nkv + h] = s->pos[(size_t)from * nkv + h];
-                d->vlen[(size_t)j * nkv + h] = s->vlen[(size_t)from * nkv + h];
-            }
-        }
-    d->vlen_n = measured_prefix(k, shortest, s->vlen_n);
-    int k_stored = stored_prefix(k, shortest, len, s->k_stored);
-    d->v_stored = stored_prefix(k, shortest, len, s->v_stored);
-    d->len = len;
-    if (src->quant.key_by_channel) { /* the kept keys form new blocks */
-        d->k_stored = 0;
-        store_key_blocks(dst, d);
-    } else
-        d->k_stored = k_stored;
-    free(cs);
-    free(delta);
-    return set_gaps(d, sets, k->n_keep, len, err);
+    free(m.cs);
+    free(m.delta);
+    free(m.buf);
+    return rc == 0 ? set_gaps(d, sets, k->n_keep, len, err) : -1;
 }
 
 int kv_cache_compact(kv_cache *c, int layer, const int *keep, int n_keep, kv_error *err)
@@ -470,8 +863,10 @@ int kv_cache_shrink(kv_cache *c, int cap, kv_error *err)
         int want = l->len > cap ? l->len : cap;
         if (want < 1)
             want = 1;
-        if (want < l->cap && layer_resize(l, kv_cache_row(c), c->n_kv_heads, want, err) != 0)
+        if (want < l->cap && layer_resize(c, l, want, err) != 0)
             return -1;
+        if (kv_cache_stores(c))
+            full_release(c, l);
     }
     return 0;
 }

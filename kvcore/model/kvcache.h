@@ -38,8 +38,16 @@
 #include "util/error.h"
 
 typedef struct kv_cache_layer {
-    float *k;        /* [cap][n_kv_heads * head_dim] */
-    float *v;        /* [cap][n_kv_heads * head_dim] */
+    float *k;        /* keys at full precision, [k_rows][n_kv_heads * head_dim]: slot s
+                        in row s - k_stored (an F32 cache: every slot, in its row) */
+    float *v;        /* the same for values, slot s in row s - v_stored */
+    int k_rows, v_rows; /* rows allocated in k and v */
+    uint8_t *kq;     /* slots [0, k_stored) in the stored form (kv_cache_code_bytes
+                        a slot; see kv_cache_quant) */
+    uint8_t *vq;     /* the same for values, slots [0, v_stored) */
+    kv_qgroup *kg;   /* u8/u4 keys' group parameters: by token [cap][row / key_group],
+                        by channel [blocks][row] (kv_cache_key_groups) */
+    kv_qgroup *vg;   /* values' [cap][row / value_group] */
     int32_t *pos;    /* [cap][n_kv_heads] index in the sequence of the token
                         each KV head holds in each slot (see kv_cache_pos) */
     float *vlen;     /* [cap][n_kv_heads] L2 norm of each value row: with it
@@ -52,7 +60,8 @@ typedef struct kv_cache_layer {
     int *gap;        /* [n_kv_heads][2] or NULL: slots [gap[2h], gap[2h+1]) hold
                         no token of KV head h (see above); NULL: no gaps */
     int k_stored;    /* slots [0, k_stored) hold their keys at the cache's
-                        precision (kv_cache_commit), the rest at full precision */
+                        precision (kv_cache_commit), the rest at full precision;
+                        always 0 in an F32 cache */
     int v_stored;    /* the same for values */
 } kv_cache_layer;
 
@@ -62,9 +71,14 @@ typedef struct kv_cache_layer {
  * when the forward that computed them ends (kv_cache_commit): tokens of one
  * forward attend each other at full precision, earlier ones as stored.
  *
- * The stored form is kept dequantised, as F32 values (x^ of kvquant.h), so
- * attention, eviction and compaction read exactly the values a quantised
- * cache would give, while the memory stays F32-sized. */
+ * The stored form is what the precision holds: per slot and per keys or
+ * values, a row of bf16/f16 bits or of u8 codes (u4: two a byte, kv_u4_pack)
+ * with each group's F32 scale and min (kv_qgroup) beside them. By token a
+ * group is key_group (value_group) consecutive channels of one KV head; by
+ * channel it is one channel of a block of key_group slots: slots
+ * [b G, (b + 1) G) share row kg[b] of parameters. Attention reads this form
+ * directly (kernels.h, kv_dot_stored); eviction reads rows dequantised
+ * (kv_cache_heads), each value x^ = min + q scale, as kvquant.h defines. */
 typedef struct kv_cache_quant {
     kv_precision precision; /* KV_PREC_F32 (zero): nothing is rounded */
     bool key_by_channel;    /* u8/u4 keys: a block of key_group tokens shares
@@ -123,6 +137,78 @@ int kv_cache_reserve_layer(kv_cache *c, int layer, int slots, kv_error *err);
 /* Floats in one slot row (n_kv_heads * head_dim). */
 static inline int kv_cache_row(const kv_cache *c) { return c->n_kv_heads * c->head_dim; }
 
+/* ---- reading keys and values, stored or not ---- */
+
+typedef enum kv_cache_part { KV_KEYS, KV_VALUES } kv_cache_part;
+
+/* Whether the cache stores at another precision than F32. */
+static inline bool kv_cache_stores(const kv_cache *c) { return c->quant.precision != KV_PREC_F32; }
+
+/* Bytes one slot's keys (or values) take in the stored form, all KV heads. */
+static inline size_t kv_cache_code_bytes(const kv_cache *c)
+{
+    return (size_t)kv_cache_row(c) * (size_t)kv_precision_bits(c->quant.precision) / 8;
+}
+
+/* Slots [0, n) of a part held in the stored form. */
+static inline int kv_cache_stored(const kv_cache_layer *l, kv_cache_part part)
+{
+    return part == KV_KEYS ? l->k_stored : l->v_stored;
+}
+
+/* The full-precision row of slot `slot` (at or after the part's stored
+ * slots): where a forward writes its keys and values. */
+static inline float *kv_cache_full_row(const kv_cache *c, const kv_cache_layer *l,
+                                       kv_cache_part part, int slot)
+{
+    size_t at = (size_t)(slot - kv_cache_stored(l, part)) * (size_t)kv_cache_row(c);
+    return (part == KV_KEYS ? l->k : l->v) + at;
+}
+
+/* The stored codes of slot `slot` (below the part's stored slots), from KV
+ * head `head` on. */
+static inline const uint8_t *kv_cache_codes(const kv_cache *c, const kv_cache_layer *l,
+                                            kv_cache_part part, int slot, int head)
+{
+    size_t bits = (size_t)kv_precision_bits(c->quant.precision);
+    return (part == KV_KEYS ? l->kq : l->vq) + (size_t)slot * kv_cache_code_bytes(c) +
+           (size_t)head * (size_t)c->head_dim * bits / 8;
+}
+
+/* The u8/u4 group parameters of slot `slot`, from KV head `head` on: by
+ * token its groups in channel order; keys by channel the parameters of
+ * each channel of the slot's block. */
+static inline const kv_qgroup *kv_cache_groups(const kv_cache *c, const kv_cache_layer *l,
+                                               kv_cache_part part, int slot, int head)
+{
+    size_t row = (size_t)kv_cache_row(c), D = (size_t)c->head_dim;
+    if (part == KV_VALUES)
+        return l->vg + (size_t)slot * (row / (size_t)c->quant.value_group) +
+               (size_t)head * (D / (size_t)c->quant.value_group);
+    size_t G = (size_t)c->quant.key_group;
+    if (c->quant.key_by_channel)
+        return l->kg + (size_t)slot / G * row + (size_t)head * D;
+    return l->kg + (size_t)slot * (row / G) + (size_t)head * (D / G);
+}
+
+/* KV heads [h0, h0 + heads) of one slot's keys or values as attention sees
+ * them: a pointer into the cache where they are at full precision (an F32
+ * cache: always, no copy), else dequantised into buf (heads * head_dim
+ * floats). Eviction reads keys and values through it. */
+const float *kv_cache_heads(const kv_cache *c, int layer, kv_cache_part part, int slot, int h0,
+                            int heads, float *buf);
+
+/* Slots [0, n) of one layer's keys and values as F32 rows, dequantised
+ * where stored, into k and v ([n][row] each): the input of prefill's
+ * matrix products over a cache that stores some of its slots. */
+void kv_cache_dense(const kv_cache *c, int layer, int n, float *k, float *v);
+
+/* Bytes one cached token takes over all layers at precision q, its group
+ * parameters counted (by-channel keys: a block's parameters shared by its
+ * key_group tokens): what `bench model` and run.json report. */
+double kv_cache_bytes_per_token(const kv_cache_quant *q, int n_layers, int n_kv_heads,
+                                int head_dim);
+
 /* The position of the token in slot `slot` of KV head `head`. */
 static inline int32_t kv_cache_pos(const kv_cache *c, int layer, int slot, int head)
 {
@@ -156,7 +242,7 @@ static inline void kv_cache_set_pos(kv_cache *c, int layer, int slot, int32_t po
 }
 
 /* Records the value norms of slots [from, from + n) of one layer, just
- * written (the model calls it as it appends). */
+ * written (the model calls it as it appends), of the values as stored. */
 void kv_cache_measure_values(const kv_cache *c, kv_cache_layer *l, int from, int n);
 
 /* Which slots of a layer a gather keeps. Set g keeps the slots

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/attn_stored.h"
 #include "model/cpu.h"
 #include "model/kernels.h"
 #include "model/safetensors.h"
@@ -561,6 +562,11 @@ typedef struct fwd {
     float *k_new, *v_new; /* [n][n_kv_heads * head_dim] before they enter their caches */
     double *qpre;         /* [chunk][n_heads * head_dim] pre-RoPE queries, for query moments */
     float *xprep;         /* GEMV-sized chunks: [chunk][widest input] prepared GEMV input */
+    /* Set by the caller: a cache of the call holds slots in its stored form
+     * (kvcache.h), which a multi-row attention reads as F32 rows from dense
+     * ([2][max_keys][n_kv_heads * head_dim]: keys, then values). */
+    bool stored;
+    float *dense;
 } fwd;
 
 static void fwd_free(fwd *f)
@@ -580,6 +586,7 @@ static void fwd_free(fwd *f)
     free(f->v_new);
     free(f->qpre);
     free(f->xprep);
+    free(f->dense);
 }
 
 static size_t max_size(size_t a, size_t b)
@@ -648,6 +655,10 @@ static int fwd_alloc(const kv_model *m, int max_keys, int n, int chunk, fwd *f, 
         size_t kvd = (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim;
         ok = (f->k_new = malloc(C * kvd * sizeof(float))) &&
              (f->v_new = malloc(C * kvd * sizeof(float)));
+    }
+    if (ok && f->stored && chunk > KV_GEMV_MAX_ROWS) {
+        size_t kvd = (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim;
+        ok = (f->dense = malloc(2 * (size_t)f->max_keys * kvd * sizeof(float))) != NULL;
     }
     if (ok && !f->batched && chunk > KV_GEMV_MAX_ROWS) {
         /* sgemm wants F32: a layer's 16-bit matrices are widened once per
@@ -729,6 +740,7 @@ static void rmsnorm_rows(float *out, const float *x, const float *w, int n, int 
 typedef struct attn_job {
     const kv_model_config *cfg;
     const kv_cache_layer *cl;
+    const float *k, *v; /* every key's and value's row, F32 */
     fwd *f;
     kv_attn_stats *st; /* NULL: no statistics */
     int cn, base, row0;
@@ -745,6 +757,7 @@ typedef struct attn_job {
  * apart, a TLB miss per slot: 3x slower than the memory allows at 8k. */
 typedef struct decode_job {
     const kv_model_config *cfg;
+    const kv_cache *c;
     const kv_cache_layer *cl;
     fwd *f;
     kv_attn_stats *st; /* NULL: no statistics */
@@ -764,16 +777,21 @@ static void decode_scores_task(void *ctx, int t, int worker)
     int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, bs = j->f->key_block;
     size_t kvd = (size_t)c->n_kv_heads * (size_t)hd, mk = (size_t)j->f->max_keys;
     int k = t * bs, k1 = (t + 1) * bs < j->keys ? (t + 1) * bs : j->keys;
+    int stored = k1 < j->cl->k_stored ? k1 : j->cl->k_stored;
+    if (k < stored) { /* slots the cache holds in its stored form */
+        kv_attn_stored_scores(j->c, j->cl, j->q, c->n_heads, k, stored, j->scale, j->scores, mk);
+        k = stored;
+    }
     /* eight slots at a time: their rows (32 KB at Qwen3-0.6B) stay in L1
      * while every head reads them */
     for (; k + 8 <= k1; k += 8) {
-        const float *kr = j->cl->k + (size_t)k * kvd;
+        const float *kr = kv_cache_full_row(j->c, j->cl, KV_KEYS, k);
         for (int h = 0; h < c->n_heads; h++)
             kv_dot8(j->q + (size_t)h * (size_t)hd, kr + (size_t)(h / group) * (size_t)hd, kvd, hd,
                     j->scale, j->scores + (size_t)h * mk + (size_t)k);
     }
     for (; k < k1; k++) {
-        const float *kr = j->cl->k + (size_t)k * kvd;
+        const float *kr = kv_cache_full_row(j->c, j->cl, KV_KEYS, k);
         for (int h = 0; h < c->n_heads; h++)
             j->scores[(size_t)h * mk + (size_t)k] =
                 kv_dot(j->q + (size_t)h * (size_t)hd, kr + (size_t)(h / group) * (size_t)hd, hd) *
@@ -816,12 +834,17 @@ static void decode_values_task(void *ctx, int t, int worker)
     size_t mk = (size_t)j->f->max_keys;
     float *o = j->partial + (size_t)t * qd;
     memset(o, 0, qd * sizeof *o);
-    int k1 = (t + 1) * bs < j->keys ? (t + 1) * bs : j->keys;
+    int k = t * bs, k1 = (t + 1) * bs < j->keys ? (t + 1) * bs : j->keys;
+    int stored = k1 < j->cl->v_stored ? k1 : j->cl->v_stored;
+    if (k < stored) {
+        kv_attn_stored_values(j->c, j->cl, j->scores, mk, c->n_heads, k, stored, o);
+        k = stored;
+    }
     /* eight slots at a time, each KV head's rows once for the query heads
      * that share it */
-    for (int k = t * bs; k < k1; k += 8) {
+    for (; k < k1; k += 8) {
         int nk = k1 - k < 8 ? k1 - k : 8;
-        const float *vr = j->cl->v + (size_t)k * kvd;
+        const float *vr = kv_cache_full_row(j->c, j->cl, KV_VALUES, k);
         for (int g = 0; g < c->n_kv_heads; g++)
             kv_axpy_rows(o + (size_t)g * (size_t)group * (size_t)hd, (size_t)hd, group,
                          j->scores + (size_t)g * (size_t)group * mk + (size_t)k, mk,
@@ -879,7 +902,7 @@ static void attention_gemm_task(void *ctx, int h, int worker)
         int keys = j->base + r0 + rows;
         const float *q = f->q + (size_t)r0 * (size_t)qd + (size_t)h * (size_t)hd;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hd, j->scale, q, qd,
-                    j->cl->k + kvo, kvd, 0.0f, sc, keys);
+                    j->k + kvo, kvd, 0.0f, sc, keys);
         for (int i = 0; i < rows; i++) {
             float *row = sc + (size_t)i * (size_t)keys;
             int visible = j->base + r0 + i + 1;
@@ -891,7 +914,7 @@ static void attention_gemm_task(void *ctx, int h, int worker)
         if (j->st)
             stats_add_matrix(j, h, sc, r0, rows, keys);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, keys, 1.0f, sc, keys,
-                    j->cl->v + kvo, kvd, 0.0f,
+                    j->v + kvo, kvd, 0.0f,
                     f->att + (size_t)r0 * (size_t)qd + (size_t)h * (size_t)hd, qd);
     }
 }
@@ -958,7 +981,7 @@ static void attention_flash_task(void *ctx, int h, int worker)
             memset(out + (size_t)i * (size_t)qd, 0, (size_t)hd * sizeof *out);
         }
         for (int t0 = 0; t0 < keys; t0 += ATTN_TILE_KEYS)
-            flash_tile(j, q, j->cl->k + kvo, j->cl->v + kvo, rows, t0,
+            flash_tile(j, q, j->k + kvo, j->v + kvo, rows, t0,
                        keys - t0 < ATTN_TILE_KEYS ? keys : t0 + ATTN_TILE_KEYS, lim, sc, mx, l,
                        out);
         for (int i = 0; i < rows; i++) {
@@ -969,12 +992,23 @@ static void attention_flash_task(void *ctx, int h, int worker)
     }
 }
 
-static void attention(const kv_model *m, const kv_cache_layer *cl, fwd *f, kv_attn_stats *st,
-                      int cn, int base, int row0)
+/* Whether a layer of c holds slots in the stored form. */
+static bool holds_stored(const kv_cache *c)
+{
+    for (int l = 0; l < c->n_layers; l++)
+        if (c->layers[l].k_stored > 0 || c->layers[l].v_stored > 0)
+            return true;
+    return false;
+}
+
+static void attention(const kv_model *m, const kv_cache *cache, const kv_cache_layer *cl, fwd *f,
+                      kv_attn_stats *st, int cn, int base, int row0)
 {
     const kv_model_config *c = &m->cfg;
     attn_job j = {.cfg = c,
                   .cl = cl,
+                  .k = cl->k,
+                  .v = cl->v,
                   .f = f,
                   .st = st,
                   .cn = cn,
@@ -987,6 +1021,7 @@ static void attention(const kv_model *m, const kv_cache_layer *cl, fwd *f, kv_at
         size_t qd = (size_t)c->n_heads * (size_t)c->head_dim;
         for (int i = 0; i < cn; i++) {
             decode_job d = {.cfg = c,
+                            .c = cache,
                             .cl = cl,
                             .f = f,
                             .st = st,
@@ -1000,10 +1035,17 @@ static void attention(const kv_model *m, const kv_cache_layer *cl, fwd *f, kv_at
                             .partial = f->partial};
             decode_attention(&d, p, f->att + (size_t)i * qd);
         }
-    } else
-        /* the flash tiles know no gaps: the rare multi-row forward over a
-         * layer with gaps (AdaKV) takes the plain path */
-        kv_pool_run(p, c->n_heads, st || cl->gap ? attention_gemm_task : attention_flash_task, &j);
+        return;
+    }
+    if (cl->k_stored > 0 || cl->v_stored > 0) { /* sgemm reads F32 rows: once per call */
+        size_t at = (size_t)f->max_keys * (size_t)c->n_kv_heads * (size_t)c->head_dim;
+        kv_cache_dense(cache, (int)(cl - cache->layers), base + cn, f->dense, f->dense + at);
+        j.k = f->dense;
+        j.v = f->dense + at;
+    }
+    /* the flash tiles know no gaps: the rare multi-row forward over a
+     * layer with gaps (AdaKV) takes the plain path */
+    kv_pool_run(p, c->n_heads, st || cl->gap ? attention_gemm_task : attention_flash_task, &j);
 }
 
 /* Qwen3's per-head q/k norms, then RoPE at pos, of one row's query and key
@@ -1035,7 +1077,7 @@ static void qkv(const kv_model *m, const layer *L, kv_cache *c, kv_cache_layer *
     const kv_model_config *cfg = &m->cfg;
     int hd = cfg->head_dim, base = cl->len;
     size_t qd = (size_t)cfg->n_heads * (size_t)hd, kvd = (size_t)cfg->n_kv_heads * (size_t)hd;
-    float *k = cl->k + (size_t)base * kvd, *v = cl->v + (size_t)base * kvd;
+    float *k = kv_cache_full_row(c, cl, KV_KEYS, base), *v = kv_cache_full_row(c, cl, KV_VALUES, base);
     const kv_weight *ws[] = {&L->wq, &L->wk, &L->wv};
     float *ys[] = {f->q, k, v};
     const float *bs[] = {L->bq, L->bk, L->bv};
@@ -1175,7 +1217,7 @@ static void layer_forward(const kv_model *m, const layer *L, int li, kv_cache *c
 
     rmsnorm_rows(f->h, x, L->attn_norm, cn, cfg->hidden, cfg->rms_eps);
     qkv(m, L, c, cl, f, cn, row0, st);
-    attention(m, cl, f, st, cn, base, row0);
+    attention(m, c, cl, f, st, cn, base, row0);
     output_and_mlp(m, L, f, x, cn);
 }
 
@@ -1227,7 +1269,11 @@ int kv_model_forward(kv_model *m, kv_cache *c, const int32_t *tokens, int n,
         kv_cache_reserve(c, n, err) != 0)
         return -1;
     int chunk = n < m->chunk ? n : m->chunk;
-    fwd f = {.n = n, .chunk = chunk, .mode = m->compute, .pool = m->pool};
+    fwd f = {.n = n,
+             .chunk = chunk,
+             .mode = m->compute,
+             .pool = m->pool,
+             .stored = holds_stored(c)};
     if (fwd_alloc(m, keys_after(c, n), n, chunk, &f, err) != 0)
         return -1;
     if (kv_attn_stats_wanted(req)) {
@@ -1292,6 +1338,7 @@ static void batch_attn_task(void *ctx, int b, int worker)
     const kv_cache_layer *cl = &a->caches[b]->layers[a->li];
     const kv_attn_stats_request *req = a->reqs[b];
     decode_job d = {.cfg = cfg,
+                    .c = a->caches[b],
                     .cl = cl,
                     .f = f,
                     .st = req ? &a->stats[b][a->li] : NULL,
@@ -1354,8 +1401,9 @@ static void layer_forward_batch(const kv_model *m, const layer *L, int li, kv_ca
         int slot = cl->len;
         float *q = f->q + (size_t)b * qd, *k = f->k_new + (size_t)b * kvd;
         rotate_row(f, m, L, q, k, c->next_pos, NULL);
-        memcpy(cl->k + (size_t)slot * kvd, k, kvd * sizeof *k);
-        memcpy(cl->v + (size_t)slot * kvd, f->v_new + (size_t)b * kvd, kvd * sizeof *k);
+        memcpy(kv_cache_full_row(c, cl, KV_KEYS, slot), k, kvd * sizeof *k);
+        memcpy(kv_cache_full_row(c, cl, KV_VALUES, slot), f->v_new + (size_t)b * kvd,
+               kvd * sizeof *k);
         kv_cache_measure_values(c, cl, slot, 1);
         kv_cache_set_pos(c, li, slot, c->next_pos + c->token_offset);
         cl->len = slot + 1;
@@ -1451,12 +1499,14 @@ static void layer_forward_many(const kv_model *m, const layer *L, int li, kv_cac
         kv_cache_layer *cl = &c->layers[li];
         int base = cl->len;
         size_t r0 = (size_t)b * (size_t)n;
-        memcpy(cl->k + (size_t)base * kvd, f->k_new + r0 * kvd, (size_t)n * kvd * sizeof(float));
-        memcpy(cl->v + (size_t)base * kvd, f->v_new + r0 * kvd, (size_t)n * kvd * sizeof(float));
+        float *k = kv_cache_full_row(c, cl, KV_KEYS, base);
+        memcpy(k, f->k_new + r0 * kvd, (size_t)n * kvd * sizeof(float));
+        memcpy(kv_cache_full_row(c, cl, KV_VALUES, base), f->v_new + r0 * kvd,
+               (size_t)n * kvd * sizeof(float));
         kv_cache_measure_values(c, cl, base, n);
         for (int i = 0; i < n; i++) {
-            rotate_row(f, m, L, f->q + (r0 + (size_t)i) * qd, cl->k + (size_t)(base + i) * kvd,
-                       c->next_pos + i, NULL);
+            rotate_row(f, m, L, f->q + (r0 + (size_t)i) * qd, k + (size_t)i * kvd, c->next_pos + i,
+                       NULL);
             kv_cache_set_pos(c, li, base + i, c->next_pos + i + c->token_offset);
         }
         cl->len = base + n;
@@ -1464,7 +1514,7 @@ static void layer_forward_many(const kv_model *m, const layer *L, int li, kv_cac
         one.q = f->q + r0 * qd;
         one.att = f->att + r0 * qd;
         one.n = n;
-        attention(m, cl, &one, NULL, n, base, 0);
+        attention(m, c, cl, &one, NULL, n, base, 0);
         kv_cache_commit(c, li); /* stored at the cache's precision, as kv_model_forward does */
     }
     output_and_mlp(m, L, f, f->x, rows);
@@ -1488,6 +1538,8 @@ int kv_model_forward_many(kv_model *m, kv_cache *const *caches, int n_caches, co
     }
     int rows = n_caches * n;
     fwd f = {.n = rows, .chunk = rows, .mode = m->compute, .pool = m->pool, .batched = true};
+    for (int b = 0; b < n_caches; b++)
+        f.stored = f.stored || holds_stored(caches[b]);
     if (fwd_alloc(m, max_keys, rows, rows, &f, err) != 0)
         return -1;
     size_t H = (size_t)cfg->hidden;

@@ -144,11 +144,24 @@ static kv_cache *filled(int n, const kv_cache_quant *q, float *k0, float *v0)
     return c;
 }
 
-static void expect_rows(const float *got, const float *want, int from, int to, const char *what)
+/* Slots [0, n) of a part as the cache holds them, dequantised, into out. */
+static void read_part(const kv_cache *c, kv_cache_part part, int n, float *out)
 {
+    for (int t = 0; t < n; t++) {
+        float *o = out + t * T_ROW;
+        const float *x = kv_cache_heads(c, 0, part, t, 0, T_HEADS, o);
+        memmove(o, x, T_ROW * sizeof *o);
+    }
+}
+
+static void expect_rows(const kv_cache *c, kv_cache_part part, const float *want, int from, int to,
+                        const char *what)
+{
+    float got[16 * T_ROW];
+    read_part(c, part, to, got);
     for (int i = from * T_ROW; i < to * T_ROW; i++)
-        cr_expect_eq(tu_f32_bits(got[i]), tu_f32_bits(want[i]), "%s: slot %d channel %d", what, i / T_ROW,
-                     i % T_ROW);
+        cr_expect_eq(tu_f32_bits(got[i]), tu_f32_bits(want[i]), "%s: slot %d channel %d", what,
+                     i / T_ROW, i % T_ROW);
 }
 
 Test(kvcache_quant, a_forward_stores_its_rows_once_in_groups_of_each_head)
@@ -162,10 +175,10 @@ Test(kvcache_quant, a_forward_stores_its_rows_once_in_groups_of_each_head)
         kv_round_group(k0 + g, 8, 1, KV_PREC_U8);
     for (int g = 0; g < 4 * T_ROW; g += 4)
         kv_round_group(v0 + g, 4, 1, KV_PREC_U8);
-    expect_rows(c->layers[0].k, k0, 0, 4, "keys");
-    expect_rows(c->layers[0].v, v0, 0, 4, "values");
+    expect_rows(c, KV_KEYS, k0, 0, 4, "keys");
+    expect_rows(c, KV_VALUES, v0, 0, 4, "values");
     kv_cache_commit(c, 0); /* stored rows are never rounded again */
-    expect_rows(c->layers[0].k, k0, 0, 4, "keys after a second commit");
+    expect_rows(c, KV_KEYS, k0, 0, 4, "keys after a second commit");
     kv_cache_free(c);
 }
 
@@ -176,12 +189,12 @@ Test(kvcache_quant, f32_and_held_commits_change_nothing)
     kv_cache_quant f32 = {0}, u4 = {.precision = KV_PREC_U4};
     kv_cache *c = filled(3, &f32, k0, v0);
     kv_cache_commit(c, 0);
-    expect_rows(c->layers[0].k, k0, 0, 3, "f32 keys");
+    expect_rows(c, KV_KEYS, k0, 0, 3, "f32 keys");
     kv_cache_free(c);
     c = filled(3, &u4, k0, v0);
     c->commit_held = true;
     kv_cache_commit(c, 0);
-    expect_rows(c->layers[0].v, v0, 0, 3, "held values");
+    expect_rows(c, KV_VALUES, v0, 0, 3, "held values");
     kv_cache_free(c);
 }
 
@@ -197,12 +210,18 @@ Test(kvcache_quant, by_channel_keys_keep_the_newest_block_at_full_precision)
     memcpy(want, k0, sizeof want);
     for (int ch = 0; ch < T_ROW; ch++)
         kv_round_group(want + ch, 4, T_ROW, KV_PREC_U8);
-    expect_rows(c->layers[0].k, want, 0, 6, "first block stored, residual as computed");
-    c->layers[0].len = 8; /* the residual block fills */
+    expect_rows(c, KV_KEYS, want, 0, 6, "first block stored, residual as computed");
+    for (int t = 6; t < 8; t++) { /* the residual block fills: two slots appended */
+        memcpy(kv_cache_full_row(c, &c->layers[0], KV_KEYS, t), k0 + t * T_ROW,
+               T_ROW * sizeof(float));
+        memcpy(kv_cache_full_row(c, &c->layers[0], KV_VALUES, t), v0 + t * T_ROW,
+               T_ROW * sizeof(float));
+    }
+    c->layers[0].len = 8;
     kv_cache_commit(c, 0);
     for (int ch = 0; ch < T_ROW; ch++)
         kv_round_group(want + 4 * T_ROW + ch, 4, T_ROW, KV_PREC_U8);
-    expect_rows(c->layers[0].k, want, 0, 8, "second block stored from its own values");
+    expect_rows(c, KV_KEYS, want, 0, 8, "second block stored from its own values");
     kv_cache_free(c);
 }
 
@@ -213,7 +232,7 @@ Test(kvcache_quant, compaction_regroups_by_channel_keys_from_their_stored_values
     float k0[8 * T_ROW], v0[8 * T_ROW], stored[8 * T_ROW];
     kv_cache *c = filled(8, &q, k0, v0);
     kv_cache_commit(c, 0);
-    memcpy(stored, c->layers[0].k, sizeof stored);
+    read_part(c, KV_KEYS, 8, stored);
     const int keep[] = {0, 2, 5, 6, 7};
     kv_error err;
     cr_assert_eq(kv_cache_compact(c, 0, keep, 5, &err), 0, "%s", err.msg);
@@ -222,7 +241,7 @@ Test(kvcache_quant, compaction_regroups_by_channel_keys_from_their_stored_values
         memcpy(want + j * T_ROW, stored + keep[j] * T_ROW, T_ROW * sizeof(float));
     for (int ch = 0; ch < T_ROW; ch++) /* one more rounding: the new block of four */
         kv_round_group(want + ch, 4, T_ROW, KV_PREC_U8);
-    expect_rows(c->layers[0].k, want, 0, 5, "regrouped keys");
+    expect_rows(c, KV_KEYS, want, 0, 5, "regrouped keys");
     cr_expect_eq(c->layers[0].k_stored, 4, "the fifth key is the new residual");
     kv_cache_free(c);
 }
@@ -235,7 +254,7 @@ Test(kvcache_quant, a_rerotated_key_is_dequantised_turned_and_stored_again)
     kv_cache *c = filled(3, &q, k0, v0);
     kv_cache_commit(c, 0);
     float stored[3 * T_ROW];
-    memcpy(stored, c->layers[0].k, sizeof stored);
+    read_part(c, KV_KEYS, 3, stored);
     double inv_freq[T_D / 2];
     for (int f = 0; f < T_D / 2; f++)
         inv_freq[f] = pow(100.0, -2.0 * f / T_D);
@@ -253,7 +272,7 @@ Test(kvcache_quant, a_rerotated_key_is_dequantised_turned_and_stored_again)
         }
         kv_round_group(want + h * T_D, T_D, 1, KV_PREC_U8);
     }
-    expect_rows(c->layers[0].k, want, 0, 1, "rerotated key");
+    expect_rows(c, KV_KEYS, want, 0, 1, "rerotated key");
     kv_cache_free(c);
 }
 
