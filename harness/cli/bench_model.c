@@ -9,6 +9,7 @@
 #include "util/clock.h"
 #include "model/cpu.h"
 #include "cli/bench.h"
+#include "cli/eviction.h"
 #include "model/generate.h"
 #include "model/kernels.h"
 #include "model/model.h"
@@ -21,7 +22,9 @@ const kb_option kb_bench_model_options[] = {
     {"threads", "N", "threads (default: all cores)"},
     {"compute", "f32|bf16", "compute mode (default f32)"},
     {"evict-keep", "N", "also decode after evicting to N slots per layer (first 4 + recent)"},
+    {"against", "PRECISION", "also run each repeat with caches at PRECISION, just before, and report the decode speed ratio"},
     {"json", NULL, "print one JSON object per measurement"},
+    KB_EVICTION_OPTIONS, /* of them only the cache precision's apply */
     {NULL, NULL, NULL},
 };
 
@@ -34,20 +37,56 @@ static double peak_rss_gib(void)
     return (double)ru.ru_maxrss / (1024.0 * 1024.0); /* ru_maxrss is in KiB */
 }
 
-/* Median, min and max of the wall-clock rates; median of the CPU rates. */
-static void report(const kb_bench_model_opts *o, const char *what, int tokens, double *v,
-                   double *cpu, int n)
+/* Bytes one cached token takes at precision q in m's caches. */
+static double bytes_per_token(const kv_model *m, const kv_cache_quant *q)
+{
+    const kv_model_config *c = kv_model_get_config(m);
+    return kv_cache_bytes_per_token(q, c->n_layers, c->n_kv_heads, c->head_dim);
+}
+
+/* Median, min and max of the wall-clock rates; median of the CPU rates;
+ * the caches' precision and bytes per token. */
+static void report(const kb_bench_model_opts *o, const kv_model *m, const kv_cache_quant *q,
+                   const char *what, int tokens, double *v, double *cpu, int n)
 {
     double med = kb_median(v, n), cmed = kb_median(cpu, n);
+    const char *prec = kv_precision_name(q->precision);
     if (o->json)
         printf("{\"measure\":\"%s\",\"tokens\":%d,\"tokens_per_s_median\":%.2f,"
                "\"tokens_per_s_min\":%.2f,\"tokens_per_s_max\":%.2f,\"runs\":%d,"
-               "\"tokens_per_cpu_s_median\":%.2f,\"peak_rss_gib\":%.3f}\n",
-               what, tokens, med, v[0], v[n - 1], n, cmed, peak_rss_gib());
+               "\"tokens_per_cpu_s_median\":%.2f,\"peak_rss_gib\":%.3f,"
+               "\"kv_cache_precision\":\"%s\",\"key_quant\":\"%s\",\"kv_bytes_per_token\":%.0f}\n",
+               what, tokens, med, v[0], v[n - 1], n, cmed, peak_rss_gib(), prec,
+               q->key_by_channel ? "by_channel" : "by_token", bytes_per_token(m, q));
     else
-        printf("%-22s %6d  %8.2f tok/s  (min %.2f, max %.2f, %d runs; %.2f tok/cpu-s)  "
+        printf("%-22s %4s %6d  %8.2f tok/s  (min %.2f, max %.2f, %d runs; %.2f tok/cpu-s)  "
                "peak RSS %.2f GiB\n",
-               what, tokens, med, v[0], v[n - 1], n, cmed, peak_rss_gib());
+               what, prec, tokens, med, v[0], v[n - 1], n, cmed, peak_rss_gib());
+    fflush(stdout);
+}
+
+/* The decode speed of o->quant over o->against_quant, repeat by repeat
+ * (each pair ran one after the other): median, min, max; CPU-time ratio. */
+static void report_ratio(const kb_bench_model_opts *o, int tokens, const double *v,
+                         const double *base, const double *cpu, const double *base_cpu, int n)
+{
+    double r[64], rc[64];
+    for (int i = 0; i < n; i++) {
+        r[i] = v[i] / base[i];
+        rc[i] = cpu[i] / base_cpu[i];
+    }
+    double med = kb_median(r, n), cmed = kb_median(rc, n);
+    const char *a = kv_precision_name(o->quant.precision),
+               *b = kv_precision_name(o->against_quant.precision);
+    if (o->json)
+        printf("{\"measure\":\"decode ratio\",\"tokens\":%d,\"kv_cache_precision\":\"%s\","
+               "\"against\":\"%s\",\"ratio_median\":%.3f,\"ratio_min\":%.3f,"
+               "\"ratio_max\":%.3f,\"cpu_ratio_median\":%.3f,\"runs\":%d}\n",
+               tokens, a, b, med, r[0], r[n - 1], cmed, n);
+    else
+        printf("decode %s / %s      %6d  %8.3fx       (min %.3f, max %.3f, %d pairs; %.3fx per "
+               "cpu-s)\n",
+               a, b, tokens, med, r[0], r[n - 1], n, cmed);
     fflush(stdout);
 }
 
@@ -94,14 +133,16 @@ static int decode(kv_model *m, kv_cache *c, const float *logits, int steps, doub
 }
 
 /* One run: prefill P random tokens, decode, optionally evict and decode. */
-static int one_run(const kb_bench_model_opts *o, kv_model *m, int P, unsigned seed, run_result *r,
-                   kv_error *err)
+static int one_run(const kb_bench_model_opts *o, kv_model *m, int P, unsigned seed,
+                   const kv_cache_quant *q, run_result *r, kv_error *err)
 {
     const kv_model_config *cfg = kv_model_get_config(m);
     int32_t *tokens = malloc((size_t)P * sizeof *tokens);
     float *logits = malloc((size_t)cfg->vocab * sizeof *logits);
     kv_cache *c = kv_model_cache_new(m, P + o->gen_tokens + 1, err);
     int rc = tokens && logits && c ? 0 : (c ? kv_fail(err, "out of memory") : -1);
+    if (rc == 0)
+        rc = kv_cache_set_quant(c, q, err);
     for (int i = 0; rc == 0 && i < P; i++) {
         seed = seed * 1103515245u + 12345u;
         tokens[i] = (int32_t)((seed >> 8) % (unsigned)cfg->vocab);
@@ -130,34 +171,54 @@ static int one_run(const kb_bench_model_opts *o, kv_model *m, int P, unsigned se
     return rc;
 }
 
+/* The rates of the repeats at one precision. */
+typedef struct series {
+    double pf[64], dc[64], de[64], pfc[64], dcc[64], dec[64];
+} series;
+
+static void record(series *s, int i, const run_result *r)
+{
+    s->pf[i] = r->prefill;
+    s->dc[i] = r->decode;
+    s->de[i] = r->decode_evicted;
+    s->pfc[i] = r->prefill_cpu;
+    s->dcc[i] = r->decode_cpu;
+    s->dec[i] = r->decode_evicted_cpu;
+}
+
+static void report_series(const kb_bench_model_opts *o, const kv_model *m, const kv_cache_quant *q,
+                          int P, series *s, int n)
+{
+    char what[64];
+    report(o, m, q, "prefill", P, s->pf, s->pfc, n);
+    if (o->gen_tokens > 0)
+        report(o, m, q, "decode after prompt", P, s->dc, s->dcc, n);
+    if (o->gen_tokens > 0 && o->evict_keep > 0 && P > o->evict_keep) {
+        snprintf(what, sizeof what, "decode evicted to %d", o->evict_keep);
+        report(o, m, q, what, P, s->de, s->dec, n);
+    }
+}
+
 static int bench_prompt(const kb_bench_model_opts *o, kv_model *m, int P)
 {
-    double pf[64], dc[64], de[64], pfc[64], dcc[64], dec[64];
+    static series s, base; /* 3 KB each: off the stack */
     int n = o->repeats < 64 ? o->repeats : 64;
     kv_error err;
-    for (int i = 0; i < n; i++) {
-        run_result r = {0};
-        if (one_run(o, m, P, 1234u + (unsigned)i, &r, &err) != 0) {
+    for (int i = 0; i < n; i++) { /* interleaved: a pair shares the machine's state */
+        run_result r = {0}, rb = {0};
+        if ((o->against && one_run(o, m, P, 1234u + (unsigned)i, &o->against_quant, &rb, &err) != 0) ||
+            one_run(o, m, P, 1234u + (unsigned)i, &o->quant, &r, &err) != 0) {
             kb_error("%s", err.msg);
             return KB_EXIT_FAIL;
         }
-        pf[i] = r.prefill;
-        dc[i] = r.decode;
-        de[i] = r.decode_evicted;
-        pfc[i] = r.prefill_cpu;
-        dcc[i] = r.decode_cpu;
-        dec[i] = r.decode_evicted_cpu;
+        record(&base, i, &rb);
+        record(&s, i, &r);
     }
-    char what[64];
-    report(o, "prefill", P, pf, pfc, n);
-    if (o->gen_tokens > 0) {
-        snprintf(what, sizeof what, "decode after prompt");
-        report(o, what, P, dc, dcc, n);
-    }
-    if (o->gen_tokens > 0 && o->evict_keep > 0 && P > o->evict_keep) {
-        snprintf(what, sizeof what, "decode evicted to %d", o->evict_keep);
-        report(o, what, P, de, dec, n);
-    }
+    if (o->against && o->gen_tokens > 0) /* before the medians sort each series */
+        report_ratio(o, P, s.dc, base.dc, s.dcc, base.dcc, n);
+    if (o->against)
+        report_series(o, m, &o->against_quant, P, &base, n);
+    report_series(o, m, &o->quant, P, &s, n);
     return 0;
 }
 
@@ -177,6 +238,21 @@ int kb_bench_model(const kb_bench_model_opts *o)
         return KB_EXIT_FAIL;
     }
     const kv_model_config *c = kv_model_get_config(m);
+    kb_bench_model_opts checked = *o;
+    if (kv_cache_quant_check(&checked.quant, c->head_dim, &err) != 0 ||
+        kv_cache_quant_check(&checked.against_quant, c->head_dim, &err) != 0) {
+        kb_error("%s", err.msg);
+        kv_model_free(m);
+        return KB_EXIT_USAGE;
+    }
+    o = &checked;
+    fprintf(stderr, "# KV cache %s%s: %.0f bytes per cached token",
+            kv_precision_name(o->quant.precision), o->quant.key_by_channel ? " (keys by channel)" : "",
+            bytes_per_token(m, &o->quant));
+    if (o->against)
+        fprintf(stderr, "; against %s: %.0f", kv_precision_name(o->against_quant.precision),
+                bytes_per_token(m, &o->against_quant));
+    fprintf(stderr, "\n");
     fprintf(stderr,
             "# %s: %s, %d layers, hidden %d, %d/%d heads x %d, ffn %d, vocab %d; %.2f GiB of "
             "weights loaded in %.1f s; %d threads; compute %s, kernels %s\n",
@@ -218,5 +294,27 @@ int kb_bench_model_run(const kb_args *a)
     o.repeats = (int)rep;
     o.threads = (int)threads;
     o.evict_keep = (int)keep;
+    kv_evict_params p;
+    int asked = kb_eviction_params(a, &p);
+    if (asked < 0)
+        return KB_EXIT_USAGE;
+    if (asked == 0) {
+        kb_error("bench model: of the eviction options only the cache precision's apply "
+                 "(--kv-cache-precision, --key-quant, --value-quant, --key-group-size, "
+                 "--value-group-size)");
+        return KB_EXIT_USAGE;
+    }
+    o.quant = kv_evict_params_cache_quant(&p);
+    const char *against = kb_arg(a, "against");
+    if (against) {
+        int prec = kv_precision_parse(against);
+        if (prec < 0) {
+            kb_error("--against: want f32, bf16, f16, u8 or u4, not '%s'", against);
+            return KB_EXIT_USAGE;
+        }
+        o.against = true;
+        o.against_quant = o.quant;
+        o.against_quant.precision = (kv_precision)prec;
+    }
     return kb_bench_model(&o);
 }

@@ -10,6 +10,7 @@
 
 #include "cli/cli.h"
 #include "model/kernels.h"
+#include "model/kvcache.h"
 
 typedef struct kb_bench_model_opts {
     const char *model;
@@ -20,11 +21,16 @@ typedef struct kb_bench_model_opts {
     int threads;    /* 0: default */
     int evict_keep; /* > 0: also decode after keeping this many slots per layer */
     kv_compute compute;
+    kv_cache_quant quant;    /* the caches' precision (--kv-cache-precision ...) */
+    bool against;            /* also each repeat at against_quant, just before, */
+    kv_cache_quant against_quant; /* and the decode speed ratio to it */
     bool json;
 } kb_bench_model_opts;
 
 /* Options: --model, --prompt-tokens, --gen-tokens, --repeats, --threads,
- * --compute, --evict-keep, --json (terminated by a NULL name). */
+ * --compute, --evict-keep, --against, --json, and the cache precision's
+ * (--kv-cache-precision, --key-quant, --key-group-size, --value-group-size;
+ * the other eviction options are refused) (terminated by a NULL name). */
 extern const kb_option kb_bench_model_options[];
 
 /* Parses those options from args and runs the benchmark; an exit code. */

@@ -8,6 +8,7 @@
 #include "cli/bench.h"
 #include "cli/bench_model.h"
 #include "cli/cli.h"
+#include "cli/eviction.h"
 
 typedef struct bench_kind {
     const char *name;
@@ -40,7 +41,9 @@ static const kb_option options[] = {
     {"evict-keep", "N", "model: also decode after evicting to N slots per layer"},
     {"configs", "K,K,..", "sweep: eviction configs next to the full cache (default 4,16,31)"},
     {"buffer-mib", "N", "machine, sweep: read-bandwidth buffer (default: 8x the last-level cache, at least 512)"},
+    {"against", "PRECISION", "model: also run each repeat with caches at PRECISION, just before, and report the decode speed ratio"},
     {"json", NULL, "print the measurements as one JSON line"},
+    KB_EVICTION_OPTIONS, /* model: of them only the cache precision's apply */
     {NULL, NULL, NULL},
 };
 

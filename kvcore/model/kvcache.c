@@ -246,9 +246,12 @@ int kv_cache_set_quant(kv_cache *c, const kv_cache_quant *q, kv_error *err)
     kv_cache_quant r = *q;
     if (kv_cache_quant_check(&r, c->head_dim, err) != 0)
         return -1;
+    /* rows not yet stored are at full precision at any precision (an F32
+     * cache's all are): a fork of the prompt's cache takes a config's own */
     for (int i = 0; i < c->n_layers; i++)
-        if (c->layers[i].len > 0)
-            return kv_fail(err, "KV cache: the precision of a cache holding tokens is fixed");
+        if (c->layers[i].k_stored > 0 || c->layers[i].v_stored > 0)
+            return kv_fail(err, "KV cache: a cache storing tokens at %s keeps that precision",
+                           kv_precision_name(c->quant.precision));
     c->quant = r;
     for (int i = 0; i < c->n_layers; i++) /* the stored form's room */
         if (layer_resize(c, &c->layers[i], c->layers[i].cap, err) != 0)

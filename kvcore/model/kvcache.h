@@ -120,8 +120,10 @@ kv_cache *kv_cache_fork_at(const kv_cache *c, const kv_cache_quant *q, int cap_h
  * channel: 32 tokens) and checks them against head_dim. */
 int kv_cache_quant_check(kv_cache_quant *q, int head_dim, kv_error *err);
 
-/* Sets the precision of an empty cache; checks the group sizes against the
- * head dimension. Forks and compressed copies inherit it. */
+/* Sets the precision of a cache that stores no slot yet (empty, F32, or
+ * its forward not committed: the fork of a prompt's F32 cache for a
+ * config at another precision, committed next); checks the group sizes
+ * against the head dimension. Forks and compressed copies inherit it. */
 int kv_cache_set_quant(kv_cache *c, const kv_cache_quant *q, kv_error *err);
 
 /* The forward that appended a layer's newest slots is done with them:

@@ -89,6 +89,7 @@ typedef struct setup {
     kv_attn_stats *stats;
     float *last;
     int vocab, n_layers;
+    const char *precision, *key_quant; /* the caches' (kv_cache_precision); NULL: f32 */
 } setup;
 
 /* Loads the model in compute mode `mode` and prefills a pseudo-random
@@ -110,6 +111,10 @@ static void setup_open(setup *s, const char *rel, kv_compute mode)
         s->ps[i].intermediate_size = 20;
         cJSON *j = cJSON_Parse(policies[i]);
         cr_assert_eq(kv_evict_params_from_json(&s->ps[i], j, &err), 0, "%s", err.msg);
+        if (s->precision)
+            cr_assert(kv_evict_params_set(&s->ps[i], "kv_cache_precision", s->precision, &err) == 0 &&
+                          kv_evict_params_set(&s->ps[i], "key_quant", s->key_quant, &err) == 0,
+                      "%s", err.msg);
         cr_assert_eq(kv_evict_params_validate(&s->ps[i], &err), 0, "%s: %s", policies[i], err.msg);
         cJSON_Delete(j);
     }
@@ -121,6 +126,8 @@ static void setup_open(setup *s, const char *rel, kv_compute mode)
         prompt[i] = (int32_t)((seed >> 8) % (unsigned)s->vocab);
     }
     s->base = kv_model_cache_new(s->m, PROMPT, &err);
+    kv_cache_quant q = kv_evict_params_cache_quant(&s->ps[0]);
+    cr_assert(s->base && kv_cache_set_quant(s->base, &q, &err) == 0, "%s", err.msg);
     s->stats = kv_model_stats_new(s->m, s->base, PROMPT, &s->shared, &err);
     s->last = malloc((size_t)s->vocab * sizeof *s->last);
     cr_assert(s->base && s->stats && s->last);
@@ -195,10 +202,12 @@ static int decode_alone(setup *s, int i, int max_new, int32_t stop_id, int32_t *
 /* Every policy and the full cache decoded together vs each alone. Rows get
  * different lengths, and one stops at a stop id, so rows leave the batch at
  * different steps. */
-static void check_model(const char *rel, kv_compute mode)
+static void check_model_at(const char *rel, kv_compute mode, const char *precision,
+                           const char *key_quant)
 {
-    setup s = {0};
+    setup s = {.precision = precision, .key_quant = key_quant};
     setup_open(&s, rel, mode);
+    cr_assert_eq(s.base->quant.precision, precision ? kv_precision_parse(precision) : KV_PREC_F32);
     int32_t alone[N_ROWS][GEN], stop_of[N_ROWS];
     int n_alone[N_ROWS], max_new[N_ROWS];
     row ra[N_ROWS], rb[N_ROWS];
@@ -258,6 +267,11 @@ static void check_model(const char *rel, kv_compute mode)
     setup_close(&s);
 }
 
+static void check_model(const char *rel, kv_compute mode)
+{
+    check_model_at(rel, mode, NULL, NULL);
+}
+
 static void check_level(kv_isa isa)
 {
     (void)isa; /* set by tu_each_level */
@@ -270,6 +284,23 @@ static void check_level(kv_isa isa)
 Test(batch, every_policy_equals_decoding_alone_on_every_model, .timeout = 600)
 {
     tu_each_level(check_level);
+}
+
+/* The same over caches stored at another precision: rows read their own
+ * stored keys and values batched as alone. */
+static void check_stored(kv_isa isa)
+{
+    (void)isa;
+    static const char *const precisions[][2] = {
+        {"u8", "by_token"}, {"u4", "by_channel"}, {"bf16", "by_token"}};
+    for (size_t p = 0; p < sizeof precisions / sizeof *precisions; p++)
+        check_model_at("tests/data/models/qwen3-bf16", KV_COMPUTE_F32, precisions[p][0],
+                       precisions[p][1]);
+}
+
+Test(batch, every_policy_equals_decoding_alone_on_stored_caches, .timeout = 600)
+{
+    tu_each_level(check_stored);
 }
 
 /* The forward itself: a batch over caches of different lengths and

@@ -287,3 +287,97 @@ Test(kvcache_quant, group_sizes_are_checked_against_the_head)
     cr_expect_eq(d.key_group, 32, "by channel: 32 tokens by default");
     cr_expect_eq(d.value_group, 8, "values: the head dimension by default");
 }
+
+/* ---- what the stored form costs ---- */
+
+Test(kvcache_quant, a_token_costs_its_codes_and_group_parameters)
+{
+    /* Qwen3-0.6B: 28 layers, 8 KV heads of 128 channels */
+    enum { L = 28, ROW = 8 * 128 };
+    kv_cache_quant f32 = {0}, u8 = {.precision = KV_PREC_U8}, u4c = {.precision = KV_PREC_U4,
+                                                                      .key_by_channel = true};
+    kv_error err;
+    cr_assert(kv_cache_quant_check(&u8, 128, &err) == 0 && kv_cache_quant_check(&u4c, 128, &err) == 0);
+    cr_expect_eq(kv_cache_bytes_per_token(&f32, L, 8, 128), L * 2 * ROW * 4.0);
+    /* a byte a value, a scale and a min (8 bytes) per head and part */
+    cr_expect_eq(kv_cache_bytes_per_token(&u8, L, 8, 128), L * 2 * (ROW + 8 * 8.0));
+    /* keys: a block of 32 tokens shares a scale and min per channel */
+    cr_expect_eq(kv_cache_bytes_per_token(&u4c, L, 8, 128),
+                 L * (2 * ROW / 2.0 + ROW * 8.0 / 32 + 8 * 8.0));
+}
+
+Test(kvcache_quant, a_committed_layer_keeps_no_full_precision_row_but_the_next)
+{
+    srand(16);
+    kv_cache_quant q = {.precision = KV_PREC_U4};
+    float k0[200 * T_ROW], v0[200 * T_ROW];
+    kv_cache *c = filled(200, &q, k0, v0);
+    cr_assert_geq(c->layers[0].k_rows, 200, "the forward's rows at full precision");
+    kv_cache_commit(c, 0);
+    const kv_cache_layer *l = &c->layers[0];
+    cr_expect(l->k_stored == 200 && l->v_stored == 200);
+    cr_expect_leq(l->k_rows, 1, "full-precision keys given back");
+    cr_expect_leq(l->v_rows, 1, "full-precision values given back");
+    cr_expect_eq(kv_cache_code_bytes(c), T_ROW / 2, "u4: two codes a byte");
+    kv_cache_free(c);
+}
+
+Test(kvcache_quant, a_fork_of_an_f32_prompt_stores_it_as_a_cache_of_its_own_precision)
+{
+    srand(17);
+    kv_cache_quant f32 = {0}, u8 = {.precision = KV_PREC_U8, .value_group = 4};
+    float k0[6 * T_ROW], v0[6 * T_ROW], k1[6 * T_ROW], v1[6 * T_ROW];
+    kv_cache *base = filled(6, &f32, k0, v0);
+    kv_cache *direct = filled(6, &u8, k1, v1);
+    memcpy(direct->layers[0].k, k0, sizeof k0);
+    memcpy(direct->layers[0].v, v0, sizeof v0);
+    kv_error err;
+    kv_cache *f = kv_cache_fork(base, 0, &err);
+    cr_assert(f && kv_cache_set_quant(f, &u8, &err) == 0, "%s", err.msg);
+    kv_cache_commit(f, 0);
+    kv_cache_commit(direct, 0);
+    read_part(direct, KV_KEYS, 6, k1);
+    read_part(direct, KV_VALUES, 6, v1);
+    expect_rows(f, KV_KEYS, k1, 0, 6, "forked keys");
+    expect_rows(f, KV_VALUES, v1, 0, 6, "forked values");
+    expect_rows(base, KV_KEYS, k0, 0, 6, "the base stays F32");
+    cr_expect_neq(kv_cache_set_quant(f, &f32, &err), 0, "a storing cache keeps its precision");
+    kv_cache *g = kv_cache_fork(f, 8, &err); /* a fork of the stored form */
+    cr_assert_not_null(g, "%s", err.msg);
+    expect_rows(g, KV_KEYS, k1, 0, 6, "keys of a fork of a stored cache");
+    kv_cache_free(g);
+    kv_cache_free(f);
+    kv_cache_free(direct);
+    kv_cache_free(base);
+}
+
+/* Per-head gathers (one set per KV head) move codes and groups as they are:
+ * each head's kept rows read back as they were stored. */
+Test(kvcache_quant, per_head_gathers_move_each_heads_codes_unchanged)
+{
+    srand(18);
+    kv_cache_quant q = {.precision = KV_PREC_U4, .value_group = 4};
+    float k0[8 * T_ROW], v0[8 * T_ROW], ks[8 * T_ROW], vs[8 * T_ROW];
+    kv_cache *c = filled(8, &q, k0, v0);
+    kv_cache_commit(c, 0);
+    read_part(c, KV_KEYS, 8, ks);
+    read_part(c, KV_VALUES, 8, vs);
+    const int keep[2][8] = {{0, 3, 4, 7}, {1, 2, 5}}, n_keep[2] = {4, 3};
+    kv_cache_keep k = {.sets = 2, .keep = &keep[0][0], .stride = 8, .n_keep = n_keep};
+    kv_error err;
+    cr_assert_eq(kv_cache_gather(c, c, 0, &k, &err), 0, "%s", err.msg);
+    float kg[4 * T_ROW], vg[4 * T_ROW];
+    read_part(c, KV_KEYS, 4, kg);
+    read_part(c, KV_VALUES, 4, vg);
+    for (int h = 0; h < T_HEADS; h++)
+        for (int j = 0; j < 4; j++)
+            for (int d = 0; d < T_D; d++) {
+                int at = j * T_ROW + h * T_D + d;
+                float wk = j < n_keep[h] ? ks[keep[h][j] * T_ROW + h * T_D + d] : 0.0f;
+                float wv = j < n_keep[h] ? vs[keep[h][j] * T_ROW + h * T_D + d] : 0.0f;
+                cr_expect_eq(tu_f32_bits(kg[at]), tu_f32_bits(wk), "head %d slot %d key", h, j);
+                cr_expect_eq(tu_f32_bits(vg[at]), tu_f32_bits(wv), "head %d slot %d value", h, j);
+            }
+    cr_expect_eq(c->layers[0].k_stored, 4, "a gap is stored zeros");
+    kv_cache_free(c);
+}

@@ -1,0 +1,174 @@
+/* Decode attention over a KV cache's stored form (kernels_stored.c,
+ * attn_stored.c) against the same sums in double over the rows the cache
+ * dequantises (kv_cache_heads): every precision, keys by token and by
+ * channel, group sizes below the head, tails that are no multiple of the
+ * vector width, slot ranges that cut by-channel blocks. Only the order of
+ * the F32 sums differs, so each result lies within a few F32 roundings of
+ * the sum of absolute products. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/attn_stored.h"
+#include "model/kernels.h"
+#include "model/kvcache.h"
+
+static float frand(void) { return (float)rand() / RAND_MAX * 2.0f - 1.0f; }
+
+/* |got - want| within 1e-5 of the sum of |terms| (F32 roundings of a sum
+ * in another order), plus the smallest normal's worth for sums near 0. */
+static void expect_close(double got, double want, double abs_sum, const char *what, int i, int j)
+{
+    cr_expect_leq(fabs(got - want), 1e-5 * abs_sum + 1e-30, "%s [%d][%d]: %.9g, want %.9g", what,
+                  i, j, got, want);
+}
+
+static const kv_precision formats[] = {KV_PREC_U8, KV_PREC_U4, KV_PREC_BF16, KV_PREC_F16};
+
+/* Random stored values of n entries: codes, or 16-bit floats. */
+static void random_stored(kv_precision p, int n, uint8_t *x, float *values)
+{
+    for (int j = 0; j < n; j++) {
+        float v = frand() * 3.0f;
+        uint8_t code = (uint8_t)(rand() % (p == KV_PREC_U4 ? 16 : 256));
+        uint16_t h = p == KV_PREC_BF16 ? kv_f32_to_bf16(v) : kv_f32_to_f16(v);
+        switch (p) {
+        case KV_PREC_U8:
+            x[j] = code;
+            values[j] = code;
+            break;
+        case KV_PREC_U4:
+            x[j / 2] = (uint8_t)(j % 2 ? (x[j / 2] & 0x0f) | code << 4 : code);
+            values[j] = code;
+            break;
+        default:
+            memcpy(x + 2 * j, &h, sizeof h);
+            values[j] = p == KV_PREC_BF16 ? kv_bf16_to_f32(h) : kv_f16_to_f32(h);
+        }
+    }
+}
+
+Test(kernels_stored, dot_and_axpy_read_every_format_as_its_values)
+{
+    srand(21);
+    enum { N = 131, Q = 8, ROWS = 5 };
+    static const int lengths[] = {1, 6, 8, 14, 16, 38, 128, N};
+    float q[Q * N], values[ROWS][N], out[Q], y[Q * N], y0[Q * N], a[Q * ROWS];
+    uint8_t x[ROWS][2 * N];
+    for (size_t f = 0; f < sizeof formats / sizeof *formats; f++)
+        for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++) {
+            int n = lengths[li];
+            for (int r = 0; r < ROWS; r++)
+                random_stored(formats[f], n, x[r], values[r]);
+            for (int i = 0; i < Q * N; i++)
+                q[i] = y0[i] = frand();
+            for (int i = 0; i < Q * ROWS; i++)
+                a[i] = frand();
+            for (int nq = 1; nq <= Q; nq++) {
+                kv_dot_stored(q, N, nq, x[0], formats[f], n, out);
+                for (int i = 0; i < nq; i++) {
+                    double want = 0, abs_sum = 0;
+                    for (int j = 0; j < n; j++) {
+                        want += (double)q[i * N + j] * values[0][j];
+                        abs_sum += fabs((double)q[i * N + j] * values[0][j]);
+                    }
+                    expect_close(out[i], want, abs_sum, kv_precision_name(formats[f]), n, i);
+                }
+                memcpy(y, y0, sizeof y);
+                kv_axpy_stored(y, N, nq, a, ROWS, x[0], 2 * N, ROWS, formats[f], n);
+                for (int i = 0; i < nq; i++)
+                    for (int j = 0; j < n; j++) {
+                        double want = y0[i * N + j], abs_sum = fabs(want);
+                        for (int r = 0; r < ROWS; r++) {
+                            want += (double)a[i * ROWS + r] * values[r][j];
+                            abs_sum += fabs((double)a[i * ROWS + r] * values[r][j]);
+                        }
+                        expect_close(y[i * N + j], want, abs_sum, "axpy", i, j);
+                    }
+                for (int i = nq * N; i < Q * N; i++) /* outputs beyond ny untouched */
+                    cr_expect_eq(y[i], y0[i]);
+            }
+        }
+}
+
+/* ---- attention over a cache's stored slots ---- */
+
+enum { KV = 2, D = 16, HEADS = 6, SLOTS = 45 };
+
+/* A one-layer cache of SLOTS random tokens stored at q. */
+static kv_cache *stored_cache(const kv_cache_quant *q)
+{
+    kv_error err;
+    kv_cache *c = kv_cache_new(1, KV, D, SLOTS + 1, &err);
+    cr_assert(c && kv_cache_set_quant(c, q, &err) == 0, "%s", err.msg);
+    kv_cache_layer *l = &c->layers[0];
+    for (int t = 0; t < SLOTS; t++) {
+        for (int i = 0; i < KV * D; i++) {
+            kv_cache_full_row(c, l, KV_KEYS, t)[i] = frand() * 2.0f + (float)(i % 3);
+            kv_cache_full_row(c, l, KV_VALUES, t)[i] = frand();
+        }
+        kv_cache_set_pos(c, 0, t, t);
+        l->len = t + 1;
+    }
+    kv_cache_commit(c, 0);
+    return c;
+}
+
+static void check_attention(const kv_cache_quant *q, const char *what)
+{
+    kv_cache *c = stored_cache(q);
+    const kv_cache_layer *l = &c->layers[0];
+    int t0 = 3, t1 = l->k_stored < SLOTS - 2 ? l->k_stored : SLOTS - 2; /* cuts blocks */
+    cr_assert_gt(t1, t0 + 16, "%s: slots stored", what);
+    float query[HEADS * D], p[HEADS * SLOTS], scores[HEADS * SLOTS], o[HEADS * D] = {0};
+    float k[KV * D], v[KV * D];
+    for (int i = 0; i < HEADS * D; i++)
+        query[i] = frand();
+    for (int i = 0; i < HEADS * SLOTS; i++)
+        p[i] = (float)rand() / RAND_MAX;
+    float scale = 0.25f;
+    kv_attn_stored_scores(c, l, query, HEADS, t0, t1, scale, scores, SLOTS);
+    kv_attn_stored_values(c, l, p, SLOTS, HEADS, t0, t1, o);
+    double want_o[HEADS * D] = {0}, abs_o[HEADS * D] = {0};
+    for (int t = t0; t < t1; t++) {
+        memcpy(k, kv_cache_heads(c, 0, KV_KEYS, t, 0, KV, k), sizeof k);
+        memcpy(v, kv_cache_heads(c, 0, KV_VALUES, t, 0, KV, v), sizeof v);
+        for (int h = 0; h < HEADS; h++) {
+            const float *kh = k + h / (HEADS / KV) * D, *vh = v + h / (HEADS / KV) * D;
+            double s = 0, abs_sum = 0;
+            for (int d = 0; d < D; d++) {
+                s += (double)query[h * D + d] * kh[d];
+                abs_sum += fabs((double)query[h * D + d] * kh[d]);
+                want_o[h * D + d] += (double)p[h * SLOTS + t] * vh[d];
+                abs_o[h * D + d] += fabs((double)p[h * SLOTS + t] * vh[d]);
+            }
+            /* by-token groups add min * sum(q): its own rounding */
+            expect_close(scores[h * SLOTS + t], s * scale, 4 * abs_sum * scale, what, h, t);
+        }
+    }
+    for (int i = 0; i < HEADS * D; i++)
+        expect_close(o[i], want_o[i], 4 * abs_o[i], what, i / D, i % D);
+    kv_cache_free(c);
+}
+
+Test(attn_stored, scores_and_values_equal_those_of_the_dequantised_rows)
+{
+    srand(22);
+    const kv_cache_quant cases[] = {
+        {.precision = KV_PREC_U8},
+        {.precision = KV_PREC_U8, .key_group = 4, .value_group = 8},
+        {.precision = KV_PREC_U4, .key_group = 8, .value_group = 2},
+        {.precision = KV_PREC_BF16},
+        {.precision = KV_PREC_F16},
+        {.precision = KV_PREC_U8, .key_by_channel = true, .key_group = 8},
+        {.precision = KV_PREC_U4, .key_by_channel = true, .key_group = 5},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char what[64];
+        snprintf(what, sizeof what, "%s%s kg %d", kv_precision_name(cases[i].precision),
+                 cases[i].key_by_channel ? " by channel" : "", cases[i].key_group);
+        check_attention(&cases[i], what);
+    }
+}
