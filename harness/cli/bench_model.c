@@ -22,7 +22,7 @@ const kb_option kb_bench_model_options[] = {
     {"threads", "N", "threads (default: all cores)"},
     {"compute", "f32|bf16", "compute mode (default f32)"},
     {"evict-keep", "N", "also decode after evicting to N slots per layer (first 4 + recent)"},
-    {"against", "PRECISION", "also run each repeat with caches at PRECISION, just before, and report the decode speed ratio"},
+    {"against", "PRECISION", "decode speed against caches at PRECISION: one prefill forked to both, decoded in turn, the ratio"},
     {"json", NULL, "print one JSON object per measurement"},
     KB_EVICTION_OPTIONS, /* of them only the cache precision's apply */
     {NULL, NULL, NULL},
@@ -132,6 +132,15 @@ static int decode(kv_model *m, kv_cache *c, const float *logits, int steps, doub
     return 0;
 }
 
+/* P pseudo-random token ids from seed. */
+static void random_prompt(const kv_model *m, int P, unsigned seed, int32_t *tokens)
+{
+    for (int i = 0; i < P; i++) {
+        seed = seed * 1103515245u + 12345u;
+        tokens[i] = (int32_t)((seed >> 8) % (unsigned)kv_model_get_config(m)->vocab);
+    }
+}
+
 /* One run: prefill P random tokens, decode, optionally evict and decode. */
 static int one_run(const kb_bench_model_opts *o, kv_model *m, int P, unsigned seed,
                    const kv_cache_quant *q, run_result *r, kv_error *err)
@@ -143,11 +152,8 @@ static int one_run(const kb_bench_model_opts *o, kv_model *m, int P, unsigned se
     int rc = tokens && logits && c ? 0 : (c ? kv_fail(err, "out of memory") : -1);
     if (rc == 0)
         rc = kv_cache_set_quant(c, q, err);
-    for (int i = 0; rc == 0 && i < P; i++) {
-        seed = seed * 1103515245u + 12345u;
-        tokens[i] = (int32_t)((seed >> 8) % (unsigned)cfg->vocab);
-    }
     if (rc == 0) {
+        random_prompt(m, P, seed, tokens);
         double t0 = kv_clock_s(), cpu = kv_clock_cpu_s();
         rc = kv_model_forward(m, c, tokens, P, NULL, NULL, logits, false, err);
         r->prefill = P / (kv_clock_s() - t0);
@@ -201,24 +207,75 @@ static void report_series(const kb_bench_model_opts *o, const kv_model *m, const
 
 static int bench_prompt(const kb_bench_model_opts *o, kv_model *m, int P)
 {
-    static series s, base; /* 3 KB each: off the stack */
+    static series s; /* 3 KB: off the stack */
     int n = o->repeats < 64 ? o->repeats : 64;
     kv_error err;
-    for (int i = 0; i < n; i++) { /* interleaved: a pair shares the machine's state */
-        run_result r = {0}, rb = {0};
-        if ((o->against && one_run(o, m, P, 1234u + (unsigned)i, &o->against_quant, &rb, &err) != 0) ||
-            one_run(o, m, P, 1234u + (unsigned)i, &o->quant, &r, &err) != 0) {
+    for (int i = 0; i < n; i++) {
+        run_result r = {0};
+        if (one_run(o, m, P, 1234u + (unsigned)i, &o->quant, &r, &err) != 0) {
             kb_error("%s", err.msg);
             return KB_EXIT_FAIL;
         }
-        record(&base, i, &rb);
         record(&s, i, &r);
     }
-    if (o->against && o->gen_tokens > 0) /* before the medians sort each series */
-        report_ratio(o, P, s.dc, base.dc, s.dcc, base.dcc, n);
-    if (o->against)
-        report_series(o, m, &o->against_quant, P, &base, n);
     report_series(o, m, &o->quant, P, &s, n);
+    return 0;
+}
+
+/* A fork of base (F32, its prompt not yet stored) at precision q, stored
+ * when committed, as a run stores each config's fork of the shared prefill. */
+static kv_cache *fork_at(const kv_cache *base, const kv_cache_quant *q, int cap, kv_error *err)
+{
+    kv_cache *c = kv_cache_fork(base, cap, err);
+    if (c && kv_cache_set_quant(c, q, err) != 0) {
+        kv_cache_free(c);
+        return NULL;
+    }
+    for (int l = 0; c && l < c->n_layers; l++)
+        kv_cache_commit(c, l);
+    return c;
+}
+
+/* --against: one F32 prefill of the prompt, forked once per precision;
+ * each repeat then decodes on one cache and right after on the other, so
+ * a pair shares the machine's state of the moment (on a shared machine
+ * its load moves by the minute). The prefill is not measured here. */
+static int compare_prompt(const kb_bench_model_opts *o, kv_model *m, int P)
+{
+    static series s, base; /* 3 KB each: off the stack */
+    int n = o->repeats < 64 ? o->repeats : 64, cap = P + n * (o->gen_tokens + 1) + 1;
+    kv_error err;
+    int32_t *tokens = malloc((size_t)P * sizeof *tokens);
+    float *logits = malloc((size_t)kv_model_get_config(m)->vocab * sizeof *logits);
+    kv_cache *prompt = kv_model_cache_new(m, P, &err), *a = NULL, *b = NULL;
+    int rc = tokens && logits && prompt ? 0 : (prompt ? kv_fail(&err, "out of memory") : -1);
+    if (rc == 0) {
+        random_prompt(m, P, 1234u, tokens);
+        rc = kv_model_forward(m, prompt, tokens, P, NULL, NULL, logits, false, &err);
+    }
+    if (rc == 0 && (!(a = fork_at(prompt, &o->against_quant, cap, &err)) ||
+                    !(b = fork_at(prompt, &o->quant, cap, &err))))
+        rc = -1;
+    kv_cache_free(prompt);
+    for (int i = 0; rc == 0 && i < n; i++) {
+        run_result ra = {0}, rb = {0};
+        rc = decode(m, a, logits, o->gen_tokens, &ra.decode, &ra.decode_cpu, &err);
+        if (rc == 0)
+            rc = decode(m, b, logits, o->gen_tokens, &rb.decode, &rb.decode_cpu, &err);
+        record(&base, i, &ra);
+        record(&s, i, &rb);
+    }
+    kv_cache_free(a);
+    kv_cache_free(b);
+    free(tokens);
+    free(logits);
+    if (rc != 0) {
+        kb_error("%s", err.msg);
+        return KB_EXIT_FAIL;
+    }
+    report_ratio(o, P, s.dc, base.dc, s.dcc, base.dcc, n); /* before the medians sort them */
+    report(o, m, &o->against_quant, "decode after prompt", P, base.dc, base.dcc, n);
+    report(o, m, &o->quant, "decode after prompt", P, s.dc, s.dcc, n);
     return 0;
 }
 
@@ -262,7 +319,7 @@ int kb_bench_model(const kb_bench_model_opts *o)
             kv_isa_name(kv_isa_active()));
     int rc = 0;
     for (int i = 0; i < o->n_prompts && rc == 0; i++)
-        rc = bench_prompt(o, m, o->prompt_tokens[i]);
+        rc = (o->against ? compare_prompt : bench_prompt)(o, m, o->prompt_tokens[i]);
     kv_model_free(m);
     return rc;
 }
@@ -310,6 +367,11 @@ int kb_bench_model_run(const kb_args *a)
         int prec = kv_precision_parse(against);
         if (prec < 0) {
             kb_error("--against: want f32, bf16, f16, u8 or u4, not '%s'", against);
+            return KB_EXIT_USAGE;
+        }
+        if (o.evict_keep > 0 || o.gen_tokens == 0) {
+            kb_error("--against compares decode speeds: it needs --gen-tokens above 0 and no "
+                     "--evict-keep");
             return KB_EXIT_USAGE;
         }
         o.against = true;

@@ -22,8 +22,8 @@ typedef struct kb_bench_model_opts {
     int evict_keep; /* > 0: also decode after keeping this many slots per layer */
     kv_compute compute;
     kv_cache_quant quant;    /* the caches' precision (--kv-cache-precision ...) */
-    bool against;            /* also each repeat at against_quant, just before, */
-    kv_cache_quant against_quant; /* and the decode speed ratio to it */
+    bool against;            /* decode speed against caches at against_quant */
+    kv_cache_quant against_quant;
     bool json;
 } kb_bench_model_opts;
 

@@ -41,7 +41,7 @@ static const kb_option options[] = {
     {"evict-keep", "N", "model: also decode after evicting to N slots per layer"},
     {"configs", "K,K,..", "sweep: eviction configs next to the full cache (default 4,16,31)"},
     {"buffer-mib", "N", "machine, sweep: read-bandwidth buffer (default: 8x the last-level cache, at least 512)"},
-    {"against", "PRECISION", "model: also run each repeat with caches at PRECISION, just before, and report the decode speed ratio"},
+    {"against", "PRECISION", "model: decode speed against caches at PRECISION: one prefill forked to both, decoded in turn, the ratio"},
     {"json", NULL, "print the measurements as one JSON line"},
     KB_EVICTION_OPTIONS, /* model: of them only the cache precision's apply */
     {NULL, NULL, NULL},
