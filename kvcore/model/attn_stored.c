@@ -1,9 +1,11 @@
 #include "model/attn_stored.h"
 
+#include <string.h>
+
 #include "model/kernels.h"
 
-/* Query heads go to the kernels eight at a time. */
-enum { HEADS_MAX = 8, CHANNELS = 64 };
+/* Query heads go to the kernels eight at a time, slots RUN at a time. */
+enum { HEADS_MAX = 8, CHANNELS = 64, RUN = 16, QSUMS_MAX = 4096 };
 
 static bool by_group(const kv_cache *c)
 {
@@ -37,43 +39,70 @@ static stored_head head_of(const kv_cache *c, const kv_cache_layer *l, kv_cache_
     return h;
 }
 
+/* Channels [0, n) of a query head summed (q . x^ = min sum(q) + ...), in
+ * the vector kernel: a dot product with n codes of 1. */
+static float group_sum(const float *q, int n)
+{
+    uint8_t ones[KV_QUANT_GROUP_MAX];
+    memset(ones, 1, (size_t)n);
+    float s;
+    kv_dot_stored(q, 0, 1, ones, 0, 1, KV_PREC_U8, n, &s, 1);
+    return s;
+}
+
 /* Keys by token: per KV head, per group of G channels, the nq query heads
- * from h0 against every slot. */
-static void token_scores(const kv_cache *c, const kv_cache_layer *l, const float *q, int g, int h0,
-                         int nq, int t0, int t1, float *scores, size_t ld)
+ * from h0 against RUN slots at a time; each slot's scale and min are
+ * gathered once for all heads, so the heads' rows are plain vector loops. */
+static void token_scores(const kv_cache *c, const kv_cache_layer *l, const float *q,
+                         const float *qsums, int g, int h0, int nq, int t0, int t1, float *scores,
+                         size_t ld)
 {
     int D = c->head_dim, G = by_group(c) ? c->quant.key_group : D;
     stored_head k = head_of(c, l, KV_KEYS, g);
+    float dot[HEADS_MAX * RUN], scale[RUN], min[RUN];
     for (int a = 0; a < D; a += G) {
-        float qsum[HEADS_MAX] = {0}, dot[HEADS_MAX];
+        float qsum[HEADS_MAX] = {0};
         for (int i = 0; k.groups && i < nq; i++)
-            for (int d = 0; d < G; d++)
-                qsum[i] += q[(size_t)(h0 + i) * D + (size_t)(a + d)];
-        for (int t = t0; t < t1; t++) {
+            qsum[i] = qsums ? qsums[(size_t)(h0 + i) * (size_t)(D / G) + (size_t)(a / G)]
+                            : group_sum(q + (size_t)(h0 + i) * D + a, G);
+        for (int s0 = t0; s0 < t1; s0 += RUN) {
+            int n = t1 - s0 < RUN ? t1 - s0 : RUN;
             kv_dot_stored(q + (size_t)h0 * D + a, (size_t)D, nq,
-                          k.codes + (size_t)t * k.code_step + code_offset(c, a), c->quant.precision,
-                          G, dot);
-            const kv_qgroup *gr = k.groups ? k.groups + (size_t)t * k.group_step + a / G : NULL;
+                          k.codes + (size_t)s0 * k.code_step + code_offset(c, a), k.code_step, n,
+                          c->quant.precision, G, dot, RUN);
+            for (int t = 0; t < n; t++) { /* bf16/f16: x^ = x */
+                const kv_qgroup *gr =
+                    k.groups ? k.groups + (size_t)(s0 + t) * k.group_step + a / G : NULL;
+                scale[t] = gr ? gr->scale : 1.0f;
+                min[t] = gr ? gr->min : 0.0f;
+            }
             for (int i = 0; i < nq; i++) {
-                float s = gr ? gr->scale * dot[i] + gr->min * qsum[i] : dot[i];
-                float *at = scores + (size_t)(h0 + i) * ld + (size_t)t;
-                *at = a == 0 ? s : *at + s;
+                float *row = scores + (size_t)(h0 + i) * ld + (size_t)s0;
+                const float *di = dot + i * RUN;
+                if (a == 0)
+                    for (int t = 0; t < n; t++)
+                        row[t] = scale[t] * di[t] + min[t] * qsum[i];
+                else
+                    for (int t = 0; t < n; t++)
+                        row[t] += scale[t] * di[t] + min[t] * qsum[i];
             }
         }
     }
 }
 
 /* Keys by channel: per block of key_group slots (one scale and min per
- * channel), q * scale and q . min once, then every slot of the block. */
-static void channel_scores(const kv_cache *c, const kv_cache_layer *l, const float *q, int g,
-                           int h0, int nq, int t0, int t1, float *scores, size_t ld)
+ * channel), q * scale and q . min once, then the block's slots. */
+static void channel_scores(const kv_cache *c, const kv_cache_layer *l, const float *q,
+                           const float *qsums, int g, int h0, int nq, int t0, int t1, float *scores,
+                           size_t ld)
 {
+    (void)qsums; /* by channel q . min takes the place of min sum(q) */
     int D = c->head_dim, G = c->quant.key_group;
     stored_head k = head_of(c, l, KV_KEYS, g);
-    float qs[HEADS_MAX * CHANNELS], cst[HEADS_MAX], dot[HEADS_MAX];
+    float qs[HEADS_MAX * CHANNELS], cst[HEADS_MAX], dot[HEADS_MAX * RUN];
     for (int b = t0 - t0 % G; b < t1; b += G) {
-        int s0 = b > t0 ? b : t0, s1 = b + G < t1 ? b + G : t1;
-        const kv_qgroup *gr = kv_cache_groups(c, l, KV_KEYS, s0, g); /* once a block */
+        int b0 = b > t0 ? b : t0, b1 = b + G < t1 ? b + G : t1;
+        const kv_qgroup *gr = kv_cache_groups(c, l, KV_KEYS, b0, g); /* once a block */
         for (int a = 0; a < D; a += CHANNELS) {
             int m = D - a < CHANNELS ? D - a : CHANNELS;
             for (int i = 0; i < nq; i++) {
@@ -84,64 +113,113 @@ static void channel_scores(const kv_cache *c, const kv_cache_layer *l, const flo
                     cst[i] += qi[d] * gr[a + d].min;
                 }
             }
-            for (int t = s0; t < s1; t++) {
+            for (int s0 = b0; s0 < b1; s0 += RUN) {
+                int n = b1 - s0 < RUN ? b1 - s0 : RUN;
                 kv_dot_stored(qs, CHANNELS, nq,
-                              k.codes + (size_t)t * k.code_step + code_offset(c, a),
-                              c->quant.precision, m, dot);
+                              k.codes + (size_t)s0 * k.code_step + code_offset(c, a), k.code_step,
+                              n, c->quant.precision, m, dot, RUN);
                 for (int i = 0; i < nq; i++) {
-                    float *at = scores + (size_t)(h0 + i) * ld + (size_t)t;
-                    *at = (a == 0 ? 0 : *at) + dot[i] + cst[i];
+                    float *row = scores + (size_t)(h0 + i) * ld + (size_t)s0;
+                    for (int t = 0; t < n; t++)
+                        row[t] = (a == 0 ? 0 : row[t]) + dot[i * RUN + t] + cst[i];
                 }
             }
         }
     }
 }
 
+/* Asks for slots [t0, t1) of a part's stored rows ahead of their use: the
+ * rows of a run are read per KV head, in pieces the hardware prefetcher
+ * does not follow in time. */
+static void prefetch_run(const kv_cache *c, const kv_cache_layer *l, kv_cache_part part, int t0,
+                         int t1)
+{
+    if (t0 >= t1)
+        return;
+    const char *from = (const char *)kv_cache_codes(c, l, part, t0, 0);
+    size_t bytes = (size_t)(t1 - t0) * kv_cache_code_bytes(c);
+    for (size_t at = 0; at < bytes; at += 64)
+        __builtin_prefetch(from + at);
+    if (by_group(c)) {
+        const char *g0 = (const char *)kv_cache_groups(c, l, part, t0, 0),
+                   *g1 = (const char *)kv_cache_groups(c, l, part, t1 - 1, 0);
+        for (const char *at = g0; at <= g1; at += 64)
+            __builtin_prefetch(at);
+    }
+}
+
+/* The slots go RUN at a time through every KV head (the rows of a run are
+ * contiguous memory, streamed once): by KV head, each head's runs would
+ * stride through the whole cache, a cache miss per slot. */
 void kv_attn_stored_scores(const kv_cache *c, const kv_cache_layer *l, const float *q, int n_heads,
                            int t0, int t1, float scale, float *scores, size_t ld)
 {
-    int per = n_heads / c->n_kv_heads;
+    int per = n_heads / c->n_kv_heads, D = c->head_dim, G = c->quant.key_group;
     bool channels = c->quant.key_by_channel && by_group(c);
-    for (int g = 0; g < c->n_kv_heads; g++)
-        for (int h0 = g * per; h0 < (g + 1) * per; h0 += HEADS_MAX) {
-            int nq = (g + 1) * per - h0 < HEADS_MAX ? (g + 1) * per - h0 : HEADS_MAX;
-            (channels ? channel_scores : token_scores)(c, l, q, g, h0, nq, t0, t1, scores, ld);
-        }
+    /* by-token groups' sums of q, once a call when they fit (else per run) */
+    float qsums[QSUMS_MAX];
+    bool summed = by_group(c) && !channels && (size_t)n_heads * (size_t)(D / G) <= QSUMS_MAX;
+    for (int h = 0; summed && h < n_heads; h++)
+        for (int a = 0; a < D; a += G)
+            qsums[h * (D / G) + a / G] = group_sum(q + (size_t)h * D + a, G);
+    for (int s0 = t0; s0 < t1; s0 += RUN) {
+        int s1 = t1 - s0 < RUN ? t1 : s0 + RUN;
+        prefetch_run(c, l, KV_KEYS, s1, t1 - s1 < RUN ? t1 : s1 + RUN);
+        for (int g = 0; g < c->n_kv_heads; g++)
+            for (int h0 = g * per; h0 < (g + 1) * per; h0 += HEADS_MAX) {
+                int nq = (g + 1) * per - h0 < HEADS_MAX ? (g + 1) * per - h0 : HEADS_MAX;
+                (channels ? channel_scores : token_scores)(c, l, q, summed ? qsums : NULL, g, h0,
+                                                           nq, s0, s1, scores, ld);
+            }
+    }
     for (int h = 0; h < n_heads; h++)
         for (int t = t0; t < t1; t++)
             scores[(size_t)h * ld + (size_t)t] *= scale;
 }
 
+/* Values of the slots [t0, t1) (at most RUN) for the nq query heads from
+ * h0 on KV head g: per group, o += (p scale) codes, then p min once. */
+static void head_values(const kv_cache *c, const kv_cache_layer *l, const float *p, size_t ld,
+                        int g, int h0, int nq, int t0, int t1, float *o)
+{
+    int D = c->head_dim, G = by_group(c) ? c->quant.value_group : D, n = t1 - t0;
+    stored_head v = head_of(c, l, KV_VALUES, g);
+    float coef[HEADS_MAX * RUN], scale[RUN], min[RUN];
+    for (int a = 0; a < D; a += G) {
+        for (int s = 0; s < n; s++) { /* bf16/f16: x^ = x */
+            const kv_qgroup *gr =
+                v.groups ? v.groups + (size_t)(t0 + s) * v.group_step + a / G : NULL;
+            scale[s] = gr ? gr->scale : 1.0f;
+            min[s] = gr ? gr->min : 0.0f;
+        }
+        float bias[HEADS_MAX] = {0};
+        for (int i = 0; i < nq; i++) {
+            const float *pi = p + (size_t)(h0 + i) * ld + (size_t)t0;
+            for (int s = 0; s < n; s++) {
+                coef[i * RUN + s] = pi[s] * scale[s];
+                bias[i] += pi[s] * min[s];
+            }
+        }
+        kv_axpy_stored(o + (size_t)h0 * D + a, (size_t)D, nq, coef, RUN,
+                       v.codes + (size_t)t0 * v.code_step + code_offset(c, a), v.code_step, n,
+                       c->quant.precision, G);
+        for (int i = 0; v.groups && i < nq; i++)
+            for (int d = 0; d < G; d++)
+                o[(size_t)(h0 + i) * D + (size_t)(a + d)] += bias[i];
+    }
+}
+
 void kv_attn_stored_values(const kv_cache *c, const kv_cache_layer *l, const float *p, size_t ld,
                            int n_heads, int t0, int t1, float *o)
 {
-    int D = c->head_dim, G = by_group(c) ? c->quant.value_group : D;
     int per = n_heads / c->n_kv_heads;
-    for (int g = 0; g < c->n_kv_heads; g++) {
-        stored_head v = head_of(c, l, KV_VALUES, g);
-        for (int h0 = g * per; h0 < (g + 1) * per; h0 += HEADS_MAX) {
-            int nq = (g + 1) * per - h0 < HEADS_MAX ? (g + 1) * per - h0 : HEADS_MAX;
-            for (int a = 0; a < D; a += G) {
-                float bias[HEADS_MAX] = {0}, coef[HEADS_MAX * 8];
-                for (int t = t0; t < t1; t += 8) {
-                    int nx = t1 - t < 8 ? t1 - t : 8;
-                    for (int s = 0; s < nx; s++) {
-                        const kv_qgroup *gr =
-                            v.groups ? v.groups + (size_t)(t + s) * v.group_step + a / G : NULL;
-                        for (int i = 0; i < nq; i++) {
-                            float pr = p[(size_t)(h0 + i) * ld + (size_t)(t + s)];
-                            coef[i * 8 + s] = gr ? pr * gr->scale : pr;
-                            bias[i] += gr ? pr * gr->min : 0.0f;
-                        }
-                    }
-                    kv_axpy_stored(o + (size_t)h0 * D + a, (size_t)D, nq, coef, 8,
-                                   v.codes + (size_t)t * v.code_step + code_offset(c, a),
-                                   v.code_step, nx, c->quant.precision, G);
-                }
-                for (int i = 0; v.groups && i < nq; i++)
-                    for (int d = 0; d < G; d++)
-                        o[(size_t)(h0 + i) * D + (size_t)(a + d)] += bias[i];
+    for (int s0 = t0; s0 < t1; s0 += RUN) { /* as the scores: runs through every head */
+        int s1 = t1 - s0 < RUN ? t1 : s0 + RUN;
+        prefetch_run(c, l, KV_VALUES, s1, t1 - s1 < RUN ? t1 : s1 + RUN);
+        for (int g = 0; g < c->n_kv_heads; g++)
+            for (int h0 = g * per; h0 < (g + 1) * per; h0 += HEADS_MAX) {
+                int nq = (g + 1) * per - h0 < HEADS_MAX ? (g + 1) * per - h0 : HEADS_MAX;
+                head_values(c, l, p, ld, g, h0, nq, s0, s1, o);
             }
-        }
     }
 }

@@ -195,9 +195,10 @@ void kv_axpy_rows(float *y, size_t y_stride, int ny, const float *a, size_t a_st
  * x^ = min + scale q is applied by the caller, per group: q . x^ = min sum(q)
  * + scale (q . codes). The sums run in another order than over F32 values. */
 
-/* out[i] = sum_j q_i[j] x_j for the nq <= 8 vectors q_i = q + i * q_stride. */
-void kv_dot_stored(const float *q, size_t q_stride, int nq, const uint8_t *x, kv_precision p,
-                   int n, float *out);
+/* out[i * out_stride + t] = sum_j q_i[j] x_t[j] for the nq <= 8 vectors
+ * q_i = q + i * q_stride and the nx rows x_t = x + t * x_stride (bytes). */
+void kv_dot_stored(const float *q, size_t q_stride, int nq, const uint8_t *x, size_t x_stride,
+                   int nx, kv_precision p, int n, float *out, size_t out_stride);
 
 /* For the ny <= 8 outputs y_i = y + i * y_stride and the nx rows x_t = x +
  * t * x_stride (bytes): y_i[j] += sum_t a[i * a_stride + t] x_t[j], over

@@ -57,147 +57,165 @@ static inline __attribute__((always_inline)) __m256 widen8(const uint8_t *x, kv_
     }
 }
 
-/* The sum of v's eight lanes. */
-static inline float lanes_sum(__m256 v)
+/* Lane k of the result: the sum of the eight lanes of v[k] (v[k] beyond
+ * n: zeros), by pairwise adds. */
+static inline __m256 sums8(const __m256 *v, int n)
 {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_hadd_ps(s, s);
-    return _mm_cvtss_f32(_mm_hadd_ps(s, s));
+    __m256 z = _mm256_setzero_ps(), w[8];
+    for (int k = 0; k < 8; k++)
+        w[k] = k < n ? v[k] : z;
+    __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(w[0], w[1]), _mm256_hadd_ps(w[2], w[3]));
+    __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(w[4], w[5]), _mm256_hadd_ps(w[6], w[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
 }
 
-/* kv_dot_stored for a constant nq and p (each pair its own loop, the
- * accumulators in registers). */
-static inline __attribute__((always_inline)) void dot_n(const float *q, size_t qs, const int nq,
-                                                        const uint8_t *x, const kv_precision p,
-                                                        int n, float *out)
+/* A tile of kv_dot_stored: NQ query vectors against NX rows (NQ NX <= 8
+ * accumulators: independent chains of FMAs), each row widened once for
+ * all NQ and each query vector loaded once for all NX. */
+static inline __attribute__((always_inline)) void dot_tile(const float *q, size_t qs, const int NQ,
+                                                           const uint8_t *x, size_t xs,
+                                                           const int NX, const kv_precision p,
+                                                           int n, float *out, size_t os)
 {
     __m256 acc[8];
-    for (int i = 0; i < nq; i++)
-        acc[i] = _mm256_setzero_ps();
+    for (int k = 0; k < NQ * NX; k++)
+        acc[k] = _mm256_setzero_ps();
     int j = 0;
     for (; j + 8 <= n; j += 8) {
-        __m256 xv = widen8(x, p, j);
-        for (int i = 0; i < nq; i++)
-            acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)i * qs + j), xv, acc[i]);
+        __m256 xv[8];
+        for (int t = 0; t < NX; t++)
+            xv[t] = widen8(x + (size_t)t * xs, p, j);
+        for (int i = 0; i < NQ; i++) {
+            __m256 qv = _mm256_loadu_ps(q + (size_t)i * qs + j);
+            for (int t = 0; t < NX; t++)
+                acc[i * NX + t] = _mm256_fmadd_ps(qv, xv[t], acc[i * NX + t]);
+        }
     }
-    for (int i = 0; i < nq; i++) {
-        float s = lanes_sum(acc[i]);
-        for (int t = j; t < n; t++)
-            s += q[(size_t)i * qs + (size_t)t] * value_at(x, p, t);
-        out[i] = s;
+    float s[8];
+    _mm256_storeu_ps(s, sums8(acc, NQ * NX));
+    for (int i = 0; i < NQ; i++)
+        for (int t = 0; t < NX; t++) {
+            float v = s[i * NX + t];
+            for (int r = j; r < n; r++)
+                v += q[(size_t)i * qs + (size_t)r] * value_at(x + (size_t)t * xs, p, r);
+            out[(size_t)i * os + (size_t)t] = v;
+        }
+}
+
+/* The nx rows against NQ query vectors in tiles of NX rows, the rest one
+ * by one. */
+static inline __attribute__((always_inline)) void dot_rows(const float *q, size_t qs, const int NQ,
+                                                           const int NX, const uint8_t *x,
+                                                           size_t xs, int nx, const kv_precision p,
+                                                           int n, float *out, size_t os)
+{
+    int t = 0;
+    for (; t + NX <= nx; t += NX)
+        dot_tile(q, qs, NQ, x + (size_t)t * xs, xs, NX, p, n, out + t, os);
+    for (; t < nx; t++)
+        dot_tile(q, qs, NQ, x + (size_t)t * xs, xs, 1, p, n, out + t, os);
+}
+
+/* kv_dot_stored at a constant p, the query vectors four, two or one at a
+ * time against two, four and four rows a tile. */
+static inline __attribute__((always_inline)) void dot_p(const float *q, size_t qs, int nq,
+                                                        const uint8_t *x, size_t xs, int nx,
+                                                        const kv_precision p, int n, float *out,
+                                                        size_t os)
+{
+    for (int i = 0; i < nq;) {
+        int c = nq - i >= 4 ? 4 : nq - i >= 2 ? 2 : 1;
+        const float *qi = q + (size_t)i * qs;
+        float *oi = out + (size_t)i * os;
+        if (c == 4)
+            dot_rows(qi, qs, 4, 2, x, xs, nx, p, n, oi, os);
+        else if (c == 2)
+            dot_rows(qi, qs, 2, 4, x, xs, nx, p, n, oi, os);
+        else
+            dot_rows(qi, qs, 1, 4, x, xs, nx, p, n, oi, os);
+        i += c;
     }
 }
 
+/* A tile of kv_axpy_stored: NY outputs of W x 8 channels held in registers
+ * (NY W <= 8) while the nx rows pass, each row widened once for all NY. */
 static inline __attribute__((always_inline)) void
-dot_p(const float *q, size_t qs, int nq, const uint8_t *x, const kv_precision p, int n, float *out)
+axpy_tile(float *y, size_t ys, const int NY, const float *a, size_t as, const uint8_t *x, size_t xs,
+          int nx, const kv_precision p, int j, const int W)
 {
-    switch (nq) {
-    case 1:
-        dot_n(q, qs, 1, x, p, n, out);
-        return;
-    case 2:
-        dot_n(q, qs, 2, x, p, n, out);
-        return;
-    case 3:
-        dot_n(q, qs, 3, x, p, n, out);
-        return;
-    case 4:
-        dot_n(q, qs, 4, x, p, n, out);
-        return;
-    case 5:
-        dot_n(q, qs, 5, x, p, n, out);
-        return;
-    case 6:
-        dot_n(q, qs, 6, x, p, n, out);
-        return;
-    case 7:
-        dot_n(q, qs, 7, x, p, n, out);
-        return;
-    default:
-        dot_n(q, qs, 8, x, p, n, out);
-        return;
+    __m256 acc[8];
+    for (int i = 0; i < NY; i++)
+        for (int w = 0; w < W; w++)
+            acc[i * W + w] = _mm256_loadu_ps(y + (size_t)i * ys + (size_t)(j + 8 * w));
+    for (int t = 0; t < nx; t++) {
+        __m256 xv[8];
+        for (int w = 0; w < W; w++)
+            xv[w] = widen8(x + (size_t)t * xs, p, j + 8 * w);
+        for (int i = 0; i < NY; i++) {
+            __m256 av = _mm256_broadcast_ss(a + (size_t)i * as + t);
+            for (int w = 0; w < W; w++)
+                acc[i * W + w] = _mm256_fmadd_ps(av, xv[w], acc[i * W + w]);
+        }
     }
+    for (int i = 0; i < NY; i++)
+        for (int w = 0; w < W; w++)
+            _mm256_storeu_ps(y + (size_t)i * ys + (size_t)(j + 8 * w), acc[i * W + w]);
 }
 
-/* kv_axpy_stored for a constant ny and p: eight channels of every output
- * stay in registers while the nx rows pass. */
-static inline __attribute__((always_inline)) void axpy_n(float *y, size_t ys, const int ny,
-                                                         const float *a, size_t as,
-                                                         const uint8_t *x, size_t xs, int nx,
-                                                         const kv_precision p, int n)
-{
-    int j = 0;
-    for (; j + 8 <= n; j += 8) {
-        __m256 acc[8];
-        for (int i = 0; i < ny; i++)
-            acc[i] = _mm256_loadu_ps(y + (size_t)i * ys + j);
-        for (int t = 0; t < nx; t++) {
-            __m256 xv = widen8(x + (size_t)t * xs, p, j);
-            for (int i = 0; i < ny; i++)
-                acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(a + (size_t)i * as + t), xv, acc[i]);
-        }
-        for (int i = 0; i < ny; i++)
-            _mm256_storeu_ps(y + (size_t)i * ys + j, acc[i]);
-    }
-    for (; j < n; j++)
-        for (int t = 0; t < nx; t++) {
-            float v = value_at(x + (size_t)t * xs, p, j);
-            for (int i = 0; i < ny; i++)
-                y[(size_t)i * ys + (size_t)j] += a[(size_t)i * as + (size_t)t] * v;
-        }
-}
-
+/* kv_axpy_stored at a constant p: outputs two, or one, at a time over 32
+ * channels, then 8, then one by one. */
 static inline __attribute__((always_inline)) void axpy_p(float *y, size_t ys, int ny,
                                                          const float *a, size_t as,
                                                          const uint8_t *x, size_t xs, int nx,
                                                          const kv_precision p, int n)
 {
-    switch (ny) {
-    case 1:
-        axpy_n(y, ys, 1, a, as, x, xs, nx, p, n);
-        return;
-    case 2:
-        axpy_n(y, ys, 2, a, as, x, xs, nx, p, n);
-        return;
-    case 3:
-        axpy_n(y, ys, 3, a, as, x, xs, nx, p, n);
-        return;
-    case 4:
-        axpy_n(y, ys, 4, a, as, x, xs, nx, p, n);
-        return;
-    default: /* up to 8: four, then one at a time */
-        axpy_n(y, ys, 4, a, as, x, xs, nx, p, n);
-        for (int i = 4; i < ny; i++)
-            axpy_n(y + (size_t)i * ys, ys, 1, a + (size_t)i * as, as, x, xs, nx, p, n);
+    for (int i = 0; i < ny;) {
+        int c = ny - i >= 2 ? 2 : 1, j = 0;
+        float *yi = y + (size_t)i * ys;
+        const float *ai = a + (size_t)i * as;
+        for (; j + 32 <= n; j += 32)
+            c == 2 ? axpy_tile(yi, ys, 2, ai, as, x, xs, nx, p, j, 4)
+                   : axpy_tile(yi, ys, 1, ai, as, x, xs, nx, p, j, 4);
+        for (; j + 8 <= n; j += 8)
+            c == 2 ? axpy_tile(yi, ys, 2, ai, as, x, xs, nx, p, j, 1)
+                   : axpy_tile(yi, ys, 1, ai, as, x, xs, nx, p, j, 1);
+        for (; j < n; j++)
+            for (int t = 0; t < nx; t++) {
+                float v = value_at(x + (size_t)t * xs, p, j);
+                for (int k = 0; k < c; k++)
+                    yi[(size_t)k * ys + (size_t)j] += ai[(size_t)k * as + (size_t)t] * v;
+            }
+        i += c;
     }
 }
 #endif
 
-void kv_dot_stored(const float *q, size_t q_stride, int nq, const uint8_t *x, kv_precision p, int n,
-                   float *out)
+void kv_dot_stored(const float *q, size_t q_stride, int nq, const uint8_t *x, size_t x_stride,
+                   int nx, kv_precision p, int n, float *out, size_t out_stride)
 {
 #ifdef KV_STORED_AVX2
     switch (p) {
     case KV_PREC_U8:
-        dot_p(q, q_stride, nq, x, KV_PREC_U8, n, out);
+        dot_p(q, q_stride, nq, x, x_stride, nx, KV_PREC_U8, n, out, out_stride);
         return;
     case KV_PREC_U4:
-        dot_p(q, q_stride, nq, x, KV_PREC_U4, n, out);
+        dot_p(q, q_stride, nq, x, x_stride, nx, KV_PREC_U4, n, out, out_stride);
         return;
     case KV_PREC_BF16:
-        dot_p(q, q_stride, nq, x, KV_PREC_BF16, n, out);
+        dot_p(q, q_stride, nq, x, x_stride, nx, KV_PREC_BF16, n, out, out_stride);
         return;
     default:
-        dot_p(q, q_stride, nq, x, KV_PREC_F16, n, out);
+        dot_p(q, q_stride, nq, x, x_stride, nx, KV_PREC_F16, n, out, out_stride);
         return;
     }
 #else
-    for (int i = 0; i < nq; i++) {
-        float s = 0;
-        for (int j = 0; j < n; j++)
-            s += q[(size_t)i * q_stride + (size_t)j] * value_at(x, p, j);
-        out[i] = s;
-    }
+    for (int i = 0; i < nq; i++)
+        for (int t = 0; t < nx; t++) {
+            float s = 0;
+            for (int j = 0; j < n; j++)
+                s += q[(size_t)i * q_stride + (size_t)j] * value_at(x + (size_t)t * x_stride, p, j);
+            out[(size_t)i * out_stride + (size_t)t] = s;
+        }
 #endif
 }
 

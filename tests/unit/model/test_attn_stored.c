@@ -53,9 +53,9 @@ static void random_stored(kv_precision p, int n, uint8_t *x, float *values)
 Test(kernels_stored, dot_and_axpy_read_every_format_as_its_values)
 {
     srand(21);
-    enum { N = 131, Q = 8, ROWS = 5 };
+    enum { N = 131, Q = 8, ROWS = 7 }; /* rows: a tile of four, of two, and one */
     static const int lengths[] = {1, 6, 8, 14, 16, 38, 128, N};
-    float q[Q * N], values[ROWS][N], out[Q], y[Q * N], y0[Q * N], a[Q * ROWS];
+    float q[Q * N], values[ROWS][N], out[Q * ROWS], y[Q * N], y0[Q * N], a[Q * ROWS];
     uint8_t x[ROWS][2 * N];
     for (size_t f = 0; f < sizeof formats / sizeof *formats; f++)
         for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++) {
@@ -67,15 +67,17 @@ Test(kernels_stored, dot_and_axpy_read_every_format_as_its_values)
             for (int i = 0; i < Q * ROWS; i++)
                 a[i] = frand();
             for (int nq = 1; nq <= Q; nq++) {
-                kv_dot_stored(q, N, nq, x[0], formats[f], n, out);
-                for (int i = 0; i < nq; i++) {
-                    double want = 0, abs_sum = 0;
-                    for (int j = 0; j < n; j++) {
-                        want += (double)q[i * N + j] * values[0][j];
-                        abs_sum += fabs((double)q[i * N + j] * values[0][j]);
+                kv_dot_stored(q, N, nq, x[0], 2 * N, ROWS, formats[f], n, out, ROWS);
+                for (int i = 0; i < nq; i++)
+                    for (int r = 0; r < ROWS; r++) {
+                        double want = 0, abs_sum = 0;
+                        for (int j = 0; j < n; j++) {
+                            want += (double)q[i * N + j] * values[r][j];
+                            abs_sum += fabs((double)q[i * N + j] * values[r][j]);
+                        }
+                        expect_close(out[i * ROWS + r], want, abs_sum,
+                                     kv_precision_name(formats[f]), n, i);
                     }
-                    expect_close(out[i], want, abs_sum, kv_precision_name(formats[f]), n, i);
-                }
                 memcpy(y, y0, sizeof y);
                 kv_axpy_stored(y, N, nq, a, ROWS, x[0], 2 * N, ROWS, formats[f], n);
                 for (int i = 0; i < nq; i++)

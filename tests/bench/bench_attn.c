@@ -1,0 +1,123 @@
+/* `build/tests/bench_attn [SLOTS] [LAYERS] [PRECISION]`: decode attention of
+ * one query row over caches of SLOTS tokens in Qwen3-0.6B's shapes (16 query
+ * heads on 8 KV heads of 128 channels), one layer after another as a decode
+ * step reads them, on one thread: the F32 cache through the kernels
+ * model.c's decode runs (kv_dot8, kv_axpy_rows), and the cache stored at
+ * PRECISION (default u8) through attn_stored.c, in turns; prints each one's
+ * time per step, bytes read per second and the ratio. Softmax is left out:
+ * it is the same for both. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/attn_stored.h"
+#include "model/kernels.h"
+#include "model/kvcache.h"
+#include "util/clock.h"
+
+enum { KV = 8, D = 128, HEADS = 16, ROW = KV * D, PER = HEADS / KV };
+
+static kv_cache *filled(int slots, const kv_cache_quant *q)
+{
+    kv_error err;
+    kv_cache *c = kv_cache_new(1, KV, D, slots + 1, &err);
+    if (!c || kv_cache_set_quant(c, q, &err) != 0) {
+        fprintf(stderr, "bench_attn: %s\n", err.msg);
+        exit(1);
+    }
+    kv_cache_layer *l = &c->layers[0];
+    for (int t = 0; t < slots; t++) {
+        for (int i = 0; i < ROW; i++) {
+            kv_cache_full_row(c, l, KV_KEYS, t)[i] = (float)rand() / RAND_MAX - 0.5f;
+            kv_cache_full_row(c, l, KV_VALUES, t)[i] = (float)rand() / RAND_MAX - 0.5f;
+        }
+        l->len = t + 1;
+    }
+    kv_cache_commit(c, 0);
+    return c;
+}
+
+/* model.c's decode splits the slots in blocks of this many (256 KB of F32
+ * rows), the tasks of its thread pool: the scores of a block, then its
+ * share of the values. */
+enum { BLOCK = 64 };
+
+/* The F32 cache as model.c's decode tasks read it: eight slots at a time. */
+static void f32_step(const kv_cache *c, const float *q, float *scores, const float *p, float *o)
+{
+    const kv_cache_layer *l = &c->layers[0];
+    size_t mk = (size_t)l->len;
+    for (int b = 0; b < l->len; b += BLOCK)
+        for (int k = b; k < b + BLOCK; k += 8)
+            for (int h = 0; h < HEADS; h++)
+                kv_dot8(q + h * D, l->k + (size_t)k * ROW + (h / PER) * D, ROW, D, 0.088f,
+                        scores + h * mk + k);
+    for (int b = 0; b < l->len; b += BLOCK)
+        for (int k = b; k < b + BLOCK; k += 8)
+            for (int g = 0; g < KV; g++)
+                kv_axpy_rows(o + g * PER * D, D, PER, p + g * PER * mk + k, mk,
+                             l->v + (size_t)k * ROW + g * D, ROW, 8, D);
+}
+
+static void stored_step(const kv_cache *c, const float *q, float *scores, const float *p, float *o)
+{
+    const kv_cache_layer *l = &c->layers[0];
+    for (int b = 0; b < l->len; b += BLOCK)
+        kv_attn_stored_scores(c, l, q, HEADS, b, b + BLOCK, 0.088f, scores, (size_t)l->len);
+    for (int b = 0; b < l->len; b += BLOCK)
+        kv_attn_stored_values(c, l, p, (size_t)l->len, HEADS, b, b + BLOCK, o);
+}
+
+int main(int argc, char **argv)
+{
+    int slots = argc > 1 ? atoi(argv[1]) / BLOCK * BLOCK : 8192, layers = argc > 2 ? atoi(argv[2]) : 28;
+    kv_cache_quant q = {.precision = KV_PREC_U8};
+    if (argc > 3 && (int)(q.precision = (kv_precision)kv_precision_parse(argv[3])) < 0) {
+        fprintf(stderr, "bench_attn: unknown precision %s\n", argv[3]);
+        return 2;
+    }
+    kv_cache_quant f32 = {0};
+    kv_cache **a = malloc((size_t)layers * sizeof *a), **b = malloc((size_t)layers * sizeof *b);
+    for (int i = 0; i < layers; i++) {
+        a[i] = filled(slots, &f32);
+        b[i] = filled(slots, &q);
+    }
+    float *query = malloc(HEADS * D * sizeof *query), *o = calloc(HEADS * D, sizeof *o);
+    float *scores = malloc((size_t)HEADS * slots * sizeof *scores);
+    float *p = malloc((size_t)HEADS * slots * sizeof *p);
+    for (int i = 0; i < HEADS * D; i++)
+        query[i] = (float)rand() / RAND_MAX - 0.5f;
+    for (int i = 0; i < HEADS * slots; i++)
+        p[i] = 1.0f / slots;
+    double ta = 0, tb = 0;
+    for (int rep = 0; rep < 6; rep++) { /* in turns: each pair shares the machine's state */
+        double t0 = kv_clock_s();
+        for (int i = 0; i < layers; i++)
+            f32_step(a[i], query, scores, p, o);
+        double t1 = kv_clock_s();
+        for (int i = 0; i < layers; i++)
+            stored_step(b[i], query, scores, p, o);
+        double t2 = kv_clock_s();
+        if (rep > 0) { /* the first pair warms up */
+            ta += t1 - t0;
+            tb += t2 - t1;
+        }
+    }
+    double bytes_a = kv_cache_bytes_per_token(&f32, layers, KV, D) * slots,
+           bytes_b = kv_cache_bytes_per_token(&b[0]->quant, layers, KV, D) * slots;
+    printf("%d slots x %d layers, one thread: f32 %.1f ms/step (%.2f GB/s), %s %.1f ms/step "
+           "(%.2f GB/s); %s is %.2fx f32's speed\n",
+           slots, layers, ta / 5 * 1e3, bytes_a / (ta / 5) / 1e9, kv_precision_name(q.precision),
+           tb / 5 * 1e3, bytes_b / (tb / 5) / 1e9, kv_precision_name(q.precision), ta / tb);
+    for (int i = 0; i < layers; i++) {
+        kv_cache_free(a[i]);
+        kv_cache_free(b[i]);
+    }
+    free(a);
+    free(b);
+    free(query);
+    free(o);
+    free(scores);
+    free(p);
+    return 0;
+}
