@@ -222,21 +222,8 @@ static int bench_prompt(const kb_bench_model_opts *o, kv_model *m, int P)
     return 0;
 }
 
-/* A fork of base (F32, its prompt not yet stored) at precision q, stored
- * when committed, as a run stores each config's fork of the shared prefill. */
-static kv_cache *fork_at(const kv_cache *base, const kv_cache_quant *q, int cap, kv_error *err)
-{
-    kv_cache *c = kv_cache_fork(base, cap, err);
-    if (c && kv_cache_set_quant(c, q, err) != 0) {
-        kv_cache_free(c);
-        return NULL;
-    }
-    for (int l = 0; c && l < c->n_layers; l++)
-        kv_cache_commit(c, l);
-    return c;
-}
-
-/* --against: one F32 prefill of the prompt, forked once per precision;
+/* --against: one F32 prefill of the prompt, forked once per precision
+ * (stored when committed, as a run stores each config's fork);
  * each repeat then decodes on one cache and right after on the other, so
  * a pair shares the machine's state of the moment (on a shared machine
  * its load moves by the minute). The prefill is not measured here. */
@@ -253,8 +240,8 @@ static int compare_prompt(const kb_bench_model_opts *o, kv_model *m, int P)
         random_prompt(m, P, 1234u, tokens);
         rc = kv_model_forward(m, prompt, tokens, P, NULL, NULL, logits, false, &err);
     }
-    if (rc == 0 && (!(a = fork_at(prompt, &o->against_quant, cap, &err)) ||
-                    !(b = fork_at(prompt, &o->quant, cap, &err))))
+    if (rc == 0 && (!(a = kv_cache_fork_at(prompt, &o->against_quant, cap, &err)) ||
+                    !(b = kv_cache_fork_at(prompt, &o->quant, cap, &err))))
         rc = -1;
     kv_cache_free(prompt);
     for (int i = 0; rc == 0 && i < n; i++) {
