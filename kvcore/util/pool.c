@@ -11,12 +11,14 @@
  * checks for a new job for IDLE_SPIN_NS before it sleeps: decode issues a
  * job every few tens of microseconds, and a sleeping worker costs a
  * wake-up. A thread waiting for tasks that others hold (a phase's end, the
- * job's last task) spins WAIT_SPIN_NS, then yields on every check: the
- * machines kvbench runs on are shared, and a peer the OS has descheduled
- * only runs again once a spinning thread lets go of the core (on a 2-core
- * machine at load 16, waits that spun 100 us cost decode about a quarter of
- * its tokens per CPU-second, three interleaved runs each). */
-#define IDLE_SPIN_NS 50000
+ * job's last task) spins WAIT_SPIN_NS, then yields on every check. Both are
+ * short because the machines kvbench runs on are shared: a peer the OS has
+ * descheduled only runs again once a spinning thread lets go of the core,
+ * and the scheduler charges spinning to the process's fair share (on a
+ * shared 2-core machine, interleaved runs of decode after 512 tokens: waits
+ * of 100 us cost about a quarter of its tokens per CPU-second at load 16;
+ * idle spins of 10 us did at least as well as 50 us at load 5-13). */
+#define IDLE_SPIN_NS 10000
 #define WAIT_SPIN_NS 5000
 
 typedef struct job {
