@@ -19,12 +19,15 @@
  * (32) and recent (64) areas and its decode-time eviction (each step's
  * statistics, as a run's rows): H2O and SnapKV x intermediate 160, 416, 928,
  * 1952 x sum / norm_sum (16), then the same with rerotation (32); K takes
- * the first K of that list. */
+ * the first K of that list. With --kv-cache-precision the configs' caches
+ * are stored at that precision (issue 30) while the full cache stays F32,
+ * as a run's baseline does; the limit model counts their stored bytes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/bench.h"
+#include "cli/eviction.h"
 #include "util/clock.h"
 #include "evict/evict.h"
 #include "model/generate.h"
@@ -38,14 +41,15 @@ typedef struct sweep_opts {
     const char *model;
     int prompt, gen, repeats, threads;
     long buffer_mib; /* the read-bandwidth buffer of the machine limit; 0: default */
+    kv_evict_params cache; /* the configs' cache precision keys (--kv-cache-precision ...) */
     int ks[MAX_KS], n_ks;
 } sweep_opts;
 
 /* The i-th config of the sweep (see the top of the file). */
-static void sweep_params(int i, kv_evict_params *p)
+static void sweep_params(const sweep_opts *o, int i, kv_evict_params *p)
 {
     static const int inter[] = {160, 416, 928, 1952};
-    kv_evict_params_default(p);
+    *p = o->cache; /* defaults, but for the cache's precision */
     snprintf(p->algorithm, sizeof p->algorithm, "%s", i % 2 ? "snapkv" : "h2o");
     p->start_size = 32;
     p->recent_size = 64;
@@ -97,6 +101,8 @@ typedef struct work {
     double slot_steps; /* Σ over rows and their forwards of the slots of all
                           layers that attention read (from the lengths before
                           and after: growth and eviction are steady) */
+    double slot_bytes; /* the same, each slot weighted by its K and V bytes at
+                          its cache's precision (group parameters included) */
 } work;
 
 static double cache_slots(const kv_cache *c)
@@ -110,8 +116,11 @@ static double cache_slots(const kv_cache *c)
 static void add_row_work(work *w, const kv_cache *c, double slots_before, int forwards,
                          bool batched)
 {
+    double slots = forwards * (slots_before + cache_slots(c)) / 2;
     w->row_steps += forwards;
-    w->slot_steps += forwards * (slots_before + cache_slots(c)) / 2;
+    w->slot_steps += slots;
+    w->slot_bytes += slots / c->n_layers *
+                     kv_cache_bytes_per_token(&c->quant, c->n_layers, c->n_kv_heads, c->head_dim);
     if (!batched)
         w->passes += forwards;
     else if (forwards > w->passes)
@@ -195,7 +204,7 @@ static int setup(sweep *s, int n_configs, kv_error *err)
         return -1;
     kv_evict_params ps[MAX_CONFIGS];
     for (int i = 0; i < n_configs; i++) {
-        sweep_params(i, &ps[i]);
+        sweep_params(s->o, i, &ps[i]);
         if (!(s->ev[i] = kv_evictor_new(&ps[i], &s->em, err)))
             return -1;
         kv_evictor_generation_request(s->ev[i], &s->step_req[i]);
@@ -225,7 +234,7 @@ static void teardown(sweep *s)
  * one after another, so the two times add). FLOPs: 2 per weight of every
  * projection and the LM head per row and forward, 4 * n_heads * head_dim
  * per attended slot and layer; bytes: the projection and LM-head weights
- * per weight pass, K and V in F32 per attended slot. */
+ * per weight pass, K and V as stored per attended slot. */
 static double machine_limit_s(const sweep *s, const work *w, const kb_machine_limit *lim)
 {
     const kv_model_config *c = kv_model_get_config(s->m);
@@ -236,7 +245,7 @@ static double machine_limit_s(const sweep *s, const work *w, const kb_machine_li
     double stored = params + (c->tied_embeddings ? 0 : head);
     double weight_bytes = params * (double)kv_model_weight_bytes(s->m) / stored;
     double flops = w->row_steps * 2 * params + w->slot_steps * 4 * q;
-    double bytes = w->passes * weight_bytes + w->slot_steps * 2 * kv * sizeof(float);
+    double bytes = w->passes * weight_bytes + w->slot_bytes;
     return flops / (lim->fp32_gflops * 1e9) + bytes / (lim->read_gbps * 1e9);
 }
 
@@ -292,8 +301,11 @@ static int bench_sweep(const sweep_opts *o)
     double *lt = calloc((size_t)(n_modes * o->repeats), sizeof *lt);
     int rc = ids && t && cpu && lt ? setup(&s, max_k, &err) : kv_fail(&err, "out of memory");
     if (rc == 0)
-        fprintf(stderr, "# %s: prompt %d tokens, %d new tokens, %d threads, %d repeat(s)\n",
-                o->model, o->prompt, o->gen, kv_model_threads(s.m), o->repeats);
+        fprintf(stderr, "# %s: prompt %d tokens, %d new tokens, %d threads, %d repeat(s); "
+                        "configs' caches %s%s\n",
+                o->model, o->prompt, o->gen, kv_model_threads(s.m), o->repeats,
+                o->cache.kv_cache_precision,
+                strcmp(o->cache.key_quant, "by_channel") == 0 ? " (keys by channel)" : "");
     kv_pool *pool = rc == 0 ? kv_pool_new(kv_model_threads(s.m), &err) : NULL;
     if (rc == 0 && (!pool || kb_machine_limits(pool, 3, o->buffer_mib, &s.lim) != 0))
         rc = pool ? kv_fail(&err, "the machine's limits could not be measured") : -1;
@@ -365,6 +377,21 @@ int kb_bench_sweep(const kb_args *a)
     sweep_opts o = {.prompt = 2048, .gen = 64, .repeats = 1, .ks = {4, 16, 31}, .n_ks = 3};
     long P = o.prompt, gen = o.gen, rep = o.repeats, threads = 0;
     o.model = kb_arg(a, "model");
+    kv_evict_params cache;
+    int asked = kb_eviction_params(a, &cache);
+    if (asked < 0)
+        return KB_EXIT_USAGE;
+    if (asked == 0) {
+        kb_error("bench sweep: its configs are fixed (H2O and SnapKV as configs/nightly.json); "
+                 "of the eviction options only the cache's precision applies");
+        return KB_EXIT_USAGE;
+    }
+    kv_evict_params_default(&o.cache);
+    memcpy(o.cache.kv_cache_precision, cache.kv_cache_precision, sizeof cache.kv_cache_precision);
+    memcpy(o.cache.key_quant, cache.key_quant, sizeof cache.key_quant);
+    memcpy(o.cache.value_quant, cache.value_quant, sizeof cache.value_quant);
+    o.cache.key_group_size = cache.key_group_size;
+    o.cache.value_group_size = cache.value_group_size;
     if (!o.model) {
         kb_error("bench sweep: --model DIR is required");
         return KB_EXIT_USAGE;

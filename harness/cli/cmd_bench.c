@@ -43,7 +43,7 @@ static const kb_option options[] = {
     {"buffer-mib", "N", "machine, sweep: read-bandwidth buffer (default: 8x the last-level cache, at least 512)"},
     {"against", "PRECISION", "model: decode speed against caches at PRECISION: one prefill forked to both, decoded in turn, the ratio"},
     {"json", NULL, "print the measurements as one JSON line"},
-    KB_EVICTION_OPTIONS, /* model: of them only the cache precision's apply */
+    KB_EVICTION_OPTIONS, /* model, sweep: of them only the cache precision's apply */
     {NULL, NULL, NULL},
 };
 

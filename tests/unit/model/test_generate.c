@@ -412,6 +412,29 @@ Test(generate_cli, bench_sweep_compares_modes_and_the_machine_limit)
     free(dir);
 }
 
+/* bench sweep --kv-cache-precision stores the configs' caches at that
+ * precision (the full cache stays F32): batched still equals sequential,
+ * the header says so, and eviction options other than the cache's are
+ * refused (its configs are fixed). */
+Test(generate_cli, bench_sweep_at_a_cache_precision)
+{
+    char *dir = model_dir("qwen3-bf16");
+    tu_result r = tu_kvbench("bench", "sweep", "--model", dir, "--prompt-tokens", "40",
+                             "--gen-tokens", "4", "--configs", "3", "--threads", "2",
+                             "--buffer-mib", "64", "--kv-cache-precision", "u4", "--key-quant",
+                             "by_channel", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.err, "configs' caches u4 (keys by channel)"), "%s", r.err);
+    cr_assert(strstr(r.out, "batched tokens identical to sequential: yes"), "%s", r.out);
+    tu_result_free(&r);
+    r = tu_kvbench("bench", "sweep", "--model", dir, "--eviction", "h2o", NULL);
+    cr_assert_eq(r.status, 2, "%s", r.err);
+    cr_assert(strstr(r.err, "of the eviction options only the cache's precision applies"), "%s",
+              r.err);
+    tu_result_free(&r);
+    free(dir);
+}
+
 /* The compute mode and the kernels' level are part of what bench model
  * and version report; KVBENCH_ISA naming no level is a one-line error. */
 Test(generate_cli, compute_mode_and_kernel_level_are_reported)
