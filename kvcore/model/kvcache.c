@@ -87,16 +87,17 @@ static int full_reserve(const kv_cache *c, kv_cache_layer *l, int n, kv_error *e
                        vneed > l->v_rows ? grown(l->v_rows, vneed) : l->v_rows, err);
 }
 
-/* Gives back the full-precision rows a commit emptied, keeping one (the
- * next decode step's) beyond those in use, or up to 64 (by-channel keys'
- * residual block grows a row a step). Only rows ever written are
- * resident, so a prompt's rows cost memory one layer at a time. */
+/* Gives back the full-precision rows a commit emptied when they are many
+ * (a prefill's): all of them, so the whole block returns to the allocator
+ * and the next layer's rows reuse it (a prompt's rows cost memory one
+ * layer at a time). A few (a decode step's, by-channel keys' residual
+ * block) stay for the next step. */
 static void full_release(const kv_cache *c, kv_cache_layer *l)
 {
     int kused = l->len - l->k_stored, vused = l->len - l->v_stored;
     kv_error ignored; /* shrinking: realloc keeps the old block if it cannot move */
-    full_resize(c, l, l->k_rows > kused + 64 ? kused + 1 : l->k_rows,
-                l->v_rows > vused + 64 ? vused + 1 : l->v_rows, &ignored);
+    full_resize(c, l, l->k_rows > kused + 64 ? kused : l->k_rows,
+                l->v_rows > vused + 64 ? vused : l->v_rows, &ignored);
 }
 
 /* Sets a layer's capacity to cap slots: positions, norms, the stored form,
@@ -253,9 +254,15 @@ int kv_cache_set_quant(kv_cache *c, const kv_cache_quant *q, kv_error *err)
             return kv_fail(err, "KV cache: a cache storing tokens at %s keeps that precision",
                            kv_precision_name(c->quant.precision));
     c->quant = r;
-    for (int i = 0; i < c->n_layers; i++) /* the stored form's room */
-        if (layer_resize(c, &c->layers[i], c->layers[i].cap, err) != 0)
+    for (int i = 0; i < c->n_layers; i++) { /* the stored form's room */
+        kv_cache_layer *l = &c->layers[i];
+        if (layer_resize(c, l, l->cap, err) != 0)
             return -1;
+        /* full-precision rows only for the slots in use: a forward asks
+         * for its own, a layer at a time (kv_cache_reserve_rows) */
+        if (kv_cache_stores(c) && full_resize(c, l, l->len, l->len, err) != 0)
+            return -1;
+    }
     return 0;
 }
 
@@ -463,16 +470,33 @@ void kv_cache_commit(kv_cache *c, int layer)
         kv_cache_measure_values(c, l, from, l->len - from);
 }
 
-int kv_cache_reserve(kv_cache *c, int n, kv_error *err)
+/* Room for n more slots in every layer, and their full-precision rows when
+ * `rows` (else kv_cache_reserve_rows gives them layer by layer). */
+static int reserve(kv_cache *c, int n, bool rows, kv_error *err)
 {
     for (int i = 0; i < c->n_layers; i++) {
         kv_cache_layer *l = &c->layers[i];
         if (l->len + n > l->cap && layer_resize(c, l, grown(l->cap, l->len + n), err) != 0)
             return -1;
-        if (kv_cache_stores(c) && full_reserve(c, l, n, err) != 0)
+        if (rows && kv_cache_stores(c) && full_reserve(c, l, n, err) != 0)
             return -1;
     }
     return 0;
+}
+
+int kv_cache_reserve(kv_cache *c, int n, kv_error *err)
+{
+    return reserve(c, n, true, err);
+}
+
+int kv_cache_reserve_slots(kv_cache *c, int n, kv_error *err)
+{
+    return reserve(c, n, false, err);
+}
+
+int kv_cache_reserve_rows(kv_cache *c, int layer, int n, kv_error *err)
+{
+    return kv_cache_stores(c) ? full_reserve(c, &c->layers[layer], n, err) : 0;
 }
 
 int kv_cache_reserve_layer(kv_cache *c, int layer, int slots, kv_error *err)

@@ -133,6 +133,14 @@ void kv_cache_commit(kv_cache *c, int layer);
 
 /* Makes room for n more slots in every layer. */
 int kv_cache_reserve(kv_cache *c, int n, kv_error *err);
+
+/* The same but, in a cache that stores at another precision, without the
+ * full-precision rows the new slots are first written to: a long forward
+ * then asks for them one layer at a time (kv_cache_reserve_rows) right
+ * before the layer writes, so one layer's rows, given back at its commit,
+ * serve the next layer, and a prompt never holds all layers in F32. */
+int kv_cache_reserve_slots(kv_cache *c, int n, kv_error *err);
+int kv_cache_reserve_rows(kv_cache *c, int layer, int n, kv_error *err);
 /* Makes room for `slots` slots in all in one layer. */
 int kv_cache_reserve_layer(kv_cache *c, int layer, int slots, kv_error *err);
 

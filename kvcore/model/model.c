@@ -1266,7 +1266,7 @@ int kv_model_forward(kv_model *m, kv_cache *c, const int32_t *tokens, int n,
 {
     const kv_model_config *cfg = &m->cfg;
     if (check_call(m, c, tokens, n, err) != 0 || check_stats(m, c, n, req, stats, err) != 0 ||
-        kv_cache_reserve(c, n, err) != 0)
+        kv_cache_reserve_slots(c, n, err) != 0)
         return -1;
     int chunk = n < m->chunk ? n : m->chunk;
     fwd f = {.n = n,
@@ -1294,6 +1294,10 @@ int kv_model_forward(kv_model *m, kv_cache *c, const int32_t *tokens, int n,
     /* Layer by layer, chunk by chunk: a layer's keys and values of earlier
      * chunks are in the cache when a later chunk attends to them. */
     for (int l = 0; l < cfg->n_layers; l++) {
+        if (kv_cache_reserve_rows(c, l, n, err) != 0) { /* the layer's new rows, until its commit */
+            fwd_free(&f);
+            return -1;
+        }
         layer L = widened_layer(&m->layers[l], &f);
         for (int s = 0; s < n; s += chunk)
             layer_forward(m, &L, l, c, &f, n - s < chunk ? n - s : chunk, s);

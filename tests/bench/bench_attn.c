@@ -21,7 +21,7 @@ static kv_cache *filled(int slots, const kv_cache_quant *q)
 {
     kv_error err;
     kv_cache *c = kv_cache_new(1, KV, D, slots + 1, &err);
-    if (!c || kv_cache_set_quant(c, q, &err) != 0) {
+    if (!c || kv_cache_set_quant(c, q, &err) != 0 || kv_cache_reserve(c, slots, &err) != 0) {
         fprintf(stderr, "bench_attn: %s\n", err.msg);
         exit(1);
     }

@@ -104,7 +104,8 @@ static kv_cache *stored_cache(const kv_cache_quant *q)
 {
     kv_error err;
     kv_cache *c = kv_cache_new(1, KV, D, SLOTS + 1, &err);
-    cr_assert(c && kv_cache_set_quant(c, q, &err) == 0, "%s", err.msg);
+    cr_assert(c && kv_cache_set_quant(c, q, &err) == 0 && kv_cache_reserve(c, SLOTS, &err) == 0,
+              "%s", err.msg);
     kv_cache_layer *l = &c->layers[0];
     for (int t = 0; t < SLOTS; t++) {
         for (int i = 0; i < KV * D; i++) {

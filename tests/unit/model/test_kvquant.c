@@ -133,7 +133,8 @@ static kv_cache *filled(int n, const kv_cache_quant *q, float *k0, float *v0)
 {
     kv_error err;
     kv_cache *c = kv_cache_new(1, T_HEADS, T_D, n, &err);
-    cr_assert(c && kv_cache_set_quant(c, q, &err) == 0, "%s", err.msg);
+    cr_assert(c && kv_cache_set_quant(c, q, &err) == 0 && kv_cache_reserve(c, n, &err) == 0, "%s",
+              err.msg); /* as a forward of n tokens */
     for (int i = 0; i < n * T_ROW; i++) {
         c->layers[0].k[i] = k0[i] = (float)rand() / RAND_MAX * 4.0f - 2.0f;
         c->layers[0].v[i] = v0[i] = (float)rand() / RAND_MAX * 2.0f - 1.0f;
@@ -306,7 +307,7 @@ Test(kvcache_quant, a_token_costs_its_codes_and_group_parameters)
                  L * (2 * ROW / 2.0 + ROW * 8.0 / 32 + 8 * 8.0));
 }
 
-Test(kvcache_quant, a_committed_layer_keeps_no_full_precision_row_but_the_next)
+Test(kvcache_quant, a_committed_prefill_gives_its_full_precision_rows_back)
 {
     srand(16);
     kv_cache_quant q = {.precision = KV_PREC_U4};
