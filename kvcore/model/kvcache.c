@@ -166,6 +166,15 @@ void kv_cache_free(kv_cache *c)
     free(c);
 }
 
+/* memcpy of n bytes that may be none: a part a cache does not hold (all
+ * its rows stored, no F32 rows) has a NULL buffer, which memcpy may not
+ * be given even for 0 bytes. */
+static void copy_bytes(void *dst, const void *src, size_t n)
+{
+    if (n)
+        memcpy(dst, src, n);
+}
+
 kv_cache *kv_cache_fork(const kv_cache *c, int cap_hint, kv_error *err)
 {
     kv_cache *f = kv_cache_new(c->n_layers, c->n_kv_heads, c->head_dim, 1, err);
@@ -187,16 +196,16 @@ kv_cache *kv_cache_fork(const kv_cache *c, int cap_hint, kv_error *err)
             kv_cache_free(f);
             return NULL;
         }
-        memcpy(dst->k, src->k, (size_t)(src->len - src->k_stored) * row);
-        memcpy(dst->v, src->v, (size_t)(src->len - src->v_stored) * row);
+        copy_bytes(dst->k, src->k, (size_t)(src->len - src->k_stored) * row);
+        copy_bytes(dst->v, src->v, (size_t)(src->len - src->v_stored) * row);
         if (kv_cache_stores(c)) {
-            memcpy(dst->kq, src->kq, (size_t)src->k_stored * bytes);
-            memcpy(dst->vq, src->vq, (size_t)src->v_stored * bytes);
-            memcpy(dst->kg, src->kg, key_groups(c, src->k_stored) * sizeof *src->kg);
-            memcpy(dst->vg, src->vg, value_groups(c, src->v_stored) * sizeof *src->vg);
+            copy_bytes(dst->kq, src->kq, (size_t)src->k_stored * bytes);
+            copy_bytes(dst->vq, src->vq, (size_t)src->v_stored * bytes);
+            copy_bytes(dst->kg, src->kg, key_groups(c, src->k_stored) * sizeof *src->kg);
+            copy_bytes(dst->vg, src->vg, value_groups(c, src->v_stored) * sizeof *src->vg);
         }
-        memcpy(dst->pos, src->pos, (size_t)src->len * (size_t)c->n_kv_heads * sizeof(int32_t));
-        memcpy(dst->vlen, src->vlen, (size_t)src->vlen_n * (size_t)c->n_kv_heads * sizeof(float));
+        copy_bytes(dst->pos, src->pos, (size_t)src->len * (size_t)c->n_kv_heads * sizeof(int32_t));
+        copy_bytes(dst->vlen, src->vlen, (size_t)src->vlen_n * (size_t)c->n_kv_heads * sizeof(float));
         dst->vlen_n = src->vlen_n;
         if (src->gap) {
             size_t gap_bytes = 2 * (size_t)c->n_kv_heads * sizeof *src->gap;
@@ -675,11 +684,11 @@ static void move_one(part_move *m, int j, int g, int from)
         }
         return;
     }
-    const float *x = m->s_full + (size_t)(from - s_stored) * row + at;
-    if (from_stored) {
+    const float *x = m->buf; /* a stored slot is read into buf; a full one in place */
+    if (from_stored)
         load(src, m->s, m->part, from, at, span, m->buf);
-        x = m->buf;
-    }
+    else
+        x = m->s_full + (size_t)(from - s_stored) * row + at;
     float *y = to_stored ? m->buf
                          : (m->part == KV_KEYS ? m->d->k : m->d->v) +
                                (size_t)(j - m->d_stored) * row + at;
