@@ -16,46 +16,16 @@
 
 #include "support/testutil.h"
 
-static char *dir; /* holds c.json, data/ (when copied) and runs/ */
+/* Each test's folder, tu_dir, holds c.json, data/ (when copied) and runs/. */
+TestSuite(failure, .init = tu_dir_make, .fini = tu_dir_remove, .timeout = 300);
 
-static void setup(void)
-{
-    dir = tu_mkdtemp();
-}
-
-static void teardown(void)
-{
-    tu_rmtree(dir);
-    free(dir);
-}
-
-TestSuite(failure, .init = setup, .fini = teardown, .timeout = 300);
-
-static char *at(const char *rel)
-{
-    char *p;
-    cr_assert_geq(asprintf(&p, "%s/%s", dir, rel), 0);
-    return p;
-}
-
-/* A matrix on the demo model: tasks_json (a JSON list), 2 samples, 4 new
- * tokens, the full cache plus configs_json. data NULL: the shipped
- * synthetic data. */
+/* A matrix on the demo model (tu_write_demo_config): tasks_json (a JSON
+ * list), 2 samples, the full cache plus configs_json. data NULL: the
+ * shipped synthetic data. */
 static char *write_config_of(const char *data, const char *tasks_json, const char *configs_json)
 {
-    char *model = tu_source("models/kvbench-retrieval");
-    char *shipped = tu_source("datasets/synthetic");
-    char *path = at("c.json");
-    FILE *f = fopen(path, "w");
-    fprintf(f,
-            "{\"model\": \"%s\", \"data\": \"%s\", \"output\": \"%s/runs\", \"limit\": 2,\n"
-            " \"max_new_tokens\": 4, \"threads\": 1, \"tasks\": %s,\n"
-            " \"configs\": %s}\n",
-            model, data ? data : shipped, dir, tasks_json, configs_json);
-    fclose(f);
-    free(model);
-    free(shipped);
-    return path;
+    return tu_write_demo_config(data, "\"limit\": 2, \"tasks\": %s,\n \"configs\": %s", tasks_json,
+                                configs_json);
 }
 
 /* The same on synth_passkey alone. */
@@ -89,7 +59,7 @@ static cJSON *first_line(const char *path)
 Test(failure, a_second_run_into_a_locked_folder_names_the_holder)
 {
     char *cfg = write_config(NULL, H2O);
-    char *runs = at("runs"), *run = at("runs/c"), *lock = at("runs/c/run.lock");
+    char *runs = tu_at("runs"), *run = tu_at("runs/c"), *lock = tu_at("runs/c/run.lock");
     cr_assert_eq(mkdir(runs, 0777) | mkdir(run, 0777), 0);
     int fd = open(lock, O_RDWR | O_CREAT, 0666);
     cr_assert_eq(flock(fd, LOCK_EX), 0);
@@ -113,18 +83,18 @@ Test(failure, resume_refuses_a_line_of_another_sample_and_reports_only_the_matri
     tu_result r = tu_kvbench("run", cfg, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     tu_result_free(&r);
-    char *scores = at("runs/c/scores.json");
+    char *scores = tu_at("runs/c/scores.json");
     char *before = tu_slurp(scores, NULL);
 
     /* a folder no matrix made, with lines of its own: never scored */
-    char *bogus = at("runs/c/predictions/bogus");
+    char *bogus = tu_at("runs/c/predictions/bogus");
     cr_assert_eq(mkdir(bogus, 0777), 0);
-    char *full = at("runs/c/predictions/full/synth_passkey.jsonl");
-    char *copy = at("runs/c/predictions/bogus/synth_passkey.jsonl");
+    char *full = tu_at("runs/c/predictions/full/synth_passkey.jsonl");
+    char *copy = tu_at("runs/c/predictions/bogus/synth_passkey.jsonl");
     char *text = tu_slurp(full, NULL);
     write_file(copy, text);
     unlink(scores);
-    char *run = at("runs/c");
+    char *run = tu_at("runs/c");
     r = tu_kvbench("report", run, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert(strstr(r.err, "has no scores.json: scoring its predictions"), "%s", r.err);
@@ -151,7 +121,7 @@ Test(failure, resume_refuses_a_line_of_another_sample_and_reports_only_the_matri
 
     /* run.json gone: the predictions cannot be told apart from anyone's */
     write_file(full, text);
-    char *run_json = at("runs/c/run.json");
+    char *run_json = tu_at("runs/c/run.json");
     unlink(run_json);
     r = tu_kvbench("run", cfg, NULL);
     cr_assert_eq(r.status, 1, "%s", r.err);
@@ -164,9 +134,9 @@ Test(failure, resume_refuses_a_line_of_another_sample_and_reports_only_the_matri
 
 Test(failure, an_empty_task_file_is_an_error_naming_it)
 {
-    char *data = at("data");
+    char *data = tu_at("data");
     cr_assert_eq(mkdir(data, 0777), 0);
-    char *file = at("data/synth_passkey.jsonl");
+    char *file = tu_at("data/synth_passkey.jsonl");
     write_file(file, "\n");
     char *cfg = write_config(data, H2O);
     tu_result r = tu_kvbench("run", cfg, NULL);
@@ -174,7 +144,7 @@ Test(failure, an_empty_task_file_is_an_error_naming_it)
     char *want;
     cr_assert_geq(asprintf(&want, "%s: empty task file (no samples)", file), 0);
     cr_assert(strstr(r.err, want), "%s", r.err);
-    char *scores = at("runs/c/scores.json");
+    char *scores = tu_at("runs/c/scores.json");
     cr_assert(access(scores, F_OK) != 0, "no score of an empty task");
     tu_result_free(&r);
     r = tu_kvbench("run", cfg, "--empty-tasks", "zero", NULL);
@@ -188,9 +158,9 @@ Test(failure, an_empty_task_file_is_an_error_naming_it)
  * and the averages are those of the task that has samples. */
 Test(failure, an_empty_task_file_reported_as_missing)
 {
-    char *data = at("data");
+    char *data = tu_at("data");
     cr_assert_eq(mkdir(data, 0777), 0);
-    char *file = at("data/synth_passkey.jsonl"), *kv = at("data/synth_kv.jsonl");
+    char *file = tu_at("data/synth_passkey.jsonl"), *kv = tu_at("data/synth_kv.jsonl");
     char *shipped = tu_source("datasets/synthetic/synth_kv.jsonl");
     write_file(file, "");
     char *text = tu_slurp(shipped, NULL);
@@ -200,7 +170,7 @@ Test(failure, an_empty_task_file_reported_as_missing)
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert(strstr(r.err, "synth_passkey: no samples, reported as missing"), "%s", r.err);
     tu_result_free(&r);
-    char *scores = at("runs/c/scores.json"), *summary = at("runs/c/summary.md");
+    char *scores = tu_at("runs/c/scores.json"), *summary = tu_at("runs/c/summary.md");
     char *s = tu_slurp(scores, NULL), *md = tu_slurp(summary, NULL);
     cr_assert(strstr(s, "\"synth_kv\""), "%s", s);
     cr_assert_null(strstr(s, "\"synth_passkey\""), "no row, so no 0.00: %s", s);
@@ -233,8 +203,8 @@ Test(failure, a_budget_above_the_prompt_keeps_everything)
     tu_result r = tu_kvbench("run", cfg, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     tu_result_free(&r);
-    char *a = at("runs/c/predictions/full/synth_passkey.jsonl");
-    char *b = at("runs/c/predictions/huge/synth_passkey.jsonl");
+    char *a = tu_at("runs/c/predictions/full/synth_passkey.jsonl");
+    char *b = tu_at("runs/c/predictions/huge/synth_passkey.jsonl");
     cJSON *x = first_line(a), *y = first_line(b);
     cr_assert_str_eq(cJSON_GetObjectItem(y, "pred")->valuestring,
                      cJSON_GetObjectItem(x, "pred")->valuestring);
@@ -250,7 +220,7 @@ Test(failure, a_budget_above_the_prompt_keeps_everything)
  * generated, n_prompt - 1 + k, and no list names a token twice. */
 static void check_compact_trace(const char *strategy)
 {
-    char *model = tu_source("tests/data/models/qwen3-bf16"), *trace = at("trace.jsonl");
+    char *model = tu_source("tests/data/models/qwen3-bf16"), *trace = tu_at("trace.jsonl");
     tu_result r = tu_kvbench("generate", "--model", model, "--prompt",
                              "the passkey is 12345. remember it. the passkey is", "--eviction",
                              "h2o", "--strategy", strategy, "--group-size", "2", "--start-size",
@@ -306,11 +276,11 @@ Test(failure, merge_refuses_finished_shards_with_missing_lines)
         cr_assert_eq(r.status, 0, "%s", r.err);
         tu_result_free(&r);
     }
-    char *run = at("runs/c"), *merged = at("merged");
+    char *run = tu_at("runs/c"), *merged = tu_at("merged");
     tu_result r = tu_kvbench("merge", run, "--output", merged, NULL);
     cr_assert_eq(r.status, 0, "complete shards merge: %s", r.err);
     tu_result_free(&r);
-    char *file = at("runs/c/shards/1-of-2/predictions/h2o/synth_passkey.jsonl");
+    char *file = tu_at("runs/c/shards/1-of-2/predictions/h2o/synth_passkey.jsonl");
     cr_assert_eq(truncate(file, 0), 0);
     r = tu_kvbench("merge", run, "--output", merged, NULL);
     cr_assert_eq(r.status, 1, "%s", r.out);
@@ -332,7 +302,7 @@ Test(failure, the_report_of_a_run_holds_its_matrix_and_scores_json_every_config)
     tu_result r = tu_kvbench("run", cfg, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     tu_result_free(&r);
-    char *scores = at("runs/c/scores.json");
+    char *scores = tu_at("runs/c/scores.json");
     char *text = tu_slurp(scores, NULL);
     cr_assert(strstr(text, "\"gone\""), "%s", text);
     free(text);
@@ -346,7 +316,7 @@ Test(failure, the_report_of_a_run_holds_its_matrix_and_scores_json_every_config)
               "%s", text);
     free(text);
     /* the run's own report is of its matrix; `kvbench report` of the folder shows all */
-    char *summary = at("runs/c/summary.md"), *run = at("runs/c");
+    char *summary = tu_at("runs/c/summary.md"), *run = tu_at("runs/c");
     text = tu_slurp(summary, NULL);
     cr_assert_null(strstr(text, "| gone |"), "%s", text);
     free(text);
@@ -365,10 +335,10 @@ Test(failure, the_report_of_a_run_holds_its_matrix_and_scores_json_every_config)
  * carried whole, written back as "\u0000", resumed and scored as its own. */
 Test(failure, a_nul_in_an_id_is_predicted_resumed_and_scored)
 {
-    char *data = at("data");
+    char *data = tu_at("data");
     cr_assert_eq(mkdir(data, 0777), 0);
     char *shipped = tu_source("datasets/synthetic/synth_passkey.jsonl");
-    char *text = tu_slurp(shipped, NULL), *file = at("data/synth_passkey.jsonl");
+    char *text = tu_slurp(shipped, NULL), *file = tu_at("data/synth_passkey.jsonl");
     char *id0 = strstr(text, "\"synth_passkey-0000\""), *edited;
     cr_assert(id0);
     *id0 = '\0';
@@ -378,7 +348,7 @@ Test(failure, a_nul_in_an_id_is_predicted_resumed_and_scored)
     tu_result r = tu_kvbench("run", cfg, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     tu_result_free(&r);
-    char *pred = at("runs/c/predictions/h2o/synth_passkey.jsonl");
+    char *pred = tu_at("runs/c/predictions/h2o/synth_passkey.jsonl");
     char *lines = tu_slurp(pred, NULL);
     cr_assert(strstr(lines, "\"id\":\"synth_passkey-0001\\u0000\""), "%s", lines);
     cr_assert(strstr(lines, "\"id\":\"synth_passkey-0001\""), "%s", lines);
@@ -388,7 +358,7 @@ Test(failure, a_nul_in_an_id_is_predicted_resumed_and_scored)
     tu_result_free(&r);
     char *again = tu_slurp(pred, NULL);
     cr_assert_str_eq(again, lines, "resumed, nothing rewritten");
-    char *scores = at("runs/c/scores.json"), *run = at("runs/c");
+    char *scores = tu_at("runs/c/scores.json"), *run = tu_at("runs/c");
     char *s = tu_slurp(scores, NULL);
     cr_assert(strstr(s, "\"synth_passkey-0001\\u0000\""), "%s", s);
     cJSON *root = cJSON_Parse(s);
@@ -413,10 +383,10 @@ Test(failure, a_nul_in_an_id_is_predicted_resumed_and_scored)
  * first one's _id when repeat; returns the file's path. */
 static char *three_samples(bool repeat)
 {
-    char *data = at("data");
+    char *data = tu_at("data");
     mkdir(data, 0777);
     char *shipped = tu_source("datasets/synthetic/synth_passkey.jsonl");
-    char *text = tu_slurp(shipped, NULL), *file = at("data/synth_passkey.jsonl");
+    char *text = tu_slurp(shipped, NULL), *file = tu_at("data/synth_passkey.jsonl");
     char *end = text;
     for (int i = 0; i < 3; i++)
         end = strchr(end, '\n') + 1;
@@ -436,7 +406,7 @@ static char *three_samples(bool repeat)
  * forever. The run, each shard and merge now name the file, line and id. */
 Test(failure, a_repeated_id_is_an_error_naming_file_line_and_id)
 {
-    char *file = three_samples(false), *data = at("data");
+    char *file = three_samples(false), *data = tu_at("data");
     char *cfg = write_config(data, H2O);
     for (int i = 0; i < 2; i++) {
         tu_result r = tu_kvbench("run", cfg, "--shard", i ? "1/2" : "0/2", NULL);
@@ -450,7 +420,7 @@ Test(failure, a_repeated_id_is_an_error_naming_file_line_and_id)
                            "index 0: a task's samples need distinct _ids",
                            file),
                   0);
-    char *run = at("runs/c"), *merged = at("merged");
+    char *run = tu_at("runs/c"), *merged = tu_at("merged");
     tu_result r = tu_kvbench("merge", run, "--output", merged, NULL);
     cr_assert_eq(r.status, 1, "%s", r.err);
     cr_assert(strstr(r.err, want), "%s", r.err);
@@ -459,7 +429,7 @@ Test(failure, a_repeated_id_is_an_error_naming_file_line_and_id)
     cr_assert_eq(r.status, 1, "%s", r.err);
     cr_assert(strstr(r.err, want), "%s", r.err);
     tu_result_free(&r);
-    char *fresh = at("runs/fresh/predictions/h2o/synth_passkey.jsonl");
+    char *fresh = tu_at("runs/fresh/predictions/h2o/synth_passkey.jsonl");
     cr_assert(access(fresh, F_OK) != 0, "nothing predicted");
     r = tu_kvbench("run", cfg, "--name", "fresh", "--shard", "1/2", NULL);
     cr_assert_eq(r.status, 1, "%s", r.err);
@@ -493,7 +463,7 @@ Test(failure, output_lost_on_a_full_disk_is_a_failure)
     r = tu_kvbench("run", cfg, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     tu_result_free(&r);
-    char *preds = at("runs/c/predictions/full");
+    char *preds = tu_at("runs/c/predictions/full");
     cr_assert_geq(asprintf(&args, "score '%s'", preds), 0);
     r = to_full_disk(args);
     cr_assert_eq(r.status, 1, "%s", r.err);
@@ -511,7 +481,8 @@ Test(failure, a_refused_resume_leaves_run_json_as_it_was)
     tu_result r = tu_kvbench("run", cfg, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     tu_result_free(&r);
-    char *run_json = at("runs/c/run.json"), *full = at("runs/c/predictions/h2o/synth_passkey.jsonl");
+    char *run_json = tu_at("runs/c/run.json");
+    char *full = tu_at("runs/c/predictions/h2o/synth_passkey.jsonl");
     char *before = tu_slurp(run_json, NULL), *text = tu_slurp(full, NULL), *damaged;
     cr_assert_geq(asprintf(&damaged, "%s%s", text, strstr(text, "\n") + 1), 0);
     write_file(full, damaged); /* the second line twice */
@@ -564,7 +535,7 @@ Test(failure, rerotation_with_absolute_positions_is_warned_about_once)
         cr_assert_null(strstr(at1 + strlen(want), "warning:"), "once: %s", r.err);
         tu_result_free(&r);
     }
-    char *summary = at("runs/c/summary.md");
+    char *summary = tu_at("runs/c/summary.md");
     char *md = tu_slurp(summary, NULL);
     cr_assert(strstr(md, "\n⚠ h2o: apply_rerotation with positions \"absolute\""), "%s", md);
     cr_assert(strstr(md, "| h2o ⚠ | `"), "%s", md);
@@ -592,12 +563,12 @@ Test(failure, rerotation_with_absolute_positions_is_warned_about_once)
     free(model), free(summary), free(cfg);
 }
 
-/* A copy of the demo model in DIR/model with config.json's architecture
+/* A copy of the demo model in tu_dir/model with config.json's architecture
  * replaced by arch (NULL: kept) and tokenizer.json by tokenizer (NULL:
  * kept); returns the folder. */
 static char *model_copy(const char *arch, const char *tokenizer)
 {
-    char *model = at("model"), *src = tu_source("models/kvbench-retrieval");
+    char *model = tu_at("model"), *src = tu_source("models/kvbench-retrieval");
     cr_assert_eq(mkdir(model, 0777), 0);
     static const char *const files[] = {"config.json", "generation_config.json",
                                         "model.safetensors", "tokenizer.json",
@@ -649,7 +620,7 @@ static void expect_refused(const char *cfg, const char *why)
     cr_assert_eq(r.status, 1, "%s", r.err);
     cr_assert(strstr(r.err, why), "run: %s", r.err);
     tu_result_free(&r);
-    char *run = at("runs/c");
+    char *run = tu_at("runs/c");
     cr_assert(access(run, F_OK) != 0, "%s: nothing left behind", why);
     free(run);
 }
@@ -658,7 +629,8 @@ static void expect_refused(const char *cfg, const char *why)
  * tokenizer; a run that fails those checks leaves no run folder. */
 Test(failure, dry_run_checks_data_architecture_and_tokenizer)
 {
-    char *file = three_samples(false), *data = at("data"), *missing = at("data/synth_kv.jsonl");
+    char *file = three_samples(false), *data = tu_at("data");
+    char *missing = tu_at("data/synth_kv.jsonl");
     char *cfg = write_config_of(data, "[\"synth_passkey\", \"synth_kv\"]", H2O);
     expect_refused(cfg, missing);
     cfg = (free(cfg), write_config(data, H2O));
@@ -693,7 +665,8 @@ Test(failure, run_overrides_are_checked_and_recorded)
                              "--tasks", "synth_kv", "--limit", "1", "--name", "other", NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     tu_result_free(&r);
-    char *run_json = at("runs/other/run.json"), *pred = at("runs/other/predictions/h2o/synth_kv.jsonl");
+    char *run_json = tu_at("runs/other/run.json");
+    char *pred = tu_at("runs/other/predictions/h2o/synth_kv.jsonl");
     cr_assert_eq(access(pred, F_OK), 0);
     char *text = tu_slurp(run_json, NULL);
     cJSON *j = cJSON_Parse(text), *m = cJSON_GetObjectItem(j, "matrix");
@@ -732,12 +705,12 @@ Test(failure, run_overrides_are_checked_and_recorded)
 Test(failure, a_second_ctrl_c_stops_at_once)
 {
     char *model = tu_source("tests/data/models/llama-f32"), *shipped = tu_source("datasets/synthetic");
-    char *cfg = at("c.json"), *err = at("err"), *sh;
+    char *cfg = tu_at("c.json"), *err = tu_at("err"), *sh;
     FILE *f = fopen(cfg, "w");
     fprintf(f,
             "{\"model\": \"%s\", \"data\": \"%s\", \"output\": \"%s/runs\", \"limit\": 1, "
             "\"max_new_tokens\": 20000, \"threads\": 1, \"tasks\": [\"synth_passkey\"]}\n",
-            model, shipped, dir);
+            model, shipped, tu_dir);
     fclose(f);
     cr_assert_geq(asprintf(&sh,
                            "\"$KVBENCH\" run '%s' 2> '%s' & pid=$!\n"
@@ -793,7 +766,7 @@ Test(failure, a_compression_ratio_keeps_its_share_of_each_prompt)
     tu_result r = tu_kvbench("run", cfg, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     tu_result_free(&r);
-    char *path = at("runs/c/predictions/half/synth_passkey.jsonl");
+    char *path = tu_at("runs/c/predictions/half/synth_passkey.jsonl");
     char *text = tu_slurp(path, NULL);
     int lines = 0;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"), lines++) {
@@ -805,7 +778,7 @@ Test(failure, a_compression_ratio_keeps_its_share_of_each_prompt)
         cJSON_Delete(j);
     }
     cr_assert_eq(lines, 2);
-    char *summary = at("runs/c/summary.md"), *md = tu_slurp(summary, NULL);
+    char *summary = tu_at("runs/c/summary.md"), *md = tu_slurp(summary, NULL);
     cr_assert(strstr(md, "| half | per prompt |"), "%s", md);
     free(md), free(summary), free(text), free(path), free(cfg);
 }
@@ -814,7 +787,7 @@ Test(failure, a_compression_ratio_keeps_its_share_of_each_prompt)
  * prompt at the prompt's eviction (the trace's first line). */
 Test(failure, generate_keeps_a_compression_ratios_share_of_the_prompt)
 {
-    char *model = tu_source("models/kvbench-retrieval"), *trace = at("trace.jsonl");
+    char *model = tu_source("models/kvbench-retrieval"), *trace = tu_at("trace.jsonl");
     char prompt[2048] = "";
     for (int i = 0; i < 40; i++)
         strcat(prompt, "the grass is green. ");

@@ -13,33 +13,13 @@
 #include "hub/sha256.h"
 #include "support/testutil.h"
 
-static char *dir;
-
-static void setup(void)
-{
-    dir = tu_mkdtemp();
-}
-
-static void teardown(void)
-{
-    tu_rmtree(dir);
-    free(dir);
-}
-
-TestSuite(fetch, .init = setup, .fini = teardown, .timeout = 60);
-TestSuite(unzip, .init = setup, .fini = teardown);
-
-static char *in_dir(const char *name)
-{
-    char *p = NULL;
-    cr_assert_neq(asprintf(&p, "%s/%s", dir, name), -1);
-    return p;
-}
+TestSuite(fetch, .init = tu_dir_make, .fini = tu_dir_remove, .timeout = 60);
+TestSuite(unzip, .init = tu_dir_make, .fini = tu_dir_remove);
 
 /* Writes a zip with the given entries (name, content pairs, NULL-terminated). */
 static char *make_zip(const char *name, const char *const *entries)
 {
-    char *path = in_dir(name);
+    char *path = tu_at(name);
     int zerr;
     zip_t *z = zip_open(path, ZIP_CREATE | ZIP_TRUNCATE, &zerr);
     cr_assert(z);
@@ -60,12 +40,12 @@ static bool exists(const char *path)
 Test(unzip, extracts_folders_and_files)
 {
     const char *entries[] = {"data/trec.jsonl", "{\"a\": 1}\n", "data/sub/x.txt", "x", NULL};
-    char *zip = make_zip("a.zip", entries), *out = in_dir("out");
+    char *zip = make_zip("a.zip", entries), *out = tu_at("out");
     kv_error err;
     size_t n;
     cr_assert_eq(lb_unzip(zip, out, &n, &err), 0, "%s", err.msg);
     cr_assert_eq(n, 2);
-    char *p = in_dir("out/data/trec.jsonl"), *got = tu_slurp(p, NULL);
+    char *p = tu_at("out/data/trec.jsonl"), *got = tu_slurp(p, NULL);
     cr_assert_str_eq(got, "{\"a\": 1}\n");
     free(got);
     free(p);
@@ -76,11 +56,11 @@ Test(unzip, extracts_folders_and_files)
 static void expect_refused(const char *evil)
 {
     const char *entries[] = {"data/ok.jsonl", "ok", evil, "pwned", NULL};
-    char *zip = make_zip("evil.zip", entries), *out = in_dir("out");
+    char *zip = make_zip("evil.zip", entries), *out = tu_at("out");
     kv_error err;
     cr_assert_eq(lb_unzip(zip, out, NULL, &err), -1, "accepted %s", evil);
     cr_assert(strstr(err.msg, "would be written outside"), "%s", err.msg);
-    char *ok = in_dir("out/data/ok.jsonl"), *escaped = in_dir("escaped.txt");
+    char *ok = tu_at("out/data/ok.jsonl"), *escaped = tu_at("escaped.txt");
     cr_assert_not(exists(ok), "nothing is extracted from a refused archive");
     cr_assert_not(exists(escaped));
     free(ok);
@@ -101,7 +81,7 @@ Test(unzip, entries_escaping_the_folder_are_refused)
 
 Test(unzip, a_planted_symlink_is_not_followed)
 {
-    char *out = in_dir("out"), *outside = in_dir("outside"), *link = in_dir("out/data");
+    char *out = tu_at("out"), *outside = tu_at("outside"), *link = tu_at("out/data");
     mkdir(out, 0777);
     mkdir(outside, 0777);
     cr_assert_eq(symlink(outside, link), 0);
@@ -110,7 +90,7 @@ Test(unzip, a_planted_symlink_is_not_followed)
     kv_error err;
     cr_assert_eq(lb_unzip(zip, out, NULL, &err), -1);
     cr_assert(strstr(err.msg, "is not a folder"), "%s", err.msg);
-    char *escaped = in_dir("outside/trec.jsonl");
+    char *escaped = tu_at("outside/trec.jsonl");
     cr_assert_not(exists(escaped));
     free(escaped);
     free(zip);
@@ -121,12 +101,12 @@ Test(unzip, a_planted_symlink_is_not_followed)
 
 Test(unzip, not_a_zip)
 {
-    char *p = in_dir("x.zip");
+    char *p = tu_at("x.zip");
     FILE *f = fopen(p, "wb");
     fputs("this is not a zip archive", f);
     fclose(f);
     kv_error err;
-    cr_assert_eq(lb_unzip(p, dir, NULL, &err), -1);
+    cr_assert_eq(lb_unzip(p, tu_dir, NULL, &err), -1);
     cr_assert(strstr(err.msg, "not a readable zip archive"), "%s", err.msg);
     free(p);
 }
@@ -162,13 +142,13 @@ Test(fetch, longbench_downloads_and_unpacks)
     };
     httpd *s = httpd_start(routes, 1);
     setenv("HF_ENDPOINT", httpd_url(s), 1);
-    char *out = in_dir("lb");
+    char *out = tu_at("lb");
     tu_result r = tu_kvbench("fetch", "longbench", "--dir", out, NULL);
     cr_assert_eq(r.status, 0, "%s%s", r.out, r.err);
     cr_assert(strstr(r.out, "unpacked 2 files"), "%s", r.out);
     cr_assert_null(strstr(r.err, "ETA"), "no progress bar when stderr is not a terminal");
     cr_assert_null(strchr(r.err, '\r'), "no progress bar when stderr is not a terminal");
-    char *jsonl = in_dir("lb/data/trec.jsonl"), *got = tu_slurp(jsonl, NULL);
+    char *jsonl = tu_at("lb/data/trec.jsonl"), *got = tu_slurp(jsonl, NULL);
     cr_assert_str_eq(got, "{\"x\": 1}\n");
     free(got);
     tu_result_free(&r);
@@ -217,7 +197,7 @@ Test(fetch, model_with_shards_and_checksums)
     };
     httpd *s = httpd_start(routes, 6);
     setenv("HF_ENDPOINT", httpd_url(s), 1);
-    char *out = in_dir("m");
+    char *out = tu_at("m");
 
     /* Without a token: a clear message, and the token is never echoed. */
     unsetenv("HF_TOKEN");
@@ -245,7 +225,7 @@ Test(fetch, model_with_shards_and_checksums)
                            "model-00001-of-00002.safetensors",
                            "model-00002-of-00002.safetensors"};
     for (int i = 0; i < 6; i++) {
-        char *p = in_dir("m/");
+        char *p = tu_at("m/");
         char *q = NULL;
         cr_assert_neq(asprintf(&q, "%s%s", p, files[i]), -1);
         size_t n;
@@ -302,7 +282,7 @@ Test(fetch, retries_are_shown_and_an_unresolvable_host_fails_at_once)
     httpd *s = httpd_start(routes, 4);
     setenv("HF_ENDPOINT", httpd_url(s), 1);
     unsetenv("HF_TOKEN");
-    char *out = in_dir("m");
+    char *out = tu_at("m");
     tu_result r = tu_kvbench("fetch", "model", "org/tiny", "--dir", out, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert(strstr(r.err, "HTTP 503; attempt 1 of 6 failed, retrying in 1 s\n"), "%s", r.err);
@@ -317,7 +297,7 @@ Test(fetch, retries_are_shown_and_an_unresolvable_host_fails_at_once)
     memset(endpoint + 7, 'a', 64);
     strcat(endpoint, ".invalid");
     setenv("HF_ENDPOINT", endpoint, 1);
-    char *out2 = in_dir("m2");
+    char *out2 = tu_at("m2");
     r = tu_kvbench("fetch", "model", "org/tiny", "--dir", out2, NULL);
     cr_assert_eq(r.status, 1);
     cr_assert(strstr(r.err, "no network, or a wrong host name"), "%s", r.err);
@@ -351,7 +331,7 @@ Test(fetch, a_run_fetches_its_hub_model_on_first_use)
     }
     httpd *s = httpd_start(routes, N);
     setenv("HF_ENDPOINT", httpd_url(s), 1);
-    cr_assert_eq(chdir(dir), 0); /* models/ is made in the working folder */
+    cr_assert_eq(chdir(tu_dir), 0); /* models/ is made in the working folder */
     char *data = tu_source("datasets/samples");
     FILE *f = fopen("hub.json", "w");
     fprintf(f,

@@ -14,48 +14,20 @@
 
 #include "support/testutil.h"
 
-static char *dir; /* holds c.json and runs/ */
-
-static void setup(void)
-{
-    dir = tu_mkdtemp();
-}
-
-static void teardown(void)
-{
-    tu_rmtree(dir);
-    free(dir);
-}
-
-TestSuite(submit, .init = setup, .fini = teardown, .timeout = 300);
-
-static char *at(const char *rel)
-{
-    char *p;
-    cr_assert_geq(asprintf(&p, "%s/%s", dir, rel), 0);
-    return p;
-}
+/* Each test's folder, tu_dir, holds c.json and runs/. */
+TestSuite(submit, .init = tu_dir_make, .fini = tu_dir_remove, .timeout = 300);
 
 /* The demo model on synth_passkey: 4 samples, the full cache and one
  * StreamingLLM config; the run folder is runs/sub. extra: more top-level
  * keys, each followed by a comma. */
 static char *write_config_with(const char *extra)
 {
-    char *model = tu_source("models/kvbench-retrieval");
-    char *data = tu_source("datasets/synthetic");
-    char *path = at("c.json");
-    FILE *f = fopen(path, "w");
-    fprintf(
-        f,
-        "{%s\"name\": \"sub\", \"model\": \"%s\", \"data\": \"%s\", \"output\": \"%s/runs\",\n"
-        " \"limit\": 4, \"max_new_tokens\": 4, \"threads\": 1, \"tasks\": [\"synth_passkey\"],\n"
+    return tu_write_demo_config(
+        NULL,
+        "%s\"name\": \"sub\", \"limit\": 4, \"tasks\": [\"synth_passkey\"],\n"
         " \"configs\": [{\"algorithm\": \"streaming\", \"start_size\": 4, \"recent_size\": 60,\n"
-        "               \"intermediate_size\": 0}]}\n",
-        extra, model, data, dir);
-    fclose(f);
-    free(model);
-    free(data);
-    return path;
+        "               \"intermediate_size\": 0}]",
+        extra);
 }
 
 static char *write_config(void)
@@ -76,8 +48,8 @@ Test(submit, dry_run_writes_both_scripts_and_submits_nothing)
     tu_result r = tu_kvbench("submit", "slurm", config, "--shards", "3", "--dry-run", "--baseline",
                              "runs/yesterday", "--", "--cpus-per-task=2", NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
-    char *array_path = at("runs/sub/slurm/array.sbatch");
-    char *finish_path = at("runs/sub/slurm/finish.sbatch");
+    char *array_path = tu_at("runs/sub/slurm/array.sbatch");
+    char *finish_path = tu_at("runs/sub/slurm/finish.sbatch");
     char *array = tu_slurp(array_path, NULL), *finish = tu_slurp(finish_path, NULL);
     /* the printed scripts are the written ones */
     cr_assert(strstr(r.out, array) && strstr(r.out, finish), "%s", r.out);
@@ -92,7 +64,7 @@ Test(submit, dry_run_writes_both_scripts_and_submits_nothing)
     cr_assert(strstr(finish, " merge ") && strstr(finish, " report "), "%s", finish);
     cr_assert(strstr(finish, "--baseline runs/yesterday --fail-on-regression\n"), "%s", finish);
     cr_assert(strstr(finish, "/runs/sub/slurm/logs/finish.log\n"), "%s", finish);
-    char *jobs = at("runs/sub/slurm/jobs");
+    char *jobs = tu_at("runs/sub/slurm/jobs");
     cr_assert_eq(access(jobs, F_OK), -1, "a dry run recorded jobs");
     free(jobs);
     free(array);
@@ -112,7 +84,7 @@ Test(submit, one_shard_is_the_whole_run)
     tu_result r = tu_kvbench("submit", "slurm", config, "--shards", "1", "--dry-run", NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert(strstr(r.out, "(would be submitted with --array=0)"), "%s", r.out);
-    char *finish_path = at("runs/sub/slurm/finish.sbatch");
+    char *finish_path = tu_at("runs/sub/slurm/finish.sbatch");
     char *finish = tu_slurp(finish_path, NULL);
     cr_assert_null(strstr(finish, " merge "), "%s", finish);
     cr_assert(strstr(finish, " report "), "%s", finish);
@@ -133,7 +105,7 @@ Test(submit, one_shard_is_the_whole_run)
 Test(submit, the_configs_baseline_is_the_default_baseline)
 {
     char *config = write_config_with("\"baseline\": \"runs/golden\", ");
-    char *finish_path = at("runs/sub/slurm/finish.sbatch");
+    char *finish_path = tu_at("runs/sub/slurm/finish.sbatch");
     tu_result r = tu_kvbench("submit", "slurm", config, "--shards", "2", "--dry-run", NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     char *finish = tu_slurp(finish_path, NULL);
@@ -198,8 +170,8 @@ Test(submit, says_when_sbatch_is_not_on_path)
 Test(submit, refuses_a_run_folder_locked_by_a_running_shard)
 {
     char *config = write_config();
-    char *shard = at("runs/sub/shards/1-of-2");
-    char *lock = at("runs/sub/shards/1-of-2/run.lock");
+    char *shard = tu_at("runs/sub/shards/1-of-2");
+    char *lock = tu_at("runs/sub/shards/1-of-2/run.lock");
     tu_result mk = tu_run_argv((char *[]){"/bin/mkdir", "-p", shard, NULL});
     tu_result_free(&mk);
     int fd = open(lock, O_RDWR | O_CREAT, 0644);
@@ -210,7 +182,7 @@ Test(submit, refuses_a_run_folder_locked_by_a_running_shard)
     cr_assert_eq(r.status, 1, "%s", r.err);
     cr_assert(strstr(r.err, "shards/1-of-2 is locked by a running shard (pid 4242 on host nodeB)"),
               "%s", r.err);
-    char *array = at("runs/sub/slurm/array.sbatch");
+    char *array = tu_at("runs/sub/slurm/array.sbatch");
     cr_assert_eq(access(array, F_OK), -1, "scripts written for a locked run");
     close(fd);
     free(array);
@@ -242,7 +214,7 @@ Test(submit, submits_only_the_shards_that_have_not_finished)
     cr_assert(strstr(r.out, "finish.sbatch (would be submitted)"), "%s", r.out);
     tu_result_free(&r);
 
-    char *run_dir = at("runs/sub");
+    char *run_dir = tu_at("runs/sub");
     r = tu_kvbench("merge", run_dir, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     tu_result_free(&r);
@@ -271,21 +243,21 @@ Test(submit, merge_writes_the_per_shard_summary)
     char *config = write_config();
     run_shard(config, "0/2");
     run_shard(config, "1/2");
-    char *attempts = at("runs/sub/slurm/attempts");
+    char *attempts = tu_at("runs/sub/slurm/attempts");
     tu_result mk = tu_run_argv((char *[]){"/bin/mkdir", "-p", attempts, NULL});
     tu_result_free(&mk);
-    char *rec = at("runs/sub/slurm/attempts/0.tsv");
+    char *rec = tu_at("runs/sub/slurm/attempts/0.tsv");
     FILE *f = fopen(rec, "w");
     fputs("start\t1000\tnodeA\t17\n" /* requeued after 30 s: no end line */
           "start\t1100\tnodeB\t17\n"
           "end\t1190\t0\n",
           f);
     fclose(f);
-    char *run_dir = at("runs/sub");
+    char *run_dir = tu_at("runs/sub");
     tu_result r = tu_kvbench("merge", run_dir, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     tu_result_free(&r);
-    char *path = at("runs/sub/slurm/summary.txt");
+    char *path = tu_at("runs/sub/slurm/summary.txt");
     char *summary = tu_slurp(path, NULL);
     /* shard 0 ran indices 0 and 2, shard 1 indices 1 and 3 */
     cr_assert(strstr(summary, "shard  samples  wall time  attempts  nodes\n"), "%s", summary);

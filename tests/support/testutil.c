@@ -95,6 +95,61 @@ void tu_rmtree(const char *path)
     tu_result_free(&r);
 }
 
+char *tu_dir;
+
+void tu_dir_make(void)
+{
+    tu_dir = tu_mkdtemp();
+    if (!tu_dir) {
+        fprintf(stderr, "tu_dir_make: cannot make a temporary folder\n");
+        abort();
+    }
+}
+
+void tu_dir_remove(void)
+{
+    tu_rmtree(tu_dir);
+    free(tu_dir);
+    tu_dir = NULL;
+}
+
+char *tu_at(const char *rel)
+{
+    char *p = NULL;
+    if (asprintf(&p, "%s/%s", tu_dir, rel) < 0)
+        abort();
+    return p;
+}
+
+char *tu_write_demo_config(const char *data, const char *members_fmt, ...)
+{
+    char *members;
+    va_list ap;
+    va_start(ap, members_fmt);
+    int n = vasprintf(&members, members_fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        abort();
+    char *model = tu_source("models/kvbench-retrieval");
+    char *shipped = tu_source("datasets/synthetic");
+    char *path = tu_at("c.json");
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "tu_write_demo_config: cannot write %s\n", path);
+        abort();
+    }
+    fprintf(f,
+            "{\"model\": \"%s\", \"data\": \"%s\", \"output\": \"%s/runs\",\n"
+            " \"max_new_tokens\": 4, \"threads\": 1,\n"
+            " %s}\n",
+            model, data ? data : shipped, tu_dir, members);
+    fclose(f);
+    free(members);
+    free(model);
+    free(shipped);
+    return path;
+}
+
 static char *join_env(const char *var, const char *rel)
 {
     const char *base = getenv(var);

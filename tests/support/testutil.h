@@ -1,5 +1,6 @@
 /* Helpers shared by the Criterion tests: running the kvbench binary,
- * temporary folders, and locating files of the source tree. */
+ * temporary folders (one per test with tu_dir), the demo matrix, and
+ * locating files of the source tree. */
 #ifndef KB_TESTUTIL_H
 #define KB_TESTUTIL_H
 
@@ -23,6 +24,23 @@ void tu_result_free(tu_result *r);
 /* A fresh empty folder under $TMPDIR, removed by tu_rmtree. */
 char *tu_mkdtemp(void);
 void tu_rmtree(const char *path);
+
+/* The folder of the running test, for a suite declared with
+ * TestSuite(name, .init = tu_dir_make, .fini = tu_dir_remove): made empty
+ * before each test and removed with all it holds after it, passed or failed. */
+extern char *tu_dir;
+void tu_dir_make(void);
+void tu_dir_remove(void);
+/* The path rel inside tu_dir (free it). */
+char *tu_at(const char *rel);
+
+/* Writes tu_dir/c.json, a matrix on the committed demo model
+ * (models/kvbench-retrieval) and data (NULL: the shipped datasets/synthetic),
+ * its runs under tu_dir/runs, 4 new tokens on 1 thread; its other top-level
+ * members (JSON text without the braces) printf'ed from members_fmt and the
+ * arguments. Returns the path. */
+char *tu_write_demo_config(const char *data, const char *members_fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* Absolute path of a file in the source tree. */
 char *tu_source(const char *rel);

@@ -14,23 +14,9 @@
     "\"length\": 3, \"dataset\": \"qasper\", \"language\": \"en\", \"all_classes\": null, "        \
     "\"_id\": \"" ID "\", \"extra\": {\"ignored\": [1, 2]}}\n"
 
-static char *dir;
-
-static void setup(void)
-{
-    dir = tu_mkdtemp();
-}
-
-static void teardown(void)
-{
-    tu_rmtree(dir);
-    free(dir);
-}
-
 static char *write_file(const char *name, const char *data)
 {
-    char *path = NULL;
-    cr_assert_neq(asprintf(&path, "%s/%s", dir, name), -1);
+    char *path = tu_at(name);
     FILE *f = fopen(path, "wb");
     fputs(data, f);
     fclose(f);
@@ -55,7 +41,7 @@ static int load_all(const char *path, const lb_loader_options *opts, kv_error *e
     return rc < 0 ? -1 : n;
 }
 
-TestSuite(sample, .init = setup, .fini = teardown);
+TestSuite(sample, .init = tu_dir_make, .fini = tu_dir_remove);
 
 Test(sample, fields_and_json_escapes)
 {
