@@ -1,6 +1,7 @@
 #include "support/testutil.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +78,45 @@ void tu_result_free(tu_result *r)
     free(r->out);
     free(r->err);
     r->out = r->err = NULL;
+}
+
+int tu_kill_at_random_points(int (*work)(void *ctx, int report_fd), void *ctx, long lines,
+                             int max_kills, unsigned seed, int *status)
+{
+    srand(seed);
+    long left = lines;
+    int kills = 0;
+    *status = 0;
+    while (left > 1 && kills < max_kills) {
+        int fds[2];
+        if (pipe(fds) != 0) {
+            perror("tu_kill_at_random_points: pipe");
+            abort();
+        }
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(fds[0]);
+            _exit(work(ctx, fds[1]));
+        }
+        close(fds[1]);
+        long let = rand() % (left / 2 + 1);
+        char c;
+        for (long i = 0; i < let && read(fds[0], &c, 1) == 1; i++)
+            left--;
+        usleep((useconds_t)(rand() % 300));
+        kill(pid, SIGKILL);
+        int st;
+        waitpid(pid, &st, 0);
+        while (read(fds[0], &c, 1) == 1) /* lines committed before the kill landed */
+            left--;
+        close(fds[0]);
+        if (WIFEXITED(st)) { /* it finished the rest before the kill landed */
+            *status = WEXITSTATUS(st);
+            break;
+        }
+        kills++;
+    }
+    return kills;
 }
 
 char *tu_mkdtemp(void)

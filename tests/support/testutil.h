@@ -21,6 +21,17 @@ tu_result tu_kvbench(const char *arg0, ...);
 tu_result tu_run_argv(char *const argv[]);
 void tu_result_free(tu_result *r);
 
+/* Crashes work(ctx, report_fd) again and again, as SIGKILL at a random
+ * point would: each time in a child process, which reports each line it
+ * commits with a byte on report_fd and returns its exit status. The parent
+ * lets a random number of lines through (at most half of those left, so
+ * that work is left), waits a random few microseconds (to also land inside
+ * a write), then kills it. Until fewer than 2 of `lines` are left, a child
+ * finishes before its kill lands (*status: its exit status, else 0), or
+ * max_kills; random from srand(seed). Returns the number of kills. */
+int tu_kill_at_random_points(int (*work)(void *ctx, int report_fd), void *ctx, long lines,
+                             int max_kills, unsigned seed, int *status);
+
 /* A fresh empty folder under $TMPDIR, removed by tu_rmtree. */
 char *tu_mkdtemp(void);
 void tu_rmtree(const char *path);

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -221,22 +220,39 @@ static void expect_same_predictions(const char *a, const char *b, const kb_matri
         }
 }
 
-/* Frees a run's and its reference's matrices and output folders. */
-static void free_pair(kb_matrix *m, kb_matrix *mref, char *out, char *ref)
+/* Each test runs in its own folder, tu_dir; those that compare with an
+ * uninterrupted, unsharded run make it with run_reference, in a folder of
+ * its own. The suite's .fini removes both, also after a failed test. */
+static struct {
+    char *dir;
+    kb_matrix m;
+} ref;
+
+/* The matrix of THREE run whole in ref.dir; returns its run folder. */
+static char *run_reference(void)
 {
-    kb_matrix_free(m);
-    kb_matrix_free(mref);
-    tu_rmtree(out);
-    tu_rmtree(ref);
-    free(out);
-    free(ref);
+    ref.dir = tu_mkdtemp();
+    matrix(&ref.m, ref.dir, THREE, "");
+    fake f = {0};
+    run(&ref.m, (kb_shard){0, 1}, &f);
+    return kb_run_dir(ref.dir, "r", NULL);
 }
+
+static void remove_folders(void)
+{
+    kb_matrix_free(&ref.m);
+    if (ref.dir)
+        tu_rmtree(ref.dir);
+    free(ref.dir);
+    tu_dir_remove();
+}
+
+TestSuite(runner, .init = tu_dir_make, .fini = remove_folders);
 
 Test(runner, one_prefill_per_sample_for_all_configs_and_a_report_at_the_end)
 {
-    char *out = tu_mkdtemp();
     kb_matrix m;
-    matrix(&m, out, THREE, "");
+    matrix(&m, tu_dir, THREE, "");
     fake f = {0};
     kb_runner_stats st = run(&m, (kb_shard){0, 1}, &f);
     cr_assert_eq(f.prefills, 12, "one prefill per sample (7 + 5)");
@@ -244,7 +260,7 @@ Test(runner, one_prefill_per_sample_for_all_configs_and_a_report_at_the_end)
     cr_assert_eq(f.last_n_configs, 3);
     cr_assert_eq(st.samples_done, 12);
 
-    char *dir = kb_run_dir(out, "r", NULL);
+    char *dir = kb_run_dir(tu_dir, "r", NULL);
     /* scores.json / report: one row per config x task, scores = the scorer on the files */
     kb_report_run r;
     cr_assert_eq(kb_report_run_load(dir, &r, &err), 0, "%s", err.msg);
@@ -315,25 +331,20 @@ Test(runner, one_prefill_per_sample_for_all_configs_and_a_report_at_the_end)
     }
     free(dir);
     kb_matrix_free(&m);
-    tu_rmtree(out);
-    free(out);
 }
 
 Test(runner, a_stop_request_ends_between_samples_and_a_rerun_completes)
 {
-    char *out = tu_mkdtemp(), *ref = tu_mkdtemp();
-    kb_matrix m, mref;
-    matrix(&m, out, THREE, "");
-    matrix(&mref, ref, THREE, "");
-    fake fr = {0};
-    run(&mref, (kb_shard){0, 1}, &fr);
+    kb_matrix m;
+    matrix(&m, tu_dir, THREE, "");
+    char *rdir = run_reference();
 
     volatile sig_atomic_t stop = 0;
     fake f = {.stop = &stop, .stop_after_decodes = 10}; /* in the middle of sample 4 */
     kb_runner_stats st = run(&m, (kb_shard){0, 1}, &f);
     cr_assert(st.stopped);
     cr_assert_eq(st.samples_done, 4, "the sample in flight is finished, then it stops");
-    char *dir = kb_run_dir(out, "r", NULL);
+    char *dir = kb_run_dir(tu_dir, "r", NULL);
     char *scores;
     cr_assert_geq(asprintf(&scores, "%s/scores.json", dir), 0);
     cr_assert_not(kv_file_exists(scores), "no report for an unfinished run");
@@ -345,23 +356,21 @@ Test(runner, a_stop_request_ends_between_samples_and_a_rerun_completes)
     cr_assert_eq(f.prefills + g.prefills, 12, "no sample prefilled twice");
     cr_assert_eq(st.samples_skipped, 4);
     cr_assert(kv_file_exists(scores));
-    char *rdir = kb_run_dir(ref, "r", NULL);
     expect_same_predictions(rdir, dir, &m);
     free(rdir);
     free(scores);
     free(dir);
-    free_pair(&m, &mref, out, ref);
+    kb_matrix_free(&m);
 }
 
 Test(runner, the_report_of_a_stopped_run_says_so_and_marks_its_incomplete_cells)
 {
-    char *out = tu_mkdtemp();
     kb_matrix m;
-    matrix(&m, out, THREE, "");
+    matrix(&m, tu_dir, THREE, "");
     volatile sig_atomic_t stop = 0;
     fake f = {.stop = &stop, .stop_after_decodes = 10}; /* trec's samples 0-3 of 7 */
     cr_assert(run(&m, (kb_shard){0, 1}, &f).stopped);
-    char *dir = kb_run_dir(out, "r", NULL);
+    char *dir = kb_run_dir(tu_dir, "r", NULL);
     tu_result r = tu_kvbench("report", dir, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert(strstr(r.err, "has not finished: 3 (config, task) cells hold fewer samples"), "%s",
@@ -392,18 +401,15 @@ Test(runner, the_report_of_a_stopped_run_says_so_and_marks_its_incomplete_cells)
     free(path);
     free(dir);
     kb_matrix_free(&m);
-    tu_rmtree(out);
-    free(out);
 }
 
 Test(runner, the_report_pages_the_samples_each_config_got_wrong)
 {
-    char *out = tu_mkdtemp();
     kb_matrix m;
-    matrix(&m, out, THREE, "");
+    matrix(&m, tu_dir, THREE, "");
     fake f = {0};
     run(&m, (kb_shard){0, 1}, &f);
-    char *dir = kb_run_dir(out, "r", NULL), *path;
+    char *dir = kb_run_dir(tu_dir, "r", NULL), *path;
     cr_assert_geq(asprintf(&path, "%s/wrong/trec.html", dir), 0);
     char *page = tu_slurp(path, NULL);
     /* the fake is wrong where (index + budget / 16) % 3 == 0: h2o (16) at 2 and 5 of trec's
@@ -427,33 +433,27 @@ Test(runner, the_report_pages_the_samples_each_config_got_wrong)
     free(path);
     free(dir);
     kb_matrix_free(&m);
-    tu_rmtree(out);
-    free(out);
 }
 
 Test(runner, shards_then_merge_equal_one_run)
 {
-    char *out = tu_mkdtemp(), *ref = tu_mkdtemp();
-    kb_matrix m, mref;
-    matrix(&m, out, THREE, "");
-    matrix(&mref, ref, THREE, "");
-    fake fr = {0};
-    run(&mref, (kb_shard){0, 1}, &fr);
+    kb_matrix m;
+    matrix(&m, tu_dir, THREE, "");
+    char *rdir = run_reference();
     long prefills = 0;
     char *dirs[3];
     for (long i = 0; i < 3; i++) {
         fake f = {0};
         run(&m, (kb_shard){i, 3}, &f);
         prefills += f.prefills;
-        dirs[i] = kb_run_dir(out, "r", &(kb_shard){i, 3});
+        dirs[i] = kb_run_dir(tu_dir, "r", &(kb_shard){i, 3});
     }
     cr_assert_eq(prefills, 12, "every sample in exactly one shard");
-    char *merged = kb_run_dir(out, "r", NULL);
+    char *merged = kb_run_dir(tu_dir, "r", NULL);
     size_t n_files;
     cr_assert_eq(kb_run_merge((const char *const *)dirs, 3, merged, false, NULL, &n_files, &err), 0,
                  "%s", err.msg);
     cr_assert_eq(n_files, 6);
-    char *rdir = kb_run_dir(ref, "r", NULL);
     expect_same_predictions(rdir, merged, &m);
     /* the same command unsharded on the merged run: nothing left to do but
      * the scores and the report */
@@ -485,20 +485,19 @@ Test(runner, shards_then_merge_equal_one_run)
         free(dirs[i]);
     free(rdir);
     free(merged);
-    free_pair(&m, &mref, out, ref);
+    kb_matrix_free(&m);
 }
 
 Test(runner, limits_and_a_grown_matrix)
 {
-    char *out = tu_mkdtemp();
     kb_matrix m;
-    matrix(&m, out, "", ", \"limit\": 3");
+    matrix(&m, tu_dir, "", ", \"limit\": 3");
     fake f = {0};
     run(&m, (kb_shard){0, 1}, &f);
     cr_assert_eq(f.prefills, 6, "3 samples of each task");
     kb_matrix_free(&m);
     /* add two configs: every sample is prefilled again, for just those two */
-    matrix(&m, out, THREE, ", \"limit\": 3");
+    matrix(&m, tu_dir, THREE, ", \"limit\": 3");
     fake g = {0};
     run(&m, (kb_shard){0, 1}, &g);
     cr_assert_eq(g.prefills, 6);
@@ -510,7 +509,7 @@ Test(runner, limits_and_a_grown_matrix)
     snprintf(text, sizeof text,
              "{\"name\": \"r2\", \"model\": \"m\", \"output\": \"%s\", \"data\": \"%s/data\", "
              "\"tasks\": [\"lcc\"]}",
-             out, out);
+             tu_dir, tu_dir);
     cr_assert_eq(kb_matrix_parse(text, NULL, &m, &err), 0);
     kb_runner_options o = {.shard = {0, 1}};
     kb_runner_backend b = backend(&g, &m);
@@ -519,8 +518,6 @@ Test(runner, limits_and_a_grown_matrix)
     cr_assert(strncmp(err.msg, "lcc: ", 5) == 0 && strstr(err.msg, "/data/lcc.jsonl"), "%s",
               err.msg);
     kb_matrix_free(&m);
-    tu_rmtree(out);
-    free(out);
 }
 
 /* Whether a report file of the run folder names a config. */
@@ -537,20 +534,21 @@ static bool report_names(const char *dir, const char *file, const char *config)
 
 Test(runner, a_rerun_with_another_sweep_keeps_the_older_configs_scores)
 {
-    char *out = tu_mkdtemp();
     kb_matrix m;
-    matrix(&m, out, THREE, ", \"limit\": 2");
+    matrix(&m, tu_dir, THREE, ", \"limit\": 2");
     fake f = {0};
     run(&m, (kb_shard){0, 1}, &f);
     char *h2o = strdup(m.configs[1].name), *snapkv = strdup(m.configs[2].name);
     kb_matrix_free(&m);
     /* the same run name, a sweep without h2o */
-    matrix(&m, out, "{\"algorithm\": \"snapkv\", \"start_size\": 4, \"recent_size\": 4, "
-                    "\"intermediate_size\": 40}", ", \"limit\": 2");
+    matrix(&m, tu_dir,
+           "{\"algorithm\": \"snapkv\", \"start_size\": 4, \"recent_size\": 4, "
+           "\"intermediate_size\": 40}",
+           ", \"limit\": 2");
     fake g = {0};
     run(&m, (kb_shard){0, 1}, &g);
     cr_assert_eq(g.decodes, 0, "snapkv was done, so was the full cache");
-    char *dir = kb_run_dir(out, "r", NULL);
+    char *dir = kb_run_dir(tu_dir, "r", NULL);
     kb_report_run r;
     cr_assert_eq(kb_report_run_load(dir, &r, &err), 0, "%s", err.msg);
     cr_assert_eq(r.n_rows, 6, "scores.json: full, h2o and snapkv on 2 tasks");
@@ -566,60 +564,37 @@ Test(runner, a_rerun_with_another_sweep_keeps_the_older_configs_scores)
     free(snapkv);
     free(dir);
     kb_matrix_free(&m);
-    tu_rmtree(out);
-    free(out);
+}
+
+/* The whole run of the matrix ctx, for tu_kill_at_random_points: the fake
+ * reports each decode. */
+static int run_killable(void *ctx, int report_fd)
+{
+    const kb_matrix *m = ctx;
+    fake f = {.report_fd = report_fd};
+    kb_runner_options o = {.shard = {0, 1}};
+    kb_runner_backend b = backend(&f, m);
+    kb_runner_stats st;
+    return kb_runner_run(m, &o, "test", "hash0", &b, NULL, NULL, &st, &err) == 0 ? 0 : 9;
 }
 
 Test(runner, sigkill_at_random_points_then_rerun_equals_an_uninterrupted_run)
 {
-    char *out = tu_mkdtemp(), *ref = tu_mkdtemp();
-    kb_matrix m, mref;
-    matrix(&m, out, THREE, "");
-    matrix(&mref, ref, THREE, "");
-    fake fr = {0};
-    run(&mref, (kb_shard){0, 1}, &fr);
+    kb_matrix m;
+    matrix(&m, tu_dir, THREE, "");
+    char *rdir = run_reference();
     unsigned seed = (unsigned)time(NULL);
-    srand(seed);
-    long left = 36; /* decodes */
-    int kills = 0;
-    while (left > 1 && kills < 8) {
-        int fds[2];
-        cr_assert_eq(pipe(fds), 0);
-        pid_t pid = fork();
-        if (pid == 0) {
-            close(fds[0]);
-            fake f = {.report_fd = fds[1]};
-            kb_runner_options o = {.shard = {0, 1}};
-            kb_runner_backend b = backend(&f, &m);
-            kb_runner_stats st;
-            _exit(kb_runner_run(&m, &o, "test", "hash0", &b, NULL, NULL, &st, &err) == 0 ? 0 : 9);
-        }
-        close(fds[1]);
-        long let = rand() % (left / 2 + 1);
-        char c;
-        for (long i = 0; i < let && read(fds[0], &c, 1) == 1; i++)
-            left--;
-        usleep((useconds_t)(rand() % 300));
-        kill(pid, SIGKILL);
-        int st;
-        waitpid(pid, &st, 0);
-        while (read(fds[0], &c, 1) == 1)
-            left--;
-        close(fds[0]);
-        if (WIFEXITED(st)) {
-            cr_assert_eq(WEXITSTATUS(st), 0, "seed %u", seed);
-            break;
-        }
-        kills++;
-    }
+    int status;
+    int kills = tu_kill_at_random_points(run_killable, &m, 36 /* decodes */, 8, seed, &status);
+    cr_assert_eq(status, 0, "seed %u", seed);
     fake g = {0};
     run(&m, (kb_shard){0, 1}, &g); /* the rerun that completes */
     cr_assert_geq(kills, 1);
-    char *dir = kb_run_dir(out, "r", NULL), *rdir = kb_run_dir(ref, "r", NULL);
+    char *dir = kb_run_dir(tu_dir, "r", NULL);
     expect_same_predictions(rdir, dir, &m);
     free(dir);
     free(rdir);
-    free_pair(&m, &mref, out, ref);
+    kb_matrix_free(&m);
 }
 
 /* Rewrites a prediction file with its lines in reverse order, leaving out
@@ -677,14 +652,12 @@ static char *sorted_lines(const char *dir, const char *config, const char *task)
 
 Test(runner, resume_goes_by_id_whatever_the_order_of_the_lines)
 {
-    char *out = tu_mkdtemp(), *ref = tu_mkdtemp();
-    kb_matrix m, mref;
-    matrix(&m, out, THREE, "");
-    matrix(&mref, ref, THREE, "");
-    fake fr = {0}, f = {0};
-    run(&mref, (kb_shard){0, 1}, &fr);
+    kb_matrix m;
+    matrix(&m, tu_dir, THREE, "");
+    char *rdir = run_reference();
+    fake f = {0};
     run(&m, (kb_shard){0, 1}, &f);
-    char *dir = kb_run_dir(out, "r", NULL), *rdir = kb_run_dir(ref, "r", NULL);
+    char *dir = kb_run_dir(tu_dir, "r", NULL);
     const char *tasks[] = {"trec", "qasper"};
     /* every file in reverse order, sample 2 missing: only it is redone */
     for (size_t c = 0; c < m.n_configs; c++)
@@ -711,5 +684,5 @@ Test(runner, resume_goes_by_id_whatever_the_order_of_the_lines)
                               "3, but it is sample 4 of the task's data"),
               "%s", err.msg);
     free(dir), free(rdir);
-    free_pair(&m, &mref, out, ref);
+    kb_matrix_free(&m);
 }

@@ -2,18 +2,16 @@
  * survive interruption (truncated last line, SIGKILL at random points),
  * sharding, and merging shards (and refusing inconsistent ones). */
 #include <criterion/criterion.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "util/file.h"
 #include "rundir/merge.h"
 #include "rundir/predfile.h"
 #include "support/testutil.h"
+#include "util/file.h"
 
 static kv_error err;
 
@@ -93,6 +91,47 @@ static char *file_of(const char *dir, const char *config, const char *task)
     return p;
 }
 
+/* Writes text as predictions/<config>/<task>.jsonl of the run in dir. */
+static char *plant(const char *dir, const char *config, const char *task, const char *text)
+{
+    char *pdir, *path = file_of(dir, config, task);
+    cr_assert_geq(asprintf(&pdir, "%s/predictions/%s", dir, config), 0);
+    cr_assert_eq(kv_mkdirs(pdir, &err), 0);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    free(pdir);
+    return path;
+}
+
+/* Each test works in its own folder, tu_dir, and most in one run there,
+ * opened by open_run. The suite's .fini closes that run and frees its
+ * matrix (both zero where a test opened none) before the folder goes, so
+ * a failed test leaves nothing behind either. */
+static struct {
+    kb_matrix m;
+    kb_run_info info;
+    kb_run run;
+} fx;
+
+/* fx.run: the run of the matrix of configs (as matrix_from) for model "h",
+ * opened in tu_dir. */
+static void open_run(const char *configs)
+{
+    matrix_from(&fx.m, configs);
+    fx.info = info_for(&fx.m, "h", 0, 1);
+    cr_assert_eq(kb_run_open(tu_dir, &fx.info, &fx.run, &err), 0, "%s", err.msg);
+}
+
+static void close_run_and_dir(void)
+{
+    kb_run_close(&fx.run);
+    kb_matrix_free(&fx.m);
+    tu_dir_remove();
+}
+
+TestSuite(results, .init = tu_dir_make, .fini = close_run_and_dir);
+
 Test(results, shard_parse_and_select)
 {
     kb_shard s;
@@ -122,12 +161,11 @@ Test(results, shard_parse_and_select)
 
 Test(results, run_json_records_and_resume_checks)
 {
-    char *dir = tu_mkdtemp();
     kb_matrix m, m2;
     matrix_from(&m, "{\"algorithm\": \"h2o\", \"start_size\": 4}");
     kb_run_info info = info_for(&m, "aaaa", 0, 1);
     kb_run run;
-    cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
+    cr_assert_eq(kb_run_open(tu_dir, &info, &run, &err), 0, "%s", err.msg);
     cr_assert_str_eq(kb_run_string(&run, "model_hash"), "aaaa");
     cr_assert_str_eq(kb_run_string(&run, "protocol"), "longbench");
     cr_assert_str_eq(kb_run_string(&run, "compute"), "f32");
@@ -137,11 +175,11 @@ Test(results, run_json_records_and_resume_checks)
     kb_run_close(&run);
 
     /* the same run again: fine */
-    cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
+    cr_assert_eq(kb_run_open(tu_dir, &info, &run, &err), 0, "%s", err.msg);
     kb_run_close(&run);
     /* another model: refused */
     kb_run_info other = info_for(&m, "bbbb", 0, 1);
-    cr_assert_lt(kb_run_open(dir, &other, &run, &err), 0);
+    cr_assert_lt(kb_run_open(tu_dir, &other, &run, &err), 0);
     cr_assert(strstr(err.msg, "different model (hash aaaa, now bbbb)"), "%s", err.msg);
     /* the other compute mode: refused */
     cr_assert_eq(kb_matrix_parse("{\"name\": \"r\", \"model\": \"m\", \"compute\": \"bf16\", "
@@ -150,31 +188,28 @@ Test(results, run_json_records_and_resume_checks)
                                  NULL, &m2, &err),
                  0, "%s", err.msg);
     kb_run_info bf16 = info_for(&m2, "aaaa", 0, 1);
-    cr_assert_lt(kb_run_open(dir, &bf16, &run, &err), 0);
+    cr_assert_lt(kb_run_open(tu_dir, &bf16, &run, &err), 0);
     cr_assert(strstr(err.msg, "this run computed in f32, not bf16"), "%s", err.msg);
     kb_matrix_free(&m2);
     /* a config name that now means something else: refused */
     matrix_from(&m2, "{\"name\": \"h2o_s4\", \"algorithm\": \"h2o\", \"start_size\": 8}");
     kb_run_info changed = info_for(&m2, "aaaa", 0, 1);
-    cr_assert_lt(kb_run_open(dir, &changed, &run, &err), 0);
+    cr_assert_lt(kb_run_open(tu_dir, &changed, &run, &err), 0);
     cr_assert(strstr(err.msg, "config \"h2o_s4\" has a different hash"), "%s", err.msg);
     kb_matrix_free(&m2);
     /* a new config: added to run.json, old ones kept */
     matrix_from(&m2, "{\"algorithm\": \"snapkv\"}");
     kb_run_info grown = info_for(&m2, "aaaa", 0, 1);
-    cr_assert_eq(kb_run_open(dir, &grown, &run, &err), 0, "%s", err.msg);
+    cr_assert_eq(kb_run_open(tu_dir, &grown, &run, &err), 0, "%s", err.msg);
     cr_assert_not_null(kb_run_config(&run, "h2o_s4"));
     cr_assert_not_null(kb_run_config(&run, "snapkv"));
     kb_run_close(&run);
     kb_matrix_free(&m2);
     kb_matrix_free(&m);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 Test(results, a_run_may_grow_its_limit_but_not_change_its_prompts)
 {
-    char *dir = tu_mkdtemp();
     kb_matrix m;
     const char *texts[] = {
         "{\"name\": \"r\", \"model\": \"m\", \"limit\": 5, \"tasks\": [\"trec\"]}",
@@ -186,7 +221,7 @@ Test(results, a_run_may_grow_its_limit_but_not_change_its_prompts)
     for (int i = 0; i < 3; i++) {
         cr_assert_eq(kb_matrix_parse(texts[i], NULL, &m, &err), 0, "%s", err.msg);
         kb_run_info info = info_for(&m, "h", 0, 1);
-        int rc = kb_run_open(dir, &info, &run, &err);
+        int rc = kb_run_open(tu_dir, &info, &run, &err);
         if (i < 2) {
             cr_assert_eq(rc, 0, "%s", err.msg);
             const cJSON *t = cJSON_GetArrayItem(
@@ -199,24 +234,17 @@ Test(results, a_run_may_grow_its_limit_but_not_change_its_prompts)
         }
         kb_matrix_free(&m);
     }
-    tu_rmtree(dir);
-    free(dir);
 }
 
 Test(results, truncated_last_line_is_dropped_and_redone)
 {
-    char *dir = tu_mkdtemp();
-    kb_matrix m;
-    matrix_from(&m, "");
-    kb_run_info info = info_for(&m, "h", 0, 1);
-    kb_run run;
-    cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
+    open_run("");
     kb_pred_file pf;
-    cr_assert_eq(kb_pred_file_open(&run, "full", "trec", NULL, &pf, &err), 0, "%s", err.msg);
+    cr_assert_eq(kb_pred_file_open(&fx.run, "full", "trec", NULL, &pf, &err), 0, "%s", err.msg);
     for (long i = 0; i < 3; i++)
         append(&pf, i, "full");
     kb_pred_file_close(&pf);
-    char *path = file_of(dir, "full", "trec");
+    char *path = file_of(tu_dir, "full", "trec");
     char *good = tu_slurp(path, NULL);
 
     /* what SIGKILL in the middle of write(2) leaves: a prefix of line 4 */
@@ -226,7 +254,7 @@ Test(results, truncated_last_line_is_dropped_and_redone)
     fwrite(text, 1, strlen(text) / 2, f);
     fclose(f);
 
-    cr_assert_eq(kb_pred_file_open(&run, "full", "trec", NULL, &pf, &err), 0, "%s", err.msg);
+    cr_assert_eq(kb_pred_file_open(&fx.run, "full", "trec", NULL, &pf, &err), 0, "%s", err.msg);
     cr_assert_eq(pf.n_dropped, 1);
     cr_assert_eq(pf.n_lines, 3);
     cr_assert(kb_pred_file_done(&pf, kv_str_c("id002")));
@@ -245,7 +273,7 @@ Test(results, truncated_last_line_is_dropped_and_redone)
     after = tu_slurp(path, NULL);
     size_t n = strlen(after);
     cr_assert_eq(truncate(path, (off_t)(n - 1)), 0);
-    cr_assert_eq(kb_pred_file_open(&run, "full", "trec", NULL, &pf, &err), 0, "%s", err.msg);
+    cr_assert_eq(kb_pred_file_open(&fx.run, "full", "trec", NULL, &pf, &err), 0, "%s", err.msg);
     cr_assert_eq(pf.n_lines, 3);
     cr_assert_eq(pf.n_dropped, 1);
     kb_pred_file_close(&pf);
@@ -255,132 +283,85 @@ Test(results, truncated_last_line_is_dropped_and_redone)
     cJSON_Delete(j);
     free(good);
     free(path);
-    kb_run_close(&run);
-    kb_matrix_free(&m);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 Test(results, damage_before_the_last_line_is_an_error)
 {
-    char *dir = tu_mkdtemp();
-    kb_matrix m;
-    matrix_from(&m, "");
-    kb_run_info info = info_for(&m, "h", 0, 1);
-    kb_run run;
-    cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
-    char *path = file_of(dir, "full", "trec");
-    char *pdir;
-    cr_assert_geq(asprintf(&pdir, "%s/predictions/full", dir), 0);
-    cr_assert_eq(kv_mkdirs(pdir, &err), 0);
-    FILE *f = fopen(path, "w");
-    fputs("{\"id\": \"a\", \"index\": 0}\n{\"id\": \"b\", \"index\": 1} junk\n"
-          "{\"id\": \"c\", \"index\": 2}\n",
-          f);
-    fclose(f);
+    open_run("");
+    char *path = plant(tu_dir, "full", "trec",
+                       "{\"id\": \"a\", \"index\": 0}\n{\"id\": \"b\", \"index\": 1} junk\n"
+                       "{\"id\": \"c\", \"index\": 2}\n");
     kb_pred_file pf;
-    cr_assert_lt(kb_pred_file_open(&run, "full", "trec", NULL, &pf, &err), 0);
+    cr_assert_lt(kb_pred_file_open(&fx.run, "full", "trec", NULL, &pf, &err), 0);
     char want[1024];
     snprintf(want, sizeof want,
              "%s:2: not a prediction line (JSON object with \"id\" and \"index\"); the file is "
              "damaged before its last line: fix or delete it",
              path);
     cr_assert_str_eq(err.msg, want);
-    free(pdir);
     free(path);
-    kb_run_close(&run);
-    kb_matrix_free(&m);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 /* What `kvbench run` does per task: skip what is done, append the rest. The
  * child is killed at random points; the parent resumes until complete. */
-enum { KILL_SAMPLES = 60 };
+enum { KILL_SAMPLES = 60, N_PRODUCED = 2 };
+static const char *const produced[N_PRODUCED] = {"full", "h2o"}; /* configs of the matrix */
 
-static void produce(const char *dir, const kb_matrix *m, const char *const *configs, int n_cfg,
-                    int report_fd)
+static void produce(const char *dir, const kb_matrix *m, int report_fd)
 {
     kb_run_info info = info_for(m, "h", 0, 1);
     kb_run run;
     if (kb_run_open(dir, &info, &run, &err) < 0)
         _exit(3);
     kb_pred_file pf[4];
-    for (int c = 0; c < n_cfg; c++)
-        if (kb_pred_file_open(&run, configs[c], "trec", NULL, &pf[c], &err) < 0)
+    for (int c = 0; c < N_PRODUCED; c++)
+        if (kb_pred_file_open(&run, produced[c], "trec", NULL, &pf[c], &err) < 0)
             _exit(4);
     for (long i = 0; i < KILL_SAMPLES; i++)
-        for (int c = 0; c < n_cfg; c++) {
+        for (int c = 0; c < N_PRODUCED; c++) {
             char id[32];
             snprintf(id, sizeof id, "id%03ld", i);
             if (kb_pred_file_done(&pf[c], kv_str_c(id)))
                 continue;
-            kb_prediction p = pred_for(i, configs[c]);
+            kb_prediction p = pred_for(i, produced[c]);
             if (kb_pred_file_append(&pf[c], &p, &err) < 0)
                 _exit(5);
             if (report_fd >= 0 && write(report_fd, "x", 1) != 1)
                 _exit(6);
         }
-    for (int c = 0; c < n_cfg; c++)
+    for (int c = 0; c < N_PRODUCED; c++)
         kb_pred_file_close(&pf[c]);
     kb_run_close(&run);
 }
 
+/* produce into tu_dir, of the matrix ctx, for tu_kill_at_random_points. */
+static int produce_killable(void *ctx, int report_fd)
+{
+    produce(tu_dir, ctx, report_fd);
+    return 0;
+}
+
 Test(results, sigkill_at_random_points_then_resume_equals_uninterrupted)
 {
-    const char *configs[] = {"full", "h2o"};
     kb_matrix m;
     matrix_from(&m, "{\"name\": \"h2o\", \"algorithm\": \"h2o\"}");
-    char *ref = tu_mkdtemp(), *dir = tu_mkdtemp();
-    produce(ref, &m, configs, 2, -1);
+    char *ref = tu_mkdtemp();
+    produce(ref, &m, -1);
     unsigned seed = (unsigned)time(NULL);
-    srand(seed);
-    /* The child reports every line it commits; the parent lets a random number
-     * of lines through (at most half of what is left, so there is work left),
-     * waits a random few microseconds (to also land inside a write), then
-     * SIGKILLs it. */
-    long left = KILL_SAMPLES * 2;
-    int kills = 0;
-    while (left > 1 && kills < 12) {
-        int fds[2];
-        cr_assert_eq(pipe(fds), 0);
-        pid_t pid = fork();
-        if (pid == 0) {
-            close(fds[0]);
-            produce(dir, &m, configs, 2, fds[1]);
-            _exit(0);
-        }
-        close(fds[1]);
-        long let = rand() % (left / 2 + 1);
-        char c;
-        for (long i = 0; i < let && read(fds[0], &c, 1) == 1; i++)
-            left--;
-        usleep((useconds_t)(rand() % 300));
-        kill(pid, SIGKILL);
-        int st;
-        waitpid(pid, &st, 0);
-        while (read(fds[0], &c, 1) == 1) /* lines committed before the kill landed */
-            left--;
-        close(fds[0]);
-        if (WIFEXITED(st)) { /* it finished the rest before the kill landed */
-            cr_assert_eq(WEXITSTATUS(st), 0, "producer failed (seed %u)", seed);
-            break;
-        }
-        kills++;
-    }
-    produce(dir, &m, configs, 2, -1); /* the final, uninterrupted resume */
+    int status;
+    int kills = tu_kill_at_random_points(produce_killable, &m, KILL_SAMPLES * 2, 12, seed, &status);
+    cr_assert_eq(status, 0, "producer failed (seed %u)", seed);
+    produce(tu_dir, &m, -1); /* the final, uninterrupted resume */
     cr_assert_geq(kills, 1);
-    for (int c = 0; c < 2; c++) {
-        char *a = file_of(ref, configs[c], "trec"), *b = file_of(dir, configs[c], "trec");
+    for (int c = 0; c < N_PRODUCED; c++) {
+        char *a = file_of(ref, produced[c], "trec"), *b = file_of(tu_dir, produced[c], "trec");
         char *x = tu_slurp(a, NULL), *y = tu_slurp(b, NULL);
-        cr_assert_str_eq(x, y, "%s differs after %d kills (seed %u)", configs[c], kills, seed);
+        cr_assert_str_eq(x, y, "%s differs after %d kills (seed %u)", produced[c], kills, seed);
         free(a), free(b), free(x), free(y);
     }
     kb_matrix_free(&m);
     tu_rmtree(ref);
-    tu_rmtree(dir);
     free(ref);
-    free(dir);
 }
 
 /* Writes shard i/n of a run: the samples it selects, for each config. */
@@ -423,12 +404,12 @@ Test(results, merged_shards_equal_an_unsharded_run)
 {
     kb_matrix m;
     matrix_from(&m, "{\"name\": \"h2o\", \"algorithm\": \"h2o\"}");
-    char *out = tu_mkdtemp(), *ref = tu_mkdtemp();
+    char *ref = tu_mkdtemp();
     write_shard(ref, &m, "h", 0, 1, 10);
     for (long i = 0; i < 3; i++)
-        write_shard(out, &m, "h", i, 3, 10);
-    char **dirs = shard_list(out, 3);
-    char *merged = kb_run_dir(out, "r", NULL);
+        write_shard(tu_dir, &m, "h", i, 3, 10);
+    char **dirs = shard_list(tu_dir, 3);
+    char *merged = kb_run_dir(tu_dir, "r", NULL);
     size_t n_files = 0;
     cr_assert_eq(kb_run_merge((const char *const *)dirs, 3, merged, false, NULL, &n_files, &err), 0,
                  "%s", err.msg);
@@ -456,9 +437,7 @@ Test(results, merged_shards_equal_an_unsharded_run)
     free(merged);
     free_list(dirs, 3);
     kb_matrix_free(&m);
-    tu_rmtree(out);
     tu_rmtree(ref);
-    free(out);
     free(ref);
 }
 
@@ -482,23 +461,22 @@ Test(results, merge_refuses_inconsistent_shards)
     kb_matrix m, m2;
     matrix_from(&m, "{\"name\": \"h2o\", \"algorithm\": \"h2o\"}");
     matrix_from(&m2, "{\"name\": \"h2o\", \"algorithm\": \"h2o\", \"start_size\": 8}");
-    char *out = tu_mkdtemp();
-    char *merged = kb_run_dir(out, "r", NULL);
-    char **dirs = shard_list(out, 2);
+    char *merged = kb_run_dir(tu_dir, "r", NULL);
+    char **dirs = shard_list(tu_dir, 2);
 
     /* different model */
-    write_shard(out, &m, "h", 0, 2, 6);
-    write_shard(out, &m, "OTHER", 1, 2, 6);
+    write_shard(tu_dir, &m, "h", 0, 2, 6);
+    write_shard(tu_dir, &m, "OTHER", 1, 2, 6);
     expect_merge_refused(dirs, 2, merged, "different model hash");
     tu_rmtree(dirs[1]);
     /* a config called the same but different */
-    write_shard(out, &m2, "h", 1, 2, 6);
+    write_shard(tu_dir, &m2, "h", 1, 2, 6);
     expect_merge_refused(dirs, 2, merged, "config \"h2o\" has a different hash");
     tu_rmtree(dirs[1]);
     /* a missing shard */
     expect_merge_refused(dirs, 1, merged, "1 shard folders for a run split into 2 shards");
     /* a shard given twice */
-    write_shard(out, &m, "h", 1, 2, 6);
+    write_shard(tu_dir, &m, "h", 1, 2, 6);
     char *twice[2] = {dirs[0], dirs[0]};
     expect_merge_refused(twice, 2, merged, "given twice");
     /* a shard still running (reopened: "finished" is reset) */
@@ -533,23 +511,17 @@ Test(results, merge_refuses_inconsistent_shards)
     free(merged);
     kb_matrix_free(&m);
     kb_matrix_free(&m2);
-    tu_rmtree(out);
-    free(out);
 }
 
 /* ---- issue 17: locked and verified run folders ------------------------- */
 
 Test(results, a_run_folder_is_locked_while_a_run_writes_it)
 {
-    char *dir = tu_mkdtemp();
-    kb_matrix m;
-    matrix_from(&m, "");
-    kb_run_info info = info_for(&m, "h", 0, 1);
-    kb_run first, second;
-    cr_assert_eq(kb_run_open(dir, &info, &first, &err), 0, "%s", err.msg);
+    open_run("");
+    kb_run second;
     /* a flock belongs to the open file, so a second open in this process
      * conflicts as another process's would */
-    cr_assert_lt(kb_run_open(dir, &info, &second, &err), 0);
+    cr_assert_lt(kb_run_open(tu_dir, &fx.info, &second, &err), 0);
     char host[256], want[600];
     gethostname(host, sizeof host);
     snprintf(want, sizeof want,
@@ -557,25 +529,9 @@ Test(results, a_run_folder_is_locked_while_a_run_writes_it)
              host);
     cr_assert(strstr(err.msg, want), "%s", err.msg);
     cr_assert(strstr(err.msg, "--name"), "a way out: %s", err.msg);
-    kb_run_close(&first);
-    cr_assert_eq(kb_run_open(dir, &info, &second, &err), 0, "released on close: %s", err.msg);
+    kb_run_close(&fx.run);
+    cr_assert_eq(kb_run_open(tu_dir, &fx.info, &second, &err), 0, "released on close: %s", err.msg);
     kb_run_close(&second);
-    kb_matrix_free(&m);
-    tu_rmtree(dir);
-    free(dir);
-}
-
-/* Writes text as predictions/<config>/<task>.jsonl of the run in dir. */
-static char *plant(const char *dir, const char *config, const char *task, const char *text)
-{
-    char *pdir, *path = file_of(dir, config, task);
-    cr_assert_geq(asprintf(&pdir, "%s/predictions/%s", dir, config), 0);
-    cr_assert_eq(kv_mkdirs(pdir, &err), 0);
-    FILE *f = fopen(path, "w");
-    fputs(text, f);
-    fclose(f);
-    free(pdir);
-    return path;
 }
 
 /* A line of the "full" trec file as text, with one field changed. */
@@ -615,12 +571,7 @@ static void expect_resume_refused(kb_run *run, const kb_idset *ids, const char *
 
 Test(results, resume_keeps_only_lines_of_this_task_config_and_data)
 {
-    char *dir = tu_mkdtemp();
-    kb_matrix m;
-    matrix_from(&m, "{\"name\": \"h2o\", \"algorithm\": \"h2o\"}");
-    kb_run_info info = info_for(&m, "h", 0, 1);
-    kb_run run;
-    cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
+    open_run("{\"name\": \"h2o\", \"algorithm\": \"h2o\"}");
     kb_idset ids = {0};
     for (long i = 0; i < 5; i++) {
         char id[32];
@@ -629,60 +580,51 @@ Test(results, resume_keeps_only_lines_of_this_task_config_and_data)
     }
     char *line;
     line = full_line(1, "dataset", "qasper");
-    expect_resume_refused(&run, &ids, line,
+    expect_resume_refused(&fx.run, &ids, line,
                           "a line of task \"qasper\" in the file of task \"trec\"");
     free(line);
     line = full_line(1, "config", "h2o");
-    expect_resume_refused(&run, &ids, line,
+    expect_resume_refused(&fx.run, &ids, line,
                           "a line of config \"h2o\" in the file of config \"full\"");
     free(line);
     line = full_line(1, "config_hash", "0123456789abcdef");
-    expect_resume_refused(&run, &ids, line, "config hash 0123456789abcdef, but run.json gives");
+    expect_resume_refused(&fx.run, &ids, line, "config hash 0123456789abcdef, but run.json gives");
     free(line);
     cJSON *j = line_for(1, "full");
     cJSON_DeleteItemFromObject(j, "config_hash");
     char *text1 = cJSON_PrintUnformatted(j);
     cr_assert_geq(asprintf(&line, "%s\n", text1), 0);
-    expect_resume_refused(&run, &ids, line,
+    expect_resume_refused(&fx.run, &ids, line,
                           "no config_hash (written by hand or by an older kvbench)");
     free(line), free(text1);
     cJSON_Delete(j);
     line = full_line(1, "id", "not-in-the-data");
-    expect_resume_refused(&run, &ids, line, "sample \"not-in-the-data\" is not in the task's data");
+    expect_resume_refused(&fx.run, &ids, line,
+                          "sample \"not-in-the-data\" is not in the task's data");
     free(line);
 
     /* lines that belong are kept */
     char *a = full_line(0, NULL, NULL), *b = full_line(1, NULL, NULL), *text;
     cr_assert_geq(asprintf(&text, "%s%s", a, b), 0);
-    free(plant(dir, "full", "trec", text));
+    free(plant(tu_dir, "full", "trec", text));
     kb_pred_file pf;
-    cr_assert_eq(kb_pred_file_open(&run, "full", "trec", &ids, &pf, &err), 0, "%s", err.msg);
+    cr_assert_eq(kb_pred_file_open(&fx.run, "full", "trec", &ids, &pf, &err), 0, "%s", err.msg);
     cr_assert_eq(pf.n_lines, 2);
     kb_pred_file_close(&pf);
     free(text), free(a), free(b);
     kb_idset_free(&ids);
-    kb_run_close(&run);
-    kb_matrix_free(&m);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 Test(results, predictions_without_run_json_are_refused)
 {
-    char *dir = tu_mkdtemp();
-    kb_matrix m;
-    matrix_from(&m, "");
-    kb_run_info info = info_for(&m, "h", 0, 1);
+    matrix_from(&fx.m, "");
+    fx.info = info_for(&fx.m, "h", 0, 1);
     char *line = full_line(0, NULL, NULL);
-    free(plant(dir, "full", "trec", line));
-    kb_run run;
-    cr_assert_lt(kb_run_open(dir, &info, &run, &err), 0);
+    free(plant(tu_dir, "full", "trec", line));
+    cr_assert_lt(kb_run_open(tu_dir, &fx.info, &fx.run, &err), 0);
     cr_assert(strstr(err.msg, "predictions/ without run.json"), "%s", err.msg);
     cr_assert(strstr(err.msg, "move predictions/ away"), "a way out: %s", err.msg);
     free(line);
-    kb_matrix_free(&m);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 /* trec has 10 samples; the other task's data is not here (unchecked) */
@@ -696,14 +638,13 @@ Test(results, merge_checks_line_counts_against_the_data)
 {
     kb_matrix m;
     matrix_from(&m, "{\"name\": \"h2o\", \"algorithm\": \"h2o\"}");
-    char *out = tu_mkdtemp();
-    char *merged = kb_run_dir(out, "r", NULL);
-    char **dirs = shard_list(out, 2);
+    char *merged = kb_run_dir(tu_dir, "r", NULL);
+    char **dirs = shard_list(tu_dir, 2);
     kb_task_sizes sizes = {.count = ten_samples};
     size_t n_files;
     /* two finished shards of 10 samples: complete */
-    write_shard(out, &m, "h", 0, 2, 10);
-    write_shard(out, &m, "h", 1, 2, 10);
+    write_shard(tu_dir, &m, "h", 0, 2, 10);
+    write_shard(tu_dir, &m, "h", 1, 2, 10);
     cr_assert_eq(kb_run_merge((const char *const *)dirs, 2, merged, false, &sizes, &n_files, &err),
                  0, "%s", err.msg);
     /* shard 1 marked finished but its h2o file misses sample 9 */
@@ -731,6 +672,4 @@ Test(results, merge_checks_line_counts_against_the_data)
     free(merged);
     free_list(dirs, 2);
     kb_matrix_free(&m);
-    tu_rmtree(out);
-    free(out);
 }
