@@ -19,6 +19,15 @@ static kv_tokenizer *load_or_die(const char *dir)
     return t;
 }
 
+/* The tokenizer of a folder under tests/data. */
+static kv_tokenizer *load_data(const char *rel)
+{
+    char *dir = tu_data(rel);
+    kv_tokenizer *t = load_or_die(dir);
+    free(dir);
+    return t;
+}
+
 static char *render(const kv_tokenizer *t, const kv_chat_message *m, size_t n, bool gen, bool think)
 {
     kv_error err = {{0}};
@@ -27,15 +36,13 @@ static char *render(const kv_tokenizer *t, const kv_chat_message *m, size_t n, b
     return s;
 }
 
-/* ---- Qwen3: every case of tests/data/tokenizer/cases/chat_ref.jsonl ----- */
-
-static void check_chat_case(const kv_tokenizer *t, const cJSON *j)
+/* The rendering of a reference case: {"messages", "add_generation_prompt",
+ * ["enable_thinking",] ...}. */
+static char *render_case(const kv_tokenizer *t, const cJSON *j)
 {
-    const char *id = cJSON_GetObjectItem(j, "id")->valuestring;
-    const cJSON *msgs = cJSON_GetObjectItem(j, "messages");
+    const cJSON *msgs = cJSON_GetObjectItem(j, "messages"), *e;
     size_t n = (size_t)cJSON_GetArraySize(msgs), i = 0;
     kv_chat_message *m = calloc(n, sizeof *m);
-    const cJSON *e;
     cJSON_ArrayForEach(e, msgs)
     {
         m[i].role = cJSON_GetObjectItem(e, "role")->valuestring;
@@ -44,81 +51,73 @@ static void check_chat_case(const kv_tokenizer *t, const cJSON *j)
     bool gen = cJSON_IsTrue(cJSON_GetObjectItem(j, "add_generation_prompt"));
     const cJSON *think = cJSON_GetObjectItem(j, "enable_thinking");
     char *text = render(t, m, n, gen, think ? cJSON_IsTrue(think) : true);
+    free(m);
+    return text;
+}
+
+/* ---- Qwen3: every case of tests/data/tokenizer/cases/chat_ref.jsonl ----- */
+
+static void check_chat_case(const kv_tokenizer *t, const cJSON *j)
+{
+    const char *id = cJSON_GetObjectItem(j, "id")->valuestring;
+    char *text = render_case(t, j);
     cr_expect_str_eq(text, cJSON_GetObjectItem(j, "text")->valuestring, "%s: text differs", id);
     int32_t *ids;
     size_t n_ids;
     kv_error err = {{0}};
     cr_assert_eq(kv_tokenizer_encode(t, text, strlen(text), &ids, &n_ids, &err), 0, "%s", err.msg);
-    const cJSON *ref = cJSON_GetObjectItem(j, "ids");
+    const cJSON *ref = cJSON_GetObjectItem(j, "ids"), *e;
     bool same = n_ids == (size_t)cJSON_GetArraySize(ref);
-    i = 0;
+    size_t i = 0;
     cJSON_ArrayForEach(e, ref) same = same && ids[i++] == e->valueint;
     cr_expect(same, "%s: ids differ", id);
     free(ids);
     free(text);
-    free(m);
 }
 
-/* Every line of a file of {"messages", "add_generation_prompt",
- * ["enable_thinking",] "text"} renders to its text. */
-static void check_render_file(const kv_tokenizer *t, const char *path)
+/* Every line of tests/data/tokenizer/chat/NAME.jsonl, {"messages",
+ * "add_generation_prompt", ["enable_thinking",] "text"}, renders to its text. */
+static void check_render_file(const kv_tokenizer *t, const char *name)
 {
-    char *data = tu_slurp(path, NULL);
+    char rel[256];
+    snprintf(rel, sizeof rel, "tokenizer/chat/%s.jsonl", name);
+    char *path = tu_data(rel), *data = tu_slurp(path, NULL);
     int checked = 0;
     for (char *line = strtok(data, "\n"); line; line = strtok(NULL, "\n")) {
         cJSON *j = cJSON_Parse(line);
         cr_assert(j, "%s: bad JSON line", path);
-        const cJSON *msgs = cJSON_GetObjectItem(j, "messages"), *e;
-        size_t n = (size_t)cJSON_GetArraySize(msgs), i = 0;
-        kv_chat_message *m = calloc(n, sizeof *m);
-        cJSON_ArrayForEach(e, msgs)
-        {
-            m[i].role = cJSON_GetObjectItem(e, "role")->valuestring;
-            m[i++].content = cJSON_GetObjectItem(e, "content")->valuestring;
-        }
-        const cJSON *think = cJSON_GetObjectItem(j, "enable_thinking");
-        char *text = render(t, m, n, cJSON_IsTrue(cJSON_GetObjectItem(j, "add_generation_prompt")),
-                            think ? cJSON_IsTrue(think) : true);
+        char *text = render_case(t, j);
         cr_expect_str_eq(text, cJSON_GetObjectItem(j, "text")->valuestring, "%s: %s", path,
                          cJSON_GetObjectItem(j, "id")->valuestring);
         free(text);
-        free(m);
         cJSON_Delete(j);
         checked++;
     }
     cr_expect_geq(checked, 100, "%s: only %d cases", path, checked);
     free(data);
+    free(path);
 }
 
 Test(chat, random_conversations_match_jinja_qwen3)
 {
     /* tests/data/tokenizer/chat/NAME.jsonl: rendered by Jinja2 as transformers
      * sets it up (tests/tools/render_chat_jinja.py) */
-    char *dir = tu_data("tokenizer/qwen3");
-    kv_tokenizer *t = load_or_die(dir);
-    char *path = tu_source("tests/data/tokenizer/chat/qwen3_random.jsonl");
-    check_render_file(t, path);
-    free(path);
+    kv_tokenizer *t = load_data("tokenizer/qwen3");
+    check_render_file(t, "qwen3_random");
     kv_tokenizer_free(t);
-    free(dir);
 }
 
 Test(chat, random_conversations_match_jinja_toy)
 {
-    char *dir = tu_source("tests/data/tokenizer/toy");
-    kv_tokenizer *t = load_or_die(dir);
-    char *path = tu_source("tests/data/tokenizer/chat/toy.jsonl");
-    check_render_file(t, path);
-    free(path);
+    kv_tokenizer *t = load_data("tokenizer/toy");
+    check_render_file(t, "toy");
     kv_tokenizer_free(t);
-    free(dir);
 }
 
 Test(chat, qwen3_matches_transformers)
 {
     char *cases = tu_data("tokenizer/cases/chat_ref.jsonl");
-    char *dir = tu_data("tokenizer/qwen3");
-    kv_tokenizer *t = load_or_die(dir);
+    kv_tokenizer *t = load_data("tokenizer/qwen3");
     kv_error err = {{0}};
     cr_expect_str_eq(kv_chat_family(t, &err), "qwen3");
     char *data = tu_slurp(cases, NULL);
@@ -133,7 +132,6 @@ Test(chat, qwen3_matches_transformers)
     cr_expect_geq(checked, 40);
     free(data);
     kv_tokenizer_free(t);
-    free(dir);
     free(cases);
 }
 
@@ -141,8 +139,7 @@ Test(chat, qwen3_keeps_reasoning_of_the_turn_after_the_last_query)
 {
     /* An assistant turn after the last user message keeps its <think> block;
      * earlier ones lose it (transformers' rendering of the Qwen3 template). */
-    char *dir = tu_data("tokenizer/qwen3");
-    kv_tokenizer *t = load_or_die(dir);
+    kv_tokenizer *t = load_data("tokenizer/qwen3");
     kv_chat_message m[] = {{"user", "Q1", 0},
                            {"assistant", "<think>\nr1\n</think>\n\nA1", 0},
                            {"user", "Q2", 0},
@@ -159,14 +156,14 @@ Test(chat, qwen3_keeps_reasoning_of_the_turn_after_the_last_query)
                         "<|im_start|>assistant\n<think>\n\n</think>\n\nA<|im_end|>\n");
     free(s);
     kv_tokenizer_free(t);
-    free(dir);
 }
 
 /* ---- other families, on the toy tokenizer with a given template ------- */
 
-/* A model folder with the toy tokenizer.json and a tokenizer_config.json
- * holding this template and bos_token. */
-static char *folder_with_template(const char *tpl, const char *bos)
+/* The toy tokenizer.json with a tokenizer_config.json holding this
+ * template and bos_token, loaded from a folder made for it (removed once
+ * loaded). */
+static kv_tokenizer *load_with_template(const char *tpl, const char *bos)
 {
     char *dir = tu_mkdtemp();
     char *src = tu_source("tests/data/tokenizer/toy/tokenizer.json");
@@ -185,13 +182,15 @@ static char *folder_with_template(const char *tpl, const char *bos)
     cJSON_Delete(cfg);
     free(dst);
     free(src);
-    return dir;
+    kv_tokenizer *t = load_or_die(dir);
+    tu_rmtree(dir);
+    free(dir);
+    return t;
 }
 
 Test(chat, toy_template_of_the_tiny_models)
 {
-    char *dir = tu_source("tests/data/tokenizer/toy");
-    kv_tokenizer *t = load_or_die(dir);
+    kv_tokenizer *t = load_data("tokenizer/toy");
     kv_chat_message m[] = {{"system", "Be brief.", 0}, {"user", "Hi", 0}};
     char *s = render(t, m, 2, true, false);
     cr_expect_str_eq(s, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
@@ -201,7 +200,6 @@ Test(chat, toy_template_of_the_tiny_models)
     cr_expect_str_eq(s, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
     free(s);
     kv_tokenizer_free(t);
-    free(dir);
 }
 
 Test(chat, qwen2_default_system_prompt)
@@ -211,8 +209,7 @@ Test(chat, qwen2_default_system_prompt)
         "'<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}{{'<|im_"
         "start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor "
         "%}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
-    char *dir = folder_with_template(tpl, NULL);
-    kv_tokenizer *t = load_or_die(dir);
+    kv_tokenizer *t = load_with_template(tpl, NULL);
     kv_chat_message m[] = {{"user", "Hi", 0}};
     char *s = render(t, m, 1, true, false);
     cr_expect_str_eq(s, "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
@@ -223,8 +220,6 @@ Test(chat, qwen2_default_system_prompt)
     cr_expect_str_eq(s, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
     free(s);
     kv_tokenizer_free(t);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 Test(chat, llama3_headers_and_trimmed_content)
@@ -235,8 +230,7 @@ Test(chat, llama3_headers_and_trimmed_content)
         "| trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}"
         "{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ "
         "'<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
-    char *dir = folder_with_template(tpl, "<|begin_of_text|>");
-    kv_tokenizer *t = load_or_die(dir);
+    kv_tokenizer *t = load_with_template(tpl, "<|begin_of_text|>");
     kv_error err = {{0}};
     cr_expect_str_eq(kv_chat_family(t, &err), "llama3");
     kv_chat_message m[] = {{"system", " S \n", 0}, {"user", "\t Hi \xE3\x80\x80", 0}};
@@ -246,13 +240,11 @@ Test(chat, llama3_headers_and_trimmed_content)
                         "<|start_header_id|>assistant<|end_header_id|>\n\n");
     free(s);
     kv_tokenizer_free(t);
-    tu_rmtree(dir);
-    free(dir);
 }
 
-/* A model folder with the toy tokenizer.json and a committed
- * tokenizer_config.json (tests/data/tokenizer/chat/NAME_config.json). */
-static char *folder_with_config(const char *name)
+/* The same with a committed tokenizer_config.json
+ * (tests/data/tokenizer/chat/NAME_config.json). */
+static kv_tokenizer *load_with_config(const char *name)
 {
     char rel[256];
     snprintf(rel, sizeof rel, "tests/data/tokenizer/chat/%s_config.json", name);
@@ -260,12 +252,12 @@ static char *folder_with_config(const char *name)
     char *text = tu_slurp(cfg_path, NULL);
     cJSON *cfg = cJSON_Parse(text);
     const cJSON *bos = cJSON_GetObjectItem(cfg, "bos_token");
-    char *dir = folder_with_template(cJSON_GetObjectItem(cfg, "chat_template")->valuestring,
-                                     cJSON_IsString(bos) ? bos->valuestring : NULL);
+    kv_tokenizer *t = load_with_template(cJSON_GetObjectItem(cfg, "chat_template")->valuestring,
+                                         cJSON_IsString(bos) ? bos->valuestring : NULL);
     cJSON_Delete(cfg);
     free(text);
     free(cfg_path);
-    return dir;
+    return t;
 }
 
 Test(chat, random_conversations_match_jinja_qwen2_and_llama3)
@@ -276,66 +268,48 @@ Test(chat, random_conversations_match_jinja_qwen2_and_llama3)
     static const char *const names[] = {"qwen2", "llama3", "llama31"};
     static const char *const families[] = {"chatml", "llama3", "llama3"};
     for (int i = 0; i < 3; i++) {
-        char *dir = folder_with_config(names[i]);
-        kv_tokenizer *t = load_or_die(dir);
+        kv_tokenizer *t = load_with_config(names[i]);
         kv_error err = {{0}};
         cr_expect_str_eq(kv_chat_family(t, &err), families[i]);
-        char rel[256];
-        snprintf(rel, sizeof rel, "tests/data/tokenizer/chat/%s.jsonl", names[i]);
-        char *path = tu_source(rel);
-        check_render_file(t, path);
-        free(path);
+        check_render_file(t, names[i]);
         kv_tokenizer_free(t);
-        tu_rmtree(dir);
-        free(dir);
     }
 }
 
 Test(chat, llama3_tool_messages_are_refused)
 {
-    char *dir = folder_with_config("llama31");
-    kv_tokenizer *t = load_or_die(dir);
+    kv_tokenizer *t = load_with_config("llama31");
     kv_chat_message m[] = {{"user", "Hi", 0}, {"tool", "{}", 0}};
     kv_error err = {{0}};
     cr_expect_null(kv_chat_render(t, m, 2, true, true, &err));
     cr_expect(strstr(err.msg, "tool messages"), "%s", err.msg);
     kv_tokenizer_free(t);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 Test(chat, unknown_template_or_no_template_is_an_error)
 {
     /* a Qwen3-Thinking-2507-like template: reasoning_content, no enable_thinking */
-    char *think = folder_with_template("{%- for message in messages %}{{ '<|im_start|>' + "
+    kv_tokenizer *tt = load_with_template("{%- for message in messages %}{{ '<|im_start|>' + "
                                        "message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
                                        "{%- set r = message.reasoning_content %}{%- endfor %}"
                                        "{{- '<|im_start|>assistant\\n<think>\\n' }}",
                                        NULL);
-    kv_tokenizer *tt = load_or_die(think);
     kv_chat_message hi[] = {{"user", "Hi", 0}};
     kv_error e = {{0}};
     cr_expect_null(kv_chat_render(tt, hi, 1, true, true, &e));
     cr_expect(strstr(e.msg, "reasoning_content"), "%s", e.msg);
     kv_tokenizer_free(tt);
-    tu_rmtree(think);
-    free(think);
 
-    char *dir = folder_with_template("{{ messages[0].content }}", NULL);
-    kv_tokenizer *t = load_or_die(dir);
+    kv_tokenizer *t = load_with_template("{{ messages[0].content }}", NULL);
     kv_chat_message m[] = {{"user", "Hi", 0}};
     kv_error err = {{0}};
     cr_expect_null(kv_chat_render(t, m, 1, true, true, &err));
     cr_expect(strstr(err.msg, "not a family kvbench knows"), "%s", err.msg);
     kv_tokenizer_free(t);
-    tu_rmtree(dir);
-    free(dir);
 
-    char *bytes = tu_source("tests/data/tokenizer/bytes");
-    t = load_or_die(bytes);
+    t = load_data("tokenizer/bytes");
     cr_expect_null(kv_chat_render(t, m, 1, true, true, &err));
     cr_expect(strstr(err.msg, "no chat template"), "%s", err.msg);
     cr_expect_null(kv_chat_render(t, m, 0, true, true, &err), "no messages");
     kv_tokenizer_free(t);
-    free(bytes);
 }
