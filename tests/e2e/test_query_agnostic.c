@@ -161,15 +161,16 @@ static char *kept(const char *tmp, const kv_sample *s, const char *question, con
     return step0(trace, strcmp(query_aware, "false") == 0 ? "context" : "question", later);
 }
 
+TestSuite(query_agnostic, .init = tu_dir_make, .fini = tu_dir_remove);
+
 Test(query_agnostic, the_question_never_changes_the_kept_context)
 {
-    char *tmp = tu_mkdtemp();
     kv_sample s;
-    load_sample(tmp, 0, &s);
+    load_sample(tu_dir, 0, &s);
     for (size_t i = 0; i < sizeof policies / sizeof policies[0]; i++) {
         int later_a, later_b;
-        char *a = kept(tmp, &s, s.q, policies[i], "false", &later_a);
-        char *b = kept(tmp, &s, s.alt, policies[i], "false", &later_b);
+        char *a = kept(tu_dir, &s, s.q, policies[i], "false", &later_a);
+        char *b = kept(tu_dir, &s, s.alt, policies[i], "false", &later_b);
         cr_assert(strlen(a) > 0, "%s: no eviction", policies[i][0]);
         cr_assert_str_eq(a, b, "%s %s: the kept context depends on the question", policies[i][0],
                          policies[i][1] ? policies[i][1] : "");
@@ -179,13 +180,11 @@ Test(query_agnostic, the_question_never_changes_the_kept_context)
     }
     /* query-aware SnapKV reads the question: another question, other tokens */
     int later;
-    char *a = kept(tmp, &s, s.q, policies[0], "true", &later);
-    char *b = kept(tmp, &s, s.alt, policies[0], "true", &later);
+    char *a = kept(tu_dir, &s, s.q, policies[0], "true", &later);
+    char *b = kept(tu_dir, &s, s.alt, policies[0], "true", &later);
     cr_assert_str_neq(a, b, "query-aware SnapKV kept the same positions for two questions");
     free(a);
     free(b);
-    tu_rmtree(tmp);
-    free(tmp);
 }
 
 /* The same prompt, split or not: the full cache's tokens are the same, its
@@ -193,19 +192,18 @@ Test(query_agnostic, the_question_never_changes_the_kept_context)
  * differently: the projections and attention tiles sum in another order). */
 Test(query_agnostic, full_cache_is_the_same_split_or_not)
 {
-    char *tmp = tu_mkdtemp();
     double worst = 0, largest = 0;
     int right = 0;
     for (int i = 0; i < 6; i++) {
         kv_sample s;
-        load_sample(tmp, i * 15, &s);
+        load_sample(tu_dir, i * 15, &s);
         char *ctx = tu_slurp(s.ctx, NULL), *q = tu_slurp(s.q, NULL), *whole = NULL;
         cr_assert_geq(asprintf(&whole, "%s%s", ctx, q), 0);
         char whole_path[512], npy_a[512], npy_b[512];
-        snprintf(whole_path, sizeof whole_path, "%s/whole.txt", tmp);
+        snprintf(whole_path, sizeof whole_path, "%s/whole.txt", tu_dir);
         write_file(whole_path, whole, strlen(whole));
-        snprintf(npy_a, sizeof npy_a, "%s/a.npy", tmp);
-        snprintf(npy_b, sizeof npy_b, "%s/b.npy", tmp);
+        snprintf(npy_a, sizeof npy_a, "%s/a.npy", tu_dir);
+        snprintf(npy_b, sizeof npy_b, "%s/b.npy", tu_dir);
         const char *fa[] = {"--dump-logits", npy_a, NULL}, *fb[] = {"--dump-logits", npy_b, NULL};
         tu_result ra = generate(whole_path, NULL, fa), rb = generate(s.ctx, s.q, fb);
         char *ta = generated_text(&ra), *tb = generated_text(&rb);
@@ -237,15 +235,12 @@ Test(query_agnostic, full_cache_is_the_same_split_or_not)
     /* float32 sums in another order: relative to the logits' size */
     cr_assert_leq(worst, 1e-5 * largest, "largest logit difference %.3g of %.3g", worst, largest);
     cr_assert_geq(right, 4, "the demo model answers");
-    tu_rmtree(tmp);
-    free(tmp);
 }
 
 Test(query_agnostic, query_agnostic_needs_a_question)
 {
-    char *tmp = tu_mkdtemp();
     kv_sample s;
-    load_sample(tmp, 0, &s);
+    load_sample(tu_dir, 0, &s);
     char *model = tu_source("models/kvbench-retrieval");
     tu_result r = tu_kvbench("generate", "--model", model, "--prompt-file", s.ctx, "--eviction",
                              "snapkv", "--query-aware", "false", NULL);
@@ -258,8 +253,6 @@ Test(query_agnostic, query_agnostic_needs_a_question)
     cr_assert(strstr(r.err, "--question-tokens with --tokens"), "%s", r.err);
     tu_result_free(&r);
     free(model);
-    tu_rmtree(tmp);
-    free(tmp);
 }
 
 /* `kvbench run` of matrix `name` (query_aware of the eviction configs:
@@ -323,9 +316,8 @@ static double num(const cJSON *o, const char *key)
  * configs. */
 Test(query_agnostic, a_mixed_run_shares_its_prefills, .timeout = 300)
 {
-    char *dir = tu_mkdtemp();
-    char *mixed = run_matrix(dir, "mixed", "[true, false]");
-    char *aware = run_matrix(dir, "aware", "true");
+    char *mixed = run_matrix(tu_dir, "mixed", "[true, false]");
+    char *aware = run_matrix(tu_dir, "aware", "true");
     cr_assert_eq(count_before(mixed, "prefills"), 8, "%s", mixed);
     cr_assert_eq(count_before(mixed, "of the question on the full cache"), 8, "%s", mixed);
     cr_assert_eq(count_before(mixed, "batched over the query-agnostic"), 8, "%s", mixed);
@@ -336,8 +328,8 @@ Test(query_agnostic, a_mixed_run_shares_its_prefills, .timeout = 300)
     static const char *const tasks[] = {"synth_passkey", "synth_kv"};
     for (int t = 0; t < 2; t++) {
         for (int c = 0; c < 3; c++) {
-            cJSON *a = lines_of(dir, "mixed", same[c], tasks[t]);
-            cJSON *b = lines_of(dir, "aware", same[c], tasks[t]);
+            cJSON *a = lines_of(tu_dir, "mixed", same[c], tasks[t]);
+            cJSON *b = lines_of(tu_dir, "aware", same[c], tasks[t]);
             cr_assert_eq(cJSON_GetArraySize(a), 4);
             for (int i = 0; i < 4; i++) {
                 const cJSON *x = cJSON_GetArrayItem(a, i), *y = cJSON_GetArrayItem(b, i);
@@ -349,7 +341,7 @@ Test(query_agnostic, a_mixed_run_shares_its_prefills, .timeout = 300)
             cJSON_Delete(a);
             cJSON_Delete(b);
         }
-        cJSON *q = lines_of(dir, "mixed", "snapkv_s4_r32_i92_norot_qa0", tasks[t]);
+        cJSON *q = lines_of(tu_dir, "mixed", "snapkv_s4_r32_i92_norot_qa0", tasks[t]);
         for (int i = 0; i < 4; i++) {
             const cJSON *x = cJSON_GetArrayItem(q, i);
             double ctx = num(x, "context_tokens"), prompt = num(x, "prompt_tokens");
@@ -362,19 +354,17 @@ Test(query_agnostic, a_mixed_run_shares_its_prefills, .timeout = 300)
     }
     /* the report's config table says which setting each config ran in */
     char path[1024];
-    snprintf(path, sizeof path, "%s/runs/mixed/summary.md", dir);
+    snprintf(path, sizeof path, "%s/runs/mixed/summary.md", tu_dir);
     char *md = tu_slurp(path, NULL);
     cr_assert(strstr(md, "| config | hash | budget | query_aware | parameters |"), "%s", md);
     cr_assert(strstr(md, "| 128 | false | `{\"algorithm\":\"snapkv\""), "%s", md);
     cr_assert(strstr(md, "| 128 | true | `{\"algorithm\":\"snapkv\""), "%s", md);
     cr_assert(strstr(md, "| full | - | `full cache` |"), "%s", md);
     free(md);
-    snprintf(path, sizeof path, "%s/runs/mixed/report.html", dir);
+    snprintf(path, sizeof path, "%s/runs/mixed/report.html", tu_dir);
     char *html = tu_slurp(path, NULL);
     cr_assert(strstr(html, "<th>query_aware</th>") && strstr(html, "<td>false</td>"));
     free(html);
     free(mixed);
     free(aware);
-    tu_rmtree(dir);
-    free(dir);
 }

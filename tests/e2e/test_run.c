@@ -196,17 +196,18 @@ static double csv_score(const char *csv, const char *config, const char *task)
     return -1;
 }
 
+TestSuite(run, .init = tu_dir_make, .fini = tu_dir_remove);
+
 Test(run, end_to_end_files_rows_and_scores)
 {
-    char *dir = tu_mkdtemp();
-    char *cfg = write_matrix(dir, "e2e", CONFIGS3);
+    char *cfg = write_matrix(tu_dir, "e2e", CONFIGS3);
     tu_result r = tu_kvbench("run", cfg, NULL);
     cr_assert_eq(r.status, 0, "stderr: %s", r.err);
     static const char *const configs[] = {"full", "h2o", "snapkv"};
     int samples = 0;
     for (int c = 0; c < 3; c++)
         for (int t = 0; t < N_TASKS; t++) {
-            char *p = pred_path(dir, "e2e", configs[c], tasks[t]);
+            char *p = pred_path(tu_dir, "e2e", configs[c], tasks[t]);
             int n = count_lines(p);
             cr_expect(n >= 1 && n <= 3, "%s: %d lines", p, n);
             if (c == 0)
@@ -220,7 +221,7 @@ Test(run, end_to_end_files_rows_and_scores)
     for (int t = 0; t < N_TASKS; t++) {
         long gen[3][3] = {{0}};
         for (int c = 0; c < 3; c++)
-            generated_tokens(dir, "e2e", configs[c], tasks[t], gen[c]);
+            generated_tokens(tu_dir, "e2e", configs[c], tasks[t], gen[c]);
         for (int i = 0; i < 3; i++) {
             long most = 0;
             for (int c = 0; c < 3; c++) {
@@ -237,7 +238,7 @@ Test(run, end_to_end_files_rows_and_scores)
     /* scores.csv: a header and one row per config x task, each score equal to
      * what `kvbench score` gives on that config's predictions. */
     char path[1024];
-    snprintf(path, sizeof path, "%s/runs/e2e/scores.csv", dir);
+    snprintf(path, sizeof path, "%s/runs/e2e/scores.csv", tu_dir);
     size_t len;
     char *csv = tu_slurp(path, &len);
     int rows = 0;
@@ -246,9 +247,9 @@ Test(run, end_to_end_files_rows_and_scores)
     cr_assert_eq(rows, 1 + 3 * N_TASKS, "%s", csv);
     for (int c = 0; c < 3; c++) {
         char pd[1024];
-        snprintf(pd, sizeof pd, "%s/runs/e2e/predictions/%s", dir, configs[c]);
+        snprintf(pd, sizeof pd, "%s/runs/e2e/predictions/%s", tu_dir, configs[c]);
         char csv_out[1024];
-        snprintf(csv_out, sizeof csv_out, "%s/score-%s.csv", dir, configs[c]);
+        snprintf(csv_out, sizeof csv_out, "%s/score-%s.csv", tu_dir, configs[c]);
         tu_result s = tu_kvbench("score", pd, "--csv", csv_out, NULL);
         cr_assert_eq(s.status, 0, "%s", s.err);
         for (int t = 0; t < N_TASKS; t++) {
@@ -266,19 +267,16 @@ Test(run, end_to_end_files_rows_and_scores)
         tu_result_free(&s);
     }
     free(csv);
-    snprintf(path, sizeof path, "%s/runs/e2e/report.html", dir);
+    snprintf(path, sizeof path, "%s/runs/e2e/report.html", tu_dir);
     char *html = tu_slurp(path, NULL);
     cr_expect(strstr(html, "<svg"), "report.html has inline charts");
     free(html);
     free(cfg);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 Test(run, shared_prefill_equals_separate_runs)
 {
-    char *dir = tu_mkdtemp();
-    char *all = write_matrix(dir, "all", CONFIGS3);
+    char *all = write_matrix(tu_dir, "all", CONFIGS3);
     run_ok(all);
     static const char *const alone[] = {
         "[{\"name\": \"h2o\", \"algorithm\": \"h2o\", \"start_size\": 4, \"recent_size\": 16, "
@@ -290,14 +288,12 @@ Test(run, shared_prefill_equals_separate_runs)
     for (int c = 0; c < 2; c++) {
         char run[32];
         snprintf(run, sizeof run, "alone%d", c);
-        char *cfg = write_matrix(dir, run, alone[c]);
+        char *cfg = write_matrix(tu_dir, run, alone[c]);
         run_ok(cfg);
-        expect_same_predictions(dir, "all", run, names[c]);
+        expect_same_predictions(tu_dir, "all", run, names[c]);
         free(cfg);
     }
     free(all);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 /* Starts kvbench run in the background and SIGKILLs it after delay_us. */
@@ -319,21 +315,18 @@ static void run_and_kill(const char *cfg, long delay_us)
 
 Test(run, sigkill_and_resume_equals_uninterrupted, .timeout = 300)
 {
-    char *dir = tu_mkdtemp();
-    char *ref = write_matrix(dir, "ref", CONFIGS3);
+    char *ref = write_matrix(tu_dir, "ref", CONFIGS3);
     run_ok(ref);
-    char *cfg = write_matrix(dir, "killed", CONFIGS3);
+    char *cfg = write_matrix(tu_dir, "killed", CONFIGS3);
     srand((unsigned)time(NULL));
     for (int k = 0; k < 6; k++)
         run_and_kill(cfg, 20000 + rand() % 400000);
     run_ok(cfg);
     static const char *const configs[] = {"full", "h2o", "snapkv"};
     for (int c = 0; c < 3; c++)
-        expect_same_predictions(dir, "ref", "killed", configs[c]);
+        expect_same_predictions(tu_dir, "ref", "killed", configs[c]);
     free(ref);
     free(cfg);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 /* Writes the first `max` lines (0: all) of the JSON Lines file `in` to `out`
@@ -441,25 +434,22 @@ static void v2_first_right(cJSON *line, int i, const void *ctx)
  * report says 50.0 (1 of 2, result.py's one decimal), all three ways. */
 Test(run, longbench_v2_task_is_scored)
 {
-    char *dir = tu_mkdtemp();
     char *data = tu_source("datasets/samples/longbench-v2");
-    char *cfg = tiny_config(dir, "v2run", data,
+    char *cfg = tiny_config(tu_dir, "v2run", data,
                             "\"max_new_tokens\": 8, \"tasks\": [\"v2\"], \"configs\": "
                             "[{\"algorithm\": \"h2o\", \"start_size\": 4, \"recent_size\": 16, "
                             "\"intermediate_size\": 12}]");
     free(data);
     run_ok(cfg);
-    double first = v2_scores_agree(dir);
+    double first = v2_scores_agree(tu_dir);
     cr_expect_float_eq(first, 0.0, 1e-9);
 
     char file[1024];
-    snprintf(file, sizeof file, "%s/runs/v2run/predictions/full/v2.jsonl", dir);
+    snprintf(file, sizeof file, "%s/runs/v2run/predictions/full/v2.jsonl", tu_dir);
     cr_assert_eq(rewrite_jsonl(file, file, 0, v2_first_right, NULL), 2, "the fixture's two samples");
-    rescore(dir, "v2run");
-    cr_expect_float_eq(v2_scores_agree(dir), 50.0, 1e-9);
+    rescore(tu_dir, "v2run");
+    cr_expect_float_eq(v2_scores_agree(tu_dir), 50.0, 1e-9);
     free(cfg);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 /* The last k comma-separated fields of the line of text that holds key
@@ -520,25 +510,23 @@ static void first_right(cJSON *line, int i, const void *ctx)
  * first line made right by hand (1 / 0 / 0 by bucket). */
 Test(run, longbench_e_buckets_equal_kvbench_score_e)
 {
-    char *dir = tu_mkdtemp();
     char data[1024], file[1100];
-    snprintf(data, sizeof data, "%s/data", dir);
+    snprintf(data, sizeof data, "%s/data", tu_dir);
     mkdir(data, 0777);
     char *src = tu_source("datasets/samples/qasper.jsonl");
     snprintf(file, sizeof file, "%s/qasper_e.jsonl", data);
     cr_assert_eq(rewrite_jsonl(src, file, 3, as_qasper_e, NULL), 3);
     free(src);
-    char *cfg = tiny_config(dir, "erun", data, "\"max_new_tokens\": 4, \"tasks\": [\"qasper_e\"]");
+    char *cfg =
+        tiny_config(tu_dir, "erun", data, "\"max_new_tokens\": 4, \"tasks\": [\"qasper_e\"]");
     run_ok(cfg);
-    e_buckets_agree(dir, NULL);
+    e_buckets_agree(tu_dir, NULL);
 
-    snprintf(file, sizeof file, "%s/runs/erun/predictions/full/qasper_e.jsonl", dir);
+    snprintf(file, sizeof file, "%s/runs/erun/predictions/full/qasper_e.jsonl", tu_dir);
     rewrite_jsonl(file, file, 0, first_right, NULL);
-    rescore(dir, "erun");
-    e_buckets_agree(dir, "1,100.00,1,0.00,1,0.00");
+    rescore(tu_dir, "erun");
+    e_buckets_agree(tu_dir, "1,100.00,1,0.00,1,0.00");
     free(cfg);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 /* A Chinese task is scored with jieba's data: without it the run fails
@@ -546,9 +534,8 @@ Test(run, longbench_e_buckets_equal_kvbench_score_e)
  * package, and writes no prediction. */
 Test(run, a_chinese_task_without_jieba_fails_before_inference)
 {
-    char *dir = tu_mkdtemp();
     char *data = tu_source("datasets/samples");
-    char *cfg = tiny_config(dir, "zh", data,
+    char *cfg = tiny_config(tu_dir, "zh", data,
                             "\"limit\": 1, \"max_new_tokens\": 4, \"tasks\": [\"trec\", "
                             "\"multifieldqa_zh\"]");
     free(data);
@@ -558,12 +545,10 @@ Test(run, a_chinese_task_without_jieba_fails_before_inference)
     cr_expect_neq(r.status, 0);
     cr_expect(strstr(r.err, "multifieldqa_zh") && strstr(r.err, "jieba"), "%s", r.err);
     char path[1100];
-    snprintf(path, sizeof path, "%s/runs/zh/predictions/full/trec.jsonl", dir);
+    snprintf(path, sizeof path, "%s/runs/zh/predictions/full/trec.jsonl", tu_dir);
     cr_expect_not(kv_file_exists(path), "inference ran before the check");
     tu_result_free(&r);
     free(cfg);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 /* The shipped trained model through the whole C path (tokenizer, engine,
@@ -586,9 +571,8 @@ Test(run, trained_model_eviction_ordering, .timeout = 300)
     if (!probe)
         cr_skip_test("models/kvbench-retrieval is not in this checkout");
     fclose(probe);
-    char *dir = tu_mkdtemp();
     char path[1024];
-    snprintf(path, sizeof path, "%s/demo.json", dir);
+    snprintf(path, sizeof path, "%s/demo.json", tu_dir);
     char *m = tu_source("models/kvbench-retrieval"), *data = tu_source("datasets/synthetic");
     FILE *f = fopen(path, "w");
     fprintf(f,
@@ -599,12 +583,12 @@ Test(run, trained_model_eviction_ordering, .timeout = 300)
             " {\"name\": \"snapkv\", \"algorithm\": \"snapkv\", \"start_size\": 4,\n"
             "  \"recent_size\": 32, \"intermediate_size\": 92, \"window_size\": 32,\n"
             "  \"apply_rerotation\": false}]}\n",
-            m, data, dir, ORDERING_SAMPLES);
+            m, data, tu_dir, ORDERING_SAMPLES);
     fclose(f);
     free(m);
     free(data);
     run_ok(path);
-    snprintf(path, sizeof path, "%s/runs/demo/scores.csv", dir);
+    snprintf(path, sizeof path, "%s/runs/demo/scores.csv", tu_dir);
     char *csv = tu_slurp(path, NULL);
     double full = csv_score(csv, "full", "synth_passkey");
     double snapkv = csv_score(csv, "snapkv", "synth_passkey");
@@ -620,6 +604,4 @@ Test(run, trained_model_eviction_ordering, .timeout = 300)
     cr_expect_geq(kv_snapkv, kv_streaming + 50.0, "key-value: SnapKV %.2f vs StreamingLLM %.2f\n%s",
                   kv_snapkv, kv_streaming, csv);
     free(csv);
-    tu_rmtree(dir);
-    free(dir);
 }

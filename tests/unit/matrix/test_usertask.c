@@ -47,6 +47,8 @@ static char *write_in(const char *dir, const char *name, const char *text)
     return path;
 }
 
+TestSuite(usertask, .init = tu_dir_make, .fini = tu_dir_remove);
+
 Test(usertask, a_definition_is_a_task_like_the_built_in_ones)
 {
     cr_assert_eq(parse("{\"model\": \"m\", \"tasks\": [\"trec\", {\"task\": \"mytask\", \"file\": "
@@ -128,12 +130,11 @@ Test(usertask, mistakes_name_the_key)
 
 Test(usertask, the_file_is_found_beside_the_config_or_named_in_the_error)
 {
-    char *dir = tu_mkdtemp();
     char *data;
-    cr_assert_geq(asprintf(&data, "%s/data", dir), 0);
+    cr_assert_geq(asprintf(&data, "%s/data", tu_dir), 0);
     cr_assert_eq(mkdir(data, 0777), 0);
     free(write_in(data, "mine.jsonl", ""));
-    char *path = write_in(dir, "c.json",
+    char *path = write_in(tu_dir, "c.json",
                           "{\"model\": \"Org/Name\", \"tasks\": [{\"task\": \"mine\", \"file\": "
                           "\"data/mine.jsonl\", " TEMPLATE ", \"metric\": \"qa_f1\"}]}");
     cr_assert_eq(kb_matrix_load(path, &m, &err), 0, "%s", err.msg);
@@ -144,21 +145,19 @@ Test(usertask, the_file_is_found_beside_the_config_or_named_in_the_error)
     kb_matrix_free(&m);
     free(want);
     free(path);
-    path = write_in(dir, "d.json",
+    path = write_in(tu_dir, "d.json",
                     "{\"model\": \"Org/Name\", \"tasks\": [\"trec\", {\"task\": \"mine\", "
                     "\"file\": \"data/missing.jsonl\", " TEMPLATE ", \"metric\": \"qa_f1\"}]}");
     cr_assert_lt(kb_matrix_load(path, &m, &err), 0);
     cr_assert_geq(asprintf(&want,
                            "%s: tasks[1]: file: 'data/missing.jsonl' is no file (from the working "
                            "folder, nor from %s/)",
-                           path, dir),
+                           path, tu_dir),
                   0);
     cr_assert_str_eq(err.msg, want);
     free(want);
     free(path);
     free(data);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 /* A config with the shipped user task over the demo model. */
@@ -183,14 +182,13 @@ static char *user_config(const char *dir)
 
 Test(usertask, runs_scores_and_reports_without_its_config, .timeout = 300)
 {
-    char *dir = tu_mkdtemp();
-    char *cfg = user_config(dir);
+    char *cfg = user_config(tu_dir);
     tu_result r = tu_kvbench("run", cfg, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert(strstr(r.out, "my_passkey"), "the table has the task: %s", r.out);
     tu_result_free(&r);
     char *run, *scores, *pred;
-    cr_assert_geq(asprintf(&run, "%s/runs/u", dir), 0);
+    cr_assert_geq(asprintf(&run, "%s/runs/u", tu_dir), 0);
     cr_assert_geq(asprintf(&scores, "%s/scores.json", run), 0);
     cr_assert_geq(asprintf(&pred, "%s/predictions/snapkv/my_passkey.jsonl", run), 0);
     char *lines = tu_slurp(pred, NULL);
@@ -216,7 +214,7 @@ Test(usertask, runs_scores_and_reports_without_its_config, .timeout = 300)
     char *at = strstr(edited, "There is a pass key");
     cr_assert(at);
     memcpy(at, "Here", 4);
-    free(write_in(dir, "u.json", edited));
+    free(write_in(tu_dir, "u.json", edited));
     free(edited);
     r = tu_kvbench("run", cfg, NULL);
     cr_assert_eq(r.status, 1);
@@ -226,8 +224,6 @@ Test(usertask, runs_scores_and_reports_without_its_config, .timeout = 300)
     free(scores);
     free(pred);
     free(cfg);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 Test(usertask, kvbench_tasks_lists_tasks_groups_and_a_configs_own)
@@ -238,8 +234,7 @@ Test(usertask, kvbench_tasks_lists_tasks_groups_and_a_configs_own)
     cr_assert(strstr(r.out, "en16         16 tasks: narrativeqa qasper"), "%s", r.out);
     cr_assert(strstr(r.out, "longbench_e  13 tasks: qasper_e"), "%s", r.out);
     tu_result_free(&r);
-    char *dir = tu_mkdtemp();
-    char *cfg = user_config(dir);
+    char *cfg = user_config(tu_dir);
     r = tu_kvbench("tasks", cfg, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert(strstr(r.out, "defines 1 task:"), "%s", r.out);
@@ -248,7 +243,7 @@ Test(usertask, kvbench_tasks_lists_tasks_groups_and_a_configs_own)
     cr_assert(strstr(r.out, "datasets/user/my_passkey.jsonl"), "%s", r.out);
     tu_result_free(&r);
     /* a bad definition: the run's own error */
-    char *bad = write_in(dir, "bad.json",
+    char *bad = write_in(tu_dir, "bad.json",
                          "{\"model\": \"Org/Name\", \"tasks\": [{\"task\": \"x\", \"file\": "
                          "\"f.jsonl\", \"template\": \"{input}\", \"metric\": \"qa_f1\"}]}");
     r = tu_kvbench("tasks", bad, NULL);
@@ -258,8 +253,6 @@ Test(usertask, kvbench_tasks_lists_tasks_groups_and_a_configs_own)
     tu_result_free(&r);
     free(bad);
     free(cfg);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 Test(usertask, the_quick_start_sweeps_budgets_over_a_user_task)

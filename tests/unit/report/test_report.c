@@ -110,10 +110,11 @@ static int count(const char *hay, const char *needle)
     return n;
 }
 
+TestSuite(report, .init = tu_dir_make, .fini = tu_dir_remove);
+
 Test(report, rows_from_predictions_and_scores_json_round_trip)
 {
-    char *out = tu_mkdtemp();
-    char *dir = make_run(out, "night1");
+    char *dir = make_run(tu_dir, "night1");
     kb_score_row *rows;
     size_t n;
     int calls = 0;
@@ -150,16 +151,13 @@ Test(report, rows_from_predictions_and_scores_json_round_trip)
     kb_report_run_free(&r);
     kb_score_rows_free(rows, n);
     free(dir);
-    tu_rmtree(out);
-    free(out);
 }
 
 /* Scoring a run reads each prediction line once: the reader parses it, and
  * resume's checks, the scorer and the report's means all use that parse. */
 Test(report, scoring_a_run_parses_each_prediction_line_once)
 {
-    char *out = tu_mkdtemp();
-    char *dir = make_run(out, "night1");
+    char *dir = make_run(tu_dir, "night1");
     kb_scorer *scorer;
     cr_assert_eq(kb_scorer_open(&scorer, &err), 0, "%s", err.msg);
     kb_score_row *rows;
@@ -180,8 +178,6 @@ Test(report, scoring_a_run_parses_each_prediction_line_once)
     kb_score_rows_free(rows, n);
     kb_scorer_close(scorer);
     free(dir);
-    tu_rmtree(out);
-    free(out);
 }
 
 static char *scored_run(const char *out, const char *name)
@@ -198,8 +194,7 @@ static char *scored_run(const char *out, const char *name)
 
 Test(report, outputs_hold_the_numbers_and_the_provenance)
 {
-    char *out = tu_mkdtemp();
-    char *dir = scored_run(out, "night1");
+    char *dir = scored_run(tu_dir, "night1");
     tu_result r = tu_kvbench("report", dir, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     tu_result_free(&r);
@@ -248,8 +243,6 @@ Test(report, outputs_hold_the_numbers_and_the_provenance)
     free(md);
     free(html);
     free(dir);
-    tu_rmtree(out);
-    free(out);
 }
 
 /* Tonight's scores with one cell lower and one higher than last night's. */
@@ -293,8 +286,7 @@ static void save_accuracy_row(const char *dir, double score)
  * its per-sample scores still belong to the row; 33.4 is another row's. */
 Test(report, an_accuracy_row_is_rounded_to_one_decimal)
 {
-    char *out = tu_mkdtemp();
-    char *dir = scored_run(out, "v2");
+    char *dir = scored_run(tu_dir, "v2");
     save_accuracy_row(dir, 33.3);
     kb_report_run r;
     cr_assert_eq(kb_report_run_load(dir, &r, &err), 0, "%s", err.msg);
@@ -303,15 +295,12 @@ Test(report, an_accuracy_row_is_rounded_to_one_decimal)
     cr_assert_lt(kb_report_run_load(dir, &r, &err), 0);
     cr_expect(strstr(err.msg, "not the row's score 33.40"), "%s", err.msg);
     free(dir);
-    tu_rmtree(out);
-    free(out);
 }
 
 Test(report, comparing_two_runs_flags_regressions_beyond_the_threshold)
 {
-    char *out = tu_mkdtemp();
-    char *last = scored_run(out, "last");
-    char *now = scored_run(out, "tonight");
+    char *last = scored_run(tu_dir, "last");
+    char *now = scored_run(tu_dir, "tonight");
     edit_score(now, "snapkv_s32_r16_i80", "qasper", -5.0);
     edit_score(now, "h2o_s32_r16_i16", "trec", +2.5);
     edit_score(now, "full", "trec", -0.5); /* below the threshold */
@@ -365,8 +354,6 @@ Test(report, comparing_two_runs_flags_regressions_beyond_the_threshold)
     tu_result_free(&r);
     free(last);
     free(now);
-    tu_rmtree(out);
-    free(out);
 }
 
 /* (config, task) -> score of a run's scores.json, "config/task" keys. */
@@ -388,15 +375,14 @@ static double score_of(const char *dir, const char *config, const char *task)
 
 Test(report, several_runs_need_an_output_and_missing_scores_are_rebuilt)
 {
-    char *out = tu_mkdtemp();
-    char *a = scored_run(out, "a");
-    char *b = make_run(out, "b"); /* no scores.json */
+    char *a = scored_run(tu_dir, "a");
+    char *b = make_run(tu_dir, "b"); /* no scores.json */
     tu_result r = tu_kvbench("report", a, b, NULL);
     cr_assert_eq(r.status, 2);
     cr_assert(strstr(r.err, "several runs need --output DIR"), "%s", r.err);
     tu_result_free(&r);
     char both[1024];
-    snprintf(both, sizeof both, "%s/both", out);
+    snprintf(both, sizeof both, "%s/both", tu_dir);
     /* b has no scores.json: report scores its predictions with LongBench's
      * scorers, which agree here with the exact scorer that scored a */
     r = tu_kvbench("report", a, b, "--output", both, NULL);
@@ -409,7 +395,7 @@ Test(report, several_runs_need_an_output_and_missing_scores_are_rebuilt)
             cr_expect_float_eq(score_of(b, cfgs[c], task), score_of(a, cfgs[c], task), 0.005,
                                "%s %s", cfgs[c], task);
         }
-    char *a2 = scored_run(out, "a2");
+    char *a2 = scored_run(tu_dir, "a2");
     r = tu_kvbench("report", a, a2, "--output", both, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     char *csv = read_in(both, "scores.csv");
@@ -419,25 +405,22 @@ Test(report, several_runs_need_an_output_and_missing_scores_are_rebuilt)
     free(a);
     free(a2);
     free(b);
-    tu_rmtree(out);
-    free(out);
 }
 
 Test(report, sixteen_english_tasks_give_the_en16_average)
 {
     char *example = tu_source("tests/data/report/example");
-    char *out = tu_mkdtemp();
-    tu_result r = tu_kvbench("report", example, "--output", out, NULL);
+    tu_result r = tu_kvbench("report", example, "--output", tu_dir, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     tu_result_free(&r);
-    char *csv = read_in(out, "scores.csv");
+    char *csv = read_in(tu_dir, "scores.csv");
     cr_assert_eq(count(csv, "\n"), 1 + 30 * 16);
-    char *md = read_in(out, "summary.md");
+    char *md = read_in(tu_dir, "summary.md");
     cr_assert(strstr(md, "| **EN16** | Δ full |"), "16 English tasks: EN16");
     /* the full row of the example is the PyramidKV FullKV row (to the 0.5 steps of
      * 200 right-or-wrong samples); its mean is 663 / 16 = 41.44 */
     cr_assert(strstr(md, "| **41.44** ±"), "%.300s", md);
-    char *html = read_in(out, "report.html");
+    char *html = read_in(tu_dir, "report.html");
     cr_assert(strstr(html, "<h3>EN16 score vs KV cache budget</h3>"));
     /* 7 series: h2o/snapkv x sum/norm_sum, streaming, snapkv+kvcrush, snapkv+criticalkv;
      * then one line per config in the score-vs-length chart (3 LongBench-E buckets) */
@@ -449,15 +432,12 @@ Test(report, sixteen_english_tasks_give_the_en16_average)
     free(csv);
     free(md);
     free(html);
-    tu_rmtree(out);
-    free(out);
     free(example);
 }
 
 Test(report, en16_stays_the_headline_when_a_run_has_more_tasks)
 {
     char *src = tu_source("tests/data/report/example");
-    char *dir = tu_mkdtemp();
     char *path;
     cr_assert_geq(asprintf(&path, "%s/run.json", src), 0);
     char *run_json = tu_slurp(path, NULL);
@@ -469,12 +449,12 @@ Test(report, en16_stays_the_headline_when_a_run_has_more_tasks)
     char *end = strrchr(scores, ']');
     cr_assert_not_null(end);
     *end = '\0';
-    cr_assert_geq(asprintf(&path, "%s/run.json", dir), 0);
+    cr_assert_geq(asprintf(&path, "%s/run.json", tu_dir), 0);
     FILE *f = fopen(path, "w");
     fputs(run_json, f);
     fclose(f);
     free(path);
-    cr_assert_geq(asprintf(&path, "%s/scores.json", dir), 0);
+    cr_assert_geq(asprintf(&path, "%s/scores.json", tu_dir), 0);
     f = fopen(path, "w");
     fprintf(f,
             "%s, {\"config\": \"full\", \"task\": \"lsht\", \"metric\": "
@@ -482,10 +462,10 @@ Test(report, en16_stays_the_headline_when_a_run_has_more_tasks)
             scores);
     fclose(f);
     free(path);
-    tu_result r = tu_kvbench("report", dir, NULL);
+    tu_result r = tu_kvbench("report", tu_dir, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     tu_result_free(&r);
-    char *md = read_in(dir, "summary.md");
+    char *md = read_in(tu_dir, "summary.md");
     cr_assert(strstr(md, "| Avg (17) | **EN16** | Δ full |"), "%.400s", md);
     /* EN16 is still the 16 English tasks' mean; the 17-task mean is beside it */
     /* (a row without per-sample scores leaves the 17-task mean without an interval) */
@@ -494,8 +474,6 @@ Test(report, en16_stays_the_headline_when_a_run_has_more_tasks)
     free(run_json);
     free(scores);
     free(src);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 /* ---- regressions need a paired interval that excludes 0 ---------------- */
@@ -565,13 +543,12 @@ static const kb_change *change_of(const kb_change *ch, size_t n, const char *con
 
 Test(report, a_noise_only_baseline_is_not_flagged_while_a_real_drop_is)
 {
-    char *out = tu_mkdtemp();
     const char *cfg = "snapkv_s32_r16_i80";
-    char *last = paired_run(out, "last", NULL, 0, 0, N_PAIRED);
+    char *last = paired_run(tu_dir, "last", NULL, 0, 0, N_PAIRED);
     /* 10 samples lost, 6 gained: -2 points, what a rerun's noise can do */
-    char *noisy = paired_run(out, "noisy", cfg, 10, 6, N_PAIRED);
+    char *noisy = paired_run(tu_dir, "noisy", cfg, 10, 6, N_PAIRED);
     /* 24 samples lost, none gained: -12 points */
-    char *dropped = paired_run(out, "dropped", cfg, 24, 0, N_PAIRED);
+    char *dropped = paired_run(tu_dir, "dropped", cfg, 24, 0, N_PAIRED);
 
     kb_report_run base, a, b;
     cr_assert_eq(kb_report_run_load(last, &base, &err), 0, "%s", err.msg);
@@ -626,17 +603,15 @@ Test(report, a_noise_only_baseline_is_not_flagged_while_a_real_drop_is)
     free(last);
     free(noisy);
     free(dropped);
-    tu_rmtree(out);
-    free(out);
 }
 
 Test(report, two_runs_are_compared_side_by_side)
 {
-    char *out = tu_mkdtemp(), *both;
+    char *both;
     const char *cfg = "snapkv_s32_r16_i80";
-    char *last = paired_run(out, "last", NULL, 0, 0, N_PAIRED);
-    char *dropped = paired_run(out, "dropped", cfg, 24, 0, N_PAIRED); /* -12 points */
-    cr_assert_geq(asprintf(&both, "%s/both", out), 0);
+    char *last = paired_run(tu_dir, "last", NULL, 0, 0, N_PAIRED);
+    char *dropped = paired_run(tu_dir, "dropped", cfg, 24, 0, N_PAIRED); /* -12 points */
+    cr_assert_geq(asprintf(&both, "%s/both", tu_dir), 0);
     tu_result r = tu_kvbench("report", last, dropped, "--output", both, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     tu_result_free(&r);
@@ -661,17 +636,14 @@ Test(report, two_runs_are_compared_side_by_side)
     free(both);
     free(last);
     free(dropped);
-    tu_rmtree(out);
-    free(out);
 }
 
 Test(report, runs_over_different_samples_pair_the_shared_ones_and_say_so)
 {
-    char *out = tu_mkdtemp();
     const char *cfg = "snapkv_s32_r16_i80";
-    char *last = paired_run(out, "last", NULL, 0, 0, N_PAIRED);
+    char *last = paired_run(tu_dir, "last", NULL, 0, 0, N_PAIRED);
     /* the same predictions, 24 drops, but only the first 150 samples */
-    char *part = paired_run(out, "part", cfg, 24, 0, 150);
+    char *part = paired_run(tu_dir, "part", cfg, 24, 0, 150);
     kb_report_run base, a;
     cr_assert_eq(kb_report_run_load(last, &base, &err), 0, "%s", err.msg);
     cr_assert_eq(kb_report_run_load(part, &a, &err), 0, "%s", err.msg);
@@ -702,8 +674,6 @@ Test(report, runs_over_different_samples_pair_the_shared_ones_and_say_so)
     free(md);
     free(last);
     free(part);
-    tu_rmtree(out);
-    free(out);
 }
 
 /* A run folder may be renamed to anything: report.html's links to its
@@ -711,12 +681,12 @@ Test(report, runs_over_different_samples_pair_the_shared_ones_and_say_so)
  * quote does not end the attribute nor a '#' start a fragment). */
 Test(report, links_to_pages_of_a_run_with_any_name_are_encoded)
 {
-    char *out = tu_mkdtemp(), *renamed, *both, *page;
-    char *dir = scored_run(out, "night1");
-    char *other = scored_run(out, "night2");
-    cr_assert_geq(asprintf(&renamed, "%s/it's #2 ü", out), 0);
+    char *renamed, *both, *page;
+    char *dir = scored_run(tu_dir, "night1");
+    char *other = scored_run(tu_dir, "night2");
+    cr_assert_geq(asprintf(&renamed, "%s/it's #2 ü", tu_dir), 0);
     cr_assert_eq(rename(dir, renamed), 0);
-    cr_assert_geq(asprintf(&both, "%s/both", out), 0);
+    cr_assert_geq(asprintf(&both, "%s/both", tu_dir), 0);
     tu_result r = tu_kvbench("report", renamed, other, "--output", both, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     tu_result_free(&r);
@@ -733,6 +703,4 @@ Test(report, links_to_pages_of_a_run_with_any_name_are_encoded)
     free(renamed);
     free(other);
     free(dir);
-    tu_rmtree(out);
-    free(out);
 }

@@ -11,6 +11,8 @@
 #include "score/score.h"
 #include "support/testutil.h"
 
+TestSuite(score, .init = tu_dir_make, .fini = tu_dir_remove);
+
 Test(score, python_and_numpy_round_differently)
 {
     /* Python's round vs numpy's (docs/longbench.md): 2.835 -> 2.83 vs 2.84 */
@@ -95,32 +97,31 @@ static void write_file(const char *dir, const char *name, const char *text)
 
 Test(score, cli_scores_a_longbench_pred_folder)
 {
-    char *dir = tu_mkdtemp();
     /* trec's class list comes from the last line, as in eval.py */
     write_file(
-        dir, "trec.jsonl",
+        tu_dir, "trec.jsonl",
         "{\"pred\": \"Food\", \"answers\": [\"Food\"], \"all_classes\": null, \"length\": 10}\n"
         "{\"pred\": \"City, Food\", \"answers\": [\"City\"], \"all_classes\": [\"City\", "
         "\"Food\"], \"length\": 9000}\n");
     write_file(
-        dir, "qasper.jsonl",
+        tu_dir, "qasper.jsonl",
         "{\"pred\": \"the cat\", \"answers\": [\"cat\"], \"all_classes\": null, \"length\": 5000}\n"
         "{\"pred\": \"dog\", \"answers\": [\"cat\", \"dog\"], \"all_classes\": null, \"length\": "
         "1}\n"
         "{\"pred\": \"no\", \"answers\": [\"cat\"], \"all_classes\": null, \"length\": 2}\n");
-    write_file(dir, "notes.txt", "not a prediction file\n");
+    write_file(tu_dir, "notes.txt", "not a prediction file\n");
     /* by default it only prints: LongBench's pred/ folder may be read-only */
-    tu_result r = tu_kvbench("score", dir, NULL);
+    tu_result r = tu_kvbench("score", tu_dir, NULL);
     cr_assert_eq(r.status, 0, "stderr: %s", r.err);
     cr_expect(strstr(r.out, "qasper"), "%s", r.out);
     cr_expect(strstr(r.out, "66.67"), "qasper: 2 of 3 right -> 66.67\n%s", r.out);
     cr_expect(strstr(r.out, "75.00"), "trec: 1 + 1/2 of 2 -> 75.00\n%s", r.out);
     char csv[4096], out[4096];
-    snprintf(csv, sizeof csv, "%s/scores.csv", dir);
-    snprintf(out, sizeof out, "%s/result.json", dir);
+    snprintf(csv, sizeof csv, "%s/scores.csv", tu_dir);
+    snprintf(out, sizeof out, "%s/result.json", tu_dir);
     cr_expect(access(csv, F_OK) != 0, "score wrote %s unasked", csv);
     tu_result_free(&r);
-    r = tu_kvbench("score", dir, "--csv", csv, "--output", out, NULL);
+    r = tu_kvbench("score", tu_dir, "--csv", csv, "--output", out, NULL);
     cr_assert_eq(r.status, 0, "stderr: %s", r.err);
     char *text = tu_slurp(csv, NULL);
     cr_expect(strstr(text, "qasper,qa_f1_score,3,66.67,2,50.00,1,100.00,0,NaN"), "%s", text);
@@ -137,8 +138,8 @@ Test(score, cli_scores_a_longbench_pred_folder)
 
     /* --output is the spelling of every command; --out, score's older one, still works */
     char older[4096];
-    snprintf(older, sizeof older, "%s/result-out.json", dir);
-    r = tu_kvbench("score", dir, "--out", older, NULL);
+    snprintf(older, sizeof older, "%s/result-out.json", tu_dir);
+    r = tu_kvbench("score", tu_dir, "--out", older, NULL);
     cr_assert_eq(r.status, 0, "stderr: %s", r.err);
     char *a = tu_slurp(out, NULL), *b = tu_slurp(older, NULL);
     cr_expect_str_eq(a, b);
@@ -149,20 +150,18 @@ Test(score, cli_scores_a_longbench_pred_folder)
     cr_expect(strstr(r.out, "--output PATH") && strstr(r.out, "(also --out)"), "%s", r.out);
     tu_result_free(&r);
 
-    r = tu_kvbench("score", dir, "--e", NULL);
+    r = tu_kvbench("score", tu_dir, "--e", NULL);
     cr_assert_eq(r.status, 0, "stderr: %s", r.err);
     cr_expect(strstr(r.out, "8k+"), "%s", r.out);
     tu_result_free(&r);
 
-    snprintf(csv, sizeof csv, "%s/qasper.jsonl", dir);
+    snprintf(csv, sizeof csv, "%s/qasper.jsonl", tu_dir);
     r = tu_kvbench("score", csv, "--per-line", NULL);
     cr_assert_eq(r.status, 0, "stderr: %s", r.err);
     cr_expect(strstr(r.out, "{\"id\": null, \"dataset\": \"qasper\", \"score\": 1}\n"), "%s",
               r.out);
     cr_expect(strstr(r.out, "\"score\": 0}\n"), "%s", r.out);
     tu_result_free(&r);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 /* `kvbench score --per-line` on a folder holding one file `name` with `text`. */
@@ -204,33 +203,29 @@ Test(score, cli_names_invalid_utf8_with_its_byte)
 
 Test(score, cli_reports_bad_lines_with_their_place)
 {
-    char *dir = tu_mkdtemp();
-    write_file(dir, "qasper.jsonl", "{\"pred\": \"x\", \"answers\": [\"x\"]}\n{\"pred\": 3}\n");
+    write_file(tu_dir, "qasper.jsonl", "{\"pred\": \"x\", \"answers\": [\"x\"]}\n{\"pred\": 3}\n");
     char path[4096];
-    snprintf(path, sizeof path, "%s/qasper.jsonl", dir);
+    snprintf(path, sizeof path, "%s/qasper.jsonl", tu_dir);
     tu_result r = tu_kvbench("score", path, NULL);
     cr_expect_eq(r.status, 1);
     cr_expect(strstr(r.err, "qasper.jsonl:2"), "%s", r.err);
     tu_result_free(&r);
-    write_file(dir, "mystery.jsonl", "{\"pred\": \"x\", \"answers\": [\"x\"]}\n");
-    snprintf(path, sizeof path, "%s/mystery.jsonl", dir);
+    write_file(tu_dir, "mystery.jsonl", "{\"pred\": \"x\", \"answers\": [\"x\"]}\n");
+    snprintf(path, sizeof path, "%s/mystery.jsonl", tu_dir);
     r = tu_kvbench("score", path, NULL);
     cr_expect_eq(r.status, 1);
     cr_expect(strstr(r.err, "not a LongBench task"), "%s", r.err);
     tu_result_free(&r);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 Test(score, cli_refuses_chinese_tasks_without_jieba)
 {
-    char *dir = tu_mkdtemp();
     write_file(
-        dir, "mixed.jsonl",
+        tu_dir, "mixed.jsonl",
         "{\"dataset\": \"dureader\", \"pred\": \"x\", \"answers\": [\"x\"]}\n"
         "{\"dataset\": \"hotpotqa\", \"id\": \"h1\", \"pred\": \"x\", \"answers\": [\"x\"]}\n");
     char path[4096];
-    snprintf(path, sizeof path, "%s/mixed.jsonl", dir);
+    snprintf(path, sizeof path, "%s/mixed.jsonl", tu_dir);
     tu_result r = tu_kvbench("score", path, "--jieba", "/nonexistent/jieba", "--per-line", NULL);
     cr_expect_eq(r.status, 1);
     cr_expect(strstr(r.err, "apt-get install python3-jieba"), "%s", r.err);
@@ -238,27 +233,24 @@ Test(score, cli_refuses_chinese_tasks_without_jieba)
     cr_expect(strstr(r.out, "{\"id\": \"h1\", \"dataset\": \"hotpotqa\", \"score\": 1}"), "%s",
               r.out);
     tu_result_free(&r);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 Test(score, cli_v2_accuracy_like_result_py)
 {
-    char *dir = tu_mkdtemp();
     write_file(
-        dir, "model.jsonl",
+        tu_dir, "model.jsonl",
         "{\"_id\": \"1\", \"difficulty\": \"easy\", \"length\": \"short\", \"answer\": \"A\", "
         "\"response\": \"**The correct answer is (A)**\"}\n"
         "{\"_id\": \"2\", \"difficulty\": \"hard\", \"length\": \"long\", \"answer\": \"B\", "
         "\"response\": \"The correct answer is C\"}\n"
         "{\"_id\": \"3\", \"difficulty\": \"hard\", \"length\": \"medium\", \"answer\": \"D\", "
         "\"pred\": \"D\"}\n");
-    write_file(dir, "array.json",
+    write_file(tu_dir, "array.json",
                "[{\"difficulty\": \"easy\", \"length\": \"long\", \"answer\": \"B\", \"response\": "
                "\"no idea\"}]");
     char csv[4096];
-    snprintf(csv, sizeof csv, "%s/v2.csv", dir);
-    tu_result r = tu_kvbench("score", "--v2", dir, "--csv", csv, NULL);
+    snprintf(csv, sizeof csv, "%s/v2.csv", tu_dir);
+    tu_result r = tu_kvbench("score", "--v2", tu_dir, "--csv", csv, NULL);
     cr_assert_eq(r.status, 0, "stderr: %s", r.err);
     /* model: 2 of 3 right; easy 1/1, hard 1/2, short 1/1, medium 1/1, long 0/1 */
     cr_expect(strstr(r.out, "model.jsonl"), "%s", r.out);
@@ -268,6 +260,4 @@ Test(score, cli_v2_accuracy_like_result_py)
     cr_expect(strstr(text, "array.json,1,0.0,0.0,NaN,NaN,NaN,0.0"), "%s", text);
     free(text);
     tu_result_free(&r);
-    tu_rmtree(dir);
-    free(dir);
 }

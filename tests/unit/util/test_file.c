@@ -11,10 +11,11 @@
 #include "util/file.h"
 #include "support/testutil.h"
 
+TestSuite(file, .init = tu_dir_make, .fini = tu_dir_remove);
+
 Test(file, read_whole_file_nul_terminated)
 {
-    char *dir = tu_mkdtemp();
-    char *path = kv_path_join(dir, "a.txt");
+    char *path = kv_path_join(tu_dir, "a.txt");
     FILE *f = fopen(path, "wb");
     fputs("hello\nworld", f);
     fclose(f);
@@ -25,9 +26,7 @@ Test(file, read_whole_file_nul_terminated)
     cr_assert_eq(len, 11);
     cr_assert_str_eq(data, "hello\nworld");
     free(data);
-    tu_rmtree(dir);
     free(path);
-    free(dir);
 }
 
 Test(file, missing_file_error_names_path)
@@ -71,61 +70,54 @@ static void touch(const char *dir, const char *name, const char *text)
  * out, the suffix filter applied; a missing folder keeps ENOENT in errno. */
 Test(file, dir_list_sorted_without_hidden_names)
 {
-    char *dir = tu_mkdtemp();
     const char *names[] = {"b.jsonl", "a.json", ".hidden.jsonl", "c.jsonl", "a.jsonl.tmp"};
     for (int i = 0; i < 5; i++)
-        touch(dir, names[i], "x");
+        touch(tu_dir, names[i], "x");
     char **got;
     size_t n;
     kv_error err;
-    cr_assert_eq(kv_dir_list(dir, NULL, &got, &n, &err), 0, "%s", err.msg);
+    cr_assert_eq(kv_dir_list(tu_dir, NULL, &got, &n, &err), 0, "%s", err.msg);
     cr_assert_eq(n, 4);
     const char *all[] = {"a.json", "a.jsonl.tmp", "b.jsonl", "c.jsonl"};
     for (size_t i = 0; i < n; i++)
         cr_expect_str_eq(got[i], all[i]);
     kv_names_free(got, n);
-    cr_assert_eq(kv_dir_list(dir, ".jsonl", &got, &n, &err), 0, "%s", err.msg);
+    cr_assert_eq(kv_dir_list(tu_dir, ".jsonl", &got, &n, &err), 0, "%s", err.msg);
     cr_assert_eq(n, 2);
     cr_expect_str_eq(got[0], "b.jsonl");
     cr_expect_str_eq(got[1], "c.jsonl");
     kv_names_free(got, n);
-    char *missing = kv_path_join(dir, "none");
+    char *missing = kv_path_join(tu_dir, "none");
     cr_assert_eq(kv_dir_list(missing, NULL, &got, &n, &err), -1);
     cr_expect_eq(errno, ENOENT);
     cr_expect(strstr(err.msg, "none: cannot open the folder"), "%s", err.msg);
     cr_expect_null(got);
     cr_expect_eq(n, 0);
     free(missing);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 Test(file, mkdirs_creates_every_level_and_accepts_existing_ones)
 {
-    char *dir = tu_mkdtemp();
-    char *deep = kv_path_join(dir, "a/b/c");
+    char *deep = kv_path_join(tu_dir, "a/b/c");
     kv_error err;
     cr_assert_eq(kv_mkdirs(deep, &err), 0, "%s", err.msg);
     cr_assert_eq(kv_mkdirs(deep, &err), 0, "%s", err.msg);
     struct stat st;
     cr_assert(stat(deep, &st) == 0 && S_ISDIR(st.st_mode));
     /* A file in the way is a clear error. */
-    touch(dir, "file", "x");
-    char *blocked = kv_path_join(dir, "file/sub");
+    touch(tu_dir, "file", "x");
+    char *blocked = kv_path_join(tu_dir, "file/sub");
     cr_assert_eq(kv_mkdirs(blocked, &err), -1);
     cr_expect(strstr(err.msg, "file/sub: cannot create the folder"), "%s", err.msg);
     free(blocked);
     free(deep);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 /* The new content replaces the old in one step and no .tmp is left; a
  * failed write leaves the old file as it was. */
 Test(file, write_atomic_replaces_or_leaves_the_old_file)
 {
-    char *dir = tu_mkdtemp();
-    char *path = kv_path_join(dir, "scores.json");
+    char *path = kv_path_join(tu_dir, "scores.json");
     kv_error err;
     cr_assert_eq(kv_write_atomic(path, "old", 3, &err), 0, "%s", err.msg);
     cr_assert_eq(kv_write_atomic(path, "new!", 4, &err), 0, "%s", err.msg);
@@ -134,7 +126,7 @@ Test(file, write_atomic_replaces_or_leaves_the_old_file)
     cr_assert_eq(kv_file_read(path, &data, &len, &err), 0, "%s", err.msg);
     cr_expect_str_eq(data, "new!");
     free(data);
-    char *tmp = kv_path_join(dir, "scores.json.tmp");
+    char *tmp = kv_path_join(tu_dir, "scores.json.tmp");
     cr_expect_neq(access(tmp, F_OK), 0, "the temporary file is left behind");
     /* A folder where the temporary file should go makes the write fail. */
     cr_assert_eq(mkdir(tmp, 0777), 0);
@@ -145,6 +137,4 @@ Test(file, write_atomic_replaces_or_leaves_the_old_file)
     free(data);
     free(tmp);
     free(path);
-    tu_rmtree(dir);
-    free(dir);
 }
