@@ -93,19 +93,10 @@ static char *demo_report(void)
     return out;
 }
 
-static char *read_in(const char *dir, const char *name)
-{
-    char *path;
-    cr_assert_geq(asprintf(&path, "%s/%s", dir, name), 0);
-    char *text = tu_slurp(path, NULL);
-    free(path);
-    return text;
-}
-
 Test(intervals, demo_scores_csv_bounds_agree_with_an_independent_bootstrap)
 {
     char *out = demo_report();
-    char *csv = read_in(out, "scores.csv");
+    char *csv = tu_slurp_in(out, "scores.csv");
     cJSON *ref = reference();
 
     char *save, *line = strtok_r(csv, "\n", &save);
@@ -194,7 +185,7 @@ Test(intervals, demo_averages_agree_with_an_independent_bootstrap)
 Test(intervals, demo_averages_csv_and_summary_marks)
 {
     char *out = demo_report();
-    char *csv = read_in(out, "averages.csv");
+    char *csv = tu_slurp_in(out, "averages.csv");
     cJSON *ref = reference();
     char *save, *line = strtok_r(csv, "\n", &save);
     char *header[16];
@@ -230,7 +221,7 @@ Test(intervals, demo_averages_csv_and_summary_marks)
     cJSON_Delete(ref);
     free(csv);
 
-    char *md = read_in(out, "summary.md");
+    char *md = tu_slurp_in(out, "summary.md");
     /* StreamingLLM at 128 is far below the full cache: marked; SnapKV W=32 at 128 is
      * +0.74 with an interval around 0: not marked */
     char *row = strstr(md, "| streaming_128 | 128 |");

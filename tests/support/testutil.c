@@ -31,6 +31,16 @@ char *tu_slurp(const char *path, size_t *len)
     return buf;
 }
 
+char *tu_slurp_in(const char *dir, const char *rel)
+{
+    char *path = NULL;
+    if (asprintf(&path, "%s/%s", dir, rel) < 0)
+        abort();
+    char *text = tu_slurp(path, NULL);
+    free(path);
+    return text;
+}
+
 tu_result tu_run_argv(char *const argv[])
 {
     tu_result r = {0};

@@ -60,6 +60,8 @@ char *tu_data(const char *rel);
 
 /* Whole file as a NUL-terminated string (abort on failure). */
 char *tu_slurp(const char *path, size_t *len);
+/* The same of the file rel in the folder dir. */
+char *tu_slurp_in(const char *dir, const char *rel);
 
 /* The bits of an F32 value and back: tests that require results bit for bit. */
 static inline uint32_t tu_f32_bits(float f)

@@ -93,15 +93,6 @@ static char *make_run(const char *out, const char *name)
     return dir;
 }
 
-static char *read_in(const char *dir, const char *name)
-{
-    char *path;
-    cr_assert_geq(asprintf(&path, "%s/%s", dir, name), 0);
-    char *text = tu_slurp(path, NULL);
-    free(path);
-    return text;
-}
-
 static int count(const char *hay, const char *needle)
 {
     int n = 0;
@@ -199,7 +190,7 @@ Test(report, outputs_hold_the_numbers_and_the_provenance)
     cr_assert_eq(r.status, 0, "%s", r.err);
     tu_result_free(&r);
 
-    char *csv = read_in(dir, "scores.csv");
+    char *csv = tu_slurp_in(dir, "scores.csv");
     cr_assert_eq(count(csv, "\n"), 1 + 10, "%s", csv);
     cr_assert(strstr(csv, "run,kvbench_version,model,model_hash,protocol,compute,config,"
                           "config_hash,budget,params,task,category,metric,score,n,"));
@@ -210,7 +201,7 @@ Test(report, outputs_hold_the_numbers_and_the_provenance)
               "%s", csv);
     cr_assert(strstr(csv, "night1,0.1.0 (test),tiny,0123456789abcdef,longbench,f32,full,"));
 
-    char *md = read_in(dir, "summary.md");
+    char *md = tu_slurp_in(dir, "summary.md");
     /* full: qasper 66.67 trec 100 -> avg 83.33; h2o_i16: 33.33, 33.33 -> 33.33, delta -50.00.
      * Of 3 samples, 2 right: a resample is all wrong with probability 1/27 > 2.5 %, all right
      * with 8/27, so the interval is [0, 100]: ±50; 3 right: no spread at all */
@@ -226,7 +217,7 @@ Test(report, outputs_hold_the_numbers_and_the_provenance)
     cr_assert(strstr(md, "`0123456789abcdef`") && strstr(md, "0.1.0 (test)") &&
               strstr(md, "| longbench | f32 |"));
 
-    char *html = read_in(dir, "report.html");
+    char *html = tu_slurp_in(dir, "report.html");
     cr_assert_eq(count(html, "<svg"), 2, "two charts per run");
     cr_assert_eq(count(html, "<polyline"), 2, "one line per algorithm (h2o, snapkv)");
     cr_assert_eq(count(html, "<circle"), 4, "one point per config with a budget");
@@ -334,13 +325,13 @@ Test(report, comparing_two_runs_flags_regressions_beyond_the_threshold)
     cr_assert(strstr(r.out, "1 regression of at least 1.00 points beyond noise against last"), "%s",
               r.out);
     tu_result_free(&r);
-    char *md = read_in(now, "summary.md");
+    char *md = tu_slurp_in(now, "summary.md");
     cr_assert(strstr(md, "| **regression** | snapkv_s32_r16_i80 | qasper | 66.67 | 61.67 | -5.00 "
                          "| – | – |"),
               "%s", md);
     cr_assert(strstr(md, "| improvement | h2o_s32_r16_i16 | trec | 33.33 | 35.83 | +2.50 |"));
     cr_assert(strstr(md, "2 moves could not be paired"), "%s", md);
-    char *html = read_in(now, "report.html");
+    char *html = tu_slurp_in(now, "report.html");
     cr_assert(strstr(html, "<td class='num reg'>61.67</td>"), "the regressed cell is marked");
     cr_assert_eq(count(html, "class='regcell'"), 1, "and outlined in the heatmap");
     cr_assert(strstr(html, "(baseline)"));
@@ -359,7 +350,7 @@ Test(report, comparing_two_runs_flags_regressions_beyond_the_threshold)
 /* (config, task) -> score of a run's scores.json, "config/task" keys. */
 static double score_of(const char *dir, const char *config, const char *task)
 {
-    char *text = read_in(dir, "scores.json");
+    char *text = tu_slurp_in(dir, "scores.json");
     cJSON *j = cJSON_Parse(text);
     double v = NAN;
     const cJSON *r;
@@ -398,7 +389,7 @@ Test(report, several_runs_need_an_output_and_missing_scores_are_rebuilt)
     char *a2 = scored_run(tu_dir, "a2");
     r = tu_kvbench("report", a, a2, "--output", both, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
-    char *csv = read_in(both, "scores.csv");
+    char *csv = tu_slurp_in(both, "scores.csv");
     cr_assert_eq(count(csv, "\n"), 1 + 20);
     free(csv);
     tu_result_free(&r);
@@ -413,14 +404,14 @@ Test(report, sixteen_english_tasks_give_the_en16_average)
     tu_result r = tu_kvbench("report", example, "--output", tu_dir, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     tu_result_free(&r);
-    char *csv = read_in(tu_dir, "scores.csv");
+    char *csv = tu_slurp_in(tu_dir, "scores.csv");
     cr_assert_eq(count(csv, "\n"), 1 + 30 * 16);
-    char *md = read_in(tu_dir, "summary.md");
+    char *md = tu_slurp_in(tu_dir, "summary.md");
     cr_assert(strstr(md, "| **EN16** | Δ full |"), "16 English tasks: EN16");
     /* the full row of the example is the PyramidKV FullKV row (to the 0.5 steps of
      * 200 right-or-wrong samples); its mean is 663 / 16 = 41.44 */
     cr_assert(strstr(md, "| **41.44** ±"), "%.300s", md);
-    char *html = read_in(tu_dir, "report.html");
+    char *html = tu_slurp_in(tu_dir, "report.html");
     cr_assert(strstr(html, "<h3>EN16 score vs KV cache budget</h3>"));
     /* 7 series: h2o/snapkv x sum/norm_sum, streaming, snapkv+kvcrush, snapkv+criticalkv;
      * then one line per config in the score-vs-length chart (3 LongBench-E buckets) */
@@ -465,7 +456,7 @@ Test(report, en16_stays_the_headline_when_a_run_has_more_tasks)
     tu_result r = tu_kvbench("report", tu_dir, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     tu_result_free(&r);
-    char *md = read_in(tu_dir, "summary.md");
+    char *md = tu_slurp_in(tu_dir, "summary.md");
     cr_assert(strstr(md, "| Avg (17) | **EN16** | Δ full |"), "%.400s", md);
     /* EN16 is still the 16 English tasks' mean; the 17-task mean is beside it */
     /* (a row without per-sample scores leaves the 17-task mean without an interval) */
@@ -583,7 +574,7 @@ Test(report, a_noise_only_baseline_is_not_flagged_while_a_real_drop_is)
     cr_assert_eq(r.status, 0, "%s%s", r.out, r.err);
     cr_assert(strstr(r.out, "0 regressions of at least 1.00 points beyond noise"), "%s", r.out);
     tu_result_free(&r);
-    char *md = read_in(noisy, "summary.md");
+    char *md = tu_slurp_in(noisy, "summary.md");
     cr_assert(
         strstr(md, "| within noise | snapkv_s32_r16_i80 | qasper | 80.00 | 78.00 | -2.00 | ["),
         "%s", md);
@@ -597,7 +588,7 @@ Test(report, a_noise_only_baseline_is_not_flagged_while_a_real_drop_is)
               "%s", r.out);
     cr_assert(strstr(r.out, "on 200 shared samples)"), "%s", r.out);
     tu_result_free(&r);
-    char *html = read_in(dropped, "report.html");
+    char *html = tu_slurp_in(dropped, "report.html");
     cr_assert_eq(count(html, "class='regcell'"), 1, "the regressed cell is outlined");
     free(html);
     free(last);
@@ -615,7 +606,7 @@ Test(report, two_runs_are_compared_side_by_side)
     tu_result r = tu_kvbench("report", last, dropped, "--output", both, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     tu_result_free(&r);
-    char *md = read_in(both, "summary.md");
+    char *md = tu_slurp_in(both, "summary.md");
     char *side = strstr(md, "## Side by side");
     cr_assert(side, "%s", md);
     cr_assert(side < strstr(md, "## last —"), "the comparison comes before each run's details");
@@ -628,7 +619,7 @@ Test(report, two_runs_are_compared_side_by_side)
               side);
     cr_assert(strstr(side, "] ▼ |"), "%s", side);
     cr_assert(strstr(side, "| trec | full | "), "%s", side);
-    char *html = read_in(both, "report.html");
+    char *html = tu_slurp_in(both, "report.html");
     cr_assert(strstr(html, "<h2>Side by side</h2>"));
     cr_assert(strstr(html, "<td class='num neg'>-12.00 ["), "%s", html);
     free(html);
@@ -668,7 +659,7 @@ Test(report, runs_over_different_samples_pair_the_shared_ones_and_say_so)
                             "compared on the shared ones"),
               "%s", r.out);
     tu_result_free(&r);
-    char *md = read_in(part, "summary.md");
+    char *md = tu_slurp_in(part, "summary.md");
     cr_assert(strstr(md, "1 (config, task) pair of the two runs cover different samples"), "%s",
               md);
     free(md);
@@ -690,7 +681,7 @@ Test(report, links_to_pages_of_a_run_with_any_name_are_encoded)
     tu_result r = tu_kvbench("report", renamed, other, "--output", both, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     tu_result_free(&r);
-    char *html = read_in(both, "report.html");
+    char *html = tu_slurp_in(both, "report.html");
     cr_assert(strstr(html, "<a href='wrong/it%27s%20%232%20%C3%BC/qasper.html'>qasper</a>"),
               "%s", html);
     cr_assert(strstr(html, "<a href='wrong/night2/qasper.html'>qasper</a>"), "%s", html);

@@ -523,12 +523,9 @@ Test(runner, limits_and_a_grown_matrix)
 /* Whether a report file of the run folder names a config. */
 static bool report_names(const char *dir, const char *file, const char *config)
 {
-    char *path;
-    cr_assert_geq(asprintf(&path, "%s/%s", dir, file), 0);
-    char *text = tu_slurp(path, NULL);
+    char *text = tu_slurp_in(dir, file);
     bool found = strstr(text, config) != NULL;
     free(text);
-    free(path);
     return found;
 }
 
