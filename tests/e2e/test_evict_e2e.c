@@ -152,6 +152,8 @@ static void check_fixture(const char *name)
     check_fixture_with(name, NULL);
 }
 
+TestSuite(evict_e2e, .init = tu_dir_make, .fini = tu_dir_remove);
+
 Test(evict_e2e, h2o_sum_per_token)
 {
     check_fixture("ex1_h2o_sum_token");
@@ -263,8 +265,8 @@ Test(evict_e2e, adaptive_alpha_1_is_per_head)
 /* The flags of the seed example's shape give what the config file gives. */
 Test(evict_e2e, cli_flags_equal_config_file)
 {
-    char *tmp = tu_mkdtemp(), trace[512];
-    snprintf(trace, sizeof trace, "%s/trace.jsonl", tmp);
+    char trace[512];
+    snprintf(trace, sizeof trace, "%s/trace.jsonl", tu_dir);
     const char *extra[] = {"--eviction",
                            "snapkv",
                            "--start-size",
@@ -284,14 +286,12 @@ Test(evict_e2e, cli_flags_equal_config_file)
                            "--trace",
                            trace,
                            NULL};
-    tu_result r = generate(tmp, extra);
+    tu_result r = generate(tu_dir, extra);
     cr_assert_eq(r.status, 0, "%s", r.err);
     char *want = data("ex3_snapkv_sum_token", ".trace.jsonl");
     assert_same_trace(trace, want);
     free(want);
     tu_result_free(&r);
-    tu_rmtree(tmp);
-    free(tmp);
 }
 
 /* M >= prompt + generated: the very same tokens as no eviction, the same
@@ -301,12 +301,12 @@ Test(evict_e2e, cli_flags_equal_config_file)
  * and the two round differently in the last bits.) */
 Test(evict_e2e, budget_above_length_changes_nothing)
 {
-    char *tmp = tu_mkdtemp(), trace[512], npy[512], full_npy[512];
-    snprintf(trace, sizeof trace, "%s/trace.jsonl", tmp);
-    snprintf(npy, sizeof npy, "%s/logits.npy", tmp);
-    snprintf(full_npy, sizeof full_npy, "%s/full.npy", tmp);
+    char trace[512], npy[512], full_npy[512];
+    snprintf(trace, sizeof trace, "%s/trace.jsonl", tu_dir);
+    snprintf(npy, sizeof npy, "%s/logits.npy", tu_dir);
+    snprintf(full_npy, sizeof full_npy, "%s/full.npy", tu_dir);
     const char *none[] = {NULL};
-    tu_result full = generate(tmp, none);
+    tu_result full = generate(tu_dir, none);
     cr_assert_eq(full.status, 0, "%s", full.err);
     cr_assert_eq(rename(npy, full_npy), 0);
     /* pyramid with beta 1 gives every layer intermediate_size; adaptive
@@ -341,7 +341,7 @@ Test(evict_e2e, budget_above_length_changes_nothing)
                                a == 7 ? "--layer-budget" : NULL,
                                "pyramid",
                                NULL};
-        tu_result r = generate(tmp, extra);
+        tu_result r = generate(tu_dir, extra);
         cr_assert_eq(r.status, 0, "%s", r.err);
         int a_ids[64], b_ids[64];
         int na = generated(&full, a_ids, 64), nb = generated(&r, b_ids, 64);
@@ -364,8 +364,6 @@ Test(evict_e2e, budget_above_length_changes_nothing)
         tu_result_free(&r);
     }
     tu_result_free(&full);
-    tu_rmtree(tmp);
-    free(tmp);
 }
 
 /* --strategy per_head: one trace line per (step, layer) whose
@@ -374,8 +372,8 @@ Test(evict_e2e, budget_above_length_changes_nothing)
  * intermediate ones each head's own. */
 Test(evict_e2e, per_head_trace)
 {
-    char *tmp = tu_mkdtemp(), trace[512];
-    snprintf(trace, sizeof trace, "%s/trace.jsonl", tmp);
+    char trace[512];
+    snprintf(trace, sizeof trace, "%s/trace.jsonl", tu_dir);
     const char *extra[] = {"--eviction",
                            "snapkv",
                            "--strategy",
@@ -389,7 +387,7 @@ Test(evict_e2e, per_head_trace)
                            "--trace",
                            trace,
                            NULL};
-    tu_result r = generate(tmp, extra);
+    tu_result r = generate(tu_dir, extra);
     cr_assert_eq(r.status, 0, "%s", r.err);
     int ids[64];
     cr_assert_eq(generated(&r, ids, 64), 32);
@@ -424,8 +422,6 @@ Test(evict_e2e, per_head_trace)
     cr_assert_gt(differing, 0, "the KV heads never kept different tokens");
     free(text);
     tu_result_free(&r);
-    tu_rmtree(tmp);
-    free(tmp);
 }
 
 /* kvbench generate with args fails as a usage error whose message holds want. */
@@ -441,43 +437,40 @@ static void expect_usage_error(const char *tmp, const char *const *args, const c
 
 Test(evict_e2e, cli_errors)
 {
-    char *tmp = tu_mkdtemp();
-    expect_usage_error(tmp, ARGS("--eviction", "h2o", "--window-size", "8"),
+    expect_usage_error(tu_dir, ARGS("--eviction", "h2o", "--window-size", "8"),
                        "--window-size: only supported for the snapkv algorithm");
     /* ranges come from the parameter table (kvcore/evict/evict_table.h), as in a config file */
-    expect_usage_error(tmp, ARGS("--eviction", "h2o", "--start-size", "-4"),
+    expect_usage_error(tu_dir, ARGS("--eviction", "h2o", "--start-size", "-4"),
                        "kvbench: --start-size: must be >= 0\n");
-    expect_usage_error(tmp,
+    expect_usage_error(tu_dir,
                        ARGS("--eviction", "h2o", "--strategy", "per_group", "--group-size", "0"),
                        "kvbench: --group-size: must be > 0\n");
-    expect_usage_error(tmp, ARGS("--eviction", "random", "--eviction-seed", "4294967296"),
+    expect_usage_error(tu_dir, ARGS("--eviction", "random", "--eviction-seed", "4294967296"),
                        "kvbench: --eviction-seed: must be <= 4294967295\n");
     /* another algorithm's key is refused when given, not when left at its default */
-    expect_usage_error(tmp, ARGS("--eviction", "h2o", "--ea-n-future-positions", "512"),
+    expect_usage_error(tu_dir, ARGS("--eviction", "h2o", "--ea-n-future-positions", "512"),
                        "--ea-n-future-positions: only supported for the expected_attention");
-    expect_usage_error(tmp, ARGS("--trace", "x.jsonl"), "--trace needs eviction");
-    expect_usage_error(tmp, ARGS("--eviction", "snapkv", "--start-size", "lots"),
+    expect_usage_error(tu_dir, ARGS("--trace", "x.jsonl"), "--trace needs eviction");
+    expect_usage_error(tu_dir, ARGS("--eviction", "snapkv", "--start-size", "lots"),
                        "kvbench: --start-size: expected an integer, got 'lots'\n");
     /* an --eviction-config file's key is named under the file; a flag overrides the file */
     char config[600], want[700];
-    snprintf(config, sizeof config, "%s/ea.json", tmp);
+    snprintf(config, sizeof config, "%s/ea.json", tu_dir);
     FILE *f = fopen(config, "w");
     cr_assert_not_null(f);
     fputs("{\"algorithm\": \"h2o\", \"ea_epsilon\": 0.5}", f);
     cr_assert_eq(fclose(f), 0);
     snprintf(want, sizeof want,
              "kvbench: %s: ea_epsilon: only supported for the expected_attention algorithm\n", config);
-    expect_usage_error(tmp, ARGS("--eviction-config", config), want);
-    expect_usage_error(tmp, ARGS("--eviction-config", config, "--ea-epsilon", "1"),
+    expect_usage_error(tu_dir, ARGS("--eviction-config", config), want);
+    expect_usage_error(tu_dir, ARGS("--eviction-config", config, "--ea-epsilon", "1"),
                        "kvbench: --ea-epsilon: only supported for the expected_attention");
     f = fopen(config, "w");
     cr_assert_not_null(f);
     fputs("{\"algorithm\": \"h2o\", \"start_size\": -1}", f);
     cr_assert_eq(fclose(f), 0);
     snprintf(want, sizeof want, "kvbench: %s: start_size: must be >= 0\n", config);
-    expect_usage_error(tmp, ARGS("--eviction-config", config), want);
-    tu_rmtree(tmp);
-    free(tmp);
+    expect_usage_error(tu_dir, ARGS("--eviction-config", config), want);
 }
 
 /* ---- prefill once, fork many (kvcore API) ---- */
