@@ -71,18 +71,14 @@ Test(failure, a_second_run_into_a_locked_folder_names_the_holder)
               "%s", r.err);
     tu_result_free(&r);
     close(fd); /* the holder ends: the folder is free again */
-    r = tu_kvbench("run", cfg, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
+    tu_kvbench_ok("run", cfg, NULL);
     free(cfg), free(runs), free(run), free(lock);
 }
 
 Test(failure, resume_refuses_a_line_of_another_sample_and_reports_only_the_matrix)
 {
     char *cfg = write_config(NULL, H2O);
-    tu_result r = tu_kvbench("run", cfg, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
+    tu_kvbench_ok("run", cfg, NULL);
     char *scores = tu_at("runs/c/scores.json");
     char *before = tu_slurp(scores, NULL);
 
@@ -95,7 +91,7 @@ Test(failure, resume_refuses_a_line_of_another_sample_and_reports_only_the_matri
     write_file(copy, text);
     unlink(scores);
     char *run = tu_at("runs/c");
-    r = tu_kvbench("report", run, NULL);
+    tu_result r = tu_kvbench("report", run, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert(strstr(r.err, "has no scores.json: scoring its predictions"), "%s", r.err);
     tu_result_free(&r);
@@ -200,9 +196,7 @@ Test(failure, a_budget_above_the_prompt_keeps_everything)
 {
     char *cfg = write_config(NULL, "[{\"name\": \"huge\", \"algorithm\": \"h2o\", "
                                    "\"intermediate_size\": 100000000}]");
-    tu_result r = tu_kvbench("run", cfg, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
+    tu_kvbench_ok("run", cfg, NULL);
     char *a = tu_at("runs/c/predictions/full/synth_passkey.jsonl");
     char *b = tu_at("runs/c/predictions/huge/synth_passkey.jsonl");
     cJSON *x = first_line(a), *y = first_line(b);
@@ -271,11 +265,8 @@ Test(failure, compact_positions_trace_token_positions)
 Test(failure, merge_refuses_finished_shards_with_missing_lines)
 {
     char *cfg = write_config(NULL, H2O);
-    for (int i = 0; i < 2; i++) {
-        tu_result r = tu_kvbench("run", cfg, "--shard", i ? "1/2" : "0/2", NULL);
-        cr_assert_eq(r.status, 0, "%s", r.err);
-        tu_result_free(&r);
-    }
+    for (int i = 0; i < 2; i++)
+        tu_kvbench_ok("run", cfg, "--shard", i ? "1/2" : "0/2", NULL);
     char *run = tu_at("runs/c"), *merged = tu_at("merged");
     tu_result r = tu_kvbench("merge", run, "--output", merged, NULL);
     cr_assert_eq(r.status, 0, "complete shards merge: %s", r.err);
@@ -299,17 +290,13 @@ Test(failure, the_report_of_a_run_holds_its_matrix_and_scores_json_every_config)
                                    "\"recent_size\": 16, \"intermediate_size\": 12}, "
                                    "{\"name\": \"gone\", \"algorithm\": \"h2o\", \"start_size\": 4, "
                                    "\"recent_size\": 8, \"intermediate_size\": 4}]");
-    tu_result r = tu_kvbench("run", cfg, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
+    tu_kvbench_ok("run", cfg, NULL);
     char *scores = tu_at("runs/c/scores.json");
     char *text = tu_slurp(scores, NULL);
     cr_assert(strstr(text, "\"gone\""), "%s", text);
     free(text);
     free(write_config(NULL, H2O));
-    r = tu_kvbench("run", cfg, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
+    tu_kvbench_ok("run", cfg, NULL);
     /* scores.json keeps every config of the folder: a changed sweep loses nothing */
     text = tu_slurp(scores, NULL);
     cr_assert(strstr(text, "\"gone\"") && strstr(text, "\"h2o\"") && strstr(text, "\"full\""),
@@ -320,9 +307,7 @@ Test(failure, the_report_of_a_run_holds_its_matrix_and_scores_json_every_config)
     text = tu_slurp(summary, NULL);
     cr_assert_null(strstr(text, "| gone |"), "%s", text);
     free(text);
-    r = tu_kvbench("report", run, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
+    tu_kvbench_ok("report", run, NULL);
     text = tu_slurp(summary, NULL);
     cr_assert(strstr(text, "| gone |"), "%s", text);
     free(text);
@@ -345,14 +330,12 @@ Test(failure, a_nul_in_an_id_is_predicted_resumed_and_scored)
     cr_assert_geq(asprintf(&edited, "%s\"synth_passkey-0001\\u0000\"%s", text, id0 + 20), 0);
     write_file(file, edited);
     char *cfg = write_config(data, H2O);
-    tu_result r = tu_kvbench("run", cfg, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
+    tu_kvbench_ok("run", cfg, NULL);
     char *pred = tu_at("runs/c/predictions/h2o/synth_passkey.jsonl");
     char *lines = tu_slurp(pred, NULL);
     cr_assert(strstr(lines, "\"id\":\"synth_passkey-0001\\u0000\""), "%s", lines);
     cr_assert(strstr(lines, "\"id\":\"synth_passkey-0001\""), "%s", lines);
-    r = tu_kvbench("run", cfg, NULL);
+    tu_result r = tu_kvbench("run", cfg, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert(strstr(r.err, "0 samples done, 2 already on disk"), "%s", r.err);
     tu_result_free(&r);
@@ -408,11 +391,8 @@ Test(failure, a_repeated_id_is_an_error_naming_file_line_and_id)
 {
     char *file = three_samples(false), *data = tu_at("data");
     char *cfg = write_config(data, H2O);
-    for (int i = 0; i < 2; i++) {
-        tu_result r = tu_kvbench("run", cfg, "--shard", i ? "1/2" : "0/2", NULL);
-        cr_assert_eq(r.status, 0, "%s", r.err);
-        tu_result_free(&r);
-    }
+    for (int i = 0; i < 2; i++)
+        tu_kvbench_ok("run", cfg, "--shard", i ? "1/2" : "0/2", NULL);
     free(three_samples(true));
     char *want;
     cr_assert_geq(asprintf(&want,
@@ -460,9 +440,7 @@ Test(failure, output_lost_on_a_full_disk_is_a_failure)
     tu_result_free(&r);
     free(args);
     char *cfg = write_config(NULL, H2O);
-    r = tu_kvbench("run", cfg, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
+    tu_kvbench_ok("run", cfg, NULL);
     char *preds = tu_at("runs/c/predictions/full");
     cr_assert_geq(asprintf(&args, "score '%s'", preds), 0);
     r = to_full_disk(args);
@@ -478,9 +456,7 @@ Test(failure, output_lost_on_a_full_disk_is_a_failure)
 Test(failure, a_refused_resume_leaves_run_json_as_it_was)
 {
     char *cfg = write_config(NULL, H2O);
-    tu_result r = tu_kvbench("run", cfg, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
+    tu_kvbench_ok("run", cfg, NULL);
     char *run_json = tu_at("runs/c/run.json");
     char *full = tu_at("runs/c/predictions/h2o/synth_passkey.jsonl");
     char *before = tu_slurp(run_json, NULL), *text = tu_slurp(full, NULL), *damaged;
@@ -489,7 +465,7 @@ Test(failure, a_refused_resume_leaves_run_json_as_it_was)
     free(write_config(NULL, "[{\"name\": \"h2o\", \"algorithm\": \"h2o\", \"start_size\": 4, "
                             "\"recent_size\": 16, \"intermediate_size\": 12}, {\"algorithm\": "
                             "\"streaming\", \"recent_size\": 16}]"));
-    r = tu_kvbench("run", cfg, NULL);
+    tu_result r = tu_kvbench("run", cfg, NULL);
     cr_assert_eq(r.status, 1, "%s", r.err);
     cr_assert(strstr(r.err, "appears twice"), "%s", r.err);
     tu_result_free(&r);
@@ -661,10 +637,8 @@ Test(failure, run_overrides_are_checked_and_recorded)
 {
     char *cfg = write_config(NULL, H2O), *model = model_copy(NULL, NULL);
     char *shipped = tu_source("datasets/synthetic");
-    tu_result r = tu_kvbench("run", cfg, "--model", model, "--data", shipped, "--compute", "bf16",
-                             "--tasks", "synth_kv", "--limit", "1", "--name", "other", NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
+    tu_kvbench_ok("run", cfg, "--model", model, "--data", shipped, "--compute", "bf16", "--tasks",
+                  "synth_kv", "--limit", "1", "--name", "other", NULL);
     char *run_json = tu_at("runs/other/run.json");
     char *pred = tu_at("runs/other/predictions/h2o/synth_kv.jsonl");
     cr_assert_eq(access(pred, F_OK), 0);
@@ -684,7 +658,7 @@ Test(failure, run_overrides_are_checked_and_recorded)
                            model, shipped),
                   0);
     cr_assert_str_eq(got, want);
-    r = tu_kvbench("run", cfg, "--tasks", "synth_kv,nope", "--dry-run", NULL);
+    tu_result r = tu_kvbench("run", cfg, "--tasks", "synth_kv,nope", "--dry-run", NULL);
     cr_assert_eq(r.status, 1, "%s", r.err);
     cr_assert(strstr(r.err, "c.json (with --tasks): tasks[1]: unknown task or group \"nope\""),
               "%s", r.err);
@@ -743,10 +717,8 @@ Test(failure, a_second_ctrl_c_stops_at_once)
 Test(failure, a_resumed_runs_first_progress_line_shows_the_done_share)
 {
     char *cfg = write_config(NULL, H2O);
-    tu_result r = tu_kvbench("run", cfg, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
-    r = tu_kvbench("run", cfg, "--limit", "3", NULL);
+    tu_kvbench_ok("run", cfg, NULL);
+    tu_result r = tu_kvbench("run", cfg, "--limit", "3", NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     char *first = strstr(r.err, "progress: ");
     cr_assert(first, "%s", r.err);
@@ -763,9 +735,7 @@ Test(failure, a_compression_ratio_keeps_its_share_of_each_prompt)
     char *cfg = write_config(NULL, "[{\"name\": \"half\", \"algorithm\": \"SnapKV\", \"start_size\": 4, "
                                    "\"recent_size\": 32, \"compression_ratio\": 0.5, "
                                    "\"apply_rerotation\": false}]");
-    tu_result r = tu_kvbench("run", cfg, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
+    tu_kvbench_ok("run", cfg, NULL);
     char *path = tu_at("runs/c/predictions/half/synth_passkey.jsonl");
     char *text = tu_slurp(path, NULL);
     int lines = 0;

@@ -58,14 +58,6 @@ static char *tiny_config(const char *dir, const char *run, const char *data, con
     return path;
 }
 
-/* kvbench run CFG, which must succeed. */
-static void run_ok(const char *cfg)
-{
-    tu_result r = tu_kvbench("run", cfg, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
-}
-
 #define CONFIGS3                                                                                 \
     "[{\"name\": \"h2o\", \"algorithm\": \"h2o\", \"start_size\": 4, \"recent_size\": 16, "      \
     "\"intermediate_size\": 12},"                                                                \
@@ -277,7 +269,7 @@ Test(run, end_to_end_files_rows_and_scores)
 Test(run, shared_prefill_equals_separate_runs)
 {
     char *all = write_matrix(tu_dir, "all", CONFIGS3);
-    run_ok(all);
+    tu_kvbench_ok("run", all, NULL);
     static const char *const alone[] = {
         "[{\"name\": \"h2o\", \"algorithm\": \"h2o\", \"start_size\": 4, \"recent_size\": 16, "
         "\"intermediate_size\": 12}]",
@@ -289,7 +281,7 @@ Test(run, shared_prefill_equals_separate_runs)
         char run[32];
         snprintf(run, sizeof run, "alone%d", c);
         char *cfg = write_matrix(tu_dir, run, alone[c]);
-        run_ok(cfg);
+        tu_kvbench_ok("run", cfg, NULL);
         expect_same_predictions(tu_dir, "all", run, names[c]);
         free(cfg);
     }
@@ -316,12 +308,12 @@ static void run_and_kill(const char *cfg, long delay_us)
 Test(run, sigkill_and_resume_equals_uninterrupted, .timeout = 300)
 {
     char *ref = write_matrix(tu_dir, "ref", CONFIGS3);
-    run_ok(ref);
+    tu_kvbench_ok("run", ref, NULL);
     char *cfg = write_matrix(tu_dir, "killed", CONFIGS3);
     srand((unsigned)time(NULL));
     for (int k = 0; k < 6; k++)
         run_and_kill(cfg, 20000 + rand() % 400000);
-    run_ok(cfg);
+    tu_kvbench_ok("run", cfg, NULL);
     static const char *const configs[] = {"full", "h2o", "snapkv"};
     for (int c = 0; c < 3; c++)
         expect_same_predictions(tu_dir, "ref", "killed", configs[c]);
@@ -366,9 +358,7 @@ static void rescore(const char *dir, const char *run)
     snprintf(path, sizeof path, "%s/runs/%s/scores.json", dir, run);
     unlink(path);
     snprintf(path, sizeof path, "%s/runs/%s", dir, run);
-    tu_result r = tu_kvbench("report", path, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
+    tu_kvbench_ok("report", path, NULL);
 }
 
 /* The last number on the line of `kvbench score`'s table that starts with name. */
@@ -440,7 +430,7 @@ Test(run, longbench_v2_task_is_scored)
                             "[{\"algorithm\": \"h2o\", \"start_size\": 4, \"recent_size\": 16, "
                             "\"intermediate_size\": 12}]");
     free(data);
-    run_ok(cfg);
+    tu_kvbench_ok("run", cfg, NULL);
     double first = v2_scores_agree(tu_dir);
     cr_expect_float_eq(first, 0.0, 1e-9);
 
@@ -519,7 +509,7 @@ Test(run, longbench_e_buckets_equal_kvbench_score_e)
     free(src);
     char *cfg =
         tiny_config(tu_dir, "erun", data, "\"max_new_tokens\": 4, \"tasks\": [\"qasper_e\"]");
-    run_ok(cfg);
+    tu_kvbench_ok("run", cfg, NULL);
     e_buckets_agree(tu_dir, NULL);
 
     snprintf(file, sizeof file, "%s/runs/erun/predictions/full/qasper_e.jsonl", tu_dir);
@@ -587,7 +577,7 @@ Test(run, trained_model_eviction_ordering, .timeout = 300)
     fclose(f);
     free(m);
     free(data);
-    run_ok(path);
+    tu_kvbench_ok("run", path, NULL);
     snprintf(path, sizeof path, "%s/runs/demo/scores.csv", tu_dir);
     char *csv = tu_slurp(path, NULL);
     double full = csv_score(csv, "full", "synth_passkey");

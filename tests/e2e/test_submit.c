@@ -215,12 +215,8 @@ Test(submit, submits_only_the_shards_that_have_not_finished)
     tu_result_free(&r);
 
     char *run_dir = tu_at("runs/sub");
-    r = tu_kvbench("merge", run_dir, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
-    r = tu_kvbench("report", run_dir, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
+    tu_kvbench_ok("merge", run_dir, NULL);
+    tu_kvbench_ok("report", run_dir, NULL);
     r = tu_kvbench("submit", "slurm", config, "--shards", "3", "--dry-run", NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert(strstr(r.out, "nothing to submit: run "), "%s", r.out);
@@ -254,9 +250,7 @@ Test(submit, merge_writes_the_per_shard_summary)
           f);
     fclose(f);
     char *run_dir = tu_at("runs/sub");
-    tu_result r = tu_kvbench("merge", run_dir, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
+    tu_kvbench_ok("merge", run_dir, NULL);
     char *path = tu_at("runs/sub/slurm/summary.txt");
     char *summary = tu_slurp(path, NULL);
     /* shard 0 ran indices 0 and 2, shard 1 indices 1 and 3 */
@@ -273,7 +267,7 @@ Test(submit, merge_writes_the_per_shard_summary)
     f = fopen(rec, "a");
     fputs("stop\t1200\n", f);
     fclose(f);
-    r = tu_kvbench("merge", run_dir, NULL);
+    tu_result r = tu_kvbench("merge", run_dir, NULL);
     cr_assert_eq(r.status, 1);
     cr_assert(strstr(r.err, "attempts/0.tsv:4: not an attempt record"), "%s", r.err);
     tu_result_free(&r);

@@ -1,5 +1,6 @@
 #include "support/testutil.h"
 
+#include <criterion/criterion.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -68,19 +69,35 @@ tu_result tu_run_argv(char *const argv[])
     return r;
 }
 
-tu_result tu_kvbench(const char *arg0, ...)
+static tu_result kvbench_v(const char *arg0, va_list ap)
 {
     char *argv[128];
     int n = 0;
     const char *bin = getenv("KVBENCH");
     argv[n++] = (char *)(bin ? bin : "./kvbench");
-    va_list ap;
-    va_start(ap, arg0);
     for (const char *s = arg0; s && n < 127; s = va_arg(ap, const char *))
         argv[n++] = (char *)s;
-    va_end(ap);
     argv[n] = NULL;
     return tu_run_argv(argv);
+}
+
+tu_result tu_kvbench(const char *arg0, ...)
+{
+    va_list ap;
+    va_start(ap, arg0);
+    tu_result r = kvbench_v(arg0, ap);
+    va_end(ap);
+    return r;
+}
+
+void tu_kvbench_ok(const char *arg0, ...)
+{
+    va_list ap;
+    va_start(ap, arg0);
+    tu_result r = kvbench_v(arg0, ap);
+    va_end(ap);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    tu_result_free(&r);
 }
 
 void tu_result_free(tu_result *r)

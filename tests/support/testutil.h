@@ -17,6 +17,9 @@ typedef struct tu_result {
 /* Runs the kvbench binary under test with the given arguments (NULL-terminated),
  * stdin from /dev/null. */
 tu_result tu_kvbench(const char *arg0, ...);
+/* The same for a command that must succeed: a failed Criterion assertion,
+ * with its stderr, where it exits with another status than 0. */
+void tu_kvbench_ok(const char *arg0, ...);
 /* Runs an arbitrary argv. */
 tu_result tu_run_argv(char *const argv[]);
 void tu_result_free(tu_result *r);

@@ -186,9 +186,7 @@ static char *scored_run(const char *out, const char *name)
 Test(report, outputs_hold_the_numbers_and_the_provenance)
 {
     char *dir = scored_run(tu_dir, "night1");
-    tu_result r = tu_kvbench("report", dir, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
+    tu_kvbench_ok("report", dir, NULL);
 
     char *csv = tu_slurp_in(dir, "scores.csv");
     cr_assert_eq(count(csv, "\n"), 1 + 10, "%s", csv);
@@ -401,9 +399,7 @@ Test(report, several_runs_need_an_output_and_missing_scores_are_rebuilt)
 Test(report, sixteen_english_tasks_give_the_en16_average)
 {
     char *example = tu_source("tests/data/report/example");
-    tu_result r = tu_kvbench("report", example, "--output", tu_dir, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
+    tu_kvbench_ok("report", example, "--output", tu_dir, NULL);
     char *csv = tu_slurp_in(tu_dir, "scores.csv");
     cr_assert_eq(count(csv, "\n"), 1 + 30 * 16);
     char *md = tu_slurp_in(tu_dir, "summary.md");
@@ -453,9 +449,7 @@ Test(report, en16_stays_the_headline_when_a_run_has_more_tasks)
             scores);
     fclose(f);
     free(path);
-    tu_result r = tu_kvbench("report", tu_dir, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
+    tu_kvbench_ok("report", tu_dir, NULL);
     char *md = tu_slurp_in(tu_dir, "summary.md");
     cr_assert(strstr(md, "| Avg (17) | **EN16** | Δ full |"), "%.400s", md);
     /* EN16 is still the 16 English tasks' mean; the 17-task mean is beside it */
@@ -603,9 +597,7 @@ Test(report, two_runs_are_compared_side_by_side)
     char *last = paired_run(tu_dir, "last", NULL, 0, 0, N_PAIRED);
     char *dropped = paired_run(tu_dir, "dropped", cfg, 24, 0, N_PAIRED); /* -12 points */
     cr_assert_geq(asprintf(&both, "%s/both", tu_dir), 0);
-    tu_result r = tu_kvbench("report", last, dropped, "--output", both, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
+    tu_kvbench_ok("report", last, dropped, "--output", both, NULL);
     char *md = tu_slurp_in(both, "summary.md");
     char *side = strstr(md, "## Side by side");
     cr_assert(side, "%s", md);
@@ -678,9 +670,7 @@ Test(report, links_to_pages_of_a_run_with_any_name_are_encoded)
     cr_assert_geq(asprintf(&renamed, "%s/it's #2 ü", tu_dir), 0);
     cr_assert_eq(rename(dir, renamed), 0);
     cr_assert_geq(asprintf(&both, "%s/both", tu_dir), 0);
-    tu_result r = tu_kvbench("report", renamed, other, "--output", both, NULL);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    tu_result_free(&r);
+    tu_kvbench_ok("report", renamed, other, "--output", both, NULL);
     char *html = tu_slurp_in(both, "report.html");
     cr_assert(strstr(html, "<a href='wrong/it%27s%20%232%20%C3%BC/qasper.html'>qasper</a>"),
               "%s", html);
