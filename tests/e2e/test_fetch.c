@@ -10,7 +10,7 @@
 
 #include "hub/archive.h"
 #include "support/httpd.h"
-#include "hub/sha256.h"
+#include "support/sha256_hex.h"
 #include "support/testutil.h"
 
 TestSuite(fetch, .init = tu_dir_make, .fini = tu_dir_remove, .timeout = 60);
@@ -118,16 +118,6 @@ static char *slurp_copy(const char *path, size_t *len)
     return tu_slurp(path, len);
 }
 
-static void sha_hex(const char *data, size_t n, char hex[65])
-{
-    lb_sha256 c;
-    kv_error err;
-    cr_assert_eq(lb_sha256_init(&c, &err), 0, "%s", err.msg);
-    lb_sha256_update(&c, data, n);
-    lb_sha256_hex(&c, hex);
-    lb_sha256_free(&c);
-}
-
 Test(fetch, longbench_downloads_and_unpacks)
 {
     const char *entries[] = {"data/trec.jsonl", "{\"x\": 1}\n", "data/trec_e.jsonl", "{}\n", NULL};
@@ -178,8 +168,8 @@ Test(fetch, model_with_shards_and_checksums)
         "\"c.weight\": \"model-00001-of-00002.safetensors\"}}";
     static const char shard1[] = "SHARD-ONE-BYTES", shard2[] = "SHARD-TWO-BYTES";
     char sha1[65], sha2[65];
-    sha_hex(shard1, strlen(shard1), sha1);
-    sha_hex(shard2, strlen(shard2), sha2);
+    tu_sha256_hex(shard1, strlen(shard1), sha1);
+    tu_sha256_hex(shard2, strlen(shard2), sha2);
 #define ROUTE(FILE, BODY, SHA)                                                                     \
     {.path = "/org/tiny/resolve/main/" FILE,                                                       \
      .kind = HTTPD_AUTH,                                                                           \

@@ -6,32 +6,23 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "support/httpd.h"
 #include "hub/hub.h"
 #include "hub/sha256.h"
+#include "support/httpd.h"
+#include "support/sha256_hex.h"
 #include "support/testutil.h"
 
 /* ---- sha256: FIPS 180-4 example vectors ---------------------------------- */
 
-static void hex_of(const void *data, size_t n, char hex[65])
-{
-    lb_sha256 c;
-    kv_error err;
-    cr_assert_eq(lb_sha256_init(&c, &err), 0, "%s", err.msg);
-    lb_sha256_update(&c, data, n);
-    lb_sha256_hex(&c, hex);
-    lb_sha256_free(&c);
-}
-
 Test(sha256, known_vectors)
 {
     char hex[65];
-    hex_of("", 0, hex);
+    tu_sha256_hex("", 0, hex);
     cr_assert_str_eq(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-    hex_of("abc", 3, hex);
+    tu_sha256_hex("abc", 3, hex);
     cr_assert_str_eq(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     const char *two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
-    hex_of(two, strlen(two), hex);
+    tu_sha256_hex(two, strlen(two), hex);
     cr_assert_str_eq(hex, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
     /* A million 'a' fed in uneven pieces exercises the block buffering. */
     lb_sha256 c;
@@ -87,7 +78,7 @@ static void setup(void)
         x = x * 1103515245u + 12345u;
         big[i] = (char)(x >> 16);
     }
-    hex_of(big, BIG, big_sha);
+    tu_sha256_hex(big, BIG, big_sha);
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         bool is_big = strstr(routes[i].path, "big") != NULL;
         if (routes[i].kind != HTTPD_REDIRECT) {
