@@ -19,13 +19,15 @@
 /* Each test's folder, tu_dir, holds c.json, data/ (when copied) and runs/. */
 TestSuite(failure, .init = tu_dir_make, .fini = tu_dir_remove, .timeout = 300);
 
-/* A matrix on the demo model (tu_write_demo_config): tasks_json (a JSON
- * list), 2 samples, the full cache plus configs_json. data NULL: the
- * shipped synthetic data. */
+/* c.json, a matrix on the demo model: tasks_json (a JSON list), 2 samples,
+ * 4 new tokens, the full cache plus configs_json. data NULL: the shipped
+ * synthetic data. */
 static char *write_config_of(const char *data, const char *tasks_json, const char *configs_json)
 {
-    return tu_write_demo_config(data, "\"limit\": 2, \"tasks\": %s,\n \"configs\": %s", tasks_json,
-                                configs_json);
+    return tu_write_demo_matrix("c", data,
+                                "\"limit\": 2,\n \"max_new_tokens\": 4, \"threads\": 1, "
+                                "\"tasks\": %s,\n \"configs\": %s",
+                                tasks_json, configs_json);
 }
 
 /* The same on synth_passkey alone. */

@@ -68,6 +68,8 @@ static const char *const precisions[][4] = {
     {"u8", "by_channel"}, {"u4", "by_channel"},
 };
 
+TestSuite(kv_precision, .init = tu_dir_make, .fini = tu_dir_remove);
+
 Test(kv_precision, every_policy_runs_at_every_precision)
 {
     static const char *const policies[][8] = {
@@ -78,7 +80,6 @@ Test(kv_precision, every_policy_runs_at_every_precision)
         {"h2o", "--strategy", "per_head", "--head-budget", "adaptive"},
         {"snapkv", "--layer-budget", "pyramid", "--apply-rerotation", "false"},
     };
-    char *tmp = tu_mkdtemp();
     for (size_t p = 0; p < sizeof precisions / sizeof *precisions; p++)
         for (size_t a = 0; a < sizeof policies / sizeof *policies; a++) {
             const char *flags[24] = {"--kv-cache-precision", precisions[p][0], "--key-quant",
@@ -89,18 +90,15 @@ Test(kv_precision, every_policy_runs_at_every_precision)
             for (int i = 1; policies[a][i]; i++)
                 flags[n++] = policies[a][i];
             int status;
-            char *ids = run(tmp, NULL, flags, &status);
+            char *ids = run(tu_dir, NULL, flags, &status);
             cr_expect_eq(status, 0, "%s at %s %s: %s", policies[a][0], precisions[p][0],
                          precisions[p][1], ids);
             free(ids);
         }
-    tu_rmtree(tmp);
-    free(tmp);
 }
 
 Test(kv_precision, a_budget_above_the_prompt_equals_the_full_cache_at_its_precision)
 {
-    char *tmp = tu_mkdtemp();
     for (size_t p = 0; p < sizeof precisions / sizeof *precisions; p++) {
         const char *full[] = {"--kv-cache-precision", precisions[p][0], "--key-quant",
                               precisions[p][1], NULL};
@@ -108,26 +106,24 @@ Test(kv_precision, a_budget_above_the_prompt_equals_the_full_cache_at_its_precis
                                precisions[p][1], "--eviction", "snapkv", "--intermediate-size",
                                "100000", NULL};
         int s1, s2;
-        char *a = run(tmp, NULL, full, &s1), *b = run(tmp, NULL, evict, &s2);
+        char *a = run(tu_dir, NULL, full, &s1), *b = run(tu_dir, NULL, evict, &s2);
         cr_assert(s1 == 0 && s2 == 0, "%s / %s", a, b);
         cr_expect_str_eq(a, b, "%s %s: full cache and a budget above the prompt differ",
                          precisions[p][0], precisions[p][1]);
         free(a);
         free(b);
     }
-    tu_rmtree(tmp);
-    free(tmp);
 }
 
 Test(kv_precision, the_prompts_own_forward_reads_no_rounded_key)
 {
-    char *tmp = tu_mkdtemp(), f32[512], u4[512];
-    snprintf(f32, sizeof f32, "%s/f32.npy", tmp);
-    snprintf(u4, sizeof u4, "%s/u4.npy", tmp);
+    char f32[512], u4[512];
+    snprintf(f32, sizeof f32, "%s/f32.npy", tu_dir);
+    snprintf(u4, sizeof u4, "%s/u4.npy", tu_dir);
     const char *none[] = {NULL}, *quant[] = {"--kv-cache-precision", "u4", NULL};
     int s1, s2;
-    free(run(tmp, f32, none, &s1));
-    free(run(tmp, u4, quant, &s2));
+    free(run(tu_dir, f32, none, &s1));
+    free(run(tu_dir, u4, quant, &s2));
     cr_assert(s1 == 0 && s2 == 0);
     float *a, *b;
     size_t ra, ca, rb, cb;
@@ -144,8 +140,6 @@ Test(kv_precision, the_prompts_own_forward_reads_no_rounded_key)
     cr_expect_gt(d, 0.0, "decode steps read the u4 cache");
     free(a);
     free(b);
-    tu_rmtree(tmp);
-    free(tmp);
 }
 
 /* The preds of one config's prediction file, one per line, as one string. */
@@ -172,8 +166,6 @@ static char *preds(const char *dir, const char *run, const char *config)
 Test(kv_precision, a_run_holds_full_caches_at_their_precision_beside_the_f32_baseline,
      .timeout = 300)
 {
-    char *dir = tu_mkdtemp(), path[1024];
-    char *model = tu_source(MODEL), *data = tu_source("datasets/synthetic");
     static const char *const matrices[2] = {
         "[{\"name\": \"full_u8\", \"algorithm\": \"full\", \"kv_cache_precision\": \"u8\"},\n"
         " {\"name\": \"full_u4_kch\", \"algorithm\": \"full\", \"kv_cache_precision\": \"u4\",\n"
@@ -184,18 +176,16 @@ Test(kv_precision, a_run_holds_full_caches_at_their_precision_beside_the_f32_bas
         "  \"kv_cache_precision\": \"u4\", \"key_quant\": \"by_channel\"}]",
         "[]"};
     for (int i = 0; i < 2; i++) {
-        snprintf(path, sizeof path, "%s/%s.json", dir, i ? "alone" : "prec");
-        FILE *f = fopen(path, "w");
-        fprintf(f,
-                "{\"model\": \"%s\", \"data\": \"%s\", \"output\": \"%s/runs\", \"limit\": 3,\n"
-                " \"threads\": 1, \"tasks\": [\"synth_passkey\"], \"configs\": %s}\n",
-                model, data, dir, matrices[i]);
-        fclose(f);
+        char *path = tu_write_demo_matrix(
+            i ? "alone" : "prec", NULL,
+            "\"limit\": 3,\n \"threads\": 1, \"tasks\": [\"synth_passkey\"], \"configs\": %s",
+            matrices[i]);
         tu_kvbench_ok("run", path, NULL);
+        free(path);
     }
-    char *full = preds(dir, "prec", "full"), *alone = preds(dir, "alone", "full");
-    char *u8 = preds(dir, "prec", "full_u8"), *big8 = preds(dir, "prec", "big_u8");
-    char *u4 = preds(dir, "prec", "full_u4_kch"), *big4 = preds(dir, "prec", "big_u4_kch");
+    char *full = preds(tu_dir, "prec", "full"), *alone = preds(tu_dir, "alone", "full");
+    char *u8 = preds(tu_dir, "prec", "full_u8"), *big8 = preds(tu_dir, "prec", "big_u8");
+    char *u4 = preds(tu_dir, "prec", "full_u4_kch"), *big4 = preds(tu_dir, "prec", "big_u4_kch");
     cr_expect_str_eq(u8, big8, "u8: the full cache and a budget above the prompt differ");
     cr_expect_str_eq(u4, big4, "u4 by channel: the full cache and a budget above the prompt differ");
     /* the baseline stays F32: as in a run of the baseline alone */
@@ -207,8 +197,4 @@ Test(kv_precision, a_run_holds_full_caches_at_their_precision_beside_the_f32_bas
     free(big8);
     free(u4);
     free(big4);
-    free(model);
-    free(data);
-    tu_rmtree(dir);
-    free(dir);
 }

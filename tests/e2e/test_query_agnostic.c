@@ -257,25 +257,20 @@ Test(query_agnostic, query_agnostic_needs_a_question)
 
 /* `kvbench run` of matrix `name` (query_aware of the eviction configs:
  * "[true, false]" or "true") over 4 samples of two tasks; its stderr. */
-static char *run_matrix(const char *dir, const char *name, const char *query_aware)
+static char *run_matrix(const char *name, const char *query_aware)
 {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s.json", dir, name);
-    char *m = tu_source("models/kvbench-retrieval"), *data = tu_source("datasets/synthetic");
-    FILE *f = fopen(path, "w");
-    fprintf(f,
-            "{\"model\": \"%s\", \"data\": \"%s\", \"output\": \"%s/runs\", \"limit\": 4,\n"
-            " \"threads\": 1, \"tasks\": [\"synth_passkey\", \"synth_kv\"], \"sweep\": [\n"
-            " {\"algorithm\": [\"snapkv\", \"h2o\"], \"start_size\": 4, \"recent_size\": 32,\n"
-            "  \"intermediate_size\": 92, \"apply_rerotation\": false, \"query_aware\": %s}]}\n",
-            m, data, dir, query_aware);
-    fclose(f);
-    free(m);
-    free(data);
+    char *path = tu_write_demo_matrix(
+        name, NULL,
+        "\"limit\": 4,\n"
+        " \"threads\": 1, \"tasks\": [\"synth_passkey\", \"synth_kv\"], \"sweep\": [\n"
+        " {\"algorithm\": [\"snapkv\", \"h2o\"], \"start_size\": 4, \"recent_size\": 32,\n"
+        "  \"intermediate_size\": 92, \"apply_rerotation\": false, \"query_aware\": %s}]",
+        query_aware);
     tu_result r = tu_kvbench("run", path, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
     char *err = strdup(r.err);
     tu_result_free(&r);
+    free(path);
     return err;
 }
 
@@ -316,8 +311,8 @@ static double num(const cJSON *o, const char *key)
  * configs. */
 Test(query_agnostic, a_mixed_run_shares_its_prefills, .timeout = 300)
 {
-    char *mixed = run_matrix(tu_dir, "mixed", "[true, false]");
-    char *aware = run_matrix(tu_dir, "aware", "true");
+    char *mixed = run_matrix("mixed", "[true, false]");
+    char *aware = run_matrix("aware", "true");
     cr_assert_eq(count_before(mixed, "prefills"), 8, "%s", mixed);
     cr_assert_eq(count_before(mixed, "of the question on the full cache"), 8, "%s", mixed);
     cr_assert_eq(count_before(mixed, "batched over the query-agnostic"), 8, "%s", mixed);

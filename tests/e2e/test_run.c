@@ -561,25 +561,19 @@ Test(run, trained_model_eviction_ordering, .timeout = 300)
     if (!probe)
         cr_skip_test("models/kvbench-retrieval is not in this checkout");
     fclose(probe);
-    char path[1024];
-    snprintf(path, sizeof path, "%s/demo.json", tu_dir);
-    char *m = tu_source("models/kvbench-retrieval"), *data = tu_source("datasets/synthetic");
-    FILE *f = fopen(path, "w");
-    fprintf(f,
-            "{\"model\": \"%s\", \"data\": \"%s\", \"output\": \"%s/runs\", \"limit\": %d,\n"
-            " \"tasks\": [\"synth_passkey\", \"synth_kv\"], \"configs\": [\n"
-            " {\"name\": \"streaming\", \"algorithm\": \"streaming\", \"start_size\": 4,\n"
-            "  \"recent_size\": 124, \"intermediate_size\": 0, \"apply_rerotation\": false},\n"
-            " {\"name\": \"snapkv\", \"algorithm\": \"snapkv\", \"start_size\": 4,\n"
-            "  \"recent_size\": 32, \"intermediate_size\": 92, \"window_size\": 32,\n"
-            "  \"apply_rerotation\": false}]}\n",
-            m, data, tu_dir, ORDERING_SAMPLES);
-    fclose(f);
-    free(m);
-    free(data);
-    tu_kvbench_ok("run", path, NULL);
-    snprintf(path, sizeof path, "%s/runs/demo/scores.csv", tu_dir);
-    char *csv = tu_slurp(path, NULL);
+    char *matrix = tu_write_demo_matrix(
+        "demo", NULL,
+        "\"limit\": %d,\n"
+        " \"tasks\": [\"synth_passkey\", \"synth_kv\"], \"configs\": [\n"
+        " {\"name\": \"streaming\", \"algorithm\": \"streaming\", \"start_size\": 4,\n"
+        "  \"recent_size\": 124, \"intermediate_size\": 0, \"apply_rerotation\": false},\n"
+        " {\"name\": \"snapkv\", \"algorithm\": \"snapkv\", \"start_size\": 4,\n"
+        "  \"recent_size\": 32, \"intermediate_size\": 92, \"window_size\": 32,\n"
+        "  \"apply_rerotation\": false}]",
+        ORDERING_SAMPLES);
+    tu_kvbench_ok("run", matrix, NULL);
+    free(matrix);
+    char *csv = tu_slurp_in(tu_dir, "runs/demo/scores.csv");
     double full = csv_score(csv, "full", "synth_passkey");
     double snapkv = csv_score(csv, "snapkv", "synth_passkey");
     double streaming = csv_score(csv, "streaming", "synth_passkey");

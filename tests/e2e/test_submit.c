@@ -17,14 +17,15 @@
 /* Each test's folder, tu_dir, holds c.json and runs/. */
 TestSuite(submit, .init = tu_dir_make, .fini = tu_dir_remove, .timeout = 300);
 
-/* The demo model on synth_passkey: 4 samples, the full cache and one
- * StreamingLLM config; the run folder is runs/sub. extra: more top-level
- * keys, each followed by a comma. */
+/* c.json: the demo model on synth_passkey, 4 samples of 4 new tokens, the
+ * full cache and one StreamingLLM config; the run folder is runs/sub.
+ * extra: more top-level keys, each followed by a comma. */
 static char *write_config_with(const char *extra)
 {
-    return tu_write_demo_config(
-        NULL,
-        "%s\"name\": \"sub\", \"limit\": 4, \"tasks\": [\"synth_passkey\"],\n"
+    return tu_write_demo_matrix(
+        "c", NULL,
+        "%s\"name\": \"sub\",\n \"limit\": 4, \"max_new_tokens\": 4, \"threads\": 1, "
+        "\"tasks\": [\"synth_passkey\"],\n"
         " \"configs\": [{\"algorithm\": \"streaming\", \"start_size\": 4, \"recent_size\": 60,\n"
         "               \"intermediate_size\": 0}]",
         extra);

@@ -188,7 +188,7 @@ char *tu_at(const char *rel)
     return p;
 }
 
-char *tu_write_demo_config(const char *data, const char *members_fmt, ...)
+char *tu_write_demo_matrix(const char *name, const char *data, const char *members_fmt, ...)
 {
     char *members;
     va_list ap;
@@ -199,17 +199,16 @@ char *tu_write_demo_config(const char *data, const char *members_fmt, ...)
         abort();
     char *model = tu_source("models/kvbench-retrieval");
     char *shipped = tu_source("datasets/synthetic");
-    char *path = tu_at("c.json");
+    char *path = NULL;
+    if (asprintf(&path, "%s/%s.json", tu_dir, name) < 0)
+        abort();
     FILE *f = fopen(path, "w");
     if (!f) {
-        fprintf(stderr, "tu_write_demo_config: cannot write %s\n", path);
+        fprintf(stderr, "tu_write_demo_matrix: cannot write %s\n", path);
         abort();
     }
-    fprintf(f,
-            "{\"model\": \"%s\", \"data\": \"%s\", \"output\": \"%s/runs\",\n"
-            " \"max_new_tokens\": 4, \"threads\": 1,\n"
-            " %s}\n",
-            model, data ? data : shipped, tu_dir, members);
+    fprintf(f, "{\"model\": \"%s\", \"data\": \"%s\", \"output\": \"%s/runs\", %s}\n", model,
+            data ? data : shipped, tu_dir, members);
     fclose(f);
     free(members);
     free(model);

@@ -48,13 +48,13 @@ void tu_dir_remove(void);
 /* The path rel inside tu_dir (free it). */
 char *tu_at(const char *rel);
 
-/* Writes tu_dir/c.json, a matrix on the committed demo model
- * (models/kvbench-retrieval) and data (NULL: the shipped datasets/synthetic),
- * its runs under tu_dir/runs, 4 new tokens on 1 thread; its other top-level
+/* Writes tu_dir/NAME.json, the matrix of run NAME on the committed demo
+ * model (models/kvbench-retrieval) and data (NULL: the shipped
+ * datasets/synthetic), its runs under tu_dir/runs; its other top-level
  * members (JSON text without the braces) printf'ed from members_fmt and the
  * arguments. Returns the path. */
-char *tu_write_demo_config(const char *data, const char *members_fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+char *tu_write_demo_matrix(const char *name, const char *data, const char *members_fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Absolute path of a file in the source tree. */
 char *tu_source(const char *rel);
