@@ -37,6 +37,8 @@ static void expect_error(const char *text, const char *msg)
 
 #define BASE "\"model\": \"m\", \"tasks\": [\"trec\"]"
 
+TestSuite(matrix, .init = tu_dir_make, .fini = tu_dir_remove);
+
 Test(matrix, minimal_file_has_baseline_and_defaults)
 {
     cr_assert_eq(parse("{" BASE "}"), 0, "%s", err.msg);
@@ -373,17 +375,14 @@ Test(matrix, a_task_without_a_metric_is_refused_at_load)
         cr_expect_eq(parse(text), 0, "%s", err.msg);
         kb_matrix_free(&m);
     }
-    char *dir = tu_mkdtemp();
     char path[512];
-    snprintf(path, sizeof path, "%s/nometric.json", dir);
+    snprintf(path, sizeof path, "%s/nometric.json", tu_dir);
     write_file(path, "{\"model\": \"m\", \"tasks\": [\"trec\", {\"task\": \"mine\", \"file\": "
                      "\"f\", \"template\": \"{context} Q: {input}\", \"metric\": \"f1\"}]}");
     cr_assert_lt(kb_matrix_load(path, &m, &err), 0);
     char want[600];
     snprintf(want, sizeof want, "%s: tasks[1].metric: unknown metric \"f1\" (LongBench's: ", path);
     cr_assert_eq(strncmp(err.msg, want, strlen(want)), 0, "%s", err.msg);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 Test(matrix, task_groups_and_per_task_settings)
@@ -522,17 +521,14 @@ Test(matrix, shipped_configs_parse)
 
 Test(matrix, load_prefixes_the_file_name)
 {
-    char *dir = tu_mkdtemp();
     char path[512];
-    snprintf(path, sizeof path, "%s/bad.json", dir);
+    snprintf(path, sizeof path, "%s/bad.json", tu_dir);
     write_file(path, "{\"model\": \"m\", \"tasks\": [\"trec\"], \"configs\": [{\"algorithm\": "
                      "\"snapkv\", \"window_size\": -3}]}");
     cr_assert_lt(kb_matrix_load(path, &m, &err), 0);
     char want[600];
     snprintf(want, sizeof want, "%s: configs[0].window_size: must be > 0", path);
     cr_assert_str_eq(err.msg, want);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 Test(matrix, run_dry_run_shows_the_plan_and_errors_name_the_key)
@@ -559,9 +555,8 @@ Test(matrix, run_dry_run_shows_the_plan_and_errors_name_the_key)
     tu_result_free(&r);
     free(nightly);
 
-    char *dir = tu_mkdtemp();
     char path[512];
-    snprintf(path, sizeof path, "%s/x.json", dir);
+    snprintf(path, sizeof path, "%s/x.json", tu_dir);
     FILE *f = fopen(path, "w");
     fputs("{\"model\": \"m\", \"tasks\": [\"trec\"], \"sweep\": {\"algorithm\": [\"h2o\"], "
           "\"intermediate_size\": [64, -1]}}",
@@ -586,8 +581,6 @@ Test(matrix, run_dry_run_shows_the_plan_and_errors_name_the_key)
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert(strstr(r.out, "budget 608 "), "%s", r.out);
     tu_result_free(&r);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 /* ---- issue 17: names, paths and limits checked when a file is loaded ---- */
@@ -617,20 +610,17 @@ Test(matrix, run_names_are_one_safe_folder_name)
     }
     free(demo);
     /* a file name with a space still names the run */
-    char *dir = tu_mkdtemp();
     char *path =
-        write_in(dir, "my config.json", "{\"model\": \"Org/Name\", \"tasks\": [\"trec\"]}");
+        write_in(tu_dir, "my config.json", "{\"model\": \"Org/Name\", \"tasks\": [\"trec\"]}");
     cr_assert_eq(kb_matrix_load(path, &m, &err), 0, "%s", err.msg);
     cr_assert_str_eq(m.run_name, "my_config");
     kb_matrix_free(&m);
     free(path);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 Test(matrix, relative_paths_are_found_beside_the_config)
 {
-    char *dir = tu_mkdtemp(), *elsewhere = tu_mkdtemp();
+    char *elsewhere = tu_mkdtemp();
     char *demo = tu_source("configs/demo.json"), *model = tu_source("models/kvbench-retrieval");
     char *data = tu_source("datasets/synthetic");
     char here[4096];
@@ -647,13 +637,13 @@ Test(matrix, relative_paths_are_found_beside_the_config)
     tu_result_free(&r);
 
     /* an explicit output that exists nowhere goes beside the config */
-    char *path = write_in(dir, "c.json",
+    char *path = write_in(tu_dir, "c.json",
                           "{\"model\": \"Org/Name\", \"output\": \"out\", "
                           "\"tasks\": [\"trec\"]}");
     cr_assert_eq(kb_matrix_load(path, &m, &err), 0, "%s", err.msg);
     cr_assert_str_eq(m.model, "Org/Name", "ORG/NAME with no folder ORG is a hub name");
     char *out;
-    cr_assert_geq(asprintf(&out, "%s/out", dir), 0);
+    cr_assert_geq(asprintf(&out, "%s/out", tu_dir), 0);
     cr_assert_str_eq(m.output, out);
     kb_matrix_free(&m);
     free(path);
@@ -661,21 +651,19 @@ Test(matrix, relative_paths_are_found_beside_the_config)
 
     /* a local path that is missing is an error, not a download */
     char *models;
-    cr_assert_geq(asprintf(&models, "%s/models", dir), 0);
+    cr_assert_geq(asprintf(&models, "%s/models", tu_dir), 0);
     cr_assert_eq(mkdir(models, 0777), 0);
-    path = write_in(dir, "d.json", "{\"model\": \"models/missing\", \"tasks\": [\"trec\"]}");
+    path = write_in(tu_dir, "d.json", "{\"model\": \"models/missing\", \"tasks\": [\"trec\"]}");
     cr_assert_lt(kb_matrix_load(path, &m, &err), 0);
     cr_assert(strstr(err.msg, "model: 'models/missing' is no folder"), "%s", err.msg);
     free(path);
-    path = write_in(dir, "e.json", "{\"model\": \"m\", \"tasks\": [\"trec\"]}");
+    path = write_in(tu_dir, "e.json", "{\"model\": \"m\", \"tasks\": [\"trec\"]}");
     cr_assert_lt(kb_matrix_load(path, &m, &err), 0);
     cr_assert(strstr(err.msg, "no hub name ORG/NAME"), "%s", err.msg);
     free(path);
     free(models);
     free(demo), free(model), free(data);
-    tu_rmtree(dir);
     tu_rmtree(elsewhere);
-    free(dir);
     free(elsewhere);
 }
 
@@ -685,7 +673,6 @@ Test(matrix, sizes_and_budgets_are_checked_before_any_run)
     expect_error("{\"model\": \"m\", \"tasks\": [{\"task\": \"trec\", \"max_length\": 1e12}]}",
                  "tasks[0].max_length: must be <= 2147483647");
     /* dry-run uses the eviction module's own checks, which add in 64 bits */
-    char *dir = tu_mkdtemp();
     char *model = tu_source("models/kvbench-retrieval"), *text;
     cr_assert_geq(asprintf(&text,
                            "{\"model\": \"%s\", \"tasks\": [\"trec\"], \"configs\": "
@@ -693,7 +680,7 @@ Test(matrix, sizes_and_budgets_are_checked_before_any_run)
                            "\"recent_size\": 1, \"intermediate_size\": 0}]}",
                            model),
                   0);
-    char *path = write_in(dir, "big.json", text);
+    char *path = write_in(tu_dir, "big.json", text);
     tu_result r = tu_kvbench("run", path, "--dry-run", NULL);
     cr_assert_eq(r.status, 1, "%s", r.out);
     cr_assert(strstr(r.err, "start_size + intermediate_size + recent_size = 2147483648: must be "
@@ -703,8 +690,6 @@ Test(matrix, sizes_and_budgets_are_checked_before_any_run)
     free(path);
     free(text);
     free(model);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 /* cJSON would cut a config name at "\u0000" (two configs could then share a
@@ -712,9 +697,8 @@ Test(matrix, sizes_and_budgets_are_checked_before_any_run)
  * line, and an escaped backslash before "u0000" is no NUL. */
 Test(matrix, load_refuses_nul_characters_and_invalid_utf8)
 {
-    char *dir = tu_mkdtemp();
     char path[512];
-    snprintf(path, sizeof path, "%s/nul.json", dir);
+    snprintf(path, sizeof path, "%s/nul.json", tu_dir);
     static const struct {
         const char *text, *what;
     } cases[] = {
@@ -746,8 +730,6 @@ Test(matrix, load_refuses_nul_characters_and_invalid_utf8)
     cr_expect_null(strstr(err.msg, "NUL"), "%s", err.msg);
     cr_expect_null(strstr(err.msg, "UTF-8"), "%s", err.msg);
     kb_matrix_free(&m);
-    tu_rmtree(dir);
-    free(dir);
 }
 
 /* Issue 28: a huge integer is refused, not cast past a long; -0 is 0 in the
@@ -1008,8 +990,8 @@ Test(matrix, parameter_table_drives_validation_cli_and_schema)
     cr_assert(strstr(schema, block),
               "configs/schema.json is stale: run kvbench schema --write configs/schema.json");
     /* kvbench schema --write puts it back into a stale copy, byte for byte */
-    char *dir = tu_mkdtemp(), copy[512];
-    snprintf(copy, sizeof copy, "%s/schema.json", dir);
+    char copy[512];
+    snprintf(copy, sizeof copy, "%s/schema.json", tu_dir);
     char *stale = strdup(schema);
     char *at = strstr(stale, "\"start_size\"");
     memcpy(at, "\"start_sise\"", 12);
@@ -1023,8 +1005,6 @@ Test(matrix, parameter_table_drives_validation_cli_and_schema)
     free(fixed);
     free(stale);
     tu_result_free(&w);
-    tu_rmtree(dir);
-    free(dir);
     free(block);
     free(schema);
     free(path);
