@@ -41,7 +41,9 @@ void tu_rmtree(const char *path);
 
 /* The folder of the running test, for a suite declared with
  * TestSuite(name, .init = tu_dir_make, .fini = tu_dir_remove): made empty
- * before each test and removed with all it holds after it, passed or failed. */
+ * before each test and removed with all it holds after it, also when an
+ * assertion failed (Criterion runs .fini then; a test that crashes on a
+ * signal leaves its folder). */
 extern char *tu_dir;
 void tu_dir_make(void);
 void tu_dir_remove(void);

@@ -222,7 +222,7 @@ static void expect_same_predictions(const char *a, const char *b, const kb_matri
 
 /* Each test runs in its own folder, tu_dir; those that compare with an
  * uninterrupted, unsharded run make it with run_reference, in a folder of
- * its own. The suite's .fini removes both, also after a failed test. */
+ * its own. The suite's .fini removes both, also after a failed assertion. */
 static struct {
     char *dir;
     kb_matrix m;

@@ -107,7 +107,7 @@ static char *plant(const char *dir, const char *config, const char *task, const 
 /* Each test works in its own folder, tu_dir, and most in one run there,
  * opened by open_run. The suite's .fini closes that run and frees its
  * matrix (both zero where a test opened none) before the folder goes, so
- * a failed test leaves nothing behind either. */
+ * a test whose assertion failed leaves nothing behind either. */
 static struct {
     kb_matrix m;
     kb_run_info info;
