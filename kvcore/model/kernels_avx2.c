@@ -255,22 +255,10 @@ INLINE void tile(int tr, int tb, kv_dtype dt, const kv_weight *wm, const int *r,
 }
 
 /* The kv_tile_fn of each dtype, TR x tb for tb = 1..TB. */
-#define TILE(name, dt, tb)                                                                         \
-    static void name##_##tb(const kv_weight *w, const int *r, const float *const *x,               \
-                            const void *const *xp, float *out)                                     \
-    {                                                                                              \
-        tile(TR, tb, dt, w, r, x, xp, out);                                                        \
-    }
-#define TILES(tb)                                                                                  \
-    TILE(bf16_tile, KV_DTYPE_BF16, tb)                                                             \
-    TILE(f16_tile, KV_DTYPE_F16, tb)                                                               \
-    TILE(f32_tile, KV_DTYPE_F32, tb)
-TILES(1)
-TILES(2)
-TILES(3)
-#undef TILES
-#undef TILE
-_Static_assert(TB == 3, "one TILES(tb) above for each tb up to TB");
+KV_TILE_FNS(TR, 1)
+KV_TILE_FNS(TR, 2)
+KV_TILE_FNS(TR, 3)
+_Static_assert(TB == 3, "one KV_TILE_FNS above for each tb up to TB");
 
 static void rows_batch(const kv_weight *w, int r0, int r1, const float *xs, const void *xps,
                        int batch, kv_compute mode, float *y, size_t ldy)
@@ -279,9 +267,7 @@ static void rows_batch(const kv_weight *w, int r0, int r1, const float *xs, cons
     static kv_tile_fn *const bf16[TB] = {bf16_tile_1, bf16_tile_2, bf16_tile_3};
     static kv_tile_fn *const f16[TB] = {f16_tile_1, f16_tile_2, f16_tile_3};
     static kv_tile_fn *const f32[TB] = {f32_tile_1, f32_tile_2, f32_tile_3};
-    kv_tile_fn *const *tiles = w->dtype == KV_DTYPE_BF16  ? bf16
-                               : w->dtype == KV_DTYPE_F16 ? f16
-                                                          : f32;
+    kv_tile_fn *const *tiles = kv_tiles_of(w, bf16, f16, f32);
     kv_rows_batch_tiles(tiles[TB - 1], tiles, TR, TB, w, r0, r1, xs, xps, batch, y, ldy);
 }
 

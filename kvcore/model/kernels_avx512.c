@@ -100,134 +100,140 @@ void kv_avx512_rows(const kv_weight *w, int r0, int r1, const float *x, const vo
 
 /* ---- the batched GEMV's tiles ----
  *
- * As in kernels_avx2.c: a tile of TR weight rows x TB activation rows runs
- * the row kernel's accumulator chains one after another (the same FMAs in
- * the same order per chain) and adds the chains' sums in the row kernel's
- * order, so each pair gets the bits of dot_row_bf16 / dot_row_t. The 32
- * registers hold a chain of 2 x 4 pairs with their activation vectors. A
- * partial tile repeats its last row (computed, not stored). */
-#define TR 2
-#define TB 4
+ * As in kernels_avx2.c: a tile of TR weight rows x tb input rows runs each
+ * accumulator of the row kernel (dot_row_bf16's a[k] and b[k], dot_row_t's
+ * a[k]) as its own stream over the columns, one after another, for every
+ * pair of the tile at once (the same FMAs in the same order per
+ * accumulator), and adds them in the row kernel's order, so each pair gets
+ * the bits of the row kernel. One stream holds TR x tb accumulators, tb
+ * input vectors and a weight vector: 24 + 4 + 1 of the 32 registers.
+ *
+ * Why 6 x 4: the input rows of a batch do not fit in L1 beside the weights
+ * (17 rows of 1,024 F32 columns are 68 KB), so every tile of weight rows
+ * reads them again from L2. Per FMA a TR x TB tile reads 64 / TR bytes of
+ * input from L2: the former 2 x 4 tile needed 64 bytes a cycle at two FMAs a
+ * cycle, L2's whole bandwidth, and ran at a fraction of the FMA peak; 6
+ * rows need a third of that. tb < TB runs the narrow tiles (6 x 1 .. 6 x
+ * 3), so no input row is computed twice to fill a tile. */
+#define TR 6 /* weight rows per tile */
+#define TB 4 /* input rows per tile */
 
-/* dot_row_bf16 on a tile (kv_tile_fn): xp[b] is x[b] permuted. */
-static void bf16_tile(const kv_weight *wm, const int *r, const float *const *x,
-                      const void *const *xpv, float *y)
+/* Columns per block of a tile's streams: a tile's weight rows and input rows
+ * of a block (6 x 2 KB + 4 x 4 KB at 1,024 BF16 columns) stay in L1 while its
+ * streams pass over them; longer rows go block by block, each stream
+ * picking up its sums where it left them (the same additions in the same
+ * order). */
+#define TILE_COLS 1024
+
+/* The weight vector of row w at column c that a stream multiplies: BF16 rows
+ * as dot_row_bf16 reads them (the even elements of the block of 32 at c, or
+ * with odd = 1 the odd ones), F32 and F16 rows as dot_row_t (16 from c). */
+INLINE __m512 tile_weights(kv_dtype dt, const void *w, size_t c, int odd)
 {
-    size_t cols = (size_t)wm->cols;
-    const uint16_t *w[TR];
-    const float *xp[TB];
-    for (int i = 0; i < TR; i++)
-        w[i] = (const uint16_t *)wm->data + (size_t)r[i] * cols;
-    for (int b = 0; b < TB; b++)
-        xp[b] = xpv[b];
-    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
-    __m512 ch[2][TR][TB]; /* chain k's a[k] + b[k] of each pair */
-    size_t c64 = cols / 64 * 64, c32 = cols / 32 * 32;
-#define BF16_TILE_STEP(at)                                                                         \
-    do {                                                                                           \
-        __m512 xe[TB], xo[TB];                                                                     \
-        for (int b = 0; b < TB; b++) {                                                             \
-            xe[b] = _mm512_loadu_ps(xp[b] + (at));                                                 \
-            xo[b] = _mm512_loadu_ps(xp[b] + (at) + 16);                                            \
-        }                                                                                          \
-        for (int i = 0; i < TR; i++) {                                                             \
-            __m512i v = _mm512_loadu_si512((const void *)(w[i] + (at)));                           \
-            __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));                             \
-            __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(v, hi));                              \
-            for (int b = 0; b < TB; b++) {                                                         \
-                ae[i][b] = _mm512_fmadd_ps(we, xe[b], ae[i][b]);                                   \
-                ao[i][b] = _mm512_fmadd_ps(wo, xo[b], ao[i][b]);                                   \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
-    for (int k = 0; k < 2; k++) {
-        __m512 ae[TR][TB], ao[TR][TB];
-        for (int i = 0; i < TR; i++)
-            for (int b = 0; b < TB; b++)
-                ae[i][b] = ao[i][b] = _mm512_setzero_ps();
-        for (size_t c = 32 * (size_t)k; c < c64; c += 64)
-            BF16_TILE_STEP(c);
-        if (k == 0) /* chain 0 goes on over the blocks of 32 */
-            for (size_t c = c64; c < c32; c += 32)
-                BF16_TILE_STEP(c);
-        for (int i = 0; i < TR; i++)
-            for (int b = 0; b < TB; b++)
-                ch[k][i][b] = _mm512_add_ps(ae[i][b], ao[i][b]);
-    }
-#undef BF16_TILE_STEP
-    for (int i = 0; i < TR; i++)
-        for (int b = 0; b < TB; b++) {
-            float s = _mm512_reduce_add_ps(_mm512_add_ps(ch[0][i][b], ch[1][i][b]));
-            for (size_t c = c32; c < cols; c++)
-                s += kv_bf16_to_f32(w[i][c]) * x[b][c];
-            y[b * TR + i] = s;
-        }
+    if (dt != KV_DTYPE_BF16)
+        return load16(dt, w, c);
+    __m512i v = _mm512_loadu_si512((const void *)((const uint16_t *)w + c));
+    return _mm512_castsi512_ps(odd ? _mm512_and_si512(v, _mm512_set1_epi32((int)0xFFFF0000u))
+                                   : _mm512_slli_epi32(v, 16));
 }
 
-/* dot_row_t on a tile of F32 or F16 rows (kv_tile_fn's). */
-INLINE void tile_t(kv_dtype dt, const kv_weight *wm, const int *r, const float *const *x, float *y)
+/* Goes on with one accumulator of the row kernel for every pair of a
+ * tr x tb tile, acc[i * tb + b] for weight row w[i] and input row x[b],
+ * over the steps at c = from, from + step, ... < to (first: from zero).
+ * BF16: x permuted, the odd half 16 floats after the even one. */
+INLINE void stream(int tr, int tb, kv_dtype dt, const void *const *w, const float *const *x,
+                   int odd, size_t from, size_t to, size_t step, bool first, __m512 *acc)
 {
-    size_t cols = (size_t)wm->cols, c64 = cols / 64 * 64, c16 = cols / 16 * 16;
-    __m512 ch[4][TR][TB];
-#define TILE_T_STEP(at)                                                                            \
-    do {                                                                                           \
-        __m512 xv[TB];                                                                             \
-        for (int b = 0; b < TB; b++)                                                               \
-            xv[b] = _mm512_loadu_ps(x[b] + (at));                                                  \
-        for (int i = 0; i < TR; i++) {                                                             \
-            __m512 wv = load16(dt, wm->data, (size_t)r[i] * cols + (at));                          \
-            for (int b = 0; b < TB; b++)                                                           \
-                a[i][b] = _mm512_fmadd_ps(wv, xv[b], a[i][b]);                                     \
-        }                                                                                          \
-    } while (0)
-    for (int k = 0; k < 4; k++) {
-        __m512 a[TR][TB];
-        for (int i = 0; i < TR; i++)
-            for (int b = 0; b < TB; b++)
-                a[i][b] = _mm512_setzero_ps();
-        for (size_t c = 16 * (size_t)k; c < c64; c += 64)
-            TILE_T_STEP(c);
-        if (k == 0)
-            for (size_t c = c64; c < c16; c += 16)
-                TILE_T_STEP(c);
-        for (int i = 0; i < TR; i++)
-            for (int b = 0; b < TB; b++)
-                ch[k][i][b] = a[i][b];
+    __m512 a[TR * TB]; /* in registers for the loop; the copies unrolled, or
+                        * they become memcpy calls */
+#pragma GCC unroll 24
+    for (int j = 0; j < tr * tb; j++)
+        a[j] = first ? _mm512_setzero_ps() : acc[j];
+    for (size_t c = from; c < to; c += step) {
+        __m512 xv[TB];
+        for (int b = 0; b < tb; b++)
+            xv[b] = _mm512_loadu_ps(x[b] + c + 16 * (size_t)odd);
+        for (int i = 0; i < tr; i++) {
+            __m512 wv = tile_weights(dt, w[i], c, odd);
+            for (int b = 0; b < tb; b++)
+                a[i * tb + b] = _mm512_fmadd_ps(wv, xv[b], a[i * tb + b]);
+        }
     }
-#undef TILE_T_STEP
-    for (int i = 0; i < TR; i++)
-        for (int b = 0; b < TB; b++) {
-            float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(ch[0][i][b], ch[1][i][b]),
-                                                         _mm512_add_ps(ch[2][i][b], ch[3][i][b])));
+#pragma GCC unroll 24
+    for (int j = 0; j < tr * tb; j++)
+        acc[j] = a[j];
+}
+
+/* The row kernel of dtype dt on a tr x tb tile: out[b * tr + i] =
+ * W[r[i]] . x[b] (kv_tile_fn's), xp[b] being x[b] prepared. dot_row_bf16
+ * has two chains over blocks of 64 columns (chain k at 32 k), each two
+ * accumulators (halves: a[k] even, b[k] odd), and chain 0 goes on over the
+ * blocks of 32; dot_row_t four chains (chain k at 16 k), chain 0 going on
+ * over the blocks of 16. */
+INLINE void tile(int tr, int tb, kv_dtype dt, const kv_weight *wm, const int *r,
+                 const float *const *x, const void *const *xp, float *out)
+{
+    const int bf16 = dt == KV_DTYPE_BF16, halves = bf16 ? 2 : 1, chains = bf16 ? 2 : 4;
+    size_t cols = (size_t)wm->cols, vec = 16 * (size_t)halves, step = 64;
+    size_t cmain = cols / step * step, cvec = cols / vec * vec;
+    size_t row_bytes = cols * (dt == KV_DTYPE_F32 ? 4 : 2);
+    const void *w[TR];
+    const float *xs[TB];
+    for (int i = 0; i < tr; i++)
+        w[i] = (const char *)wm->data + (size_t)r[i] * row_bytes;
+    for (int b = 0; b < tb; b++)
+        xs[b] = bf16 ? xp[b] : x[b];
+    enum { N = TR * TB };
+    __m512 acc[4][N]; /* accumulator k * halves + half of the row kernel */
+    /* acc stays in memory (its address escapes): spread over registers, the
+     * four streams' 96 sums were shuffled through the stack between streams */
+    __asm__("" : : "r"(acc) : "memory");
+    size_t c0 = 0;
+    do { /* at least once: the accumulators start at zero there */
+        size_t c1 = c0 + TILE_COLS < cmain ? c0 + TILE_COLS : cmain;
+        /* unrolled, so that each stream's accumulators are plain registers
+         * (else they are copied in and out through the stack) */
+#pragma GCC unroll 4
+        for (int k = 0; k < chains; k++)
+#pragma GCC unroll 2
+            for (int h = 0; h < halves; h++)
+                stream(tr, tb, dt, w, xs, h, c0 + vec * (size_t)k, c1, step, c0 == 0,
+                       acc[k * halves + h]);
+        c0 = c1;
+    } while (c0 < cmain);
+    if (cvec > cmain) /* chain 0 goes on over the blocks of vec */
+        for (int h = 0; h < halves; h++)
+            stream(tr, tb, dt, w, xs, h, cmain, cvec, vec, false, acc[h]);
+    for (int i = 0; i < tr; i++)
+        for (int b = 0; b < tb; b++) {
+            /* BF16 ((a0 + b0) + (a1 + b1)), the others ((a0 + a1) + (a2 + a3)):
+             * in the order of acc, one expression */
+            int j = i * tb + b;
+            float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0][j], acc[1][j]),
+                                                         _mm512_add_ps(acc[2][j], acc[3][j])));
             size_t base = (size_t)r[i] * cols;
-            for (size_t c = c16; c < cols; c++)
+            for (size_t c = cvec; c < cols; c++)
                 s += kv_weight_at(wm, base + c) * x[b][c];
-            y[b * TR + i] = s;
+            out[b * tr + i] = s;
         }
 }
 
-static void f32_tile(const kv_weight *w, const int *r, const float *const *x, const void *const *xp,
-                     float *y)
-{
-    (void)xp;
-    tile_t(KV_DTYPE_F32, w, r, x, y);
-}
-
-static void f16_tile(const kv_weight *w, const int *r, const float *const *x, const void *const *xp,
-                     float *y)
-{
-    (void)xp;
-    tile_t(KV_DTYPE_F16, w, r, x, y);
-}
+/* The kv_tile_fn of each dtype, TR x tb for tb = 1..TB. */
+KV_TILE_FNS(TR, 1)
+KV_TILE_FNS(TR, 2)
+KV_TILE_FNS(TR, 3)
+KV_TILE_FNS(TR, 4)
+_Static_assert(TB == 4, "one KV_TILE_FNS above for each tb up to TB");
 
 void kv_avx512_rows_batch(const kv_weight *w, int r0, int r1, const float *xs, const void *xps,
                           int batch, kv_compute mode, float *y, size_t ldy)
 {
     (void)mode;
-    kv_tile_fn *tile = w->dtype == KV_DTYPE_BF16  ? bf16_tile
-                       : w->dtype == KV_DTYPE_F16 ? f16_tile
-                                                  : f32_tile;
-    kv_rows_batch_tiles(tile, NULL, TR, TB, w, r0, r1, xs, xps, batch, y, ldy);
+    static kv_tile_fn *const bf16[TB] = {bf16_tile_1, bf16_tile_2, bf16_tile_3, bf16_tile_4};
+    static kv_tile_fn *const f16[TB] = {f16_tile_1, f16_tile_2, f16_tile_3, f16_tile_4};
+    static kv_tile_fn *const f32[TB] = {f32_tile_1, f32_tile_2, f32_tile_3, f32_tile_4};
+    kv_tile_fn *const *tiles = kv_tiles_of(w, bf16, f16, f32);
+    kv_rows_batch_tiles(tiles[TB - 1], tiles, TR, TB, w, r0, r1, xs, xps, batch, y, ldy);
 }
 
 const kv_isa_kernels kv_kernels_avx512 = {.prepare = kv_avx512_prepare,

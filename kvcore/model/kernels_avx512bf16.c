@@ -65,59 +65,100 @@ static void rows(const kv_weight *w, int r0, int r1, const float *x, const void 
 
 /* ---- the batched GEMV's tiles ----
  *
- * BF16 mode: a tile of DP_TR weight rows x DP_TB activation rows runs
- * dot_row_dp's four accumulator chains one after another (the same
- * vdpbf16ps in the same order per chain, the masked tail in chain 0) and
- * adds them as dot_row_dp does, so each pair gets its bits (see
- * kernels_avx2.c). Each 64-byte load of w or x feeds four vdpbf16ps. A
- * partial tile repeats its last row (computed, not stored). */
-#define DP_TR 4
+ * BF16 mode, as the F32 tiles of kernels_avx512.c: a tile of DP_TR weight
+ * rows x tb activation rows runs each of dot_row_dp's four accumulator
+ * chains as its own stream over the columns (the same vdpbf16ps in the
+ * same order per chain, the masked tail in chain 0), for every pair of the
+ * tile at once, and adds the chains as dot_row_dp does, so each pair gets
+ * its bits. A stream holds 24 accumulators, 4 activation vectors and a
+ * weight vector. 6 weight rows (not 4) read each activation vector from L2
+ * for half as many vdpbf16ps again; narrow tiles (6 x 1 .. 6 x 3) end a
+ * batch without computing a row twice. */
+#define DP_TR 6
 #define DP_TB 4
 
-/* kv_tile_fn: xp[b] is x[b] packed to BF16. */
-static void dp_tile(const kv_weight *wm, const int *r, const float *const *xf,
-                    const void *const *xp, float *y)
+/* Columns per block of a tile's streams (6 weight and 4 activation rows of
+ * 2,048 BF16 columns are 40 KB, in L1 between the streams); longer rows go
+ * block by block, each chain picking up its sums where it left them. */
+#define DP_TILE_COLS 2048
+
+/* Goes on with chain acc of every pair of a tr x tb tile, acc[i * tb + b]
+ * for weight row w[i] and activation row x[b], over the blocks of 32 at c =
+ * from, from + step, ... < to; masked: the last block may be partial (the
+ * row ends at cols). */
+INLINE void dp_stream(int tr, int tb, const uint16_t *const *w, const uint16_t *const *x,
+                      size_t from, size_t to, size_t step, size_t cols, bool masked, bool first,
+                      __m512 *acc)
 {
-    (void)xf;
-    size_t cols = (size_t)wm->cols;
-    const uint16_t *w[DP_TR], *x[DP_TB];
-    for (int i = 0; i < DP_TR; i++)
-        w[i] = (const uint16_t *)wm->data + (size_t)r[i] * cols;
-    for (int b = 0; b < DP_TB; b++)
-        x[b] = xp[b];
-    __m512 ch[4][DP_TR][DP_TB];
-    size_t c128 = cols / 128 * 128;
-#define DP_TILE_STEP(at, n)                                                                        \
-    do {                                                                                           \
-        __m512bh wv[DP_TR];                                                                        \
-        for (int i = 0; i < DP_TR; i++)                                                            \
-            wv[i] = load32(w[i] + (at), (n));                                                      \
-        for (int b = 0; b < DP_TB; b++) {                                                          \
-            __m512bh xv = load32(x[b] + (at), (n));                                                \
-            for (int i = 0; i < DP_TR; i++)                                                        \
-                a[i][b] = _mm512_dpbf16_ps(a[i][b], wv[i], xv);                                    \
-        }                                                                                          \
-    } while (0)
-    for (int k = 0; k < 4; k++) {
-        __m512 a[DP_TR][DP_TB];
-        for (int i = 0; i < DP_TR; i++)
-            for (int b = 0; b < DP_TB; b++)
-                a[i][b] = _mm512_setzero_ps();
-        for (size_t c = 32 * (size_t)k; c < c128; c += 128)
-            DP_TILE_STEP(c, 32);
-        if (k == 0) /* chain 0 goes on over the rest, 32 at a time */
-            for (size_t c = c128; c < cols; c += 32)
-                DP_TILE_STEP(c, cols - c);
-        for (int i = 0; i < DP_TR; i++)
-            for (int b = 0; b < DP_TB; b++)
-                ch[k][i][b] = a[i][b];
+    __m512 a[DP_TR * DP_TB]; /* in registers for the loop; the copies
+                              * unrolled, or they become memcpy calls */
+#pragma GCC unroll 24
+    for (int j = 0; j < tr * tb; j++)
+        a[j] = first ? _mm512_setzero_ps() : acc[j];
+    for (size_t c = from; c < to; c += step) {
+        size_t n = masked ? cols - c : 32;
+        __m512bh xv[DP_TB];
+        for (int b = 0; b < tb; b++)
+            xv[b] = load32(x[b] + c, n);
+        for (int i = 0; i < tr; i++) {
+            __m512bh wv = load32(w[i] + c, n);
+            for (int b = 0; b < tb; b++)
+                a[i * tb + b] = _mm512_dpbf16_ps(a[i * tb + b], wv, xv[b]);
+        }
     }
-#undef DP_TILE_STEP
-    for (int i = 0; i < DP_TR; i++)
-        for (int b = 0; b < DP_TB; b++)
-            y[b * DP_TR + i] = _mm512_reduce_add_ps(_mm512_add_ps(
-                _mm512_add_ps(ch[0][i][b], ch[1][i][b]), _mm512_add_ps(ch[2][i][b], ch[3][i][b])));
+#pragma GCC unroll 24
+    for (int j = 0; j < tr * tb; j++)
+        acc[j] = a[j];
 }
+
+/* dot_row_dp on a tr x tb tile (kv_tile_fn's out[b * tr + i]): xp[b] is
+ * x[b] packed to BF16. */
+INLINE void dp_tile(int tr, int tb, const kv_weight *wm, const int *r, const void *const *xp,
+                    float *out)
+{
+    size_t cols = (size_t)wm->cols, c128 = cols / 128 * 128;
+    const uint16_t *w[DP_TR], *x[DP_TB];
+    for (int i = 0; i < tr; i++)
+        w[i] = (const uint16_t *)wm->data + (size_t)r[i] * cols;
+    for (int b = 0; b < tb; b++)
+        x[b] = xp[b];
+    enum { N = DP_TR * DP_TB };
+    __m512 acc[4][N];
+    /* acc stays in memory (its address escapes): spread over registers, the
+     * four streams' 96 sums were shuffled through the stack between streams */
+    __asm__("" : : "r"(acc) : "memory");
+    size_t c0 = 0;
+    do { /* at least once: the accumulators start at zero there */
+        size_t c1 = c0 + DP_TILE_COLS < c128 ? c0 + DP_TILE_COLS : c128;
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            dp_stream(tr, tb, w, x, c0 + 32 * (size_t)k, c1, 128, cols, false, c0 == 0, acc[k]);
+        c0 = c1;
+    } while (c0 < c128);
+    if (cols > c128) /* chain 0 goes on over the rest, 32 at a time */
+        dp_stream(tr, tb, w, x, c128, cols, 32, cols, true, false, acc[0]);
+    for (int i = 0; i < tr; i++)
+        for (int b = 0; b < tb; b++) {
+            int j = i * tb + b;
+            out[b * tr + i] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0][j], acc[1][j]),
+                                                                 _mm512_add_ps(acc[2][j], acc[3][j])));
+        }
+}
+
+/* The kv_tile_fn of DP_TR x tb for tb = 1..DP_TB. */
+#define DP_TILE(tb)                                                                                \
+    static void dp_tile_##tb(const kv_weight *w, const int *r, const float *const *x,              \
+                             const void *const *xp, float *out)                                    \
+    {                                                                                              \
+        (void)x;                                                                                   \
+        dp_tile(DP_TR, tb, w, r, xp, out);                                                         \
+    }
+DP_TILE(1)
+DP_TILE(2)
+DP_TILE(3)
+DP_TILE(4)
+#undef DP_TILE
+_Static_assert(DP_TB == 4, "one DP_TILE(tb) above for each tb up to DP_TB");
 
 static void rows_batch(const kv_weight *w, int r0, int r1, const float *xs, const void *xps,
                        int batch, kv_compute mode, float *y, size_t ldy)
@@ -127,7 +168,8 @@ static void rows_batch(const kv_weight *w, int r0, int r1, const float *xs, cons
                              KV_COMPUTE_F32, y, ldy);
         return;
     }
-    kv_rows_batch_tiles(dp_tile, NULL, DP_TR, DP_TB, w, r0, r1, xs, xps, batch, y, ldy);
+    static kv_tile_fn *const tiles[DP_TB] = {dp_tile_1, dp_tile_2, dp_tile_3, dp_tile_4};
+    kv_rows_batch_tiles(tiles[DP_TB - 1], tiles, DP_TR, DP_TB, w, r0, r1, xs, xps, batch, y, ldy);
 }
 
 /* Rows of x per block: a block of packed x (64 rows of 1,024 columns is

@@ -104,6 +104,27 @@ static inline void kv_rows_batch_tiles(kv_tile_fn *tile, kv_tile_fn *const *narr
     }
 }
 
+/* In a level's file: the kv_tile_fn of each dtype for tiles of tr x tb,
+ * bf16_tile_<tb>, f16_tile_<tb> and f32_tile_<tb>, each calling that file's
+ * tile(tr, tb, dtype, w, r, x, xp, out) (inlined, under its target flags). */
+#define KV_TILE_FN(name, dt, tr, tb)                                                               \
+    static void name##_##tb(const kv_weight *w, const int *r, const float *const *x,               \
+                            const void *const *xp, float *out)                                     \
+    {                                                                                              \
+        tile(tr, tb, dt, w, r, x, xp, out);                                                        \
+    }
+#define KV_TILE_FNS(tr, tb)                                                                        \
+    KV_TILE_FN(bf16_tile, KV_DTYPE_BF16, tr, tb)                                                   \
+    KV_TILE_FN(f16_tile, KV_DTYPE_F16, tr, tb)                                                     \
+    KV_TILE_FN(f32_tile, KV_DTYPE_F32, tr, tb)
+
+/* Of a level's three tables of tiles (tile i: tb = i + 1), w's dtype's. */
+static inline kv_tile_fn *const *kv_tiles_of(const kv_weight *w, kv_tile_fn *const *bf16,
+                                             kv_tile_fn *const *f16, kv_tile_fn *const *f32)
+{
+    return w->dtype == KV_DTYPE_BF16 ? bf16 : w->dtype == KV_DTYPE_F16 ? f16 : f32;
+}
+
 /* The portable dot product of row r of w with x (tails and fallbacks). */
 float kv_dot_row_scalar(const kv_weight *w, int r, const float *x);
 

@@ -126,7 +126,7 @@ static void check_level(kv_isa isa)
     kv_error err;
     kv_pool *p = kv_pool_new(2, &err);
     cr_assert_not_null(p, "%s", err.msg);
-    static const int colss[] = {1, 7, 16, 31, 33, 64, 100, 129, 256, 1000};
+    static const int colss[] = {1, 7, 16, 31, 33, 64, 100, 129, 256, 1000, 2209};
     for (size_t c = 0; c < sizeof colss / sizeof colss[0]; c++)
         for (int n = 1; n <= 9; n += 4) {
             check_product(p, KV_DTYPE_F32, KV_COMPUTE_F32, 37, colss[c], n);
@@ -225,21 +225,24 @@ static void check_batch(kv_pool *p, kv_dtype dt, kv_compute mode, int rows, int 
 }
 
 /* Batched GEMVs at level isa: every dtype and mode, column counts that leave
- * every tail, batch sizes that leave partial tiles of input rows (for the
- * AVX2 tiles of three rows: narrower tiles of one and of two rows, and two
- * of two for the last four), and row counts (37 and 19, 38 and 20, and 301
- * split into tasks) that leave partial tiles of one and two weight rows. */
+ * every tail and rows longer than a tile's block of columns (1,024 F32 /
+ * 2,048 BF16-mode columns: the sums carried from block to block), batch
+ * sizes that leave partial tiles of input rows (for the AVX2 tiles of three
+ * rows: narrower tiles of one and of two rows, and two of two for the last
+ * four; the AVX-512 ones of four: narrow tiles of one to three), and row
+ * counts (37 to 41 and 19 to 21, and 301 split into tasks) that leave
+ * partial tiles of every size up to five weight rows. */
 static void check_batch_level(kv_isa isa)
 {
     (void)isa; /* set by tu_each_level */
     kv_error err;
     kv_pool *p = kv_pool_new(2, &err);
     cr_assert_not_null(p, "%s", err.msg);
-    static const int colss[] = {1, 7, 16, 31, 33, 64, 100, 129, 256, 1000};
+    static const int colss[] = {1, 7, 16, 31, 33, 64, 100, 129, 256, 1000, 2209};
     static const int batches[] = {2, 3, 4, 5, 7, 8, 9, 16, 17, 32};
     for (size_t c = 0; c < sizeof colss / sizeof colss[0]; c++)
         for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++) {
-            int rows = colss[c] == 1000 && batches[b] == 17 ? 301 : 37 + (int)(b % 2);
+            int rows = colss[c] == 1000 && batches[b] == 17 ? 301 : 37 + (int)(b % 5);
             check_batch(p, KV_DTYPE_F32, KV_COMPUTE_F32, rows, colss[c], batches[b]);
             check_batch(p, KV_DTYPE_F16, KV_COMPUTE_F32, rows, colss[c], batches[b]);
             check_batch(p, KV_DTYPE_BF16, KV_COMPUTE_F32, rows, colss[c], batches[b]);
