@@ -649,7 +649,9 @@ static int fwd_alloc(const kv_model *m, int max_keys, int n, int chunk, fwd *f, 
         /* GEMV-sized chunks run the output projection and MLP as one job
          * (output_and_mlp_gemv), their inputs prepared in this buffer. */
         size_t widest = max_size(max_size((size_t)cfg->hidden, qd), (size_t)cfg->ffn);
-        ok = (f->xprep = malloc(C * widest * sizeof(float))) != NULL;
+        /* aligned as kv_gemv_batch's own (kernels.c: a 512-bit load across
+         * two cache lines costs two) */
+        ok = (f->xprep = aligned_alloc(64, (C * widest * sizeof(float) + 63) / 64 * 64)) != NULL;
     }
     if (ok && f->batched) {
         size_t kvd = (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim;
