@@ -67,6 +67,8 @@ typedef struct sweep {
     kv_attn_stats_request prefill_req;
     kv_attn_stats_request step_req[MAX_CONFIGS];
     kv_cache *base;
+    kv_fork_base fork; /* base at the configs' precision, made once per decode_rows (as a run's
+                          sample) */
     kv_attn_stats *stats;
     float *logits;
     kb_machine_limit lim; /* measured before the repeats */
@@ -90,7 +92,10 @@ static int fork_row(sweep *s, int row, kv_cache **c, kv_generate_opts *g, kv_err
     g->on_step = on_step;
     g->stats_req = s->step_req[row - 1];
     g->user = ev;
-    return kv_evictor_fork(ev, s->base, &s->prefill_req, s->stats, c, NULL, NULL, err);
+    kv_cache_quant q = kv_evictor_cache_quant(ev);
+    s->fork.prompt = s->base;
+    const kv_cache *b = kv_fork_base_at(&s->fork, &q, err);
+    return b ? kv_evictor_fork(ev, b, &s->prefill_req, s->stats, c, NULL, NULL, err) : -1;
 }
 
 /* What a mode's decode had to do, for its roofline (machine_limit_s). */
@@ -155,6 +160,7 @@ static double decode_rows(sweep *s, int n, bool batched, int32_t *ids, work *w, 
             caches[r] = NULL;
         }
     }
+    kv_fork_base_release(&s->fork); /* a run frees it before decoding too */
     if (rc == 0 && batched)
         rc = kv_generate_batch(s->m, n, caches, lasts, opts, outs, NULL, err);
     double t = kv_clock_s() - t0;

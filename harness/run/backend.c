@@ -30,6 +30,7 @@ typedef struct engine {
  * ids wait for decode_batch. */
 typedef struct prefill_state {
     kv_cache *base;
+    kv_fork_base fork; /* base at the configs' other precisions, for their forks */
     kv_attn_stats *stats; /* [n_layers] of the prompt's (split: the context's) forward */
     kv_attn_stats_request req;
     float *logits; /* [vocab] of the last prompt position (split: after the question) */
@@ -62,6 +63,7 @@ static void prefill_free(void *ctx, void *state)
     prefill_state *st = state;
     if (!st)
         return;
+    kv_fork_base_release(&st->fork);
     kv_cache_free(st->base);
     kv_model_stats_free(st->stats, kv_model_get_config(e->model)->n_layers);
     free(st->logits);
@@ -197,6 +199,14 @@ static kv_evictor *evictor_for(engine *e, size_t config, int n, kv_error *err)
     return e->ev[config] = fresh;
 }
 
+/* The prefilled cache at precision q, for a fork (kv_fork_base_at): the
+ * configs that store alike share one conversion of it. */
+static const kv_cache *fork_base(prefill_state *st, const kv_cache_quant *q, kv_error *err)
+{
+    st->fork.prompt = st->base;
+    return kv_fork_base_at(&st->fork, q, err);
+}
+
 /* Row r of a config: an eviction config compresses the prefilled cache into
  * its own; the full cache (after them) takes the prefilled cache over, so
  * no second copy of the prompt's keys and values is ever held. */
@@ -210,11 +220,12 @@ static int row_start(engine *e, prefill_state *st, size_t config, decode_row *r,
         .stop_ids = st->stop,
         .n_stop_ids = st->n_stop,
     };
-    if (!ev && !takes_base(e, config)) /* every token, stored at another precision */
-        return (r->c = kv_cache_fork_at(st->base, &e->quant[config],
-                                        st->n_prompt + st->max_new + 1, err))
+    if (!ev && !takes_base(e, config)) { /* every token, stored at another precision */
+        const kv_cache *b = fork_base(st, &e->quant[config], err);
+        return b && (r->c = kv_cache_fork(b, st->n_prompt + st->max_new + 1, err))
                    ? 0
                    : kv_fail_prefix(err, cfg->name);
+    }
     if (!ev) {
         if (!st->base)
             return kv_fail(err, "%s: a second full-cache config", cfg->name);
@@ -225,7 +236,9 @@ static int row_start(engine *e, prefill_state *st, size_t config, decode_row *r,
     if (!(ev = evictor_for(e, config, st->n_prompt, err)))
         return -1;
     r->hook.ev = ev;
-    if (kv_evictor_fork(ev, st->base, &st->req, st->stats, &r->c, NULL, NULL, err) < 0)
+    kv_cache_quant q = kv_evictor_cache_quant(ev);
+    const kv_cache *b = fork_base(st, &q, err);
+    if (!b || kv_evictor_fork(ev, b, &st->req, st->stats, &r->c, NULL, NULL, err) < 0)
         return kv_fail_prefix(err, cfg->name);
     kv_evictor_generation_request(ev, &r->hook.req);
     r->o.on_step = on_step;
@@ -251,7 +264,9 @@ static int agnostic_start(engine *e, prefill_state *st, size_t config, decode_ro
     kv_evictor *ev = evictor_for(e, config, st->n_context, err);
     if (!ev)
         return -1;
-    if (kv_evictor_fork(ev, st->base, &st->req, st->stats, &r->c, NULL, NULL, err) < 0)
+    kv_cache_quant q = kv_evictor_cache_quant(ev);
+    const kv_cache *b = fork_base(st, &q, err);
+    if (!b || kv_evictor_fork(ev, b, &st->req, st->stats, &r->c, NULL, NULL, err) < 0)
         return kv_fail_prefix(err, e->m->configs[config].name);
     return 0;
 }
@@ -333,6 +348,7 @@ static int decode_batch(void *ctx, void *state, const size_t *configs, size_t n,
         outs[i].kept_tokens = outs[i].kept_context_tokens = rc == 0 ? kv_cache_mean_kept(rows[i].c) : 0;
         n_agn++;
     }
+    kv_fork_base_release(&st->fork); /* of the context: the question comes next */
     if (rc == 0 && st->split && n_agn < n) {
         rc = question_on_base(e, st, configs, n, err);
         counts->question_prefills++;
@@ -347,6 +363,7 @@ static int decode_batch(void *ctx, void *state, const size_t *configs, size_t n,
                 outs[i].kept_context_tokens = kv_cache_mean_kept_before(rows[i].c, st->n_context);
             }
         }
+    kv_fork_base_release(&st->fork);
     kv_cache_free(st->base);
     st->base = NULL;
     kv_model_stats_free(st->stats, kv_model_get_config(e->model)->n_layers);

@@ -401,7 +401,10 @@ static void record_refined(kv_evictor *ev, const kv_cache *cache, int layer, int
 
 kv_cache_quant kv_evictor_cache_quant(const kv_evictor *ev)
 {
-    return kv_evict_params_cache_quant(&ev->p);
+    kv_cache_quant q = kv_evict_params_cache_quant(&ev->p);
+    kv_error ignored; /* kv_evictor_new checked it */
+    kv_cache_quant_check(&q, ev->model.head_dim, &ignored);
+    return q;
 }
 
 long long kv_evictor_vnorm_count(const kv_evictor *ev)

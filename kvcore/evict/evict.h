@@ -294,7 +294,8 @@ int kv_evictor_compress_into(kv_evictor *ev, const kv_cache *src, kv_cache **out
  * computed: the bounds spare the rest (bench_evict reports it). */
 long long kv_evictor_vnorm_count(const kv_evictor *ev);
 
-/* The precision this policy's caches store keys and values at. */
+/* The precision this policy's caches store keys and values at, its group
+ * sizes resolved (kv_cache_quant_check). */
 kv_cache_quant kv_evictor_cache_quant(const kv_evictor *ev);
 
 /* The absolute positions the refiner (KVCrush, CriticalKV) picked for kept
@@ -339,11 +340,32 @@ int kv_evictor_step(kv_evictor *ev, kv_cache *c, const kv_attn_stats_request *re
  * union request req, stats [n_layers]) as step 0 and compresses the shared
  * cache base into a new *out holding only what this policy keeps, stored
  * at the policy's cache precision (kv_cache_precision); base is
- * untouched. Then decode from *out (kv_generate_from) with
+ * untouched. A base already at that precision (kv_fork_base_at) gives its
+ * stored rows as they are; an F32 one is stored first, whole (a copy for
+ * this fork alone). Then decode from *out (kv_generate_from) with
  * kv_evictor_step as the hook. */
 int kv_evictor_fork(kv_evictor *ev, const kv_cache *base, const kv_attn_stats_request *req,
                     const kv_attn_stats *stats, kv_cache **out, kv_evict_trace_fn trace,
                     void *trace_ctx, kv_error *err);
+
+/* A sample's prompt as its forks need it: the F32 prefill and, made on
+ * first use, one copy of it at each other cache precision a config stores
+ * at (kv_cache_fork_at), so that the configs of one precision share one
+ * conversion of the prompt instead of each storing the whole prompt for
+ * itself (a copy per distinct precision, freed with the prefill). */
+#define KV_FORK_PRECISIONS 8
+typedef struct kv_fork_base {
+    const kv_cache *prompt;
+    kv_cache *at[KV_FORK_PRECISIONS];
+    int n;
+} kv_fork_base;
+
+/* The prompt at precision q (resolved): the prefill itself when it stores
+ * alike, else its copy at q, made now if new (past KV_FORK_PRECISIONS
+ * precisions: the prefill, which kv_evictor_fork then converts per fork). */
+const kv_cache *kv_fork_base_at(kv_fork_base *b, const kv_cache_quant *q, kv_error *err);
+/* Frees the copies (not the prompt). */
+void kv_fork_base_release(kv_fork_base *b);
 
 /* RoPE, half-split (HF rotate_half): the frequencies rope_theta^(-2f/D). */
 void kv_evict_rope_freqs(double rope_theta, int head_dim, double *inv_freq);

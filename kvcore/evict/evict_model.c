@@ -82,7 +82,7 @@ int kv_evictor_fork(kv_evictor *ev, const kv_cache *base, const kv_attn_stats_re
         if (kv_evictor_observe(ev, l, req, &stats[l], true, err) != 0)
             return -1;
     kv_cache_quant q = kv_evictor_cache_quant(ev);
-    if (q.precision == base->quant.precision)
+    if (kv_cache_quant_same(&q, &base->quant))
         return kv_evictor_compress_into(ev, base, out, trace, trace_ctx, err);
     /* The prompt's keys and values are stored at the config's precision
      * when its one forward ends: before eviction, which reads them so. */
@@ -95,4 +95,24 @@ int kv_evictor_fork(kv_evictor *ev, const kv_cache *base, const kv_attn_stats_re
     }
     *out = c;
     return 0;
+}
+
+const kv_cache *kv_fork_base_at(kv_fork_base *b, const kv_cache_quant *q, kv_error *err)
+{
+    if (kv_cache_quant_same(q, &b->prompt->quant))
+        return b->prompt;
+    for (int i = 0; i < b->n; i++)
+        if (kv_cache_quant_same(q, &b->at[i]->quant))
+            return b->at[i];
+    if (b->n == KV_FORK_PRECISIONS)
+        return b->prompt;
+    kv_cache *c = kv_cache_fork_at(b->prompt, q, 0, err);
+    return c ? (b->at[b->n++] = c) : NULL;
+}
+
+void kv_fork_base_release(kv_fork_base *b)
+{
+    for (int i = 0; i < b->n; i++)
+        kv_cache_free(b->at[i]);
+    b->n = 0;
 }

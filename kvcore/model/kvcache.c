@@ -6,13 +6,16 @@
 #include <string.h>
 
 #include "model/kernels.h"
+#include "util/mem.h"
 
 static bool quantised(const kv_cache_quant *q)
 {
     return q->precision == KV_PREC_U8 || q->precision == KV_PREC_U4;
 }
 
-/* realloc of *p to `bytes`; 0 frees. */
+/* realloc of *p to `bytes`; 0 frees. A cache's arrays are written whole
+ * soon after (a prefill, a fork, a compression), so they ask for huge
+ * pages (kv_mem_advise_huge): a sweep's forks are most of its fresh memory. */
 static int resize(void *p, size_t bytes, kv_error *err)
 {
     void **at = p;
@@ -24,6 +27,7 @@ static int resize(void *p, size_t bytes, kv_error *err)
     void *q = realloc(*at, bytes);
     if (!q)
         return kv_fail(err, "KV cache: out of memory for %zu bytes", bytes);
+    kv_mem_advise_huge(q, bytes);
     *at = q;
     return 0;
 }
@@ -175,6 +179,21 @@ static void copy_bytes(void *dst, const void *src, size_t n)
         memcpy(dst, src, n);
 }
 
+/* A fork's layer d takes src's length, positions and gaps. */
+static int copy_layout(const kv_cache *c, const kv_cache_layer *src, kv_cache_layer *d,
+                       kv_error *err)
+{
+    d->len = src->len;
+    copy_bytes(d->pos, src->pos, (size_t)src->len * (size_t)c->n_kv_heads * sizeof *src->pos);
+    if (!src->gap)
+        return 0;
+    size_t gap_bytes = 2 * (size_t)c->n_kv_heads * sizeof *src->gap;
+    if (!(d->gap = malloc(gap_bytes)))
+        return kv_fail(err, "KV cache: out of memory");
+    memcpy(d->gap, src->gap, gap_bytes);
+    return 0;
+}
+
 kv_cache *kv_cache_fork(const kv_cache *c, int cap_hint, kv_error *err)
 {
     kv_cache *f = kv_cache_new(c->n_layers, c->n_kv_heads, c->head_dim, 1, err);
@@ -192,7 +211,8 @@ kv_cache *kv_cache_fork(const kv_cache *c, int cap_hint, kv_error *err)
         dst->k_stored = src->k_stored;
         dst->v_stored = src->v_stored;
         if (layer_resize(f, dst, cap > 0 ? cap : 1, err) != 0 ||
-            (kv_cache_stores(c) && full_reserve(f, dst, 1, err) != 0)) {
+            (kv_cache_stores(c) && full_reserve(f, dst, 1, err) != 0) ||
+            copy_layout(c, src, dst, err) != 0) {
             kv_cache_free(f);
             return NULL;
         }
@@ -204,18 +224,8 @@ kv_cache *kv_cache_fork(const kv_cache *c, int cap_hint, kv_error *err)
             copy_bytes(dst->kg, src->kg, key_groups(c, src->k_stored) * sizeof *src->kg);
             copy_bytes(dst->vg, src->vg, value_groups(c, src->v_stored) * sizeof *src->vg);
         }
-        copy_bytes(dst->pos, src->pos, (size_t)src->len * (size_t)c->n_kv_heads * sizeof(int32_t));
         copy_bytes(dst->vlen, src->vlen, (size_t)src->vlen_n * (size_t)c->n_kv_heads * sizeof(float));
         dst->vlen_n = src->vlen_n;
-        if (src->gap) {
-            size_t gap_bytes = 2 * (size_t)c->n_kv_heads * sizeof *src->gap;
-            if (!(dst->gap = malloc(gap_bytes))) {
-                kv_cache_free(f);
-                kv_fail(err, "KV cache: out of memory");
-                return NULL;
-            }
-            memcpy(dst->gap, src->gap, gap_bytes);
-        }
     }
     return f;
 }
@@ -251,6 +261,13 @@ int kv_cache_quant_check(kv_cache_quant *q, int head_dim, kv_error *err)
     return 0;
 }
 
+bool kv_cache_quant_same(const kv_cache_quant *a, const kv_cache_quant *b)
+{
+    return a->precision == b->precision &&
+           (!quantised(a) || (a->key_by_channel == b->key_by_channel &&
+                              a->key_group == b->key_group && a->value_group == b->value_group));
+}
+
 int kv_cache_set_quant(kv_cache *c, const kv_cache_quant *q, kv_error *err)
 {
     kv_cache_quant r = *q;
@@ -273,21 +290,6 @@ int kv_cache_set_quant(kv_cache *c, const kv_cache_quant *q, kv_error *err)
             return -1;
     }
     return 0;
-}
-
-kv_cache *kv_cache_fork_at(const kv_cache *c, const kv_cache_quant *q, int cap_hint,
-                           kv_error *err)
-{
-    kv_cache *f = kv_cache_fork(c, cap_hint, err);
-    if (!f || q->precision == c->quant.precision)
-        return f;
-    if (kv_cache_set_quant(f, q, err) != 0) {
-        kv_cache_free(f);
-        return NULL;
-    }
-    for (int l = 0; l < f->n_layers; l++)
-        kv_cache_commit(f, l);
-    return f;
 }
 
 /* ---- the stored form, value by value ---- */
@@ -426,9 +428,10 @@ double kv_cache_bytes_per_token(const kv_cache_quant *q, int n_layers, int n_kv_
 static void drop_full(const kv_cache *c, kv_cache_layer *l, kv_cache_part part, int n)
 {
     size_t row = (size_t)kv_cache_row(c);
-    float *full = part == KV_KEYS ? l->k : l->v;
     size_t rest = (size_t)(l->len - kv_cache_stored(l, part) - n);
-    memmove(full, full + (size_t)n * row, rest * row * sizeof *full);
+    if (n > 0 && rest > 0) /* else there may be no rows at all (NULL) */
+        memmove(part == KV_KEYS ? l->k : l->v,
+                kv_cache_full_row(c, l, part, kv_cache_stored(l, part) + n), rest * row * sizeof(float));
 }
 
 /* Stores a part's slots from its stored ones up to `to`, by token. */
@@ -442,23 +445,28 @@ static void store_slots(const kv_cache *c, kv_cache_layer *l, kv_cache_part part
     *(part == KV_KEYS ? &l->k_stored : &l->v_stored) = to;
 }
 
-/* Stores the complete blocks of keys by channel from slot l->k_stored on:
- * every channel of a block of key_group slots is one group. */
-static void store_key_blocks(const kv_cache *c, kv_cache_layer *l)
+/* Stores keys by channel of block [s, s + key_group) from x, its rows
+ * ([key_group][row] floats): every channel of the block is one group. */
+static void store_key_block(const kv_cache *c, kv_cache_layer *l, int s, const float *x)
 {
     size_t row = (size_t)kv_cache_row(c);
-    int G = c->quant.key_group, from = l->k_stored, s = from;
+    int G = c->quant.key_group;
     kv_precision p = c->quant.precision;
     uint8_t q[KV_QUANT_GROUP_MAX];
-    for (; s + G <= l->len; s += G) {
-        const float *x = l->k + (size_t)(s - from) * row;
-        for (size_t ch = 0; ch < row; ch++) {
-            *group_of(c, l, KV_KEYS, s, ch) =
-                kv_quant_group(x + ch, (size_t)G, row, kv_precision_bits(p), q);
-            for (int t = 0; t < G; t++)
-                set_code(p, codes_of(c, l, KV_KEYS, s + t), ch, q[t]);
-        }
+    for (size_t ch = 0; ch < row; ch++) {
+        *group_of(c, l, KV_KEYS, s, ch) =
+            kv_quant_group(x + ch, (size_t)G, row, kv_precision_bits(p), q);
+        for (int t = 0; t < G; t++)
+            set_code(p, codes_of(c, l, KV_KEYS, s + t), ch, q[t]);
     }
+}
+
+/* Stores the complete blocks of keys by channel from slot l->k_stored on. */
+static void store_key_blocks(const kv_cache *c, kv_cache_layer *l)
+{
+    int G = c->quant.key_group, from = l->k_stored, s = from;
+    for (; s + G <= l->len; s += G)
+        store_key_block(c, l, s, kv_cache_full_row(c, l, KV_KEYS, s));
     drop_full(c, l, KV_KEYS, s - from);
     l->k_stored = s;
 }
@@ -477,6 +485,68 @@ void kv_cache_commit(kv_cache *c, int layer)
     full_release(c, l);
     if (from < l->len) /* CriticalKV bounds weights by the norms of what is stored */
         kv_cache_measure_values(c, l, from, l->len - from);
+}
+
+/* The fork of an unstored layer src into d at d's precision: each slot's
+ * keys and values are stored as they are read from src's rows (no F32
+ * copy first), as kv_cache_commit would store them; keys by channel leave
+ * their incomplete last block at full precision. */
+static int store_layer_from(kv_cache *f, kv_cache_layer *d, const kv_cache *c,
+                            const kv_cache_layer *src, kv_error *err)
+{
+    size_t row = (size_t)kv_cache_row(c);
+    int len = src->len, keys = len;
+    for (int s = 0; s < len; s++)
+        store(f, d, KV_VALUES, s, 0, row, kv_cache_full_row(c, src, KV_VALUES, s));
+    if (f->quant.key_by_channel) {
+        int G = f->quant.key_group;
+        keys = len / G * G;
+        for (int s = 0; s < keys; s += G)
+            store_key_block(f, d, s, kv_cache_full_row(c, src, KV_KEYS, s));
+    } else
+        for (int s = 0; s < len; s++)
+            store(f, d, KV_KEYS, s, 0, row, kv_cache_full_row(c, src, KV_KEYS, s));
+    if (full_resize(f, d, len - keys, 0, err) != 0)
+        return -1;
+    if (keys < len)
+        memcpy(d->k, kv_cache_full_row(c, src, KV_KEYS, keys),
+               (size_t)(len - keys) * row * sizeof(float));
+    d->k_stored = keys;
+    d->v_stored = len;
+    if (len > 0) /* the norms of the values as stored, as a commit measures them */
+        kv_cache_measure_values(f, d, 0, len);
+    return 0;
+}
+
+kv_cache *kv_cache_fork_at(const kv_cache *c, const kv_cache_quant *q, int cap_hint,
+                           kv_error *err)
+{
+    if (q->precision == c->quant.precision)
+        return kv_cache_fork(c, cap_hint, err);
+    for (int i = 0; i < c->n_layers; i++)
+        if (c->layers[i].k_stored > 0 || c->layers[i].v_stored > 0) {
+            kv_fail(err, "KV cache: a cache storing tokens at %s keeps that precision",
+                    kv_precision_name(c->quant.precision));
+            return NULL;
+        }
+    kv_cache *f = kv_cache_new(c->n_layers, c->n_kv_heads, c->head_dim, 1, err);
+    if (!f || kv_cache_set_quant(f, q, err) != 0) {
+        kv_cache_free(f);
+        return NULL;
+    }
+    f->next_pos = c->next_pos;
+    f->token_offset = c->token_offset;
+    for (int i = 0; i < c->n_layers; i++) {
+        const kv_cache_layer *src = &c->layers[i];
+        kv_cache_layer *dst = &f->layers[i];
+        int cap = src->len > cap_hint ? src->len : cap_hint;
+        if (layer_resize(f, dst, cap > 0 ? cap : 1, err) != 0 ||
+            copy_layout(c, src, dst, err) != 0 || store_layer_from(f, dst, c, src, err) != 0) {
+            kv_cache_free(f);
+            return NULL;
+        }
+    }
+    return f;
 }
 
 /* Room for n more slots in every layer, and their full-precision rows when
@@ -658,6 +728,14 @@ typedef struct part_move {
     int *delta;
 } part_move;
 
+/* The destination's full-precision row of slot j (not stored after the
+ * move). */
+static float *dst_full(const part_move *m, int j)
+{
+    return (m->part == KV_KEYS ? m->d->k : m->d->v) +
+           kv_cache_row_offset(m->d_stored, j, kv_cache_row(m->src));
+}
+
 /* Moves set g's heads of slot j (keep[j] = from). */
 static void move_one(part_move *m, int j, int g, int from)
 {
@@ -688,10 +766,8 @@ static void move_one(part_move *m, int j, int g, int from)
     if (from_stored)
         load(src, m->s, m->part, from, at, span, m->buf);
     else
-        x = m->s_full + (size_t)(from - s_stored) * row + at;
-    float *y = to_stored ? m->buf
-                         : (m->part == KV_KEYS ? m->d->k : m->d->v) +
-                               (size_t)(j - m->d_stored) * row + at;
+        x = m->s_full + kv_cache_row_offset(s_stored, from, (int)row) + at;
+    float *y = to_stored ? m->buf : dst_full(m, j) + at;
     if (shift != 0)
         for (int h = 0; h < heads; h++)
             rotate_by(y + (size_t)h * D, x + (size_t)h * D, half, c, c + half);
@@ -714,9 +790,7 @@ static void clear_one(part_move *m, int j, int g)
     if (j < m->d_stored)
         store_zeros(m->dst, m->d, m->part, j, at, span);
     else
-        memset((m->part == KV_KEYS ? m->d->k : m->d->v) +
-                   (size_t)(j - m->d_stored) * (size_t)kv_cache_row(m->src) + at,
-               0, span * sizeof(float));
+        memset(dst_full(m, j) + at, 0, span * sizeof(float));
 }
 
 static int move_part(part_move *m, kv_error *err)

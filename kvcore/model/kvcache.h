@@ -30,6 +30,7 @@
 #ifndef KV_KVCACHE_H
 #define KV_KVCACHE_H
 
+#include <assert.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -120,6 +121,10 @@ kv_cache *kv_cache_fork_at(const kv_cache *c, const kv_cache_quant *q, int cap_h
  * channel: 32 tokens) and checks them against head_dim. */
 int kv_cache_quant_check(kv_cache_quant *q, int head_dim, kv_error *err);
 
+/* Whether two resolved precisions (kv_cache_quant_check) store alike:
+ * the same precision and, for u8/u4, the same groups. */
+bool kv_cache_quant_same(const kv_cache_quant *a, const kv_cache_quant *b);
+
 /* Sets the precision of a cache that stores no slot yet (empty, F32, or
  * its forward not committed: the fork of a prompt's F32 cache for a
  * config at another precision, committed next); checks the group sizes
@@ -166,13 +171,23 @@ static inline int kv_cache_stored(const kv_cache_layer *l, kv_cache_part part)
     return part == KV_KEYS ? l->k_stored : l->v_stored;
 }
 
+/* Where slot `slot`'s row begins, in floats, in full-precision rows that
+ * hold the slots from `stored` on (`floats` a row). Every pointer into F32
+ * rows is formed from it, so none is ever formed for a stored slot (whose
+ * row would lie before the buffer). */
+static inline size_t kv_cache_row_offset(int stored, int slot, int floats)
+{
+    assert(slot >= stored);
+    return (size_t)(slot - stored) * (size_t)floats;
+}
+
 /* The full-precision row of slot `slot` (at or after the part's stored
  * slots): where a forward writes its keys and values. */
 static inline float *kv_cache_full_row(const kv_cache *c, const kv_cache_layer *l,
                                        kv_cache_part part, int slot)
 {
-    size_t at = (size_t)(slot - kv_cache_stored(l, part)) * (size_t)kv_cache_row(c);
-    return (part == KV_KEYS ? l->k : l->v) + at;
+    return (part == KV_KEYS ? l->k : l->v) +
+           kv_cache_row_offset(kv_cache_stored(l, part), slot, kv_cache_row(c));
 }
 
 /* The stored codes of slot `slot` (below the part's stored slots), from KV

@@ -10,6 +10,7 @@
 #include "model/cpu.h"
 #include "model/kernels.h"
 #include "model/safetensors.h"
+#include "util/mem.h"
 
 #define DEFAULT_CHUNK 1024
 
@@ -61,8 +62,10 @@ static void *alloc_blob(loader *ld, size_t bytes)
         return NULL;
     ld->m->blobs = blobs;
     void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (p)
+    if (p) {
+        kv_mem_advise_huge(p, bytes); /* read from the file next: fresh pages */
         blobs[ld->m->n_blobs++] = p;
+    }
     return p;
 }
 

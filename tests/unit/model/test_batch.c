@@ -90,6 +90,8 @@ typedef struct setup {
     float *last;
     int vocab, n_layers;
     const char *precision, *key_quant; /* the caches' (kv_cache_precision); NULL: f32 */
+    bool f32_prompt;   /* the prompt's cache stays F32 (as a run's) whatever the policies' */
+    kv_fork_base fork; /* with f32_prompt: the prompt at the policies' precision */
 } setup;
 
 /* Loads the model in compute mode `mode` and prefills a pseudo-random
@@ -126,7 +128,7 @@ static void setup_open(setup *s, const char *rel, kv_compute mode)
         prompt[i] = (int32_t)((seed >> 8) % (unsigned)s->vocab);
     }
     s->base = kv_model_cache_new(s->m, PROMPT, &err);
-    kv_cache_quant q = kv_evict_params_cache_quant(&s->ps[0]);
+    kv_cache_quant q = s->f32_prompt ? (kv_cache_quant){0} : kv_evict_params_cache_quant(&s->ps[0]);
     cr_assert(s->base && kv_cache_set_quant(s->base, &q, &err) == 0, "%s", err.msg);
     s->stats = kv_model_stats_new(s->m, s->base, PROMPT, &s->shared, &err);
     s->last = malloc((size_t)s->vocab * sizeof *s->last);
@@ -138,6 +140,7 @@ static void setup_open(setup *s, const char *rel, kv_compute mode)
 
 static void setup_close(setup *s)
 {
+    kv_fork_base_release(&s->fork);
     kv_model_stats_free(s->stats, s->n_layers);
     kv_cache_free(s->base);
     free(s->last);
@@ -145,8 +148,10 @@ static void setup_close(setup *s)
     kv_model_free(s->m);
 }
 
-/* Row i's cache forked from the shared prefill under its policy. */
-static kv_cache *row_open(setup *s, int i, row *r)
+/* Row i's cache forked from the shared prefill under its policy; `shared`:
+ * from the prompt stored once for every row at the policy's precision
+ * (kv_fork_base_at), else each fork stores the F32 prompt for itself. */
+static kv_cache *row_open(setup *s, int i, row *r, bool shared)
 {
     kv_error err;
     memset(r, 0, sizeof *r);
@@ -158,7 +163,11 @@ static kv_cache *row_open(setup *s, int i, row *r)
     cr_assert_not_null(r->ev, "%s", err.msg);
     kv_evictor_generation_request(r->ev, &r->req);
     kv_cache *c = NULL;
-    cr_assert_eq(kv_evictor_fork(r->ev, s->base, &s->shared, s->stats, &c, NULL, NULL, &err), 0,
+    kv_cache_quant q = kv_evictor_cache_quant(r->ev);
+    s->fork.prompt = s->base;
+    const kv_cache *base = shared ? kv_fork_base_at(&s->fork, &q, &err) : s->base;
+    cr_assert_not_null(base, "%s", err.msg);
+    cr_assert_eq(kv_evictor_fork(r->ev, base, &s->shared, s->stats, &c, NULL, NULL, &err), 0,
                  "%s", err.msg);
     return c;
 }
@@ -175,7 +184,7 @@ static void row_close(row *r)
 static int decode_alone(setup *s, int i, int max_new, int32_t stop_id, int32_t *ids, row *r)
 {
     kv_error err;
-    kv_cache *c = row_open(s, i, r);
+    kv_cache *c = row_open(s, i, r, false);
     float *logits = malloc((size_t)s->vocab * sizeof *logits);
     memcpy(logits, s->last, (size_t)s->vocab * sizeof *logits);
     int n = 0;
@@ -203,11 +212,12 @@ static int decode_alone(setup *s, int i, int max_new, int32_t stop_id, int32_t *
  * different lengths, and one stops at a stop id, so rows leave the batch at
  * different steps. */
 static void check_model_at(const char *rel, kv_compute mode, const char *precision,
-                           const char *key_quant)
+                           const char *key_quant, bool f32_prompt)
 {
-    setup s = {.precision = precision, .key_quant = key_quant};
+    setup s = {.precision = precision, .key_quant = key_quant, .f32_prompt = f32_prompt};
     setup_open(&s, rel, mode);
-    cr_assert_eq(s.base->quant.precision, precision ? kv_precision_parse(precision) : KV_PREC_F32);
+    cr_assert_eq(s.base->quant.precision,
+                 precision && !f32_prompt ? kv_precision_parse(precision) : KV_PREC_F32);
     int32_t alone[N_ROWS][GEN], stop_of[N_ROWS];
     int n_alone[N_ROWS], max_new[N_ROWS];
     row ra[N_ROWS], rb[N_ROWS];
@@ -228,7 +238,7 @@ static void check_model_at(const char *rel, kv_compute mode, const char *precisi
     const float *lasts[N_ROWS];
     kv_generation outs[N_ROWS];
     for (int i = 0; i < N_ROWS; i++) {
-        caches[i] = row_open(&s, i, &rb[i]);
+        caches[i] = row_open(&s, i, &rb[i], s.f32_prompt);
         opts[i] = (kv_generate_opts){.max_new_tokens = max_new[i],
                                      .ignore_eos = true,
                                      .stop_ids = &stop_of[i],
@@ -269,7 +279,7 @@ static void check_model_at(const char *rel, kv_compute mode, const char *precisi
 
 static void check_model(const char *rel, kv_compute mode)
 {
-    check_model_at(rel, mode, NULL, NULL);
+    check_model_at(rel, mode, NULL, NULL, false);
 }
 
 static void check_level(kv_isa isa)
@@ -295,12 +305,24 @@ static void check_stored(kv_isa isa)
         {"u8", "by_token"}, {"u4", "by_channel"}, {"bf16", "by_token"}};
     for (size_t p = 0; p < sizeof precisions / sizeof *precisions; p++)
         check_model_at("tests/data/models/qwen3-bf16", KV_COMPUTE_F32, precisions[p][0],
-                       precisions[p][1]);
+                       precisions[p][1], false);
 }
 
 Test(batch, every_policy_equals_decoding_alone_on_stored_caches, .timeout = 600)
 {
     tu_each_level(check_stored);
+}
+
+/* A run's prompt is F32 and its configs store at their own precision: the
+ * batched rows fork from the prompt stored once per precision
+ * (kv_fork_base_at), each row alone from the F32 prompt that its fork
+ * stores for itself; tokens and logits must agree. */
+Test(batch, forks_from_one_stored_prompt_equal_forks_that_store_it_each, .timeout = 600)
+{
+    static const char *const precisions[][2] = {{"u8", "by_token"}, {"u4", "by_channel"}};
+    for (size_t p = 0; p < sizeof precisions / sizeof *precisions; p++)
+        check_model_at("tests/data/models/qwen3-bf16", KV_COMPUTE_F32, precisions[p][0],
+                       precisions[p][1], true);
 }
 
 /* The forward itself: a batch over caches of different lengths and
@@ -393,7 +415,7 @@ Test(batch, rows_over_head_gaps_equal_one_token_forwards)
             ada = i;
     cr_assert_geq(ada, 0);
     row r;
-    kv_cache *a = row_open(&s, ada + 1, &r), *b;
+    kv_cache *a = row_open(&s, ada + 1, &r, false), *b;
     kv_error err;
     bool gaps = false;
     for (int l = 0; l < s.n_layers; l++)

@@ -352,6 +352,57 @@ Test(kvcache_quant, a_fork_of_an_f32_prompt_stores_it_as_a_cache_of_its_own_prec
     kv_cache_free(base);
 }
 
+/* kv_cache_fork_at stores each slot as it reads it from the F32 prompt: the
+ * fork holds what a forward at that precision would have stored (codes,
+ * groups, value norms, by-channel keys' residual block at full precision)
+ * and no other full-precision rows. */
+Test(kvcache_quant, a_fork_at_a_precision_stores_the_prompt_as_its_forward_would)
+{
+    srand(19);
+    const kv_cache_quant qs[] = {
+        {.precision = KV_PREC_BF16},
+        {.precision = KV_PREC_U8, .key_group = 4, .value_group = 8},
+        {.precision = KV_PREC_U4},
+        {.precision = KV_PREC_U8, .key_by_channel = true, .key_group = 4},
+    };
+    enum { N = 6 };
+    for (size_t i = 0; i < sizeof qs / sizeof qs[0]; i++) {
+        kv_cache_quant f32 = {0};
+        float k0[N * T_ROW], v0[N * T_ROW], k1[N * T_ROW], v1[N * T_ROW];
+        kv_cache *base = filled(N, &f32, k0, v0);
+        kv_cache_measure_values(base, &base->layers[0], 0, N);
+        kv_cache *direct = filled(N, &qs[i], k1, v1);
+        memcpy(direct->layers[0].k, k0, sizeof k0);
+        memcpy(direct->layers[0].v, v0, sizeof v0);
+        kv_cache_commit(direct, 0);
+        kv_error err;
+        kv_cache *f = kv_cache_fork_at(base, &qs[i], N + 3, &err);
+        cr_assert_not_null(f, "%s", err.msg);
+        const kv_cache_layer *fl = &f->layers[0], *dl = &direct->layers[0];
+        cr_expect(fl->len == N && fl->cap >= N + 3, "precision %zu: length and room", i);
+        cr_expect(fl->k_stored == dl->k_stored && fl->v_stored == dl->v_stored,
+                  "precision %zu: stored %d/%d, a forward stores %d/%d", i, fl->k_stored,
+                  fl->v_stored, dl->k_stored, dl->v_stored);
+        cr_expect_eq(fl->k_rows, N - fl->k_stored, "precision %zu: F32 keys only of the residual", i);
+        cr_expect_eq(fl->v_rows, 0, "precision %zu: no F32 values", i);
+        read_part(direct, KV_KEYS, N, k1);
+        read_part(direct, KV_VALUES, N, v1);
+        expect_rows(f, KV_KEYS, k1, 0, N, "forked keys");
+        expect_rows(f, KV_VALUES, v1, 0, N, "forked values");
+        cr_expect_eq(fl->vlen_n, N);
+        for (int j = 0; j < N * T_HEADS; j++)
+            cr_expect_eq(tu_f32_bits(fl->vlen[j]), tu_f32_bits(dl->vlen[j]),
+                         "precision %zu: value norm %d", i, j);
+        for (int t = 0; t < N; t++)
+            cr_expect_eq(kv_cache_pos(f, 0, t, 1), kv_cache_pos(base, 0, t, 1));
+        cr_expect_null(kv_cache_fork_at(f, &(kv_cache_quant){.precision = KV_PREC_F16}, 0, &err),
+                       "a cache storing tokens keeps its precision");
+        kv_cache_free(f);
+        kv_cache_free(direct);
+        kv_cache_free(base);
+    }
+}
+
 /* Per-head gathers (one set per KV head) move codes and groups as they are:
  * each head's kept rows read back as they were stored. */
 Test(kvcache_quant, per_head_gathers_move_each_heads_codes_unchanged)

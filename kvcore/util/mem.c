@@ -1,0 +1,21 @@
+#include "util/mem.h"
+
+#include <stdint.h>
+#include <sys/mman.h>
+
+#define HUGE_PAGE ((uintptr_t)2 << 20)
+
+bool kv_mem_advise_huge(void *p, size_t bytes)
+{
+#ifdef MADV_HUGEPAGE
+    /* only whole huge pages: the advice applies to page-aligned ranges, and
+     * a partial one at either end would be backed by 4 KiB pages anyway */
+    uintptr_t from = ((uintptr_t)p + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    uintptr_t to = ((uintptr_t)p + bytes) & ~(HUGE_PAGE - 1);
+    return p && to > from && madvise((void *)from, to - from, MADV_HUGEPAGE) == 0;
+#else
+    (void)p;
+    (void)bytes;
+    return false;
+#endif
+}

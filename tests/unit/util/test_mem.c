@@ -1,0 +1,72 @@
+/* kvcore/util/mem.h: the advice covers the whole huge pages inside a block
+ * (the kernel marks their mapping "hg" in /proc/self/smaps) and nothing of
+ * a block too small to hold one. */
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/mem.h"
+
+#define MIB ((uintptr_t)1 << 20)
+
+/* The VmFlags line of the mapping that holds address a, or "" when none. */
+static void vm_flags(uintptr_t a, char *out, size_t n)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    cr_assert_not_null(f, "/proc/self/smaps: Linux only");
+    char line[512];
+    bool inside = false;
+    out[0] = '\0';
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            inside = a >= lo && a < hi;
+        else if (inside && strncmp(line, "VmFlags:", 8) == 0) {
+            snprintf(out, n, "%s", line + 8);
+            break;
+        }
+    }
+    fclose(f);
+}
+
+static bool has_flag(const char *flags, const char *flag)
+{
+    char padded[8];
+    snprintf(padded, sizeof padded, " %s", flag);
+    for (const char *p = strstr(flags, padded); p; p = strstr(p + 1, padded))
+        if (p[3] == ' ' || p[3] == '\n' || p[3] == '\0')
+            return true;
+    return false;
+}
+
+Test(mem, whole_huge_pages_inside_a_block_are_advised)
+{
+    size_t bytes = 9 * MIB; /* holds at least three whole 2 MiB pages, wherever it starts */
+    char *p = malloc(bytes);
+    cr_assert_not_null(p);
+    if (!kv_mem_advise_huge(p, bytes)) {
+        free(p);
+        cr_skip_test("the kernel has no transparent huge pages");
+    }
+    uintptr_t first = ((uintptr_t)p + 2 * MIB - 1) & ~(2 * MIB - 1);
+    char flags[512];
+    vm_flags(first + MIB, flags, sizeof flags);
+    cr_expect(has_flag(flags, "hg"), "a whole huge page inside the block: VmFlags%s", flags);
+    if (first > (uintptr_t)p) { /* the block's part of a huge page before it */
+        vm_flags(first - 1, flags, sizeof flags);
+        cr_expect_not(has_flag(flags, "hg"), "the part before the first whole page: VmFlags%s",
+                      flags);
+    }
+    free(p);
+}
+
+Test(mem, a_block_smaller_than_a_huge_page_is_left_alone)
+{
+    char *p = malloc(MIB);
+    cr_assert_not_null(p);
+    cr_expect_not(kv_mem_advise_huge(p, MIB));
+    cr_expect_not(kv_mem_advise_huge(NULL, 64 * MIB));
+    free(p);
+}
