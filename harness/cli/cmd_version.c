@@ -11,9 +11,10 @@
 #include <pcre2.h>
 
 #include "cli/cli.h"
+#include "cli/version.h"
+#include "model/attn_dnnl.h"
 #include "model/cpu.h"
 #include "model/gemm_dnnl.h"
-#include "cli/version.h"
 
 static const kb_option options[] = {
     {"libraries", NULL, "also list the versions of the libraries kvbench uses"},
@@ -52,6 +53,12 @@ static int run(const kb_args *a)
            kv_dnnl_usable(KV_DTYPE_BF16)
                ? "oneDNN bf16 x bf16 -> f32"
                : "OpenBLAS sgemm on weights widened to F32 (exact for BF16 values)");
+    /* Prefill attention's Q K^T and P V (decode attention is kvbench's own). */
+    printf("prefill attention: f32 mode OpenBLAS sgemm; bf16 mode %s\n",
+           kv_attn_dnnl_usable()
+               ? "oneDNN bf16 x bf16 -> f32 (probabilities rounded to BF16), OpenBLAS sgemm "
+                 "where statistics are collected"
+               : "OpenBLAS sgemm (BF16 values in F32)");
     return KB_EXIT_OK;
 }
 

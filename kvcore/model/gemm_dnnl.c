@@ -10,15 +10,18 @@
 
 #include "model/cpu.h"
 
-/* Shapes kept at once: a prefill of one model has ~10 (seven projections
- * and the last chunk's), attention's tiles a few more; a new shape beyond
- * them replaces the one used longest ago. */
-#define CACHE_SLOTS 64
+/* Shapes kept at once: a prefill of one model has ~10 projections' (and
+ * its last chunk's), attention's tiles up to 64 (attn_dnnl.h: blocks of 4
+ * padded heights, tiles of 8 padded widths, two products); a new shape
+ * beyond them replaces the one used longest ago. */
+#define CACHE_SLOTS 128
 
 typedef struct shape {
     kv_dtype dt;
     int m, n, k, threads;
     size_t lda, ldb, ldy;
+    bool b_kn;
+    float scale; /* 1: none */
 } shape;
 
 typedef struct slot {
@@ -102,7 +105,8 @@ bool kv_dnnl_usable(kv_dtype dt)
 static bool same_shape(const shape *x, const shape *y)
 {
     return x->dt == y->dt && x->m == y->m && x->n == y->n && x->k == y->k &&
-           x->threads == y->threads && x->lda == y->lda && x->ldb == y->ldb && x->ldy == y->ldy;
+           x->threads == y->threads && x->lda == y->lda && x->ldb == y->ldb && x->ldy == y->ldy &&
+           x->b_kn == y->b_kn && x->scale == y->scale;
 }
 
 static dnnl_data_type_t dnnl_type(kv_dtype dt)
@@ -118,15 +122,21 @@ static bool create(slot *sl, const shape *s, char *impl, size_t impl_size)
     dnnl_dims_t da = {s->m, s->k}, db = {s->k, s->n}, dy = {s->m, s->n};
     dnnl_dims_t sa = {(dnnl_dim_t)s->lda, 1}, sy = {(dnnl_dim_t)s->ldy, 1};
     dnnl_dims_t sb = {1, (dnnl_dim_t)s->ldb}; /* B^T of an [n][k] matrix */
+    if (s->b_kn) {
+        sb[0] = (dnnl_dim_t)s->ldb;
+        sb[1] = 1;
+    }
     dnnl_matmul_desc_t md;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t pd = NULL;
-    bool ok = dnnl_memory_desc_init_by_strides(&sl->a, 2, da, dnnl_type(s->dt), sa) == 0 &&
-              dnnl_memory_desc_init_by_strides(&sl->b, 2, db, dnnl_type(s->dt), sb) == 0 &&
-              dnnl_memory_desc_init_by_strides(&sl->y, 2, dy, dnnl_f32, sy) == 0 &&
-              dnnl_matmul_desc_init(&md, &sl->a, &sl->b, NULL, &sl->y) == 0 &&
-              dnnl_primitive_attr_create(&attr) == 0 &&
-              dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == 0;
+    bool ok =
+        dnnl_memory_desc_init_by_strides(&sl->a, 2, da, dnnl_type(s->dt), sa) == 0 &&
+        dnnl_memory_desc_init_by_strides(&sl->b, 2, db, dnnl_type(s->dt), sb) == 0 &&
+        dnnl_memory_desc_init_by_strides(&sl->y, 2, dy, dnnl_f32, sy) == 0 &&
+        dnnl_matmul_desc_init(&md, &sl->a, &sl->b, NULL, &sl->y) == 0 &&
+        dnnl_primitive_attr_create(&attr) == 0 &&
+        dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == 0 &&
+        (s->scale == 1.0f || dnnl_primitive_attr_set_output_scales(attr, 1, 0, &s->scale) == 0);
     omp_set_num_threads(s->threads);
     ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, lib.engine, NULL) == 0;
     const char *name = NULL;
@@ -205,7 +215,9 @@ bool kv_dnnl_matmul(int threads, const kv_dnnl_product *p)
                .threads = threads > 0 ? threads : 1,
                .lda = p->lda,
                .ldb = p->ldb,
-               .ldy = p->ldy};
+               .ldy = p->ldy,
+               .b_kn = p->b_kn,
+               .scale = p->scale != 0.0f ? p->scale : 1.0f};
     pthread_mutex_lock(&lib.mu);
     slot *sl = start() ? claim(&s) : NULL;
     pthread_mutex_unlock(&lib.mu);
@@ -219,19 +231,17 @@ bool kv_dnnl_matmul(int threads, const kv_dnnl_product *p)
     return ok;
 }
 
-/* The implementation oneDNN picks for a 512 x 1024 x 1024 product of dt. */
-static const char *impl_of(kv_dtype dt, char *buf, size_t size)
+/* The implementation oneDNN picks for product s. */
+static const char *impl_of(const shape *s, char *buf, size_t size)
 {
-    if (!kv_dnnl_usable(dt))
-        return dt == KV_DTYPE_F32 ? "not used, OpenBLAS measured faster"
-                                  : "not used below the avx512bf16 level";
-    shape s = {.dt = dt, .m = 512, .n = 1024, .k = 1024, .threads = 1, .lda = 1024,
-               .ldb = 1024, .ldy = 1024};
+    if (!kv_dnnl_usable(s->dt))
+        return s->dt == KV_DTYPE_F32 ? "not used, OpenBLAS measured faster"
+                                     : "not used below the avx512bf16 level";
     slot sl = {0};
     pthread_mutex_lock(&lib.mu);
     if (!start())
         snprintf(buf, size, "no CPU engine");
-    else if (!create(&sl, &s, buf, size))
+    else if (!create(&sl, s, buf, size))
         snprintf(buf + strlen(buf), size - strlen(buf), ", not used");
     if (sl.prim)
         dnnl_primitive_destroy(sl.prim);
@@ -242,7 +252,34 @@ static const char *impl_of(kv_dtype dt, char *buf, size_t size)
 void kv_dnnl_describe(char *buf, size_t size)
 {
     const dnnl_version_t *v = dnnl_version();
-    char f32[96], bf16[96];
-    snprintf(buf, size, "oneDNN %d.%d.%d (f32: %s; bf16: %s)", v->major, v->minor, v->patch,
-             impl_of(KV_DTYPE_F32, f32, sizeof f32), impl_of(KV_DTYPE_BF16, bf16, sizeof bf16));
+    /* prefill's shapes: 512 rows by a block of 256 output columns of a
+     * 1024-wide projection (kv_matmul), a 128 x 512 tile of attention's
+     * scores over 128 channels (attn_dnnl.c) */
+    shape proj = {.dt = KV_DTYPE_F32,
+                  .m = 512,
+                  .n = 256,
+                  .k = 1024,
+                  .threads = 1,
+                  .lda = 1024,
+                  .ldb = 1024,
+                  .ldy = 1024,
+                  .scale = 1.0f};
+    shape tile = {.dt = KV_DTYPE_BF16,
+                  .m = 128,
+                  .n = 512,
+                  .k = 128,
+                  .threads = 1,
+                  .lda = 128,
+                  .ldb = 128,
+                  .ldy = 512,
+                  .scale = 1.0f};
+    shape proj16 = proj;
+    proj16.dt = KV_DTYPE_BF16;
+    char f32[96], bf16[96], att[96];
+    impl_of(&tile, att, sizeof att);
+    snprintf(buf, size, "oneDNN %d.%d.%d (f32: %s; bf16: %s", v->major, v->minor, v->patch,
+             impl_of(&proj, f32, sizeof f32), impl_of(&proj16, bf16, sizeof bf16));
+    if (kv_dnnl_usable(KV_DTYPE_BF16))
+        snprintf(buf + strlen(buf), size - strlen(buf), " projections, %s attention", att);
+    snprintf(buf + strlen(buf), size - strlen(buf), ")");
 }

@@ -27,9 +27,17 @@
 
 #include "model/safetensors.h"
 
-/* One product y = A B^T: A is [m][k] with rows lda elements apart, B is
- * [n][k] with rows ldb apart (a weight matrix as kvbench stores it), y is
- * [m][n] F32 with rows ldy apart. A and B are of dtype dt. */
+/* One product y = scale A B^T: A is [m][k] with rows lda elements apart,
+ * B is [n][k] with rows ldb apart (a weight matrix as kvbench stores it,
+ * or attention's keys), y is [m][n] F32 with rows ldy apart. A and B are of
+ * dtype dt. b_kn: B is [k][n] instead (attention's values), y = scale A B.
+ * scale 0 stands for 1, so that a product that names none is unscaled.
+ *
+ * oneDNN 2.6 runs its brgemm kernels only on dense operands (lda = k, ldb =
+ * k, or n with b_kn, ldy = n); other strides run its gemm:jit kernels. On
+ * the projections' shapes both are fast (512 rows by Qwen3-0.6B's seven
+ * matrices in blocks of 256 output columns on 2 threads, quiet machine:
+ * 717 GFLOP/s into the strided y, 726 through a dense block copied out). */
 typedef struct kv_dnnl_product {
     kv_dtype dt;
     int m, n, k;
@@ -37,6 +45,8 @@ typedef struct kv_dnnl_product {
     size_t lda, ldb;
     float *y;
     size_t ldy;
+    bool b_kn;
+    float scale;
 } kv_dnnl_product;
 
 /* Runs the product on `threads` OpenMP threads (1 from the pool's

@@ -151,6 +151,19 @@ bool kv_matmul_widens(const kv_weight *w, kv_compute mode);
 void kv_matmul(kv_pool *p, const kv_weight *w, const float *x, int n, kv_compute mode, float *y,
                float *scratch);
 
+/* Whether kv_matmul in this mode multiplies w as BF16 by BF16 inputs
+ * (bf16 mode at a level with a BF16 GEMM: oneDNN's or the level's own),
+ * so that a caller may hand it inputs already packed (kv_matmul_bf16). */
+bool kv_matmul_takes_bf16(const kv_weight *w, kv_compute mode);
+
+/* ys[i][r][c] = ws[i][c] . x16[r] for `rows` input rows packed to BF16
+ * (kv_pack_bf16, [rows][cols]) and n <= 8 BF16 weights of `cols` columns,
+ * as one parallel job: kv_matmul's product, for a caller that packs its
+ * inputs while computing them (a prefill's row steps) instead of in a
+ * pass of their own. Only where kv_matmul_takes_bf16. */
+void kv_matmul_bf16(kv_pool *p, int n, const kv_weight *const *ws, const uint16_t *x16, int rows,
+                    float *const *ys);
+
 /* out = x / rms(x) * w over n floats (out may alias x). */
 void kv_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/attn_dnnl.h"
 #include "model/attn_stored.h"
 #include "model/cpu.h"
 #include "model/kernels.h"
@@ -61,11 +62,12 @@ static void *alloc_blob(loader *ld, size_t bytes)
     if (!blobs)
         return NULL;
     ld->m->blobs = blobs;
-    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (p) {
-        kv_mem_advise_huge(p, bytes); /* read from the file next: fresh pages */
+    /* 2 MiB-aligned on huge pages (util/mem.h): read from the file next,
+     * every page fresh, and decode streams the weights through fewer TLB
+     * entries */
+    void *p = kv_mem_alloc_huge(bytes);
+    if (p)
         blobs[ld->m->n_blobs++] = p;
-    }
     return p;
 }
 
@@ -279,7 +281,7 @@ static int round_matrix(kv_model *m, kv_weight *w, kv_error *err)
         return 0;
     size_t n = (size_t)w->rows * (size_t)w->cols,
            old_bytes = n * (w->dtype == KV_DTYPE_F32 ? 4 : 2);
-    uint16_t *dst = aligned_alloc(64, (n * sizeof *dst + 63) / 64 * 64);
+    uint16_t *dst = kv_mem_alloc_huge(n * sizeof *dst);
     float *row = malloc((size_t)w->cols * sizeof *row);
     if (!dst || !row) {
         free(dst);
@@ -582,6 +584,11 @@ typedef struct fwd {
      * ([2][max_keys][n_kv_heads * head_dim]: keys, then values). */
     bool stored;
     float *dense;
+    kv_attn_dnnl *attn_dnnl; /* bf16 mode's prefill attention through oneDNN, or NULL */
+    /* Prefill in bf16 mode at a level with a BF16 GEMM: each product's
+     * input rows packed to BF16 ([chunk][widest input]) by the row step
+     * that computes them, or NULL (inputs rounded in place). */
+    uint16_t *x16;
 } fwd;
 
 static void fwd_free(fwd *f)
@@ -602,6 +609,8 @@ static void fwd_free(fwd *f)
     free(f->qpre);
     free(f->xprep);
     free(f->dense);
+    kv_attn_dnnl_free(f->attn_dnnl);
+    free(f->x16);
 }
 
 static size_t max_size(size_t a, size_t b)
@@ -641,14 +650,16 @@ static int fwd_alloc(const kv_model *m, int max_keys, int n, int chunk, fwd *f, 
     size_t rows = max_size(block * threads, (size_t)cfg->n_heads);
     if (f->batched) /* each worker may run a whole row's attention */
         rows = max_size(rows, threads * (size_t)cfg->n_heads);
-    f->x = malloc((size_t)n * (size_t)cfg->hidden * sizeof(float));
-    f->h = malloc(C * (size_t)cfg->hidden * sizeof(float));
-    f->tmp = malloc(C * (size_t)cfg->hidden * sizeof(float));
-    f->q = malloc(C * qd * sizeof(float));
-    f->att = malloc(C * qd * sizeof(float));
-    f->g = malloc(C * (size_t)cfg->ffn * sizeof(float));
-    f->u = malloc(C * (size_t)cfg->ffn * sizeof(float));
-    f->scores = malloc(rows * (size_t)f->max_keys * sizeof(float));
+    /* on huge pages where large (util/mem.h): a prefill touches these
+     * fresh each call */
+    f->x = kv_mem_alloc_huge((size_t)n * (size_t)cfg->hidden * sizeof(float));
+    f->h = kv_mem_alloc_huge(C * (size_t)cfg->hidden * sizeof(float));
+    f->tmp = kv_mem_alloc_huge(C * (size_t)cfg->hidden * sizeof(float));
+    f->q = kv_mem_alloc_huge(C * qd * sizeof(float));
+    f->att = kv_mem_alloc_huge(C * qd * sizeof(float));
+    f->g = kv_mem_alloc_huge(C * (size_t)cfg->ffn * sizeof(float));
+    f->u = kv_mem_alloc_huge(C * (size_t)cfg->ffn * sizeof(float));
+    f->scores = kv_mem_alloc_huge(rows * (size_t)f->max_keys * sizeof(float));
     bool ok = f->x && f->h && f->tmp && f->q && f->att && f->g && f->u && f->scores;
     /* Any chunk can end in a remainder of at most KV_GEMV_MAX_ROWS rows
      * (a 1,026-token prompt in 1,024-row chunks ends with 2), and those
@@ -675,7 +686,16 @@ static int fwd_alloc(const kv_model *m, int max_keys, int n, int chunk, fwd *f, 
     }
     if (ok && f->stored && chunk > KV_GEMV_MAX_ROWS) {
         size_t kvd = (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim;
-        ok = (f->dense = malloc(2 * (size_t)f->max_keys * kvd * sizeof(float))) != NULL;
+        ok = (f->dense = kv_mem_alloc_huge(2 * (size_t)f->max_keys * kvd * sizeof(float))) != NULL;
+    }
+    if (ok && !f->batched && chunk > KV_GEMV_MAX_ROWS && f->mode == KV_COMPUTE_BF16 &&
+        kv_attn_dnnl_usable())
+        ok = (f->attn_dnnl = kv_attn_dnnl_new(cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, chunk,
+                                              f->max_keys, (int)threads)) != NULL;
+    if (ok && !f->batched && chunk > KV_GEMV_MAX_ROWS &&
+        kv_matmul_takes_bf16(&m->layers[0].wq, f->mode)) {
+        size_t widest = max_size(max_size((size_t)cfg->hidden, qd), (size_t)cfg->ffn);
+        ok = (f->x16 = kv_mem_alloc_huge(C * widest * sizeof *f->x16)) != NULL;
     }
     if (ok && !f->batched && chunk > KV_GEMV_MAX_ROWS) {
         /* sgemm wants F32: a layer's 16-bit matrices are widened once per
@@ -695,7 +715,7 @@ static int fwd_alloc(const kv_model *m, int max_keys, int n, int chunk, fwd *f, 
         if (wide > 0)
             ok = (f->wide = malloc(wide * sizeof(float))) != NULL;
         if (ok && f->layer_floats > 0)
-            ok = (f->layer_f32 = malloc(f->layer_floats * sizeof(float))) != NULL;
+            ok = (f->layer_f32 = kv_mem_alloc_huge(f->layer_floats * sizeof(float))) != NULL;
     }
     if (!ok) {
         fwd_free(f);
@@ -732,19 +752,35 @@ static void matmul(const fwd *f, const kv_weight *w, float *x, int n, float *y, 
     add_bias(y, bias, n, w->rows);
 }
 
-/* matmul of several weights over the same input; one parallel loop for all
- * of them in decode. */
-static void matmul_many(const fwd *f, int n, const kv_weight *const *ws, float *x, int rows,
-                        float *const *ys, const float *const *bias)
+/* ys[i] = ws[i] x for several weights over the same prepared input (in
+ * bf16 mode: BF16 values, and packed in f->x16 when it is there); one
+ * parallel loop for all of them in decode. */
+static void multiply(const fwd *f, int n, const kv_weight *const *ws, const float *x, int rows,
+                     float *const *ys)
 {
-    round_input(f, x, (size_t)rows * (size_t)ws[0]->cols);
-    if (rows == 1 || f->batched)
+    if (f->x16)
+        kv_matmul_bf16(f->pool, n, ws, f->x16, rows, ys);
+    else if (rows == 1 || f->batched)
         kv_gemv_batch(f->pool, n, ws, x, rows, f->mode, ys);
     else
         for (int i = 0; i < n; i++)
             kv_matmul(f->pool, ws[i], x, rows, f->mode, ys[i], f->wide);
+}
+
+/* matmul of several weights over the same input, biases added. */
+static void matmul_many(const fwd *f, int n, const kv_weight *const *ws, float *x, int rows,
+                        float *const *ys, const float *const *bias)
+{
+    round_input(f, x, (size_t)rows * (size_t)ws[0]->cols);
+    multiply(f, n, ws, x, rows, ys);
     for (int i = 0; i < n; i++)
         add_bias(ys[i], bias[i], rows, ws[i]->rows);
+}
+
+static void add_rows(float *x, const float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] += y[i];
 }
 
 static void rmsnorm_rows(float *out, const float *x, const float *w, int n, int dim, double eps)
@@ -1060,6 +1096,11 @@ static void attention(const kv_model *m, const kv_cache *cache, const kv_cache_l
         j.k = f->dense;
         j.v = f->dense + at;
     }
+    /* oneDNN's flash tiles in bf16 mode; a later chunk of the layer finds
+     * the keys of the earlier ones packed */
+    if (f->attn_dnnl && !st && !cl->gap &&
+        kv_attn_dnnl_run(f->attn_dnnl, p, f->q, j.k, j.v, cn, base, row0 > 0, j.scale, f->att))
+        return;
     /* the flash tiles know no gaps: the rare multi-row forward over a
      * layer with gaps (AdaKV) takes the plain path */
     kv_pool_run(p, c->n_heads, st || cl->gap ? attention_gemm_task : attention_flash_task, &j);
@@ -1085,41 +1126,153 @@ static void rotate_row(const fwd *f, const kv_model *m, const layer *L, float *q
     round_input(f, k, (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim);
 }
 
-/* Projects the chunk's queries, keys and values; keys and values go
- * straight into their cache slots, rotated to their positions; the query
- * moments into st when asked. */
-static void qkv(const kv_model *m, const layer *L, kv_cache *c, kv_cache_layer *cl, fwd *f, int cn,
-                int row0, kv_attn_stats *st)
+/* ----------------------------------------------- prefill's row steps */
+
+/* The steps of a prefill chunk between its products (norms, RoPE, biases,
+ * the activation, residual adds, the next product's input) treat each row
+ * alone: they run on the pool in blocks of rows, each row's operations in
+ * the same order as on one thread, so the same bits. (They ran on the
+ * calling thread while the others waited.) */
+#define ROW_STEP_ROWS 16
+
+typedef struct row_step row_step;
+struct row_step {
+    const kv_model *m;
+    const layer *L;
+    fwd *f;
+    kv_cache *c;
+    kv_cache_layer *cl;
+    float *x; /* the chunk's rows of the residual stream */
+    int cn, row0, base;
+    void (*fn)(const row_step *s, int r0, int r1);
+};
+
+static void row_step_task(void *ctx, int t, int worker)
 {
-    const kv_model_config *cfg = &m->cfg;
-    int hd = cfg->head_dim, base = cl->len;
-    size_t qd = (size_t)cfg->n_heads * (size_t)hd, kvd = (size_t)cfg->n_kv_heads * (size_t)hd;
-    float *k = kv_cache_full_row(c, cl, KV_KEYS, base), *v = kv_cache_full_row(c, cl, KV_VALUES, base);
-    const kv_weight *ws[] = {&L->wq, &L->wk, &L->wv};
-    float *ys[] = {f->q, k, v};
-    const float *bs[] = {L->bq, L->bk, L->bv};
-    matmul_many(f, 3, ws, f->h, cn, ys, bs);
-    /* BF16 mode: attention's matmuls read BF16 values too (as PyTorch's
-     * do in a bfloat16 model); keys are rounded once rotated, below. */
-    round_input(f, v, (size_t)cn * kvd);
-    kv_cache_measure_values(c, cl, base, cn);
-    for (int i = 0; i < cn; i++) {
-        int32_t pos = c->next_pos + row0 + i;
-        rotate_row(f, m, L, f->q + (size_t)i * qd, k + (size_t)i * kvd, pos,
-                   f->qpre ? f->qpre + (size_t)i * qd : NULL);
-        for (int h = 0; h < cfg->n_kv_heads; h++) /* every head holds the new token */
-            cl->pos[(size_t)(base + i) * (size_t)cfg->n_kv_heads + (size_t)h] =
-                pos + c->token_offset;
-    }
-    cl->len = base + cn;
-    if (f->qpre && st)
-        stats_add_queries(f->req, st, f->qpre, row0, cn);
+    (void)worker;
+    const row_step *s = ctx;
+    int r0 = t * ROW_STEP_ROWS, r1 = r0 + ROW_STEP_ROWS < s->cn ? r0 + ROW_STEP_ROWS : s->cn;
+    s->fn(s, r0, r1);
 }
 
-static void add_rows(float *x, const float *y, size_t n)
+/* fn over every row of the chunk. */
+static void run_rows(row_step *s, void (*fn)(const row_step *, int, int))
 {
-    for (size_t i = 0; i < n; i++)
-        x[i] += y[i];
+    s->fn = fn;
+    size_t work = (size_t)s->cn * (size_t)s->m->cfg.hidden;
+    kv_pool_run(work > KV_PARALLEL_MIN_WORK ? s->f->pool : NULL,
+                (s->cn + ROW_STEP_ROWS - 1) / ROW_STEP_ROWS, row_step_task, s);
+}
+
+/* Rows [r0, r1) of x ([rows][cols]) made a product's input: in bf16 mode
+ * rounded to BF16 in place, or packed to BF16 into f->x16 when the
+ * products read that. */
+static void prepare_rows(const fwd *f, float *x, int cols, int r0, int r1)
+{
+    size_t off = (size_t)r0 * (size_t)cols, n = (size_t)(r1 - r0) * (size_t)cols;
+    if (f->x16)
+        kv_pack_bf16(x + off, n, f->x16 + off);
+    else
+        round_input(f, x + off, n);
+}
+
+/* rows of x, each offset by `rows` floats of `cols` */
+static float *at_row(float *x, int r, int cols)
+{
+    return x + (size_t)r * (size_t)cols;
+}
+
+static void attn_norm_rows(const row_step *s, int r0, int r1)
+{
+    const kv_model_config *cfg = &s->m->cfg;
+    int H = cfg->hidden;
+    rmsnorm_rows(at_row(s->f->h, r0, H), at_row(s->x, r0, H), s->L->attn_norm, r1 - r0, H,
+                 cfg->rms_eps);
+    prepare_rows(s->f, s->f->h, H, r0, r1);
+}
+
+/* After the q/k/v products: biases; values rounded (BF16 mode: attention's
+ * matmuls read BF16 values, as PyTorch's do in a bfloat16 model); queries
+ * and keys normed, rotated to their positions and rounded; positions. */
+static void rotate_rows(const row_step *s, int r0, int r1)
+{
+    const kv_model_config *cfg = &s->m->cfg;
+    const layer *L = s->L;
+    fwd *f = s->f;
+    int qd = cfg->n_heads * cfg->head_dim, kvd = cfg->n_kv_heads * cfg->head_dim, n = r1 - r0;
+    float *k = kv_cache_full_row(s->c, s->cl, KV_KEYS, s->base);
+    float *v = kv_cache_full_row(s->c, s->cl, KV_VALUES, s->base);
+    add_bias(at_row(f->q, r0, qd), L->bq, n, qd);
+    add_bias(at_row(k, r0, kvd), L->bk, n, kvd);
+    add_bias(at_row(v, r0, kvd), L->bv, n, kvd);
+    round_input(f, at_row(v, r0, kvd), (size_t)n * (size_t)kvd);
+    for (int i = r0; i < r1; i++) {
+        int32_t pos = s->c->next_pos + s->row0 + i;
+        rotate_row(f, s->m, L, at_row(f->q, i, qd), at_row(k, i, kvd), pos,
+                   f->qpre ? f->qpre + (size_t)i * (size_t)qd : NULL);
+        for (int h = 0; h < cfg->n_kv_heads; h++) /* every head holds the new token */
+            s->cl->pos[(size_t)(s->base + i) * (size_t)cfg->n_kv_heads + (size_t)h] =
+                pos + s->c->token_offset;
+    }
+}
+
+static void attn_out_rows(const row_step *s, int r0, int r1)
+{
+    prepare_rows(s->f, s->f->att, s->m->cfg.n_heads * s->m->cfg.head_dim, r0, r1);
+}
+
+/* After the output projection: its bias, the residual add, the FFN norm. */
+static void ffn_norm_rows(const row_step *s, int r0, int r1)
+{
+    const kv_model_config *cfg = &s->m->cfg;
+    fwd *f = s->f;
+    int H = cfg->hidden;
+    add_bias(at_row(f->tmp, r0, H), s->L->bo, r1 - r0, H);
+    add_rows(at_row(s->x, r0, H), at_row(f->tmp, r0, H), (size_t)(r1 - r0) * (size_t)H);
+    rmsnorm_rows(at_row(f->h, r0, H), at_row(s->x, r0, H), s->L->ffn_norm, r1 - r0, H,
+                 cfg->rms_eps);
+    prepare_rows(f, f->h, H, r0, r1);
+}
+
+/* After gate/up: their biases and the gated activation. */
+static void act_rows(const row_step *s, int r0, int r1)
+{
+    fwd *f = s->f;
+    int F = s->m->cfg.ffn;
+    add_bias(at_row(f->g, r0, F), s->L->b_gate, r1 - r0, F);
+    add_bias(at_row(f->u, r0, F), s->L->b_up, r1 - r0, F);
+    kv_silu_mul(at_row(f->g, r0, F), at_row(f->u, r0, F), (size_t)(r1 - r0) * (size_t)F);
+    prepare_rows(f, f->g, F, r0, r1);
+}
+
+/* After down: its bias and the residual add. */
+static void residual_rows(const row_step *s, int r0, int r1)
+{
+    fwd *f = s->f;
+    int H = s->m->cfg.hidden;
+    add_bias(at_row(f->tmp, r0, H), s->L->b_down, r1 - r0, H);
+    add_rows(at_row(s->x, r0, H), at_row(f->tmp, r0, H), (size_t)(r1 - r0) * (size_t)H);
+}
+
+/* Projects the chunk's queries, keys and values (its rows' attention
+ * norm prepared in f->h); keys and values go straight into their cache
+ * slots, rotated to their positions; the query moments into st when
+ * asked. */
+static void qkv(row_step *rs, kv_attn_stats *st)
+{
+    fwd *f = rs->f;
+    const layer *L = rs->L;
+    kv_cache_layer *cl = rs->cl;
+    float *k = kv_cache_full_row(rs->c, cl, KV_KEYS, rs->base);
+    float *v = kv_cache_full_row(rs->c, cl, KV_VALUES, rs->base);
+    const kv_weight *ws[] = {&L->wq, &L->wk, &L->wv};
+    float *ys[] = {f->q, k, v};
+    multiply(f, 3, ws, f->h, rs->cn, ys);
+    run_rows(rs, rotate_rows);
+    kv_cache_measure_values(rs->c, cl, rs->base, rs->cn);
+    cl->len = rs->base + rs->cn;
+    if (f->qpre && st)
+        stats_add_queries(f->req, st, f->qpre, rs->row0, rs->cn);
 }
 
 /* output_and_mlp of GEMV-sized rows as one pool job: the three GEMVs are
@@ -1198,44 +1351,52 @@ static void output_and_mlp_gemv(const kv_model *m, const layer *L, fwd *f, float
 }
 
 /* The rest of a layer once attention has filled f->att for n rows: the
- * output projection and the MLP, each added to the residual stream x. The
- * single and the batched forward share it, so their rows stay bit-identical. */
+ * output projection and the MLP, each added to the residual stream x, as
+ * GEMVs. The single and the batched forward share it, so their rows stay
+ * bit-identical. */
 static void output_and_mlp(const kv_model *m, const layer *L, fwd *f, float *x, int n)
 {
-    const kv_model_config *cfg = &m->cfg;
-    size_t H = (size_t)cfg->hidden;
-    if (f->xprep) {
-        output_and_mlp_gemv(m, L, f, x, n);
-        return;
-    }
-    matmul(f, &L->wo, f->att, n, f->tmp, L->bo);
-    add_rows(x, f->tmp, (size_t)n * H);
+    output_and_mlp_gemv(m, L, f, x, n);
+}
 
-    rmsnorm_rows(f->h, x, L->ffn_norm, n, cfg->hidden, cfg->rms_eps);
-    const kv_weight *ws[] = {&L->gate, &L->up};
-    float *ys[] = {f->g, f->u};
-    const float *bs[] = {L->b_gate, L->b_up};
-    matmul_many(f, 2, ws, f->h, n, ys, bs);
-    kv_silu_mul(f->g, f->u, (size_t)n * (size_t)cfg->ffn);
-    matmul(f, &L->down, f->g, n, f->tmp, L->b_down);
-    add_rows(x, f->tmp, (size_t)n * H);
+/* output_and_mlp of a prefill chunk's rows: products and row steps. */
+static void output_and_mlp_rows(row_step *rs)
+{
+    fwd *f = rs->f;
+    const layer *L = rs->L;
+    const kv_weight *o[] = {&L->wo}, *gate_up[] = {&L->gate, &L->up}, *down[] = {&L->down};
+    float *o_y[] = {f->tmp}, *gate_up_y[] = {f->g, f->u}, *down_y[] = {f->tmp};
+    run_rows(rs, attn_out_rows);
+    multiply(f, 1, o, f->att, rs->cn, o_y);
+    run_rows(rs, ffn_norm_rows);
+    multiply(f, 2, gate_up, f->h, rs->cn, gate_up_y);
+    run_rows(rs, act_rows);
+    multiply(f, 1, down, f->g, rs->cn, down_y);
+    run_rows(rs, residual_rows);
 }
 
 /* One layer over the chunk of rows [row0, row0 + cn) of the call. */
 static void layer_forward(const kv_model *m, const layer *L, int li, kv_cache *c, fwd *f, int cn,
                           int row0)
 {
-    const kv_model_config *cfg = &m->cfg;
     kv_cache_layer *cl = &c->layers[li];
     kv_attn_stats *st = f->req ? &f->stats[li] : NULL;
-    size_t H = (size_t)cfg->hidden;
-    float *x = f->x + (size_t)row0 * H;
-    int base = cl->len;
-
-    rmsnorm_rows(f->h, x, L->attn_norm, cn, cfg->hidden, cfg->rms_eps);
-    qkv(m, L, c, cl, f, cn, row0, st);
-    attention(m, c, cl, f, st, cn, base, row0);
-    output_and_mlp(m, L, f, x, cn);
+    row_step rs = {.m = m,
+                   .L = L,
+                   .f = f,
+                   .c = c,
+                   .cl = cl,
+                   .x = f->x + (size_t)row0 * (size_t)m->cfg.hidden,
+                   .cn = cn,
+                   .row0 = row0,
+                   .base = cl->len};
+    run_rows(&rs, attn_norm_rows);
+    qkv(&rs, st);
+    attention(m, c, cl, f, st, cn, rs.base, row0);
+    if (f->xprep)
+        output_and_mlp(m, L, f, rs.x, cn);
+    else
+        output_and_mlp_rows(&rs);
 }
 
 /* The layer with its 16-bit matrices widened into f->layer_f32 (when the

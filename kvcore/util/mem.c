@@ -1,6 +1,7 @@
 #include "util/mem.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 
 #define HUGE_PAGE ((uintptr_t)2 << 20)
@@ -18,4 +19,15 @@ bool kv_mem_advise_huge(void *p, size_t bytes)
     (void)bytes;
     return false;
 #endif
+}
+
+void *kv_mem_alloc_huge(size_t bytes)
+{
+    if (bytes < HUGE_PAGE)
+        return aligned_alloc(64, (bytes + 63) / 64 * 64);
+    size_t size = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    void *p = aligned_alloc(HUGE_PAGE, size);
+    if (p)
+        kv_mem_advise_huge(p, size);
+    return p;
 }

@@ -19,4 +19,11 @@
  * given (false: too small, or the kernel has no transparent huge pages). */
 bool kv_mem_advise_huge(void *p, size_t bytes);
 
+/* bytes of fresh memory for free(), uninitialised, NULL when out of
+ * memory: 64-byte aligned, and when bytes >= 2 MiB aligned to 2 MiB and
+ * advised as above, so that all of it lies on huge pages (a block from
+ * malloc keeps 4 KiB pages at both ends, and one of 2-4 MiB, a layer's
+ * weights or a prefill's buffer, may hold no whole huge page at all). */
+void *kv_mem_alloc_huge(size_t bytes);
+
 #endif

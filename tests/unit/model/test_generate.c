@@ -464,12 +464,18 @@ Test(generate_cli, compute_mode_and_kernel_level_are_reported)
                                    : "bf16 mode OpenBLAS sgemm on weights widened"),
               "%s", r.out);
     cr_assert(strstr(r.out, "prefill matmul: f32 mode OpenBLAS sgemm"), "%s", r.out);
+    cr_assert(strstr(r.out, onednn ? "prefill attention: f32 mode OpenBLAS sgemm; bf16 mode oneDNN"
+                                   : "prefill attention: f32 mode OpenBLAS sgemm; bf16 mode "
+                                     "OpenBLAS sgemm"),
+              "%s", r.out);
     tu_result_free(&r);
 
     setenv(KV_ISA_ENV, "avx2", 1);
     r = tu_kvbench("version", "--libraries", NULL);
     cr_assert(strstr(r.out, "kernels avx2 (CPU:"), "%s", r.out);
     cr_assert(strstr(r.out, "bf16 mode OpenBLAS sgemm on weights widened"), "%s", r.out);
+    cr_assert(strstr(r.out, "attention: f32 mode OpenBLAS sgemm; bf16 mode OpenBLAS sgemm"), "%s",
+              r.out);
     tu_result_free(&r);
     setenv(KV_ISA_ENV, "sse9", 1);
     r = tu_kvbench("generate", "--model", dir, "--tokens", "1", "--max-new-tokens", "1", NULL);

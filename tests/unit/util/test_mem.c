@@ -1,6 +1,7 @@
 /* kvcore/util/mem.h: the advice covers the whole huge pages inside a block
  * (the kernel marks their mapping "hg" in /proc/self/smaps) and nothing of
- * a block too small to hold one. */
+ * a block too small to hold one; a huge allocation lies wholly on advised
+ * 2 MiB pages, a small one is plain. */
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -69,4 +70,33 @@ Test(mem, a_block_smaller_than_a_huge_page_is_left_alone)
     cr_expect_not(kv_mem_advise_huge(p, MIB));
     cr_expect_not(kv_mem_advise_huge(NULL, 64 * MIB));
     free(p);
+}
+
+Test(mem, a_huge_allocation_is_aligned_advised_and_usable_to_its_last_byte)
+{
+    size_t sizes[] = {2 * MIB, 2 * MIB + 1, 5 * MIB + 12345};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        unsigned char *p = kv_mem_alloc_huge(sizes[i]);
+        cr_assert_not_null(p);
+        cr_expect_eq((uintptr_t)p % (2 * MIB), 0, "%zu bytes at %p", sizes[i], (void *)p);
+        char flags[512];
+        vm_flags((uintptr_t)p, flags, sizeof flags);
+        if (kv_mem_advise_huge(p, sizes[i])) /* the kernel has transparent huge pages */
+            cr_expect(has_flag(flags, "hg"), "its first byte: VmFlags%s", flags);
+        memset(p, 0x5a, sizes[i]);
+        cr_expect_eq(p[sizes[i] - 1], 0x5a);
+        free(p);
+    }
+}
+
+Test(mem, a_small_allocation_is_cache_line_aligned)
+{
+    size_t sizes[] = {1, 63, 4096, 2 * MIB - 1};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        unsigned char *p = kv_mem_alloc_huge(sizes[i]);
+        cr_assert_not_null(p);
+        cr_expect_eq((uintptr_t)p % 64, 0, "%zu bytes at %p", sizes[i], (void *)p);
+        memset(p, 0x5a, sizes[i]);
+        free(p);
+    }
 }

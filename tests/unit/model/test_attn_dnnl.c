@@ -1,0 +1,105 @@
+/* kvcore/model/attn_dnnl.h: bf16 mode's prefill attention through oneDNN
+ * against a double-precision causal softmax attention, on shapes that cross
+ * its tiles (512 keys), blocks (128 query rows) and paddings, with GQA, in
+ * chunks that continue a layer (keys packed once) and calls that start a
+ * new one. Only at the avx512bf16 level, where it runs; below it it must
+ * say it does not. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "model/attn_dnnl.h"
+#include "model/cpu.h"
+#include "model/kernels.h"
+#include "util/pool.h"
+
+enum { HEADS = 4, KV_HEADS = 2, HD = 64, QD = HEADS * HD, KVD = KV_HEADS * HD };
+
+static uint32_t rng = 777;
+
+/* A random BF16 value in [-1, 1). */
+static float rnd(void)
+{
+    rng = rng * 1664525u + 1013904223u;
+    return kv_bf16_to_f32(kv_f32_to_bf16((float)((rng >> 8) & 0xffff) / 32768.0f - 1.0f));
+}
+
+static float *random_rows(int rows, int width)
+{
+    float *x = malloc((size_t)rows * (size_t)width * sizeof *x);
+    for (size_t i = 0; i < (size_t)rows * (size_t)width; i++)
+        x[i] = 2.0f * rnd(); /* scores spread enough that the softmax is not flat */
+    return x;
+}
+
+/* The largest |out - reference| over the chunk's rows [0, cn) at base,
+ * relative to the largest |value|. */
+static double worst_error(const float *q, const float *k, const float *v, const float *out, int cn,
+                          int base, float scale)
+{
+    double worst = 0, *p = malloc((size_t)(base + cn) * sizeof *p);
+    for (int i = 0; i < cn; i++)
+        for (int h = 0; h < HEADS; h++) {
+            int g = h / (HEADS / KV_HEADS), keys = base + i + 1;
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < keys; j++) {
+                double s = 0;
+                for (int d = 0; d < HD; d++)
+                    s += (double)q[(size_t)i * QD + (size_t)h * HD + (size_t)d] *
+                         k[(size_t)j * KVD + (size_t)g * HD + (size_t)d];
+                p[j] = s * scale;
+                mx = p[j] > mx ? p[j] : mx;
+            }
+            for (int j = 0; j < keys; j++)
+                sum += p[j] = exp(p[j] - mx);
+            for (int d = 0; d < HD; d++) {
+                double o = 0;
+                for (int j = 0; j < keys; j++)
+                    o += p[j] / sum * v[(size_t)j * KVD + (size_t)g * HD + (size_t)d];
+                double e = fabs(o - out[(size_t)i * QD + (size_t)h * HD + (size_t)d]) / 2.0;
+                worst = e > worst ? e : worst;
+            }
+        }
+    free(p);
+    return worst;
+}
+
+Test(attn_dnnl, chunks_match_a_double_reference_across_tiles_blocks_and_padding)
+{
+    if (!kv_attn_dnnl_usable()) {
+        cr_expect_lt(kv_isa_active(), KV_ISA_AVX512BF16, "usable at avx512bf16");
+        cr_skip_test("oneDNN's BF16 attention runs at the avx512bf16 level only (this CPU: %s)",
+                     kv_isa_name(kv_isa_active()));
+    }
+    kv_error err;
+    kv_pool *pool = kv_pool_new(2, &err);
+    cr_assert_not_null(pool, "%s", err.msg);
+    /* chunks of 300 then 427 query rows: 727 keys (two tiles, the second
+     * padded), blocks of 128 and a last one of 44 then of 43 rows */
+    int chunk = 427, total = 727, cuts[] = {0, 300, 727};
+    float *q = random_rows(total, QD), *k = random_rows(total, KVD), *v = random_rows(total, KVD);
+    float *out = malloc((size_t)chunk * QD * sizeof *out), scale = 0.125f;
+    kv_attn_dnnl *a = kv_attn_dnnl_new(HEADS, KV_HEADS, HD, chunk, total, 2);
+    cr_assert_not_null(a);
+    for (int c = 0; c < 2; c++) {
+        int base = cuts[c], cn = cuts[c + 1] - base;
+        cr_assert(
+            kv_attn_dnnl_run(a, pool, q + (size_t)base * QD, k, v, cn, base, c > 0, scale, out));
+        /* the probabilities are rounded to BF16 (2^-9 relative) for P V */
+        double e = worst_error(q + (size_t)base * QD, k, v, out, cn, base, scale);
+        cr_expect_lt(e, 4e-3, "chunk %d: error %g of the values' range", c, e);
+    }
+    /* a call that does not continue the layer (other keys, all of them
+     * packed before) packs them anew */
+    for (size_t i = 0; i < (size_t)total * KVD; i++)
+        k[i] = -k[i];
+    cr_assert(kv_attn_dnnl_run(a, pool, q + 300 * QD, k, v, 427, 300, false, scale, out));
+    double e = worst_error(q + 300 * QD, k, v, out, 427, 300, scale);
+    cr_expect_lt(e, 4e-3, "new layer: error %g", e);
+    kv_attn_dnnl_free(a);
+    kv_pool_free(pool);
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+}
