@@ -413,6 +413,19 @@ static bool any_criticalkv(const engine *e)
     return false;
 }
 
+/* kb_runner_backend.kv_bytes_per_token: at the config's cache precision
+ * (its group sizes as the cache resolves them) in this model's shapes. */
+static double kv_bytes_per_token(void *ctx, size_t config)
+{
+    const engine *e = ctx;
+    const kv_model_config *c = kv_model_get_config(e->model);
+    kv_cache_quant q = kv_evict_params_cache_quant(&e->m->configs[config].evict);
+    kv_error ignored; /* every config's precision was checked at open */
+    if (kv_cache_quant_check(&q, c->head_dim, &ignored) < 0)
+        return 0;
+    return kv_cache_bytes_per_token(&q, c->n_layers, c->n_kv_heads, c->head_dim);
+}
+
 int kb_engine_backend_open(const kb_matrix *m, const char *model_dir, kb_runner_backend *b,
                            kv_error *err)
 {
@@ -468,6 +481,7 @@ int kb_engine_backend_open(const kb_matrix *m, const char *model_dir, kb_runner_
     b->prefill = prefill;
     b->decode_batch = decode_batch;
     b->prefill_free = prefill_free;
+    b->kv_bytes_per_token = kv_bytes_per_token;
     return 0;
 fail:
     kb_engine_backend_close(b);

@@ -469,10 +469,16 @@ int kb_runner_run(const kb_matrix *m, const kb_runner_options *o, const char *ve
         rc = lb_protocol_parse(m->protocol, &L.protocol, err);
     if (rc == 0 && scored)
         rc = scorer_for(m, &scorer, err);
+    double *bytes = b->kv_bytes_per_token ? calloc(m->n_configs, sizeof *bytes) : NULL;
+    if (b->kv_bytes_per_token && !bytes)
+        rc = kv_fail(err, "out of memory");
+    for (size_t i = 0; bytes && i < m->n_configs; i++)
+        bytes[i] = b->kv_bytes_per_token(b->ctx, i);
     kb_run_info info = {.kvbench_version = version,
                         .model_hash = model_hash,
                         .matrix = m,
                         .shard = o->shard,
+                        .kv_bytes_per_token = bytes,
                         .verify = verify_kept_lines,
                         .verify_ctx = m};
     if (rc == 0)
@@ -493,6 +499,7 @@ int kb_runner_run(const kb_matrix *m, const kb_runner_options *o, const char *ve
     kb_scorer_close(scorer);
     kb_run_close(&L.run);
     free(dir);
+    free(bytes);
     free(L.pf);
     free(L.pending);
     free(L.results);

@@ -136,6 +136,10 @@ typedef struct kb_runner_backend {
     int (*decode_batch)(void *ctx, void *state, const size_t *configs, size_t n,
                         kb_decode_result *outs, kb_forward_counts *counts, kv_error *err);
     void (*prefill_free)(void *ctx, void *state);
+    /* Bytes one cached token takes in config's caches, all layers, a
+     * quantised precision's group parameters counted (run.json records
+     * them); NULL: not recorded. */
+    double (*kv_bytes_per_token)(void *ctx, size_t config);
 } kb_runner_backend;
 
 typedef struct kb_runner_stats {

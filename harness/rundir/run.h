@@ -35,6 +35,9 @@ typedef struct kb_run_info {
     const char *model_hash;      /* kb_hash_model of the model folder */
     const kb_matrix *matrix;     /* model, protocol, tasks and configs */
     kb_shard shard;
+    /* [matrix->n_configs]: bytes one cached token takes in each config's
+     * caches (run.json's "kv_bytes_per_token", by config name), or NULL. */
+    const double *kv_bytes_per_token;
     /* Called, when not NULL, with the folder locked and run->json as it
      * will be written, before it is: a resume it refuses (a kept line that
      * does not belong) leaves run.json as it was. */

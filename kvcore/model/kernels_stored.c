@@ -5,33 +5,16 @@
  * once for every query head that shares them, so a u8 cache is read as
  * a quarter of the bytes of an F32 one. Compiled at the build's baseline
  * (AVX2 + FMA + F16C), which every kernel level has; a portable loop
- * otherwise. */
-#include <string.h>
-
+ * otherwise. At the AVX-512 levels (cpu.h) kernels_stored_avx512.c runs
+ * instead: 16 values a vector. */
+#include "model/cpu.h"
 #include "model/kernels.h"
+#include "model/kernels_stored_isa.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #define KV_STORED_AVX2 1
 #endif
-
-/* x_j as a float (the portable path and the tails). */
-static inline float value_at(const uint8_t *x, kv_precision p, int j)
-{
-    uint16_t h;
-    switch (p) {
-    case KV_PREC_U8:
-        return (float)x[j];
-    case KV_PREC_U4:
-        return (float)kv_u4_get(x, (size_t)j);
-    case KV_PREC_BF16:
-        memcpy(&h, x + 2 * (size_t)j, sizeof h);
-        return kv_bf16_to_f32(h);
-    default:
-        memcpy(&h, x + 2 * (size_t)j, sizeof h);
-        return kv_f16_to_f32(h);
-    }
-}
 
 #ifdef KV_STORED_AVX2
 /* x_j .. x_{j+7} as floats; j a multiple of 8 for u4. */
@@ -57,25 +40,12 @@ static inline __attribute__((always_inline)) __m256 widen8(const uint8_t *x, kv_
     }
 }
 
-/* Lane k of the result: the sum of the eight lanes of v[k] (v[k] beyond
- * n: zeros), by pairwise adds. */
-static inline __m256 sums8(const __m256 *v, int n)
-{
-    __m256 z = _mm256_setzero_ps(), w[8];
-    for (int k = 0; k < 8; k++)
-        w[k] = k < n ? v[k] : z;
-    __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(w[0], w[1]), _mm256_hadd_ps(w[2], w[3]));
-    __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(w[4], w[5]), _mm256_hadd_ps(w[6], w[7]));
-    return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
-}
-
 /* A tile of kv_dot_stored: NQ query vectors against NX rows (NQ NX <= 8
  * accumulators: independent chains of FMAs), each row widened once for
  * all NQ and each query vector loaded once for all NX. */
-static inline __attribute__((always_inline)) void dot_tile(const float *q, size_t qs, const int NQ,
-                                                           const uint8_t *x, size_t xs,
-                                                           const int NX, const kv_precision p,
-                                                           int n, float *out, size_t os)
+static inline __attribute__((always_inline)) void
+dot_tile(const kv_precision p, const float *q, size_t qs, const int NQ, const uint8_t *x, size_t xs,
+         const int NX, int n, float *out, size_t os)
 {
     __m256 acc[8];
     for (int k = 0; k < NQ * NX; k++)
@@ -92,50 +62,22 @@ static inline __attribute__((always_inline)) void dot_tile(const float *q, size_
         }
     }
     float s[8];
-    _mm256_storeu_ps(s, sums8(acc, NQ * NX));
+    _mm256_storeu_ps(s, kv_stored_sums8(acc, NQ * NX));
     for (int i = 0; i < NQ; i++)
         for (int t = 0; t < NX; t++) {
             float v = s[i * NX + t];
             for (int r = j; r < n; r++)
-                v += q[(size_t)i * qs + (size_t)r] * value_at(x + (size_t)t * xs, p, r);
+                v += q[(size_t)i * qs + (size_t)r] * kv_stored_value_at(x + (size_t)t * xs, p, r);
             out[(size_t)i * os + (size_t)t] = v;
         }
 }
 
-/* The nx rows against NQ query vectors in tiles of NX rows, the rest one
- * by one. */
-static inline __attribute__((always_inline)) void dot_rows(const float *q, size_t qs, const int NQ,
-                                                           const int NX, const uint8_t *x,
-                                                           size_t xs, int nx, const kv_precision p,
-                                                           int n, float *out, size_t os)
-{
-    int t = 0;
-    for (; t + NX <= nx; t += NX)
-        dot_tile(q, qs, NQ, x + (size_t)t * xs, xs, NX, p, n, out + t, os);
-    for (; t < nx; t++)
-        dot_tile(q, qs, NQ, x + (size_t)t * xs, xs, 1, p, n, out + t, os);
-}
-
-/* kv_dot_stored at a constant p, the query vectors four, two or one at a
- * time against two, four and four rows a tile. */
-static inline __attribute__((always_inline)) void dot_p(const float *q, size_t qs, int nq,
-                                                        const uint8_t *x, size_t xs, int nx,
-                                                        const kv_precision p, int n, float *out,
-                                                        size_t os)
-{
-    for (int i = 0; i < nq;) {
-        int c = nq - i >= 4 ? 4 : nq - i >= 2 ? 2 : 1;
-        const float *qi = q + (size_t)i * qs;
-        float *oi = out + (size_t)i * os;
-        if (c == 4)
-            dot_rows(qi, qs, 4, 2, x, xs, nx, p, n, oi, os);
-        else if (c == 2)
-            dot_rows(qi, qs, 2, 4, x, xs, nx, p, n, oi, os);
-        else
-            dot_rows(qi, qs, 1, 4, x, xs, nx, p, n, oi, os);
-        i += c;
-    }
-}
+/* Tiles of four query vectors against two rows, of two and one against
+ * four (at most 8 accumulators of the 16 registers). */
+#define DOT_ROWS_4 2
+#define DOT_ROWS_2 4
+#define DOT_ROWS_1 4
+#include "model/kernels_stored_rows.h"
 
 /* A tile of kv_axpy_stored: NY outputs of W x 8 channels held in registers
  * (NY W <= 8) while the nx rows pass, each row widened once for all NY. */
@@ -164,10 +106,9 @@ axpy_tile(float *y, size_t ys, const int NY, const float *a, size_t as, const ui
 
 /* kv_axpy_stored at a constant p: outputs two, or one, at a time over 32
  * channels, then 8, then one by one. */
-static inline __attribute__((always_inline)) void axpy_p(float *y, size_t ys, int ny,
-                                                         const float *a, size_t as,
-                                                         const uint8_t *x, size_t xs, int nx,
-                                                         const kv_precision p, int n)
+static inline __attribute__((always_inline)) void axpy_p(const kv_precision p, float *y, size_t ys,
+                                                         int ny, const float *a, size_t as,
+                                                         const uint8_t *x, size_t xs, int nx, int n)
 {
     for (int i = 0; i < ny;) {
         int c = ny - i >= 2 ? 2 : 1, j = 0;
@@ -181,7 +122,7 @@ static inline __attribute__((always_inline)) void axpy_p(float *y, size_t ys, in
                    : axpy_tile(yi, ys, 1, ai, as, x, xs, nx, p, j, 1);
         for (; j < n; j++)
             for (int t = 0; t < nx; t++) {
-                float v = value_at(x + (size_t)t * xs, p, j);
+                float v = kv_stored_value_at(x + (size_t)t * xs, p, j);
                 for (int k = 0; k < c; k++)
                     yi[(size_t)k * ys + (size_t)j] += ai[(size_t)k * as + (size_t)t] * v;
             }
@@ -193,27 +134,19 @@ static inline __attribute__((always_inline)) void axpy_p(float *y, size_t ys, in
 void kv_dot_stored(const float *q, size_t q_stride, int nq, const uint8_t *x, size_t x_stride,
                    int nx, kv_precision p, int n, float *out, size_t out_stride)
 {
-#ifdef KV_STORED_AVX2
-    switch (p) {
-    case KV_PREC_U8:
-        dot_p(q, q_stride, nq, x, x_stride, nx, KV_PREC_U8, n, out, out_stride);
-        return;
-    case KV_PREC_U4:
-        dot_p(q, q_stride, nq, x, x_stride, nx, KV_PREC_U4, n, out, out_stride);
-        return;
-    case KV_PREC_BF16:
-        dot_p(q, q_stride, nq, x, x_stride, nx, KV_PREC_BF16, n, out, out_stride);
-        return;
-    default:
-        dot_p(q, q_stride, nq, x, x_stride, nx, KV_PREC_F16, n, out, out_stride);
+    if (kv_isa_active() >= KV_ISA_AVX512) {
+        kv_dot_stored_avx512(q, q_stride, nq, x, x_stride, nx, p, n, out, out_stride);
         return;
     }
+#ifdef KV_STORED_AVX2
+    KV_STORED_AT_PRECISION(p, dot_p, q, q_stride, nq, x, x_stride, nx, n, out, out_stride);
 #else
     for (int i = 0; i < nq; i++)
         for (int t = 0; t < nx; t++) {
             float s = 0;
             for (int j = 0; j < n; j++)
-                s += q[(size_t)i * q_stride + (size_t)j] * value_at(x + (size_t)t * x_stride, p, j);
+                s += q[(size_t)i * q_stride + (size_t)j] *
+                     kv_stored_value_at(x + (size_t)t * x_stride, p, j);
             out[(size_t)i * out_stride + (size_t)t] = s;
         }
 #endif
@@ -222,25 +155,16 @@ void kv_dot_stored(const float *q, size_t q_stride, int nq, const uint8_t *x, si
 void kv_axpy_stored(float *y, size_t y_stride, int ny, const float *a, size_t a_stride,
                     const uint8_t *x, size_t x_stride, int nx, kv_precision p, int n)
 {
-#ifdef KV_STORED_AVX2
-    switch (p) {
-    case KV_PREC_U8:
-        axpy_p(y, y_stride, ny, a, a_stride, x, x_stride, nx, KV_PREC_U8, n);
-        return;
-    case KV_PREC_U4:
-        axpy_p(y, y_stride, ny, a, a_stride, x, x_stride, nx, KV_PREC_U4, n);
-        return;
-    case KV_PREC_BF16:
-        axpy_p(y, y_stride, ny, a, a_stride, x, x_stride, nx, KV_PREC_BF16, n);
-        return;
-    default:
-        axpy_p(y, y_stride, ny, a, a_stride, x, x_stride, nx, KV_PREC_F16, n);
+    if (kv_isa_active() >= KV_ISA_AVX512) {
+        kv_axpy_stored_avx512(y, y_stride, ny, a, a_stride, x, x_stride, nx, p, n);
         return;
     }
+#ifdef KV_STORED_AVX2
+    KV_STORED_AT_PRECISION(p, axpy_p, y, y_stride, ny, a, a_stride, x, x_stride, nx, n);
 #else
     for (int t = 0; t < nx; t++)
         for (int j = 0; j < n; j++) {
-            float v = value_at(x + (size_t)t * x_stride, p, j);
+            float v = kv_stored_value_at(x + (size_t)t * x_stride, p, j);
             for (int i = 0; i < ny; i++)
                 y[(size_t)i * y_stride + (size_t)j] += a[(size_t)i * a_stride + (size_t)t] * v;
         }

@@ -159,10 +159,63 @@ static char *preds(const char *dir, const char *run, const char *config)
     return out;
 }
 
+/* A number of a JSON object, which must be there. */
+static double number(const cJSON *o, const char *key)
+{
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(o, key);
+    cr_assert(cJSON_IsNumber(n), "no number \"%s\"", key);
+    return n->valuedouble;
+}
+
+/* run.json's kv_bytes_per_token of each config against the sizes the
+ * precision defines, in the demo model's shapes (config.json): F32 keys and
+ * values; u8 and u4 codes of 8 and 4 bits plus an F32 scale and min per
+ * group, by token a group per head's channels, keys by channel a group per
+ * channel and block of 32 tokens. */
+static void check_bytes_per_token(const char *dir, const char *run)
+{
+    char path[1024], *model = tu_source(MODEL);
+    snprintf(path, sizeof path, "%s/config.json", model);
+    char *text = tu_slurp(path, NULL);
+    cJSON *cfg = cJSON_Parse(text);
+    cr_assert_not_null(cfg);
+    double layers = number(cfg, "num_hidden_layers"), dim = number(cfg, "head_dim");
+    double row = number(cfg, "num_key_value_heads") * dim, group = 2 * sizeof(float);
+    enum { NONE, BY_TOKEN, BY_CHANNEL };
+    static const struct {
+        const char *config;
+        double bits;
+        int keys; /* how keys are grouped (values: by token when quantised) */
+    } want[] = {{"full", 32, NONE},
+                {"full_u8", 8, BY_TOKEN},
+                {"big_u8", 8, BY_TOKEN},
+                {"full_u4_kch", 4, BY_CHANNEL},
+                {"big_u4_kch", 4, BY_CHANNEL}};
+    snprintf(path, sizeof path, "%s/runs/%s/run.json", dir, run);
+    char *doc = tu_slurp(path, NULL);
+    cJSON *j = cJSON_Parse(doc);
+    cr_assert_not_null(j, "%s", path);
+    const cJSON *recorded = cJSON_GetObjectItem(j, "kv_bytes_per_token");
+    cr_assert_not_null(recorded, "%s: no kv_bytes_per_token", path);
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        double bytes = 2 * row * want[i].bits / 8;
+        if (want[i].keys != NONE)
+            bytes += (row / dim + (want[i].keys == BY_TOKEN ? row / dim : row / 32)) * group;
+        cr_expect_eq(number(recorded, want[i].config), layers * bytes, "%s: %s", path,
+                     want[i].config);
+    }
+    cJSON_Delete(j);
+    cJSON_Delete(cfg);
+    free(doc);
+    free(text);
+    free(model);
+}
+
 /* In a run, {"algorithm": "full", "kv_cache_precision": ...} keeps every
  * token at that precision beside the F32 baseline, from the one prefill:
  * it answers as an eviction config of that precision whose budget is above
- * the prompt, and the baseline answers as in a run without it. */
+ * the prompt, and the baseline answers as in a run without it; run.json
+ * records the bytes a cached token takes in each config. */
 Test(kv_precision, a_run_holds_full_caches_at_their_precision_beside_the_f32_baseline,
      .timeout = 300)
 {
@@ -191,6 +244,7 @@ Test(kv_precision, a_run_holds_full_caches_at_their_precision_beside_the_f32_bas
     /* the baseline stays F32: as in a run of the baseline alone */
     cr_assert(strlen(alone) > 3, "%s", alone);
     cr_expect_str_eq(full, alone, "the F32 baseline changed beside full caches at u8/u4");
+    check_bytes_per_token(tu_dir, "prec");
     free(full);
     free(alone);
     free(u8);

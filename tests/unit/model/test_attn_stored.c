@@ -1,10 +1,11 @@
-/* Decode attention over a KV cache's stored form (kernels_stored.c,
- * attn_stored.c) against the same sums in double over the rows the cache
- * dequantises (kv_cache_heads): every precision, keys by token and by
- * channel, group sizes below the head, tails that are no multiple of the
- * vector width, slot ranges that cut by-channel blocks. Only the order of
- * the F32 sums differs, so each result lies within a few F32 roundings of
- * the sum of absolute products. */
+/* Decode attention over a KV cache's stored form (kernels_stored.c and
+ * kernels_stored_avx512.c, attn_stored.c) against the same sums in double
+ * over the rows the cache dequantises (kv_cache_heads): every precision,
+ * keys by token and by channel, group sizes below the head, tails that are
+ * no multiple of either vector width, slot ranges that cut by-channel
+ * blocks; at every instruction-set level the CPU has. Only the order of the
+ * F32 sums differs, so each result lies within a few F32 roundings of the
+ * sum of absolute products. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include "model/attn_stored.h"
 #include "model/kernels.h"
 #include "model/kvcache.h"
+#include "support/levels.h"
 
 static float frand(void) { return (float)rand() / RAND_MAX * 2.0f - 1.0f; }
 
@@ -50,11 +52,13 @@ static void random_stored(kv_precision p, int n, uint8_t *x, float *values)
     }
 }
 
-Test(kernels_stored, dot_and_axpy_read_every_format_as_its_values)
+static void check_kernels(kv_isa isa)
 {
     srand(21);
-    enum { N = 131, Q = 8, ROWS = 7 }; /* rows: a tile of four, of two, and one */
-    static const int lengths[] = {1, 6, 8, 14, 16, 38, 128, N};
+    /* rows: AVX2 tiles of four, of two, and one; AVX-512 tiles of four and
+     * the rest one by one */
+    enum { N = 131, Q = 8, ROWS = 7 };
+    static const int lengths[] = {1, 6, 8, 14, 16, 17, 31, 38, 64, 80, 128, N};
     float q[Q * N], values[ROWS][N], out[Q * ROWS], y[Q * N], y0[Q * N], a[Q * ROWS];
     uint8_t x[ROWS][2 * N];
     for (size_t f = 0; f < sizeof formats / sizeof *formats; f++)
@@ -66,6 +70,8 @@ Test(kernels_stored, dot_and_axpy_read_every_format_as_its_values)
                 q[i] = y0[i] = frand();
             for (int i = 0; i < Q * ROWS; i++)
                 a[i] = frand();
+            char what[64];
+            snprintf(what, sizeof what, "%s %s", kv_isa_name(isa), kv_precision_name(formats[f]));
             for (int nq = 1; nq <= Q; nq++) {
                 kv_dot_stored(q, N, nq, x[0], 2 * N, ROWS, formats[f], n, out, ROWS);
                 for (int i = 0; i < nq; i++)
@@ -75,8 +81,7 @@ Test(kernels_stored, dot_and_axpy_read_every_format_as_its_values)
                             want += (double)q[i * N + j] * values[r][j];
                             abs_sum += fabs((double)q[i * N + j] * values[r][j]);
                         }
-                        expect_close(out[i * ROWS + r], want, abs_sum,
-                                     kv_precision_name(formats[f]), n, i);
+                        expect_close(out[i * ROWS + r], want, abs_sum, what, n, i);
                     }
                 memcpy(y, y0, sizeof y);
                 kv_axpy_stored(y, N, nq, a, ROWS, x[0], 2 * N, ROWS, formats[f], n);
@@ -87,12 +92,18 @@ Test(kernels_stored, dot_and_axpy_read_every_format_as_its_values)
                             want += (double)a[i * ROWS + r] * values[r][j];
                             abs_sum += fabs((double)a[i * ROWS + r] * values[r][j]);
                         }
-                        expect_close(y[i * N + j], want, abs_sum, "axpy", i, j);
+                        expect_close(y[i * N + j], want, abs_sum, what, i, j);
                     }
-                for (int i = nq * N; i < Q * N; i++) /* outputs beyond ny untouched */
-                    cr_expect_eq(y[i], y0[i]);
+                for (int i = 0; i < Q * N; i++) /* outputs beyond ny and n untouched */
+                    if (i >= nq * N || i % N >= n)
+                        cr_expect_eq(y[i], y0[i], "%s: axpy wrote y[%d][%d]", what, i / N, i % N);
             }
         }
+}
+
+Test(kernels_stored, dot_and_axpy_read_every_format_as_its_values)
+{
+    tu_each_level(check_kernels);
 }
 
 /* ---- attention over a cache's stored slots ---- */
@@ -156,7 +167,7 @@ static void check_attention(const kv_cache_quant *q, const char *what)
     kv_cache_free(c);
 }
 
-Test(attn_stored, scores_and_values_equal_those_of_the_dequantised_rows)
+static void check_cases(kv_isa isa)
 {
     srand(22);
     const kv_cache_quant cases[] = {
@@ -170,8 +181,14 @@ Test(attn_stored, scores_and_values_equal_those_of_the_dequantised_rows)
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char what[64];
-        snprintf(what, sizeof what, "%s%s kg %d", kv_precision_name(cases[i].precision),
+        snprintf(what, sizeof what, "%s %s%s kg %d", kv_isa_name(isa),
+                 kv_precision_name(cases[i].precision),
                  cases[i].key_by_channel ? " by channel" : "", cases[i].key_group);
         check_attention(&cases[i], what);
     }
+}
+
+Test(attn_stored, scores_and_values_equal_those_of_the_dequantised_rows)
+{
+    tu_each_level(check_cases);
 }

@@ -208,6 +208,51 @@ Test(results, run_json_records_and_resume_checks)
     kb_matrix_free(&m);
 }
 
+/* run.json's kv_bytes_per_token of config name, or -1. */
+static double bytes_per_token(const kb_run *run, const char *name)
+{
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(run->json, "kv_bytes_per_token"), name);
+    return cJSON_IsNumber(b) ? b->valuedouble : -1;
+}
+
+/* run.json records each config's bytes per cached token when the run gives
+ * them; a resume fills them in for configs of a run.json from before they
+ * were recorded. */
+Test(results, run_json_records_bytes_per_cached_token)
+{
+    char *dir = tu_mkdtemp();
+    kb_matrix m;
+    matrix_from(&m, "{\"algorithm\": \"h2o\", \"start_size\": 4}");
+    kb_run_info info = info_for(&m, "aaaa", 0, 1);
+    kb_run run;
+    cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
+    cr_expect_eq(bytes_per_token(&run, "full"), -1, "none given, none recorded");
+    kb_run_close(&run);
+    const double bytes[] = {229376, 60928};
+    info.kv_bytes_per_token = bytes;
+    cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
+    cr_expect_eq(bytes_per_token(&run, "full"), 229376);
+    cr_expect_eq(bytes_per_token(&run, "h2o_s4"), 60928);
+    kb_run_close(&run);
+    cr_assert_eq(kb_run_load(dir, &run, &err), 0, "%s", err.msg); /* as written */
+    cr_expect_eq(bytes_per_token(&run, "h2o_s4"), 60928);
+    kb_run_close(&run);
+    kb_matrix_free(&m);
+    /* a config new to the folder gets its own, the others keep theirs */
+    matrix_from(&m, "{\"algorithm\": \"snapkv\"}");
+    info = info_for(&m, "aaaa", 0, 1);
+    const double more[] = {229376, 32256};
+    info.kv_bytes_per_token = more;
+    cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
+    cr_expect_eq(bytes_per_token(&run, "snapkv"), 32256);
+    cr_expect_eq(bytes_per_token(&run, "h2o_s4"), 60928);
+    kb_run_close(&run);
+    kb_matrix_free(&m);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 Test(results, a_run_may_grow_its_limit_but_not_change_its_prompts)
 {
     kb_matrix m;

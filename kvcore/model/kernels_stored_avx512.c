@@ -1,0 +1,171 @@
+/* kernels_stored_avx512: kv_dot_stored and kv_axpy_stored (kernels.h) at
+ * the AVX-512 levels. As kernels_stored.c's AVX2 kernels, but 16 values are
+ * widened to F32 a vector, so a row takes half the widening and FMA
+ * instructions, and a tail of fewer than 16 values is read by masked loads
+ * (its lanes beyond the row zero) rather than one value at a time.
+ * Compiled for AVX-512F/BW/VL alone (meson.build); kernels_stored.c calls
+ * it only when the active level (cpu.h) has them. */
+#include "model/kernels_stored_isa.h"
+
+#include <immintrin.h>
+#include <stdbool.h>
+
+/* The first r lanes of 16 (r >= 16: all). */
+static inline __mmask16 lanes(int r)
+{
+    return r >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << r) - 1);
+}
+
+/* x_j .. x_{j+15} as floats, j a multiple of 16; r < 16: only the first r
+ * are read, the other lanes are zero. */
+static inline __attribute__((always_inline)) __m512 widen16(const uint8_t *x, const kv_precision p,
+                                                            int j, int r)
+{
+    bool full = r >= 16;
+    switch (p) {
+    case KV_PREC_U8: {
+        __m128i b = full ? _mm_loadu_si128((const __m128i *)(const void *)(x + j))
+                         : _mm_maskz_loadu_epi8(lanes(r), x + j);
+        return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));
+    }
+    case KV_PREC_U4: { /* two codes a byte, the even one in the low nibble */
+        const uint8_t *at = x + j / 2;
+        __m128i b = full ? _mm_loadl_epi64((const __m128i *)(const void *)at)
+                         : _mm_maskz_loadu_epi8(lanes((r + 1) / 2), at);
+        __m128i m = _mm_set1_epi8(0x0f);
+        __m128i codes =
+            _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
+        return _mm512_cvtepi32_ps(full ? _mm512_cvtepu8_epi32(codes)
+                                       : _mm512_maskz_cvtepu8_epi32(lanes(r), codes));
+    }
+    case KV_PREC_BF16: {
+        __m256i h = full ? _mm256_loadu_si256((const __m256i *)(const void *)(x + 2 * j))
+                         : _mm256_maskz_loadu_epi16(lanes(r), x + 2 * j);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    default: {
+        __m256i h = full ? _mm256_loadu_si256((const __m256i *)(const void *)(x + 2 * j))
+                         : _mm256_maskz_loadu_epi16(lanes(r), x + 2 * j);
+        return _mm512_cvtph_ps(h);
+    }
+    }
+}
+
+/* q[j .. j+15], lanes from r on zero. */
+static inline __m512 load16(const float *q, int j, int r)
+{
+    return r >= 16 ? _mm512_loadu_ps(q + j) : _mm512_maskz_loadu_ps(lanes(r), q + j);
+}
+
+/* One step of a dot_tile: 16 channels from j (r of them in a tail). */
+static inline __attribute__((always_inline)) void dot_step(__m512 *acc, const kv_precision p,
+                                                           const float *q, size_t qs, const int NQ,
+                                                           const uint8_t *x, size_t xs,
+                                                           const int NX, int j, int r)
+{
+    __m512 xv[8];
+    for (int t = 0; t < NX; t++)
+        xv[t] = widen16(x + (size_t)t * xs, p, j, r);
+    for (int i = 0; i < NQ; i++) {
+        __m512 qv = load16(q + (size_t)i * qs, j, r);
+        for (int t = 0; t < NX; t++)
+            acc[i * NX + t] = _mm512_fmadd_ps(qv, xv[t], acc[i * NX + t]);
+    }
+}
+
+/* A tile of kv_dot_stored: NQ query vectors against NX rows (NQ NX <= 16
+ * accumulators), each row widened once for all NQ and each query vector
+ * loaded once for all NX; the accumulators are halved to 8 lanes, then
+ * summed eight at a time. */
+static inline __attribute__((always_inline)) void
+dot_tile(const kv_precision p, const float *q, size_t qs, const int NQ, const uint8_t *x, size_t xs,
+         const int NX, int n, float *out, size_t os)
+{
+    __m512 acc[16];
+    for (int k = 0; k < NQ * NX; k++)
+        acc[k] = _mm512_setzero_ps();
+    int j = 0;
+    for (; j + 16 <= n; j += 16)
+        dot_step(acc, p, q, qs, NQ, x, xs, NX, j, 16);
+    if (j < n)
+        dot_step(acc, p, q, qs, NQ, x, xs, NX, j, n - j);
+    __m256 half[16];
+    for (int k = 0; k < NQ * NX; k++)
+        half[k] =
+            _mm256_add_ps(_mm512_castps512_ps256(acc[k]),
+                          _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[k]), 1)));
+    for (int k0 = 0; k0 < NQ * NX; k0 += 8) {
+        float s[8];
+        _mm256_storeu_ps(s, kv_stored_sums8(half + k0, NQ * NX - k0));
+        for (int k = k0; k < NQ * NX && k < k0 + 8; k++)
+            out[(size_t)(k / NX) * os + (size_t)(k % NX)] = s[k - k0];
+    }
+}
+
+/* Tiles of four query vectors against four rows, of two and one against
+ * eight (at most 16 accumulators of the 32 registers). */
+#define DOT_ROWS_4 4
+#define DOT_ROWS_2 8
+#define DOT_ROWS_1 8
+#include "model/kernels_stored_rows.h"
+
+/* A tile of kv_axpy_stored: NY outputs of W x 16 channels from j (r of
+ * them in the last vector) held in registers while the nx rows pass, each
+ * row widened once for all NY. */
+static inline __attribute__((always_inline)) void axpy_tile(const kv_precision p, float *y,
+                                                            size_t ys, const int NY, const float *a,
+                                                            size_t as, const uint8_t *x, size_t xs,
+                                                            int nx, int j, const int W, int r)
+{
+    __m512 acc[8];
+    for (int i = 0; i < NY; i++)
+        for (int w = 0; w < W; w++)
+            acc[i * W + w] = load16(y + (size_t)i * ys, j + 16 * w, w == W - 1 ? r : 16);
+    for (int t = 0; t < nx; t++) {
+        __m512 xv[4];
+        for (int w = 0; w < W; w++)
+            xv[w] = widen16(x + (size_t)t * xs, p, j + 16 * w, w == W - 1 ? r : 16);
+        for (int i = 0; i < NY; i++) {
+            __m512 av = _mm512_set1_ps(a[(size_t)i * as + (size_t)t]);
+            for (int w = 0; w < W; w++)
+                acc[i * W + w] = _mm512_fmadd_ps(av, xv[w], acc[i * W + w]);
+        }
+    }
+    for (int i = 0; i < NY; i++)
+        for (int w = 0; w < W; w++)
+            _mm512_mask_storeu_ps(y + (size_t)i * ys + (size_t)(j + 16 * w),
+                                  lanes(w == W - 1 ? r : 16), acc[i * W + w]);
+}
+
+/* kv_axpy_stored at a constant p: outputs two, or one, at a time over 64
+ * channels, then 16, then the tail's. */
+static inline __attribute__((always_inline)) void axpy_p(const kv_precision p, float *y, size_t ys,
+                                                         int ny, const float *a, size_t as,
+                                                         const uint8_t *x, size_t xs, int nx, int n)
+{
+    for (int i = 0; i < ny;) {
+        int c = ny - i >= 2 ? 2 : 1, j = 0;
+        float *yi = y + (size_t)i * ys;
+        const float *ai = a + (size_t)i * as;
+        for (; j + 64 <= n; j += 64)
+            c == 2 ? axpy_tile(p, yi, ys, 2, ai, as, x, xs, nx, j, 4, 16)
+                   : axpy_tile(p, yi, ys, 1, ai, as, x, xs, nx, j, 4, 16);
+        for (; j < n; j += 16)
+            c == 2 ? axpy_tile(p, yi, ys, 2, ai, as, x, xs, nx, j, 1, n - j)
+                   : axpy_tile(p, yi, ys, 1, ai, as, x, xs, nx, j, 1, n - j);
+        i += c;
+    }
+}
+
+void kv_dot_stored_avx512(const float *q, size_t q_stride, int nq, const uint8_t *x,
+                          size_t x_stride, int nx, kv_precision p, int n, float *out,
+                          size_t out_stride)
+{
+    KV_STORED_AT_PRECISION(p, dot_p, q, q_stride, nq, x, x_stride, nx, n, out, out_stride);
+}
+
+void kv_axpy_stored_avx512(float *y, size_t y_stride, int ny, const float *a, size_t a_stride,
+                           const uint8_t *x, size_t x_stride, int nx, kv_precision p, int n)
+{
+    KV_STORED_AT_PRECISION(p, axpy_p, y, y_stride, ny, a, a_stride, x, x_stride, nx, n);
+}

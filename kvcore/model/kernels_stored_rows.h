@@ -1,0 +1,43 @@
+/* kernels_stored_rows: how kv_dot_stored cuts its query vectors and rows
+ * into tiles, the same at every vector width. Included by kernels_stored.c
+ * and kernels_stored_avx512.c once each has defined, for its own vectors,
+ *   dot_tile(p, q, qs, NQ, x, xs, NX, n, out, os): NQ query vectors against
+ *     NX rows (kernels.h's kv_dot_stored for one tile);
+ *   DOT_ROWS_4, DOT_ROWS_2, DOT_ROWS_1: the rows of a tile of four, two and
+ *     one query vectors (NQ NX accumulators, as many as its registers hold).
+ * No include guard: each file compiles its own copy. */
+
+/* The nx rows against NQ query vectors in tiles of NX rows, the rest one
+ * by one. */
+static inline __attribute__((always_inline)) void dot_rows(const kv_precision p, const float *q,
+                                                           size_t qs, const int NQ, const int NX,
+                                                           const uint8_t *x, size_t xs, int nx,
+                                                           int n, float *out, size_t os)
+{
+    int t = 0;
+    for (; t + NX <= nx; t += NX)
+        dot_tile(p, q, qs, NQ, x + (size_t)t * xs, xs, NX, n, out + t, os);
+    for (; t < nx; t++)
+        dot_tile(p, q, qs, NQ, x + (size_t)t * xs, xs, 1, n, out + t, os);
+}
+
+/* kv_dot_stored at a constant p: the query vectors four, two or one at a
+ * time. */
+static inline __attribute__((always_inline)) void dot_p(const kv_precision p, const float *q,
+                                                        size_t qs, int nq, const uint8_t *x,
+                                                        size_t xs, int nx, int n, float *out,
+                                                        size_t os)
+{
+    for (int i = 0; i < nq;) {
+        int c = nq - i >= 4 ? 4 : nq - i >= 2 ? 2 : 1;
+        const float *qi = q + (size_t)i * qs;
+        float *oi = out + (size_t)i * os;
+        if (c == 4)
+            dot_rows(p, qi, qs, 4, DOT_ROWS_4, x, xs, nx, n, oi, os);
+        else if (c == 2)
+            dot_rows(p, qi, qs, 2, DOT_ROWS_2, x, xs, nx, n, oi, os);
+        else
+            dot_rows(p, qi, qs, 1, DOT_ROWS_1, x, xs, nx, n, oi, os);
+        i += c;
+    }
+}
