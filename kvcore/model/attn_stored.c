@@ -177,6 +177,17 @@ void kv_attn_stored_scores(const kv_cache *c, const kv_cache_layer *l, const flo
             scores[(size_t)h * ld + (size_t)t] *= scale;
 }
 
+int kv_attn_stored_block(const kv_cache *c)
+{
+    /* a slot's share of group parameters: row / key_group of them by token
+     * (key_group channels a group) and by channel (a row shared by
+     * key_group slots) */
+    size_t groups = by_group(c) ? (size_t)kv_cache_row(c) / (size_t)c->quant.key_group : 0;
+    size_t slot = kv_cache_code_bytes(c) + groups * sizeof(kv_qgroup);
+    size_t b = (256 * 1024) / slot;
+    return b < RUN ? RUN : (int)(b / RUN * RUN);
+}
+
 /* Values of the slots [t0, t1) (at most RUN) for the nq query heads from
  * h0 on KV head g: per group, o += (p scale) codes, then p min once. */
 static void head_values(const kv_cache *c, const kv_cache_layer *l, const float *p, size_t ld,

@@ -20,6 +20,13 @@
 void kv_attn_stored_scores(const kv_cache *c, const kv_cache_layer *l, const float *q, int n_heads,
                            int t0, int t1, float scale, float *scores, size_t ld);
 
+/* Slots per decode attention task over a stored cache: as many as fill
+ * 256 KB with their keys' stored form (codes and group parameters), the
+ * bytes model.c's F32 blocks hold. Of a task's runs of slots the first
+ * starts cold (attn_stored.c prefetches each next run while one runs), so
+ * u8 rows in F32's 64-slot blocks (64 KB) left a quarter of the runs cold. */
+int kv_attn_stored_block(const kv_cache *c);
+
 /* o_h += sum_t p[h * ld + t] v^_t, o_h = o + h * head_dim, for the stored
  * values t in [t0, t1), in order of t per group of channels. */
 void kv_attn_stored_values(const kv_cache *c, const kv_cache_layer *l, const float *p, size_t ld,

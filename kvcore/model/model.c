@@ -820,6 +820,7 @@ typedef struct decode_job {
     float scale;
     float *scores;     /* [n_heads][f->max_keys] */
     float *partial;    /* [key blocks][n_heads * head_dim] */
+    int block;         /* slots per task (decode_attention sets it) */
 } decode_job;
 
 static void decode_scores_task(void *ctx, int t, int worker)
@@ -827,7 +828,7 @@ static void decode_scores_task(void *ctx, int t, int worker)
     (void)worker;
     const decode_job *j = ctx;
     const kv_model_config *c = j->cfg;
-    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, bs = j->f->key_block;
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, bs = j->block;
     size_t kvd = (size_t)c->n_kv_heads * (size_t)hd, mk = (size_t)j->f->max_keys;
     int k = t * bs, k1 = (t + 1) * bs < j->keys ? (t + 1) * bs : j->keys;
     int stored = k1 < j->cl->k_stored ? k1 : j->cl->k_stored;
@@ -882,7 +883,7 @@ static void decode_values_task(void *ctx, int t, int worker)
     (void)worker;
     const decode_job *j = ctx;
     const kv_model_config *c = j->cfg;
-    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, bs = j->f->key_block;
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, bs = j->block;
     size_t kvd = (size_t)c->n_kv_heads * (size_t)hd, qd = (size_t)c->n_heads * (size_t)hd;
     size_t mk = (size_t)j->f->max_keys;
     float *o = j->partial + (size_t)t * qd;
@@ -908,7 +909,13 @@ static void decode_values_task(void *ctx, int t, int worker)
 static void decode_attention(decode_job *j, kv_pool *p, float *out)
 {
     const kv_model_config *c = j->cfg;
-    int blocks = (j->keys + j->f->key_block - 1) / j->f->key_block;
+    /* A stored cache's slots take fewer bytes: more of them a task
+     * (kv_attn_stored_block), never fewer than F32's, so the partial
+     * outputs fit the room made for F32's blocks. */
+    j->block = j->f->key_block;
+    if (kv_cache_stores(j->c) && kv_attn_stored_block(j->c) > j->block)
+        j->block = kv_attn_stored_block(j->c);
+    int blocks = (j->keys + j->block - 1) / j->block;
     size_t qd = (size_t)c->n_heads * (size_t)c->head_dim;
     kv_pool_phase passes[] = {{blocks, decode_scores_task, j},
                               {c->n_heads, decode_softmax_task, j},

@@ -37,9 +37,10 @@ static kv_cache *filled(int slots, const kv_cache_quant *q)
     return c;
 }
 
-/* model.c's decode splits the slots in blocks of this many (256 KB of F32
- * rows), the tasks of its thread pool: the scores of a block, then its
- * share of the values. */
+/* model.c's decode splits the slots of an F32 cache in blocks of this many
+ * (256 KB of F32 rows), the tasks of its thread pool: the scores of a
+ * block, then its share of the values; those of a stored cache in blocks
+ * of kv_attn_stored_block. */
 enum { BLOCK = 64 };
 
 /* The F32 cache as model.c's decode tasks read it: eight slots at a time. */
@@ -62,10 +63,13 @@ static void f32_step(const kv_cache *c, const float *q, float *scores, const flo
 static void stored_step(const kv_cache *c, const float *q, float *scores, const float *p, float *o)
 {
     const kv_cache_layer *l = &c->layers[0];
-    for (int b = 0; b < l->len; b += BLOCK)
-        kv_attn_stored_scores(c, l, q, HEADS, b, b + BLOCK, 0.088f, scores, (size_t)l->len);
-    for (int b = 0; b < l->len; b += BLOCK)
-        kv_attn_stored_values(c, l, p, (size_t)l->len, HEADS, b, b + BLOCK, o);
+    int block = kv_attn_stored_block(c);
+    for (int b = 0; b < l->len; b += block)
+        kv_attn_stored_scores(c, l, q, HEADS, b, b + block < l->len ? b + block : l->len, 0.088f,
+                              scores, (size_t)l->len);
+    for (int b = 0; b < l->len; b += block)
+        kv_attn_stored_values(c, l, p, (size_t)l->len, HEADS, b,
+                              b + block < l->len ? b + block : l->len, o);
 }
 
 int main(int argc, char **argv)
