@@ -906,9 +906,9 @@ static void decode_values_task(void *ctx, int t, int worker)
     }
 }
 
-static void decode_attention(decode_job *j, kv_pool *p, float *out)
+/* The three passes of decode_attention as phases of a pool job. */
+static void decode_phases(decode_job *j, kv_pool_phase *passes)
 {
-    const kv_model_config *c = j->cfg;
     /* A stored cache's slots take fewer bytes: more of them a task
      * (kv_attn_stored_block), never fewer than F32's, so the partial
      * outputs fit the room made for F32's blocks. */
@@ -916,14 +916,28 @@ static void decode_attention(decode_job *j, kv_pool *p, float *out)
     if (kv_cache_stores(j->c) && kv_attn_stored_block(j->c) > j->block)
         j->block = kv_attn_stored_block(j->c);
     int blocks = (j->keys + j->block - 1) / j->block;
-    size_t qd = (size_t)c->n_heads * (size_t)c->head_dim;
-    kv_pool_phase passes[] = {{blocks, decode_scores_task, j},
-                              {c->n_heads, decode_softmax_task, j},
-                              {blocks, decode_values_task, j}};
-    kv_pool_run_phases(p, 3, passes);
+    passes[0] = (kv_pool_phase){blocks, decode_scores_task, j};
+    passes[1] = (kv_pool_phase){j->cfg->n_heads, decode_softmax_task, j};
+    passes[2] = (kv_pool_phase){blocks, decode_values_task, j};
+}
+
+/* out = the sum of the blocks' partial outputs, in block order (after
+ * decode_phases has set the block). */
+static void decode_combine(const decode_job *j, float *out)
+{
+    int blocks = (j->keys + j->block - 1) / j->block;
+    size_t qd = (size_t)j->cfg->n_heads * (size_t)j->cfg->head_dim;
     memcpy(out, j->partial, qd * sizeof *out);
     for (int t = 1; t < blocks; t++)
         kv_axpy(out, 1.0f, j->partial + (size_t)t * qd, (int)qd);
+}
+
+static void decode_attention(decode_job *j, kv_pool *p, float *out)
+{
+    kv_pool_phase passes[3];
+    decode_phases(j, passes);
+    kv_pool_run_phases(p, 3, passes);
+    decode_combine(j, out);
 }
 
 /* Adds head h's probability rows p[n][keys] (query rows r0.. of the chunk)
@@ -1261,6 +1275,17 @@ static void residual_rows(const row_step *s, int r0, int r1)
     add_rows(at_row(s->x, r0, H), at_row(f->tmp, r0, H), (size_t)(r1 - r0) * (size_t)H);
 }
 
+/* Once the rows are rotated: the values' norms, the layer's length, the
+ * query moments. */
+static void qkv_commit(const row_step *rs, kv_attn_stats *st)
+{
+    fwd *f = rs->f;
+    kv_cache_measure_values(rs->c, rs->cl, rs->base, rs->cn);
+    rs->cl->len = rs->base + rs->cn;
+    if (f->qpre && st)
+        stats_add_queries(f->req, st, f->qpre, rs->row0, rs->cn);
+}
+
 /* Projects the chunk's queries, keys and values (its rows' attention
  * norm prepared in f->h); keys and values go straight into their cache
  * slots, rotated to their positions; the query moments into st when
@@ -1276,10 +1301,7 @@ static void qkv(row_step *rs, kv_attn_stats *st)
     float *ys[] = {f->q, k, v};
     multiply(f, 3, ws, f->h, rs->cn, ys);
     run_rows(rs, rotate_rows);
-    kv_cache_measure_values(rs->c, cl, rs->base, rs->cn);
-    cl->len = rs->base + rs->cn;
-    if (f->qpre && st)
-        stats_add_queries(f->req, st, f->qpre, rs->row0, rs->cn);
+    qkv_commit(rs, st);
 }
 
 /* output_and_mlp of GEMV-sized rows as one pool job: the three GEMVs are
@@ -1329,32 +1351,64 @@ static void mlp_act_task(void *ctx, int task, int worker)
     kv_gemv_step_prepare(&j->dn);
 }
 
+/* Sets up j for n rows whose attention output will be in f->att. */
+static void mlp_init(mlp_job *j, const kv_model *m, const layer *L, fwd *f, float *x, int n)
+{
+    *j = (mlp_job){.m = m,
+                   .L = L,
+                   .f = f,
+                   .x = x,
+                   .n = n,
+                   .wo = {&L->wo},
+                   .gate_up = {&L->gate, &L->up},
+                   .down = {&L->down},
+                   .o_y = {f->tmp},
+                   .gate_up_y = {f->g, f->u},
+                   .down_y = {f->tmp}};
+    kv_gemv_step_init(&j->o, 1, j->wo, f->att, n, f->mode, j->o_y, f->xprep);
+    kv_gemv_step_init(&j->gu, 2, j->gate_up, f->h, n, f->mode, j->gate_up_y, f->xprep);
+    kv_gemv_step_init(&j->dn, 1, j->down, f->g, n, f->mode, j->down_y, f->xprep);
+}
+
+/* Once f->att holds attention's output: the output projection's input. */
+static void mlp_prepare(mlp_job *j)
+{
+    round_input(j->f, j->f->att, (size_t)j->n * (size_t)j->L->wo.cols);
+    kv_gemv_step_prepare(&j->o);
+}
+
+/* The five phases: o, residual and norm, gate/up, activation, down. */
+static void mlp_phases(mlp_job *j, kv_pool_phase *phases)
+{
+    phases[0] = kv_gemv_step_phase(&j->o);
+    phases[1] = (kv_pool_phase){1, mlp_norm_task, j};
+    phases[2] = kv_gemv_step_phase(&j->gu);
+    phases[3] = (kv_pool_phase){1, mlp_act_task, j};
+    phases[4] = kv_gemv_step_phase(&j->dn);
+}
+
+static size_t mlp_work(const mlp_job *j)
+{
+    return kv_gemv_step_work(&j->o) + kv_gemv_step_work(&j->gu) + kv_gemv_step_work(&j->dn);
+}
+
+/* After the phases: down's bias and the residual add. */
+static void mlp_finish(const mlp_job *j)
+{
+    size_t H = (size_t)j->m->cfg.hidden;
+    add_bias(j->f->tmp, j->L->b_down, j->n, (int)H);
+    add_rows(j->x, j->f->tmp, (size_t)j->n * H);
+}
+
 static void output_and_mlp_gemv(const kv_model *m, const layer *L, fwd *f, float *x, int n)
 {
-    const kv_model_config *cfg = &m->cfg;
-    mlp_job j = {.m = m,
-                 .L = L,
-                 .f = f,
-                 .x = x,
-                 .n = n,
-                 .wo = {&L->wo},
-                 .gate_up = {&L->gate, &L->up},
-                 .down = {&L->down},
-                 .o_y = {f->tmp},
-                 .gate_up_y = {f->g, f->u},
-                 .down_y = {f->tmp}};
-    kv_gemv_step_init(&j.o, 1, j.wo, f->att, n, f->mode, j.o_y, f->xprep);
-    kv_gemv_step_init(&j.gu, 2, j.gate_up, f->h, n, f->mode, j.gate_up_y, f->xprep);
-    kv_gemv_step_init(&j.dn, 1, j.down, f->g, n, f->mode, j.down_y, f->xprep);
-    round_input(f, f->att, (size_t)n * (size_t)L->wo.cols);
-    kv_gemv_step_prepare(&j.o);
-    kv_pool_phase phases[] = {kv_gemv_step_phase(&j.o),  {1, mlp_norm_task, &j},
-                              kv_gemv_step_phase(&j.gu), {1, mlp_act_task, &j},
-                              kv_gemv_step_phase(&j.dn)};
-    size_t work = kv_gemv_step_work(&j.o) + kv_gemv_step_work(&j.gu) + kv_gemv_step_work(&j.dn);
-    kv_pool_run_phases(work > KV_PARALLEL_MIN_WORK ? f->pool : NULL, 5, phases);
-    add_bias(f->tmp, L->b_down, n, cfg->hidden);
-    add_rows(x, f->tmp, (size_t)n * (size_t)cfg->hidden);
+    mlp_job j;
+    mlp_init(&j, m, L, f, x, n);
+    mlp_prepare(&j);
+    kv_pool_phase phases[5];
+    mlp_phases(&j, phases);
+    kv_pool_run_phases(mlp_work(&j) > KV_PARALLEL_MIN_WORK ? f->pool : NULL, 5, phases);
+    mlp_finish(&j);
 }
 
 /* The rest of a layer once attention has filled f->att for n rows: the
@@ -1382,6 +1436,83 @@ static void output_and_mlp_rows(row_step *rs)
     run_rows(rs, residual_rows);
 }
 
+/* ---- a decode token's layer as one pool job ----
+ *
+ * A chunk of one row (decode) runs its layer as the phases of one job: the
+ * q/k/v GEMV, the rest of qkv (one task), attention's three passes, their
+ * sum and the output projection's input (one task), then output_and_mlp's
+ * five phases: one wake-up and join of the workers per layer instead of
+ * three, and no serial gap between them in which a worker falls asleep.
+ * The same operations in the same order as qkv, attention and
+ * output_and_mlp, so the same bits. */
+typedef struct layer_job {
+    row_step rs; /* the one row */
+    kv_attn_stats *st;
+    const kv_weight *qkv_w[3];
+    float *qkv_y[3];
+    kv_gemv_step qkv;
+    decode_job d;
+    mlp_job mlp;
+} layer_job;
+
+/* qkv's steps after its products (rotate_rows on the one row, directly:
+ * run_rows would start a pool job inside this one). */
+static void layer_qkv_task(void *ctx, int task, int worker)
+{
+    (void)task;
+    (void)worker;
+    layer_job *j = ctx;
+    rotate_rows(&j->rs, 0, 1);
+    qkv_commit(&j->rs, j->st);
+}
+
+static void layer_att_task(void *ctx, int task, int worker)
+{
+    (void)task;
+    (void)worker;
+    layer_job *j = ctx;
+    decode_combine(&j->d, j->rs.f->att);
+    mlp_prepare(&j->mlp);
+}
+
+/* The layer of rs's one row, its attention norm prepared in f->h. */
+static void layer_decode(const row_step *rs, kv_attn_stats *st)
+{
+    const kv_model_config *cfg = &rs->m->cfg;
+    fwd *f = rs->f;
+    const layer *L = rs->L;
+    layer_job j = {.rs = *rs,
+                   .st = st,
+                   .qkv_w = {&L->wq, &L->wk, &L->wv},
+                   .qkv_y = {f->q, kv_cache_full_row(rs->c, rs->cl, KV_KEYS, rs->base),
+                             kv_cache_full_row(rs->c, rs->cl, KV_VALUES, rs->base)}};
+    kv_gemv_step_init(&j.qkv, 3, j.qkv_w, f->h, 1, f->mode, j.qkv_y, f->xprep);
+    kv_gemv_step_prepare(&j.qkv);
+    j.d = (decode_job){.cfg = cfg,
+                       .c = rs->c,
+                       .cl = rs->cl,
+                       .f = f,
+                       .st = st,
+                       .req = f->req,
+                       .q = f->q,
+                       .keys = rs->base + 1,
+                       .row = rs->row0,
+                       .n = f->n,
+                       .scale = 1.0f / sqrtf((float)cfg->head_dim),
+                       .scores = f->scores,
+                       .partial = f->partial};
+    mlp_init(&j.mlp, rs->m, L, f, rs->x, 1);
+    kv_pool_phase phases[11];
+    phases[0] = kv_gemv_step_phase(&j.qkv);
+    phases[1] = (kv_pool_phase){1, layer_qkv_task, &j};
+    decode_phases(&j.d, phases + 2);
+    phases[5] = (kv_pool_phase){1, layer_att_task, &j};
+    mlp_phases(&j.mlp, phases + 6);
+    size_t work = kv_gemv_step_work(&j.qkv) + mlp_work(&j.mlp);
+    kv_pool_run_phases(work > KV_PARALLEL_MIN_WORK ? f->pool : NULL, 11, phases);
+    mlp_finish(&j.mlp);
+}
+
 /* One layer over the chunk of rows [row0, row0 + cn) of the call. */
 static void layer_forward(const kv_model *m, const layer *L, int li, kv_cache *c, fwd *f, int cn,
                           int row0)
@@ -1398,6 +1529,10 @@ static void layer_forward(const kv_model *m, const layer *L, int li, kv_cache *c
                    .row0 = row0,
                    .base = cl->len};
     run_rows(&rs, attn_norm_rows);
+    if (cn == 1 && f->xprep && !f->batched) {
+        layer_decode(&rs, st);
+        return;
+    }
     qkv(&rs, st);
     attention(m, c, cl, f, st, cn, rs.base, row0);
     if (f->xprep)
