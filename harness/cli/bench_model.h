@@ -18,6 +18,7 @@ typedef struct kb_bench_model_opts {
     int n_prompts;
     int gen_tokens; /* decode steps after each prompt */
     int repeats;    /* runs per prompt length (median reported) */
+    int warmup;     /* unmeasured runs before them */
     int threads;    /* 0: default */
     int evict_keep; /* > 0: also decode after keeping this many slots per layer */
     kv_compute compute;
@@ -27,7 +28,7 @@ typedef struct kb_bench_model_opts {
     bool json;
 } kb_bench_model_opts;
 
-/* Options: --model, --prompt-tokens, --gen-tokens, --repeats, --threads,
+/* Options: --model, --prompt-tokens, --gen-tokens, --repeats, --warmup, --threads,
  * --compute, --evict-keep, --against, --json, and the cache precision's
  * (--kv-cache-precision, --key-quant, --key-group-size, --value-group-size;
  * the other eviction options are refused) (terminated by a NULL name). */

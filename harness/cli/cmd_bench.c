@@ -36,6 +36,7 @@ static const kb_option options[] = {
     {"prompt-tokens", "N,N,..", "model: prompt lengths to measure (default 512,2048,8192); sweep: one length (default 2048)"},
     {"gen-tokens", "N", "model, sweep: decode steps after each prompt (default 128; sweep 64)"},
     {"repeats", "N", "model: runs per prompt length; machine: runs per figure; the median is reported (default 3; machine 5)"},
+    {"warmup", "N", "model: unmeasured runs before the repeats of each prompt length, as llama-bench's warmup (default 0)"},
     {"threads", "N", "model, sweep, machine: threads (default: all cores)"},
     {"compute", "f32|bf16", "model: compute mode (default f32)"},
     {"evict-keep", "N", "model: also decode after evicting to N slots per layer"},
@@ -108,7 +109,7 @@ const kb_command kb_cmd_bench = {
     .usage = "kvbench bench KIND [options]   (KIND: tokenizer, model, sweep, machine)",
     .description = "Measures one part of kvbench and prints what it measured. "
                    "tokenizer: --model DIR --file F (load time, encode and decode tokens/s). "
-                   "model: --model DIR [--prompt-tokens 512,2048,8192] [--gen-tokens 128] "
+                   "model: --model DIR [--prompt-tokens 512,2048,8192] [--gen-tokens 128] [--warmup 0] "
                    "(prefill and decode tokens/s, median of --repeats, and peak RSS). "
                    "sweep: --model DIR [--prompt-tokens 2048] [--gen-tokens 64] "
                    "[--configs 4,16,31] [--repeats 1] [--buffer-mib N] (wall time of the full cache "

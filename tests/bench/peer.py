@@ -34,7 +34,10 @@ llama-bench's `-p P -n 0`; decode after D is kvbench's `--prompt-tokens D
 gives both) and llama-bench's `-p 0 -n G -d D` (G tokens generated after a
 context of D, the depth filled before the timer starts). llama-bench runs
 with `-lm none` (weights read into memory, as kvbench does), `-r 1` and its
-own defaults otherwise (F16 KV cache, flash attention auto).
+own defaults otherwise (F16 KV cache, flash attention auto, and one
+unmeasured warmup run of each test); kvbench gets `--repeats 1 --warmup 1`
+to match, so neither engine's figure is a cold first run (fresh pages
+fault in on the first run: ~37 us each on a VM).
 
 Only the Python standard library is needed.
 """
@@ -134,7 +137,8 @@ class Peer:
     def kvbench(self, mode, prompt, gen):
         a = self.a
         out = run([a.kvbench, "bench", "model", "--model", a.model, "--prompt-tokens", str(prompt),
-                   "--gen-tokens", str(gen), "--repeats", "1", "--threads", str(a.threads),
+                   "--gen-tokens", str(gen), "--repeats", "1", "--warmup", "1",
+                   "--threads", str(a.threads),
                    "--compute", mode, "--json"], self.log)
         engine = f"kvbench {mode}"
         for line in out:

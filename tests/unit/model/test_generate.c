@@ -383,6 +383,24 @@ Test(generate_cli, bench_model_reports_each_measure)
     free(dir);
 }
 
+/* --warmup adds unmeasured runs: the report still counts --repeats runs,
+ * and an out-of-range count is refused naming the flag. */
+Test(generate_cli, bench_model_warmup_runs_are_not_reported)
+{
+    char *dir = model_dir("qwen3-bf16");
+    tu_result r = tu_kvbench("bench", "model", "--model", dir, "--prompt-tokens", "16",
+                             "--gen-tokens", "2", "--repeats", "2", "--warmup", "3", "--json", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "{\"measure\":\"prefill\",\"tokens\":16,"), "%s", r.out);
+    cr_assert(strstr(r.out, "\"runs\":2,") && !strstr(r.out, "\"runs\":5,"), "%s", r.out);
+    tu_result_free(&r);
+    r = tu_kvbench("bench", "model", "--model", dir, "--warmup", "-1", NULL);
+    cr_assert_neq(r.status, 0);
+    cr_assert(strstr(r.err, "--warmup"), "%s", r.err);
+    tu_result_free(&r);
+    free(dir);
+}
+
 /* bench sweep decodes the same configs batched and one after another and
  * refuses to report unless their tokens agree; beside each ratio it prints
  * the one at the machine's measured limits, which can be no better than
