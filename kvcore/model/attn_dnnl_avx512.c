@@ -2,6 +2,8 @@
 
 #include <immintrin.h>
 
+#include "model/exp_poly.h"
+
 /* The first n (< 16) lanes. */
 static inline __mmask16 first(int n)
 {
@@ -12,17 +14,17 @@ static inline __mmask16 first(int n)
  * Cephes' polynomial, about 1 ulp) in 16 lanes, 2^n applied by scalef. */
 static inline __m512 exp16(__m512 x)
 {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.33654f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+    x = _mm512_max_ps(x, _mm512_set1_ps(KV_EXP_LO));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(KV_EXP_LOG2E)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    x = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    x = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), x);
-    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
+    x = _mm512_fnmadd_ps(n, _mm512_set1_ps(KV_EXP_LN2_HI), x);
+    x = _mm512_fnmadd_ps(n, _mm512_set1_ps(KV_EXP_LN2_LO), x);
+    __m512 y = _mm512_set1_ps(KV_EXP_P0);
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(KV_EXP_P1));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(KV_EXP_P2));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(KV_EXP_P3));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(KV_EXP_P4));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(KV_EXP_P5));
     y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
     return _mm512_scalef_ps(y, n);
 }
