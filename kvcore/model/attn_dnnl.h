@@ -13,7 +13,7 @@
  * and call (a chunk packs only its own new keys: earlier chunks' keys stay
  * packed), queries once per chunk.
  *
- * The loop is flash attention's, as model.c's attention_flash_task: each
+ * The loop is flash attention's, as attn_prefill.c's attention_flash_task: each
  * head's blocks of query rows walk the keys in tiles with an online
  * softmax, so a tile's scores stay in L2 and tiles wholly above the causal
  * diagonal are never computed. Tiles are padded to a multiple of

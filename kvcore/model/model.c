@@ -7,24 +7,13 @@
 #include <string.h>
 
 #include "model/attn_dnnl.h"
-#include "model/attn_stored.h"
 #include "model/cpu.h"
+#include "model/forward.h"
 #include "model/kernels.h"
 #include "model/safetensors.h"
 #include "util/mem.h"
 
 #define DEFAULT_CHUNK 1024
-
-/* Query rows per attention block in prefill: a block only multiplies the
- * keys its last row can see, so a chunk skips most of the masked upper
- * triangle (a 512-row chunk computed 37 % more QK^T and PV than needed). */
-#define ATTN_BLOCK_ROWS 128
-
-/* Keys per tile of the blocked (flash) prefill attention: a block's scores
- * for one tile (128 x 256 floats, 128 KB) stay in L2 between QK^T, the
- * softmax step and PV, where a block's whole score rows (4 MB at 8k keys)
- * went out to L3 and back three times. */
-#define ATTN_TILE_KEYS 256
 
 typedef struct layer {
     kv_weight wq, wk, wv, wo, gate, up, down;
@@ -480,16 +469,6 @@ static int check_stats(const kv_model *m, const kv_cache *c, int n,
     return 0;
 }
 
-/* Whether a call of n rows writes its column and window sums whole: a
- * call of one row (a decode step) that carries no earlier rows' sums gives
- * every key its one probability, so stats_add_row stores it (0 + p is p)
- * and nothing need zero the sums first (a 16-config sweep at 2,048 tokens:
- * ~55 MB a step per kind of sum). */
-static bool sums_written(const kv_attn_stats_request *req, int n)
-{
-    return n == 1 && req->rows_before == 0;
-}
-
 static void zero_stats(const kv_attn_stats_request *req, kv_attn_stats *stats, int n_layers, int n)
 {
     for (int l = 0; l < n_layers; l++) {
@@ -536,60 +515,7 @@ static void stats_add_queries(const kv_attn_stats_request *req, kv_attn_stats *s
     s->q_count += n - first;
 }
 
-/* Adds probability row p[0..keys) of query row r (of n in the call) to
- * head h's sums. */
-static void stats_add_row(const kv_attn_stats_request *req, kv_attn_stats *s, int h, const float *p,
-                          int keys, int r, int n)
-{
-    size_t off = (size_t)h * (size_t)s->n_keys;
-    bool store = sums_written(req, n); /* the only row: its keys are all the keys */
-    if (req->col_sums)
-        for (int j = 0; j < keys; j++)
-            s->col_sums[off + (size_t)j] = (store ? 0.0 : s->col_sums[off + (size_t)j]) + p[j];
-    for (int w = 0; w < req->n_windows; w++)
-        if (r >= n - req->windows[w])
-            for (int j = 0; j < keys; j++)
-                s->win_sums[w][off + (size_t)j] =
-                    (store ? 0.0 : s->win_sums[w][off + (size_t)j]) + p[j];
-}
-
 /* ---------------------------------------------------------------- forward */
-
-/* Buffers of one forward call: the hidden states of all its tokens, and
- * per-chunk work space sized for the longest layer. */
-typedef struct fwd {
-    float *x; /* [n][hidden] */
-    float *h, *q, *att, *tmp, *g, *u;
-    float *scores;    /* [max(threads * min(chunk, ATTN_BLOCK_ROWS), heads)][max_keys] */
-    float *partial;   /* decode: [key blocks][n_heads * head_dim] partial outputs */
-    int key_block;    /* decode: cache slots per attention task */
-    float *wide;      /* per-worker room to widen the output embedding for sgemm */
-    float *layer_f32; /* one layer's 16-bit matrices widened for sgemm, or NULL */
-    size_t layer_floats;
-    int max_keys;
-    const kv_attn_stats_request *req; /* NULL when no statistics are wanted */
-    kv_attn_stats *stats;
-    int n; /* tokens in the call */
-    int chunk;
-    kv_compute mode;
-    kv_pool *pool;
-    /* A batched decode step (kv_model_forward_batch): row b is the next
-     * token of its own cache; projections always take the batched GEMV. */
-    bool batched;
-    float *k_new, *v_new; /* [n][n_kv_heads * head_dim] before they enter their caches */
-    double *qpre;         /* [chunk][n_heads * head_dim] pre-RoPE queries, for query moments */
-    float *xprep;         /* GEMV-sized chunks: [chunk][widest input] prepared GEMV input */
-    /* Set by the caller: a cache of the call holds slots in its stored form
-     * (kvcache.h), which a multi-row attention reads as F32 rows from dense
-     * ([2][max_keys][n_kv_heads * head_dim]: keys, then values). */
-    bool stored;
-    float *dense;
-    kv_attn_dnnl *attn_dnnl; /* bf16 mode's prefill attention through oneDNN, or NULL */
-    /* Prefill in bf16 mode at a level with a BF16 GEMM: each product's
-     * input rows packed to BF16 ([chunk][widest input]) by the row step
-     * that computes them, or NULL (inputs rounded in place). */
-    uint16_t *x16;
-} fwd;
 
 static void fwd_free(fwd *f)
 {
@@ -616,16 +542,6 @@ static void fwd_free(fwd *f)
 static size_t max_size(size_t a, size_t b)
 {
     return a > b ? a : b;
-}
-
-/* Cache slots per decode attention task: about 256 KB of keys (all KV
- * heads of a slot are one contiguous row), so each task streams one long
- * run of memory. */
-static int decode_key_block(const kv_model_config *c)
-{
-    size_t row_bytes = (size_t)c->n_kv_heads * (size_t)c->head_dim * sizeof(float);
-    size_t b = (256 * 1024) / row_bytes;
-    return b < 16 ? 16 : (int)b;
 }
 
 /* The most keys any layer of c will hold after n more tokens. */
@@ -665,7 +581,7 @@ static int fwd_alloc(const kv_model *m, int max_keys, int n, int chunk, fwd *f, 
      * (a 1,026-token prompt in 1,024-row chunks ends with 2), and those
      * rows take the decode attention path: it needs its blocks always. */
     if (ok) {
-        f->key_block = decode_key_block(cfg);
+        f->key_block = kv_decode_key_block(cfg);
         size_t blocks = ((size_t)f->max_keys + (size_t)f->key_block - 1) / (size_t)f->key_block;
         if (f->batched)
             blocks *= threads;
@@ -789,283 +705,6 @@ static void rmsnorm_rows(float *out, const float *x, const float *w, int n, int 
         kv_rmsnorm(out + (size_t)i * (size_t)dim, x + (size_t)i * (size_t)dim, w, dim, (float)eps);
 }
 
-/* One attention call: a chunk of query rows against a layer's cache. */
-typedef struct attn_job {
-    const kv_model_config *cfg;
-    const kv_cache_layer *cl;
-    const float *k, *v; /* every key's and value's row, F32 */
-    fwd *f;
-    kv_attn_stats *st; /* NULL: no statistics */
-    int cn, base, row0;
-    float scale;
-} attn_job;
-
-/* Decode attention of one query row, in three passes over blocks of cache
- * slots (split-K, as in flash-decoding): scores of every head for a block,
- * then each head's softmax, then each block's share of P V, summed in block
- * order (deterministic whichever thread ran which block). A cache slot holds
- * all KV heads in one contiguous row, so every pass streams the cache
- * front to back and reads each key/value row once for all the query heads
- * that share it (GQA). Splitting by head instead read 512-byte pieces 4 KB
- * apart, a TLB miss per slot: 3x slower than the memory allows at 8k. */
-typedef struct decode_job {
-    const kv_model_config *cfg;
-    const kv_cache *c;
-    const kv_cache_layer *cl;
-    fwd *f;
-    kv_attn_stats *st; /* NULL: no statistics */
-    const kv_attn_stats_request *req; /* what st collects */
-    const float *q;    /* [n_heads][head_dim] of the row */
-    int keys, row, n;  /* keys visible to the row; its index in the call of n rows */
-    float scale;
-    float *scores;     /* [n_heads][f->max_keys] */
-    float *partial;    /* [key blocks][n_heads * head_dim] */
-    int block;         /* slots per task (decode_attention sets it) */
-} decode_job;
-
-static void decode_scores_task(void *ctx, int t, int worker)
-{
-    (void)worker;
-    const decode_job *j = ctx;
-    const kv_model_config *c = j->cfg;
-    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, bs = j->block;
-    size_t kvd = (size_t)c->n_kv_heads * (size_t)hd, mk = (size_t)j->f->max_keys;
-    int k = t * bs, k1 = (t + 1) * bs < j->keys ? (t + 1) * bs : j->keys;
-    int stored = k1 < j->cl->k_stored ? k1 : j->cl->k_stored;
-    if (k < stored) { /* slots the cache holds in its stored form */
-        kv_attn_stored_scores(j->c, j->cl, j->q, c->n_heads, k, stored, j->scale, j->scores, mk);
-        k = stored;
-    }
-    /* eight slots at a time: their rows (32 KB at Qwen3-0.6B) stay in L1
-     * while every head reads them */
-    for (; k + 8 <= k1; k += 8) {
-        const float *kr = kv_cache_full_row(j->c, j->cl, KV_KEYS, k);
-        for (int h = 0; h < c->n_heads; h++)
-            kv_dot8(j->q + (size_t)h * (size_t)hd, kr + (size_t)(h / group) * (size_t)hd, kvd, hd,
-                    j->scale, j->scores + (size_t)h * mk + (size_t)k);
-    }
-    for (; k < k1; k++) {
-        const float *kr = kv_cache_full_row(j->c, j->cl, KV_KEYS, k);
-        for (int h = 0; h < c->n_heads; h++)
-            j->scores[(size_t)h * mk + (size_t)k] =
-                kv_dot(j->q + (size_t)h * (size_t)hd, kr + (size_t)(h / group) * (size_t)hd, hd) *
-                j->scale;
-    }
-}
-
-/* Sets the scores of the slots of a score row p[keys] that hold no token of
- * KV head kvh (kvcache.h: its gap) to x: -inf before the softmax, then 0,
- * since the vector exp turns -inf into a tiny number, not into 0. */
-static void mask_gap(const kv_cache_layer *cl, int kvh, float *p, int keys, float x)
-{
-    if (!cl->gap)
-        return;
-    int to = cl->gap[2 * kvh + 1] < keys ? cl->gap[2 * kvh + 1] : keys;
-    for (int k = cl->gap[2 * kvh]; k < to; k++)
-        p[k] = x;
-}
-
-static void decode_softmax_task(void *ctx, int h, int worker)
-{
-    (void)worker;
-    const decode_job *j = ctx;
-    float *p = j->scores + (size_t)h * (size_t)j->f->max_keys;
-    int kvh = h / (j->cfg->n_heads / j->cfg->n_kv_heads);
-    mask_gap(j->cl, kvh, p, j->keys, -INFINITY);
-    kv_softmax(p, j->keys);
-    mask_gap(j->cl, kvh, p, j->keys, 0.0f);
-    if (j->st)
-        stats_add_row(j->req, j->st, h, p, j->keys, j->row, j->n);
-}
-
-static void decode_values_task(void *ctx, int t, int worker)
-{
-    (void)worker;
-    const decode_job *j = ctx;
-    const kv_model_config *c = j->cfg;
-    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, bs = j->block;
-    size_t kvd = (size_t)c->n_kv_heads * (size_t)hd, qd = (size_t)c->n_heads * (size_t)hd;
-    size_t mk = (size_t)j->f->max_keys;
-    float *o = j->partial + (size_t)t * qd;
-    memset(o, 0, qd * sizeof *o);
-    int k = t * bs, k1 = (t + 1) * bs < j->keys ? (t + 1) * bs : j->keys;
-    int stored = k1 < j->cl->v_stored ? k1 : j->cl->v_stored;
-    if (k < stored) {
-        kv_attn_stored_values(j->c, j->cl, j->scores, mk, c->n_heads, k, stored, o);
-        k = stored;
-    }
-    /* eight slots at a time, each KV head's rows once for the query heads
-     * that share it */
-    for (; k < k1; k += 8) {
-        int nk = k1 - k < 8 ? k1 - k : 8;
-        const float *vr = kv_cache_full_row(j->c, j->cl, KV_VALUES, k);
-        for (int g = 0; g < c->n_kv_heads; g++)
-            kv_axpy_rows(o + (size_t)g * (size_t)group * (size_t)hd, (size_t)hd, group,
-                         j->scores + (size_t)g * (size_t)group * mk + (size_t)k, mk,
-                         vr + (size_t)g * (size_t)hd, kvd, nk, hd);
-    }
-}
-
-/* The three passes of decode_attention as phases of a pool job. */
-static void decode_phases(decode_job *j, kv_pool_phase *passes)
-{
-    /* A stored cache's slots take fewer bytes: more of them a task
-     * (kv_attn_stored_block), never fewer than F32's, so the partial
-     * outputs fit the room made for F32's blocks. */
-    j->block = j->f->key_block;
-    if (kv_cache_stores(j->c) && kv_attn_stored_block(j->c) > j->block)
-        j->block = kv_attn_stored_block(j->c);
-    int blocks = (j->keys + j->block - 1) / j->block;
-    passes[0] = (kv_pool_phase){blocks, decode_scores_task, j};
-    passes[1] = (kv_pool_phase){j->cfg->n_heads, decode_softmax_task, j};
-    passes[2] = (kv_pool_phase){blocks, decode_values_task, j};
-}
-
-/* out = the sum of the blocks' partial outputs, in block order (after
- * decode_phases has set the block). */
-static void decode_combine(const decode_job *j, float *out)
-{
-    int blocks = (j->keys + j->block - 1) / j->block;
-    size_t qd = (size_t)j->cfg->n_heads * (size_t)j->cfg->head_dim;
-    memcpy(out, j->partial, qd * sizeof *out);
-    for (int t = 1; t < blocks; t++)
-        kv_axpy(out, 1.0f, j->partial + (size_t)t * qd, (int)qd);
-}
-
-static void decode_attention(decode_job *j, kv_pool *p, float *out)
-{
-    kv_pool_phase passes[3];
-    decode_phases(j, passes);
-    kv_pool_run_phases(p, 3, passes);
-    decode_combine(j, out);
-}
-
-/* Adds head h's probability rows p[n][keys] (query rows r0.. of the chunk)
- * to the statistics. */
-static void stats_add_matrix(const attn_job *j, int h, const float *p, int r0, int n, int keys)
-{
-    const kv_attn_stats_request *req = j->f->req;
-    kv_attn_stats *st = j->st;
-    size_t off = (size_t)h * (size_t)st->n_keys;
-    for (int i = 0; i < n; i++) {
-        const float *row = p + (size_t)i * (size_t)keys;
-        if (req->col_sums)
-            for (int k = 0; k < keys; k++)
-                st->col_sums[off + (size_t)k] += row[k];
-        for (int w = 0; w < req->n_windows; w++)
-            if (j->row0 + r0 + i >= j->f->n - req->windows[w])
-                for (int k = 0; k < keys; k++)
-                    st->win_sums[w][off + (size_t)k] += row[k];
-    }
-}
-
-/* A chunk of query rows, one head per task, in blocks of rows: scores =
- * Q K^T with sgemm, causal softmax by slot order, then P V with sgemm. */
-static void attention_gemm_task(void *ctx, int h, int worker)
-{
-    const attn_job *j = ctx;
-    const kv_model_config *c = j->cfg;
-    fwd *f = j->f;
-    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
-    int qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, kvo = (h / group) * hd;
-    /* fwd_alloc gave each worker min(chunk, ATTN_BLOCK_ROWS) rows. */
-    size_t block = f->chunk < ATTN_BLOCK_ROWS ? (size_t)f->chunk : ATTN_BLOCK_ROWS;
-    float *sc = f->scores + (size_t)worker * block * (size_t)f->max_keys;
-    for (int r0 = 0; r0 < j->cn; r0 += ATTN_BLOCK_ROWS) {
-        int rows = j->cn - r0 < ATTN_BLOCK_ROWS ? j->cn - r0 : ATTN_BLOCK_ROWS;
-        int keys = j->base + r0 + rows;
-        const float *q = f->q + (size_t)r0 * (size_t)qd + (size_t)h * (size_t)hd;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hd, j->scale, q, qd,
-                    j->k + kvo, kvd, 0.0f, sc, keys);
-        for (int i = 0; i < rows; i++) {
-            float *row = sc + (size_t)i * (size_t)keys;
-            int visible = j->base + r0 + i + 1;
-            mask_gap(j->cl, h / group, row, visible, -INFINITY);
-            kv_softmax(row, visible);
-            mask_gap(j->cl, h / group, row, visible, 0.0f);
-            memset(row + visible, 0, (size_t)(keys - visible) * sizeof *row);
-        }
-        if (j->st)
-            stats_add_matrix(j, h, sc, r0, rows, keys);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, keys, 1.0f, sc, keys,
-                    j->v + kvo, kvd, 0.0f,
-                    f->att + (size_t)r0 * (size_t)qd + (size_t)h * (size_t)hd, qd);
-    }
-}
-
-/* One tile of keys [t0, t1) for a block of query rows (row i sees keys
- * below lim + i): scores with sgemm, the online softmax step (running max
- * mx and sum l per row; out rows rescaled when the max rises), then out +=
- * P V_tile with sgemm. Keys a row cannot see get probability 0. */
-static void flash_tile(const attn_job *j, const float *q, const float *k, const float *v, int rows,
-                       int t0, int t1, int lim, float *sc, float *mx, float *l, float *out)
-{
-    const kv_model_config *c = j->cfg;
-    int hd = c->head_dim, qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, tw = t1 - t0;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, tw, hd, j->scale, q, qd,
-                k + (size_t)t0 * (size_t)kvd, kvd, 0.0f, sc, tw);
-    for (int i = 0; i < rows; i++) {
-        float *s = sc + (size_t)i * (size_t)tw;
-        int vis = lim + i - t0 < tw ? lim + i - t0 : tw;
-        if (vis <= 0) { /* the whole tile is in this row's future */
-            memset(s, 0, (size_t)tw * sizeof *s);
-            continue;
-        }
-        float m_new = kv_max(s, vis);
-        m_new = m_new > mx[i] ? m_new : mx[i];
-        float sum = kv_exp_shift(s, vis, m_new);
-        memset(s + vis, 0, (size_t)(tw - vis) * sizeof *s);
-        if (m_new > mx[i]) { /* e^(old max - new max) <= 1 rescales what came before */
-            float r = expf(mx[i] - m_new);
-            l[i] *= r;
-            for (int d = 0; d < hd; d++)
-                out[(size_t)i * (size_t)qd + (size_t)d] *= r;
-        }
-        mx[i] = m_new;
-        l[i] += sum;
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, tw, 1.0f, sc, tw,
-                v + (size_t)t0 * (size_t)kvd, kvd, 1.0f, out, qd);
-}
-
-/* Prefill attention without statistics, one head per task, blocked as
- * flash attention: each block of query rows walks the keys in tiles with
- * an online softmax, so its scores never leave L2; tiles wholly above the
- * causal diagonal are never computed. (Statistics need every row's
- * normalised probabilities: attention_gemm_task.) */
-static void attention_flash_task(void *ctx, int h, int worker)
-{
-    const attn_job *j = ctx;
-    const kv_model_config *c = j->cfg;
-    fwd *f = j->f;
-    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
-    int qd = c->n_heads * hd, kvo = (h / group) * hd;
-    /* fwd_alloc gave each worker min(chunk, ATTN_BLOCK_ROWS) x max_keys floats. */
-    size_t block = f->chunk < ATTN_BLOCK_ROWS ? (size_t)f->chunk : ATTN_BLOCK_ROWS;
-    float *sc = f->scores + (size_t)worker * block * (size_t)f->max_keys;
-    float mx[ATTN_BLOCK_ROWS], l[ATTN_BLOCK_ROWS];
-    for (int r0 = 0; r0 < j->cn; r0 += ATTN_BLOCK_ROWS) {
-        int rows = j->cn - r0 < ATTN_BLOCK_ROWS ? j->cn - r0 : ATTN_BLOCK_ROWS;
-        int lim = j->base + r0 + 1, keys = j->base + r0 + rows;
-        const float *q = f->q + (size_t)r0 * (size_t)qd + (size_t)h * (size_t)hd;
-        float *out = f->att + (size_t)r0 * (size_t)qd + (size_t)h * (size_t)hd;
-        for (int i = 0; i < rows; i++) {
-            mx[i] = -INFINITY;
-            l[i] = 0;
-            memset(out + (size_t)i * (size_t)qd, 0, (size_t)hd * sizeof *out);
-        }
-        for (int t0 = 0; t0 < keys; t0 += ATTN_TILE_KEYS)
-            flash_tile(j, q, j->k + kvo, j->v + kvo, rows, t0,
-                       keys - t0 < ATTN_TILE_KEYS ? keys : t0 + ATTN_TILE_KEYS, lim, sc, mx, l,
-                       out);
-        for (int i = 0; i < rows; i++) {
-            float inv = 1.0f / l[i];
-            for (int d = 0; d < hd; d++)
-                out[(size_t)i * (size_t)qd + (size_t)d] *= inv;
-        }
-    }
-}
-
 /* Whether a layer of c holds slots in the stored form. */
 static bool holds_stored(const kv_cache *c)
 {
@@ -1073,58 +712,6 @@ static bool holds_stored(const kv_cache *c)
         if (c->layers[l].k_stored > 0 || c->layers[l].v_stored > 0)
             return true;
     return false;
-}
-
-static void attention(const kv_model *m, const kv_cache *cache, const kv_cache_layer *cl, fwd *f,
-                      kv_attn_stats *st, int cn, int base, int row0)
-{
-    const kv_model_config *c = &m->cfg;
-    attn_job j = {.cfg = c,
-                  .cl = cl,
-                  .k = cl->k,
-                  .v = cl->v,
-                  .f = f,
-                  .st = st,
-                  .cn = cn,
-                  .base = base,
-                  .row0 = row0,
-                  .scale = 1.0f / sqrtf((float)c->head_dim)};
-    size_t work = (size_t)c->n_heads * (size_t)(base + cn) * (size_t)cn * (size_t)c->head_dim;
-    kv_pool *p = work > KV_PARALLEL_MIN_WORK ? f->pool : NULL;
-    if (cn <= KV_GEMV_MAX_ROWS) {
-        size_t qd = (size_t)c->n_heads * (size_t)c->head_dim;
-        for (int i = 0; i < cn; i++) {
-            decode_job d = {.cfg = c,
-                            .c = cache,
-                            .cl = cl,
-                            .f = f,
-                            .st = st,
-                            .req = f->req,
-                            .q = f->q + (size_t)i * qd,
-                            .keys = base + i + 1,
-                            .row = row0 + i,
-                            .n = f->n,
-                            .scale = j.scale,
-                            .scores = f->scores,
-                            .partial = f->partial};
-            decode_attention(&d, p, f->att + (size_t)i * qd);
-        }
-        return;
-    }
-    if (cl->k_stored > 0 || cl->v_stored > 0) { /* sgemm reads F32 rows: once per call */
-        size_t at = (size_t)f->max_keys * (size_t)c->n_kv_heads * (size_t)c->head_dim;
-        kv_cache_dense(cache, (int)(cl - cache->layers), base + cn, f->dense, f->dense + at);
-        j.k = f->dense;
-        j.v = f->dense + at;
-    }
-    /* oneDNN's flash tiles in bf16 mode; a later chunk of the layer finds
-     * the keys of the earlier ones packed */
-    if (f->attn_dnnl && !st && !cl->gap &&
-        kv_attn_dnnl_run(f->attn_dnnl, p, f->q, j.k, j.v, cn, base, row0 > 0, j.scale, f->att))
-        return;
-    /* the flash tiles know no gaps: the rare multi-row forward over a
-     * layer with gaps (AdaKV) takes the plain path */
-    kv_pool_run(p, c->n_heads, st || cl->gap ? attention_gemm_task : attention_flash_task, &j);
 }
 
 /* Qwen3's per-head q/k norms, then RoPE at pos, of one row's query and key
@@ -1471,7 +1058,7 @@ static void layer_att_task(void *ctx, int task, int worker)
     (void)task;
     (void)worker;
     layer_job *j = ctx;
-    decode_combine(&j->d, j->rs.f->att);
+    kv_decode_combine(&j->d, j->rs.f->att);
     mlp_prepare(&j->mlp);
 }
 
@@ -1505,7 +1092,7 @@ static void layer_decode(const row_step *rs, kv_attn_stats *st)
     kv_pool_phase phases[11];
     phases[0] = kv_gemv_step_phase(&j.qkv);
     phases[1] = (kv_pool_phase){1, layer_qkv_task, &j};
-    decode_phases(&j.d, phases + 2);
+    kv_decode_phases(&j.d, phases + 2);
     phases[5] = (kv_pool_phase){1, layer_att_task, &j};
     mlp_phases(&j.mlp, phases + 6);
     size_t work = kv_gemv_step_work(&j.qkv) + mlp_work(&j.mlp);
@@ -1534,7 +1121,7 @@ static void layer_forward(const kv_model *m, const layer *L, int li, kv_cache *c
         return;
     }
     qkv(&rs, st);
-    attention(m, c, cl, f, st, cn, rs.base, row0);
+    kv_attn_chunk(&m->cfg, c, cl, f, st, cn, rs.base, row0);
     if (f->xprep)
         output_and_mlp(m, L, f, rs.x, cn);
     else
@@ -1674,11 +1261,11 @@ static void batch_attn_task(void *ctx, int b, int worker)
                     .scale = 1.0f / sqrtf((float)cfg->head_dim),
                     .scores = f->scores + (size_t)worker * (size_t)cfg->n_heads * (size_t)f->max_keys,
                     .partial = f->partial + (size_t)worker * blocks * qd};
-    decode_attention(&d, a->pool, f->att + (size_t)b * qd);
+    kv_decode_attention(&d, a->pool, f->att + (size_t)b * qd);
 }
 
 /* Every row's attention over its own cache. A row's result does not depend
- * on the threads (decode_attention sums its blocks in order), so the rows
+ * on the threads (kv_decode_attention sums its blocks in order), so the rows
  * themselves are the parallel tasks when there are enough of them, and a
  * lone row splits its keys over the threads as kv_model_forward does. */
 static void batch_attention(const kv_model *m, int li, kv_cache *const *caches,
@@ -1838,7 +1425,7 @@ static void layer_forward_many(const kv_model *m, const layer *L, int li, kv_cac
         one.q = f->q + r0 * qd;
         one.att = f->att + r0 * qd;
         one.n = n;
-        attention(m, c, cl, &one, NULL, n, base, 0);
+        kv_attn_chunk(cfg, c, cl, &one, NULL, n, base, 0);
         kv_cache_commit(c, li); /* stored at the cache's precision, as kv_model_forward does */
     }
     output_and_mlp(m, L, f, f->x, rows);

@@ -2,7 +2,7 @@
  * one query row over caches of SLOTS tokens in Qwen3-0.6B's shapes (16 query
  * heads on 8 KV heads of 128 channels), one layer after another as a decode
  * step reads them, on one thread: the F32 cache through the kernels
- * model.c's decode runs (kv_dot8, kv_axpy_rows), and the cache stored at
+ * attn_decode.c runs (kv_dot8, kv_axpy_rows), and the cache stored at
  * PRECISION (default u8) through attn_stored.c, in turns; prints each one's
  * time per step, bytes read per second and the ratio. Softmax is left out:
  * it is the same for both. */
@@ -37,13 +37,13 @@ static kv_cache *filled(int slots, const kv_cache_quant *q)
     return c;
 }
 
-/* model.c's decode splits the slots of an F32 cache in blocks of this many
+/* attn_decode.c splits the slots of an F32 cache in blocks of this many
  * (256 KB of F32 rows), the tasks of its thread pool: the scores of a
  * block, then its share of the values; those of a stored cache in blocks
  * of kv_attn_stored_block. */
 enum { BLOCK = 64 };
 
-/* The F32 cache as model.c's decode tasks read it: eight slots at a time. */
+/* The F32 cache as attn_decode.c's tasks read it: eight slots at a time. */
 static void f32_step(const kv_cache *c, const float *q, float *scores, const float *p, float *o)
 {
     const kv_cache_layer *l = &c->layers[0];

@@ -1,0 +1,140 @@
+/* attn_decode: the attention of one query row over a layer's cache
+ * (decode, and the last rows of a prefill chunk), in blocks of cache slots
+ * spread over the pool (forward.h). */
+#include <math.h>
+#include <string.h>
+
+#include "model/attn_stored.h"
+#include "model/forward.h"
+
+/* Cache slots per decode attention task: about 256 KB of keys (all KV
+ * heads of a slot are one contiguous row), so each task streams one long
+ * run of memory. */
+int kv_decode_key_block(const kv_model_config *c)
+{
+    size_t row_bytes = (size_t)c->n_kv_heads * (size_t)c->head_dim * sizeof(float);
+    size_t b = (256 * 1024) / row_bytes;
+    return b < 16 ? 16 : (int)b;
+}
+
+/* Adds probability row p[0..keys) of query row r (of n in the call) to
+ * head h's sums. */
+static void stats_add_row(const kv_attn_stats_request *req, kv_attn_stats *s, int h, const float *p,
+                          int keys, int r, int n)
+{
+    size_t off = (size_t)h * (size_t)s->n_keys;
+    bool store = sums_written(req, n); /* the only row: its keys are all the keys */
+    if (req->col_sums)
+        for (int j = 0; j < keys; j++)
+            s->col_sums[off + (size_t)j] = (store ? 0.0 : s->col_sums[off + (size_t)j]) + p[j];
+    for (int w = 0; w < req->n_windows; w++)
+        if (r >= n - req->windows[w])
+            for (int j = 0; j < keys; j++)
+                s->win_sums[w][off + (size_t)j] =
+                    (store ? 0.0 : s->win_sums[w][off + (size_t)j]) + p[j];
+}
+
+static void decode_scores_task(void *ctx, int t, int worker)
+{
+    (void)worker;
+    const decode_job *j = ctx;
+    const kv_model_config *c = j->cfg;
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, bs = j->block;
+    size_t kvd = (size_t)c->n_kv_heads * (size_t)hd, mk = (size_t)j->f->max_keys;
+    int k = t * bs, k1 = (t + 1) * bs < j->keys ? (t + 1) * bs : j->keys;
+    int stored = k1 < j->cl->k_stored ? k1 : j->cl->k_stored;
+    if (k < stored) { /* slots the cache holds in its stored form */
+        kv_attn_stored_scores(j->c, j->cl, j->q, c->n_heads, k, stored, j->scale, j->scores, mk);
+        k = stored;
+    }
+    /* eight slots at a time: their rows (32 KB at Qwen3-0.6B) stay in L1
+     * while every head reads them */
+    for (; k + 8 <= k1; k += 8) {
+        const float *kr = kv_cache_full_row(j->c, j->cl, KV_KEYS, k);
+        for (int h = 0; h < c->n_heads; h++)
+            kv_dot8(j->q + (size_t)h * (size_t)hd, kr + (size_t)(h / group) * (size_t)hd, kvd, hd,
+                    j->scale, j->scores + (size_t)h * mk + (size_t)k);
+    }
+    for (; k < k1; k++) {
+        const float *kr = kv_cache_full_row(j->c, j->cl, KV_KEYS, k);
+        for (int h = 0; h < c->n_heads; h++)
+            j->scores[(size_t)h * mk + (size_t)k] =
+                kv_dot(j->q + (size_t)h * (size_t)hd, kr + (size_t)(h / group) * (size_t)hd, hd) *
+                j->scale;
+    }
+}
+
+static void decode_softmax_task(void *ctx, int h, int worker)
+{
+    (void)worker;
+    const decode_job *j = ctx;
+    float *p = j->scores + (size_t)h * (size_t)j->f->max_keys;
+    int kvh = h / (j->cfg->n_heads / j->cfg->n_kv_heads);
+    mask_gap(j->cl, kvh, p, j->keys, -INFINITY);
+    kv_softmax(p, j->keys);
+    mask_gap(j->cl, kvh, p, j->keys, 0.0f);
+    if (j->st)
+        stats_add_row(j->req, j->st, h, p, j->keys, j->row, j->n);
+}
+
+static void decode_values_task(void *ctx, int t, int worker)
+{
+    (void)worker;
+    const decode_job *j = ctx;
+    const kv_model_config *c = j->cfg;
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, bs = j->block;
+    size_t kvd = (size_t)c->n_kv_heads * (size_t)hd, qd = (size_t)c->n_heads * (size_t)hd;
+    size_t mk = (size_t)j->f->max_keys;
+    float *o = j->partial + (size_t)t * qd;
+    memset(o, 0, qd * sizeof *o);
+    int k = t * bs, k1 = (t + 1) * bs < j->keys ? (t + 1) * bs : j->keys;
+    int stored = k1 < j->cl->v_stored ? k1 : j->cl->v_stored;
+    if (k < stored) {
+        kv_attn_stored_values(j->c, j->cl, j->scores, mk, c->n_heads, k, stored, o);
+        k = stored;
+    }
+    /* eight slots at a time, each KV head's rows once for the query heads
+     * that share it */
+    for (; k < k1; k += 8) {
+        int nk = k1 - k < 8 ? k1 - k : 8;
+        const float *vr = kv_cache_full_row(j->c, j->cl, KV_VALUES, k);
+        for (int g = 0; g < c->n_kv_heads; g++)
+            kv_axpy_rows(o + (size_t)g * (size_t)group * (size_t)hd, (size_t)hd, group,
+                         j->scores + (size_t)g * (size_t)group * mk + (size_t)k, mk,
+                         vr + (size_t)g * (size_t)hd, kvd, nk, hd);
+    }
+}
+
+/* The three passes of kv_decode_attention as phases of a pool job. */
+void kv_decode_phases(decode_job *j, kv_pool_phase *passes)
+{
+    /* A stored cache's slots take fewer bytes: more of them a task
+     * (kv_attn_stored_block), never fewer than F32's, so the partial
+     * outputs fit the room made for F32's blocks. */
+    j->block = j->f->key_block;
+    if (kv_cache_stores(j->c) && kv_attn_stored_block(j->c) > j->block)
+        j->block = kv_attn_stored_block(j->c);
+    int blocks = (j->keys + j->block - 1) / j->block;
+    passes[0] = (kv_pool_phase){blocks, decode_scores_task, j};
+    passes[1] = (kv_pool_phase){j->cfg->n_heads, decode_softmax_task, j};
+    passes[2] = (kv_pool_phase){blocks, decode_values_task, j};
+}
+
+/* out = the sum of the blocks' partial outputs, in block order (after
+ * kv_decode_phases has set the block). */
+void kv_decode_combine(const decode_job *j, float *out)
+{
+    int blocks = (j->keys + j->block - 1) / j->block;
+    size_t qd = (size_t)j->cfg->n_heads * (size_t)j->cfg->head_dim;
+    memcpy(out, j->partial, qd * sizeof *out);
+    for (int t = 1; t < blocks; t++)
+        kv_axpy(out, 1.0f, j->partial + (size_t)t * qd, (int)qd);
+}
+
+void kv_decode_attention(decode_job *j, kv_pool *p, float *out)
+{
+    kv_pool_phase passes[3];
+    kv_decode_phases(j, passes);
+    kv_pool_run_phases(p, 3, passes);
+    kv_decode_combine(j, out);
+}
