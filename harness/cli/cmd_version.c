@@ -11,6 +11,7 @@
 #include <pcre2.h>
 
 #include "cli/cli.h"
+#include "cli/memory.h"
 #include "cli/version.h"
 #include "model/attn_dnnl.h"
 #include "model/cpu.h"
@@ -59,6 +60,9 @@ static int run(const kb_args *a)
                ? "oneDNN bf16 x bf16 -> f32 (probabilities rounded to BF16), OpenBLAS sgemm "
                  "where statistics are collected"
                : "OpenBLAS sgemm (BF16 values in F32)");
+    char mem[256];
+    kb_memory_describe(mem, sizeof mem);
+    printf("%s\n", mem);
     return KB_EXIT_OK;
 }
 

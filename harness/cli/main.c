@@ -1,11 +1,11 @@
 /* kvbench: LongBench evaluation of KV-cache eviction. This file only
  * dispatches to the subcommands registered in commands.c. */
 #include <errno.h>
-#include <malloc.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/memory.h"
 #include "cli/version.h"
 
 static void print_main_help(void)
@@ -39,25 +39,9 @@ static int check_stdout(const char *cmd, int rc)
     return KB_EXIT_FAIL;
 }
 
-/* A run allocates and frees the same large buffers for every sample (the
- * prompt's cache and statistics, each config's compressed fork) and every
- * decode step (the forward's scratch). glibc serves blocks above its mmap
- * threshold as fresh mappings and hands a freed heap top back to the
- * kernel, so each sample paid for the same memory again in page faults and
- * in the kernel zeroing fresh pages (a quarter of a sweep's profile with
- * memset and memmove, on an AVX512_BF16 machine). Blocks up to glibc's
- * largest threshold (32 MB: a layer's keys at 8k tokens) come from the heap
- * instead, and the heap keeps what is freed, for the next sample. The peak
- * is what the largest sample held; it only stays resident. */
-static void keep_freed_memory(void)
-{
-    mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
-    mallopt(M_TRIM_THRESHOLD, 1024 * 1024 * 1024);
-}
-
 int main(int argc, char **argv)
 {
-    keep_freed_memory();
+    kb_memory_setup(argv);
     if (argc < 2) {
         print_main_help();
         return KB_EXIT_USAGE;

@@ -1,6 +1,7 @@
 /* The kvbench binary's command-line contract: help, subcommand list, exit
  * codes and error format (issue 2). */
 #include <criterion/criterion.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <stdio.h>
@@ -192,4 +193,47 @@ Test(cli, kvbench_sh_run_keeps_stdout_for_the_table)
     tu_result_free(&r);
     tu_rmtree(dir);
     free(cmd), free(harness), free(bin), free(copy), free(text), free(script), free(dir);
+}
+
+/* The kernel's transparent huge page mode, as harness/cli/memory.c reads it. */
+static void thp_mode(char *out, size_t n)
+{
+    snprintf(out, n, "none");
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    char line[128];
+    if (f && fgets(line, sizeof line, f)) {
+        char *a = strchr(line, '['), *b = a ? strchr(a, ']') : NULL;
+        if (a && b)
+            snprintf(out, n, "%.*s", (int)(b - a - 1), a + 1);
+    }
+    if (f)
+        fclose(f);
+}
+
+/* kvbench restarts itself with glibc's malloc on transparent huge pages where
+ * the kernel offers them (harness/cli/memory.c: decode attention over 4 KiB
+ * pages was a TLB miss per cache slot), and a user's own setting stands. */
+Test(cli, malloc_runs_on_huge_pages_unless_the_user_says_otherwise)
+{
+    char mode[32];
+    thp_mode(mode, sizeof mode);
+    bool thp = strcmp(mode, "madvise") == 0 || strcmp(mode, "always") == 0;
+    unsetenv("GLIBC_TUNABLES");
+    tu_result r = tu_kvbench("version", "--libraries", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    if (thp)
+        cr_expect(strstr(r.out, "memory: malloc on huge pages") &&
+                      strstr(r.out, "GLIBC_TUNABLES glibc.malloc.hugetlb=1)"),
+                  "THP %s:\n%s", mode, r.out);
+    else
+        cr_expect(strstr(r.out, "memory: malloc on 4 KiB pages"), "THP %s:\n%s", mode, r.out);
+    tu_result_free(&r);
+    setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0", 1);
+    r = tu_kvbench("version", "--libraries", NULL);
+    unsetenv("GLIBC_TUNABLES");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "memory: malloc on 4 KiB pages") &&
+                  strstr(r.out, "GLIBC_TUNABLES glibc.malloc.hugetlb=0)"),
+              "%s", r.out);
+    tu_result_free(&r);
 }
