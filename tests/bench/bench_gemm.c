@@ -22,11 +22,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
 #include "model/cpu.h"
 #include "model/gemm_dnnl.h"
 #include "model/kernels.h"
 #include "model/kernels_isa.h"
-#include "util/clock.h"
 #include "util/pool.h"
 
 enum { WAY_POOL_DNNL, WAY_OMP_DNNL, WAY_OWN_TILE, WAY_SGEMM, WAYS };
@@ -37,28 +37,6 @@ static void usage(void)
     fprintf(stderr, "usage: bench_gemm [--threads N] [--rows M,..] [--shapes RxC,..] "
                     "[--rounds N]\n");
     exit(2);
-}
-
-/* Comma-separated positive integers (pairs RxC when two is set) into out. */
-static int parse_list(const char *s, int *out, int max, int two)
-{
-    int n = 0;
-    while (*s && n + two < max) {
-        char *end;
-        out[n++] = (int)strtol(s, &end, 10);
-        if (two) {
-            if (*end != 'x')
-                usage();
-            out[n++] = (int)strtol(end + 1, &end, 10);
-        }
-        if (*end && *end != ',')
-            usage();
-        s = *end ? end + 1 : end;
-    }
-    for (int i = 0; i < n; i++)
-        if (out[i] <= 0)
-            usage();
-    return n;
 }
 
 typedef struct problem {
@@ -121,9 +99,9 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--threads"))
             threads = atoi(v);
         else if (!strcmp(argv[i], "--rows"))
-            nm = parse_list(v, ms, 16, 0);
+            nm = bench_parse_list(v, ms, 16, 0, usage);
         else if (!strcmp(argv[i], "--shapes"))
-            ns = parse_list(v, shapes, 16, 1);
+            ns = bench_parse_list(v, shapes, 16, 1, usage);
         else if (!strcmp(argv[i], "--rounds"))
             rounds = atoi(v);
         else
@@ -156,19 +134,19 @@ int main(int argc, char **argv)
                 fprintf(stderr, "bench_gemm: out of memory for %dx%d\n", rows, cols);
                 return 1;
             }
-            /* Values near 1 keep every product normal. */
             srand(1);
             for (size_t i = 0; i < n; i++) {
-                w16[i] = kv_f32_to_bf16(0.5f + (float)rand() / (float)RAND_MAX);
+                w16[i] = kv_f32_to_bf16(bench_near_one());
                 w32[i] = kv_bf16_to_f32(w16[i]);
             }
             for (size_t i = 0; i < xn; i++)
-                p.x[i] = kv_bf16_to_f32(kv_f32_to_bf16(0.5f + (float)rand() / (float)RAND_MAX));
+                p.x[i] = kv_bf16_to_f32(kv_f32_to_bf16(bench_near_one()));
             p.w = (kv_weight){.dtype = KV_DTYPE_BF16, .data = w16, .rows = rows, .cols = cols};
             p.w32 = (kv_weight){.dtype = KV_DTYPE_F32, .data = w32, .rows = rows, .cols = cols};
-            double best[WAYS], best_cpu[WAYS], gflop = 2.0 * (double)n * m / 1e9;
+            bench_best best[WAYS];
+            double gflop = bench_gflop(n, m);
             for (int k = 0; k < WAYS; k++) {
-                best[k] = best_cpu[k] = 1e30;
+                best[k] = BENCH_BEST_NONE;
                 if (run_way(&p, k) != 0) { /* warm up: primitives, pages */
                     fprintf(stderr, "bench_gemm: oneDNN declined %dx%d\n", rows, cols);
                     return 1;
@@ -177,15 +155,13 @@ int main(int argc, char **argv)
             for (int r = 0; r < rounds; r++)
                 for (int k0 = 0; k0 < WAYS; k0++) {
                     int k = (k0 + r) % WAYS; /* each round starts with another way */
-                    double t0 = kv_clock_s(), c0 = kv_clock_cpu_s();
+                    bench_timer t = bench_start(true);
                     run_way(&p, k);
-                    double dt = kv_clock_s() - t0, dc = kv_clock_cpu_s() - c0;
-                    best[k] = dt < best[k] ? dt : best[k];
-                    best_cpu[k] = dc < best_cpu[k] ? dc : best_cpu[k];
+                    bench_stop(&t, &best[k]);
                 }
             for (int k = 0; k < WAYS; k++)
                 printf("%5dx%-4d %5d %-12s %10.1f %10.1f\n", rows, cols, m, way_names[k],
-                       gflop / best[k], gflop / best_cpu[k]);
+                       gflop / best[k].wall, gflop / best[k].cpu);
             fflush(stdout);
             free(w16), free(w32), free(p.x), free(p.x16), free(p.y);
         }

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
 #include "model/kernels.h"
 #include "util/clock.h"
 #include "util/pool.h"
@@ -29,28 +30,6 @@ static void usage(void)
     fprintf(stderr, "usage: bench_gemv [--threads N] [--dtype bf16|f16|f32] [--compute f32|bf16] "
                     "[--batches 1,4,...] [--shapes RxC,...] [--peak GFLOPS] [--seconds S]\n");
     exit(2);
-}
-
-/* Comma-separated positive integers (pairs RxC when two is set) into out. */
-static int parse_list(const char *s, int *out, int max, int two)
-{
-    int n = 0;
-    while (*s && n + two < max + 1) {
-        char *end;
-        out[n++] = (int)strtol(s, &end, 10);
-        if (two) {
-            if (*end != 'x')
-                usage();
-            out[n++] = (int)strtol(end + 1, &end, 10);
-        }
-        if (*end && *end != ',')
-            usage();
-        s = *end ? end + 1 : end;
-    }
-    for (int i = 0; i < n; i++)
-        if (out[i] <= 0)
-            usage();
-    return n;
 }
 
 int main(int argc, char **argv)
@@ -67,9 +46,9 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--threads"))
             threads = atoi(v);
         else if (!strcmp(argv[i], "--batches"))
-            nb = parse_list(v, batches, 16, 0);
+            nb = bench_parse_list(v, batches, 16, 0, usage);
         else if (!strcmp(argv[i], "--shapes"))
-            ns = parse_list(v, shapes, 16, 1);
+            ns = bench_parse_list(v, shapes, 16, 1, usage);
         else if (!strcmp(argv[i], "--peak"))
             peak = atof(v);
         else if (!strcmp(argv[i], "--seconds"))
@@ -109,10 +88,9 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_gemv: out of memory for %dx%d\n", rows, cols);
             return 1;
         }
-        /* Values near 1 keep every product normal (subnormals would be slow). */
         srand(1);
         for (size_t i = 0; i < n; i++) {
-            float v = 0.5f + (float)rand() / (float)RAND_MAX;
+            float v = bench_near_one();
             if (dtype == KV_DTYPE_F32)
                 ((float *)data)[i] = v;
             else if (dtype == KV_DTYPE_BF16)
@@ -121,7 +99,7 @@ int main(int argc, char **argv)
                 ((uint16_t *)data)[i] = 0x3c00 | (uint16_t)(rand() & 0x3ff); /* F16 in [1, 2) */
         }
         for (size_t i = 0; i < (size_t)maxb * (size_t)cols; i++)
-            xs[i] = 0.5f + (float)rand() / (float)RAND_MAX;
+            xs[i] = bench_near_one();
         if (mode == KV_COMPUTE_BF16)
             kv_round_bf16(xs, (size_t)maxb * (size_t)cols);
         kv_weight w = {.dtype = dtype, .data = data, .rows = rows, .cols = cols};
@@ -129,18 +107,18 @@ int main(int argc, char **argv)
         float *ys[1] = {y};
         for (int bi = 0; bi < nb; bi++) {
             int batch = batches[bi];
-            double best = 1e30, t_end = kv_clock_s() + seconds;
+            bench_best best = BENCH_BEST_NONE;
+            double t_end = kv_clock_s() + seconds;
             kv_gemv_batch(pool, 1, ws, xs, batch, mode, ys); /* warm up */
             for (int calls = 0; calls < 3 || kv_clock_s() < t_end; calls++) {
-                double t0 = kv_clock_s();
+                bench_timer t = bench_start(false);
                 kv_gemv_batch(pool, 1, ws, xs, batch, mode, ys);
-                double dt = kv_clock_s() - t0;
-                best = dt < best ? dt : best;
+                bench_stop(&t, &best);
             }
-            double gflops = 2.0 * (double)n * batch / best / 1e9 / threads;
+            double gflops = bench_gflop(n, batch) / best.wall / threads;
             char shape[32];
             snprintf(shape, sizeof shape, "%dx%d", rows, cols);
-            printf("%-14s %6d %12.2f %10.1f", shape, batch, gflops, (double)(n * esize) / best / 1e9);
+            printf("%-14s %6d %12.2f %10.1f", shape, batch, gflops, (double)(n * esize) / best.wall / 1e9);
             if (peak > 0)
                 printf("  %7.0f%%", 100 * gflops / peak);
             printf("\n");
