@@ -1,6 +1,7 @@
 /* The kinds of `kvbench bench`: each measures one part of kvbench and prints
- * what it measured. A kind is one function here, one file bench_KIND.c and
- * one line in cmd_bench.c's table (plus its options there). */
+ * what it measured. A kind is one command here, named "bench KIND", with
+ * its options, help and run function in its file bench_KIND.c, and one line
+ * in cmd_bench.c's list. */
 #ifndef KB_BENCH_H
 #define KB_BENCH_H
 
@@ -8,17 +9,21 @@
 #include "util/pool.h"
 
 /* Tokenizer load time and encode/decode throughput (--model, --file). */
-int kb_bench_tokenizer(const kb_args *a);
+extern const kb_command kb_bench_tokenizer_cmd;
+
+/* Prefill and decode throughput of the engine, and its peak memory
+ * (bench_model.h). */
+extern const kb_command kb_bench_model_cmd;
 
 /* Wall time of the full cache alone vs 1 + K configs decoded batched and one
  * after another, from one prefill (--model, --prompt-tokens, --gen-tokens,
  * --configs K,K,.., --repeats, --threads). */
-int kb_bench_sweep(const kb_args *a);
+extern const kb_command kb_bench_sweep_cmd;
 
 /* This machine's limits, measured the way the engine runs: FP32 FMA and
  * BF16 dot-product throughput at the kernel level in use, and memory read
  * bandwidth (--threads, --repeats, --buffer-mib, --json). */
-int kb_bench_machine(const kb_args *a);
+extern const kb_command kb_bench_machine_cmd;
 
 /* What bench machine measures, as one figure each (median of `repeats`
  * runs on pool's threads, wall time): FP32 FMA GFLOP/s at the active kernel

@@ -250,7 +250,7 @@ int kb_machine_limits(kv_pool *pool, int repeats, long buffer_mib, kb_machine_li
     return 0;
 }
 
-int kb_bench_machine(const kb_args *a)
+static int run(const kb_args *a)
 {
     long threads = 0, repeats = 5, mib = 0;
     if (kb_arg_long(a, "threads", 1, 1024, &threads) != 0 ||
@@ -315,3 +315,21 @@ int kb_bench_machine(const kb_args *a)
     kv_pool_free(pool);
     return rc;
 }
+
+static const kb_option options[] = {
+    {"threads", "N", "threads (default: all cores)"},
+    {"repeats", "N", "runs per figure; the median is reported (default 5)"},
+    {"buffer-mib", "N", "read-bandwidth buffer (default: 8x the last-level cache, at least 512)"},
+    {"json", NULL, "print one JSON object per figure"},
+    {NULL, NULL, NULL},
+};
+
+const kb_command kb_bench_machine_cmd = {
+    .name = "bench machine",
+    .summary = "FP32 and BF16 arithmetic peak at the kernel level in use, memory read bandwidth",
+    .usage = "kvbench bench machine [options]",
+    .description = "FP32 FMA and BF16 dot-product GFLOP/s at the kernel level in use, memory "
+                   "read GB/s.",
+    .options = options,
+    .run = run,
+};

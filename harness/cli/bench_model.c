@@ -14,7 +14,7 @@
 #include "model/kernels.h"
 #include "model/model.h"
 
-const kb_option kb_bench_model_options[] = {
+static const kb_option options[] = {
     {"model", "DIR", "Hugging Face model folder"},
     {"prompt-tokens", "N,N,..", "prompt lengths to measure (default 512,2048,8192)"},
     {"gen-tokens", "N", "decode steps after each prompt (default 128)"},
@@ -317,7 +317,7 @@ int kb_bench_model(const kb_bench_model_opts *o)
     return rc;
 }
 
-int kb_bench_model_run(const kb_args *a)
+static int run(const kb_args *a)
 {
     kb_bench_model_opts o = {
         .prompt_tokens = {512, 2048, 8192}, .n_prompts = 3, .gen_tokens = 128, .repeats = 3};
@@ -375,3 +375,13 @@ int kb_bench_model_run(const kb_args *a)
     }
     return kb_bench_model(&o);
 }
+
+const kb_command kb_bench_model_cmd = {
+    .name = "bench model",
+    .summary = "prefill and decode tokens/s of --model, and peak RSS",
+    .usage = "kvbench bench model --model DIR [options]",
+    .description = "Prefill and decode tokens/s of random prompts (median of --repeats), and "
+                   "peak RSS.",
+    .options = options,
+    .run = run,
+};

@@ -1,14 +1,13 @@
 /* kvbench bench model: prefill and decode throughput of the engine, and its
- * peak memory. cmd_bench.c declares the options of kb_bench_model_options
- * and dispatches the "model" kind to kb_bench_model_run; tests/bench/bench_model.c
- * is the same benchmark as a standalone program.
+ * peak memory. Its command, kb_bench_model_cmd (bench.h), parses the
+ * options into kb_bench_model_opts; tests/bench/bench_model.c runs the same
+ * command as a standalone program.
  */
 #ifndef KB_BENCH_MODEL_H
 #define KB_BENCH_MODEL_H
 
 #include <stdbool.h>
 
-#include "cli/cli.h"
 #include "model/kernels.h"
 #include "model/kvcache.h"
 
@@ -27,15 +26,6 @@ typedef struct kb_bench_model_opts {
     kv_cache_quant against_quant;
     bool json;
 } kb_bench_model_opts;
-
-/* Options: --model, --prompt-tokens, --gen-tokens, --repeats, --warmup, --threads,
- * --compute, --evict-keep, --against, --json, and the cache precision's
- * (--kv-cache-precision, --key-quant, --key-group-size, --value-group-size;
- * the other eviction options are refused) (terminated by a NULL name). */
-extern const kb_option kb_bench_model_options[];
-
-/* Parses those options from args and runs the benchmark; an exit code. */
-int kb_bench_model_run(const kb_args *args);
 
 int kb_bench_model(const kb_bench_model_opts *o);
 

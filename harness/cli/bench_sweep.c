@@ -378,7 +378,7 @@ static int bench_sweep(const sweep_opts *o)
     return rc == 0 ? 0 : KB_EXIT_FAIL;
 }
 
-int kb_bench_sweep(const kb_args *a)
+static int run(const kb_args *a)
 {
     sweep_opts o = {.prompt = 2048, .gen = 64, .repeats = 1, .ks = {4, 16, 31}, .n_ks = 3};
     long P = o.prompt, gen = o.gen, rep = o.repeats, threads = 0;
@@ -416,3 +416,26 @@ int kb_bench_sweep(const kb_args *a)
     o.threads = (int)threads;
     return bench_sweep(&o);
 }
+
+static const kb_option options[] = {
+    {"model", "DIR", "model folder"},
+    {"prompt-tokens", "N", "prompt length (default 2048)"},
+    {"gen-tokens", "N", "decode steps after the prompt (default 64)"},
+    {"configs", "K,K,..", "eviction configs next to the full cache (default 4,16,31)"},
+    {"repeats", "N", "runs; the median is reported (default 1)"},
+    {"threads", "N", "threads (default: all cores)"},
+    {"buffer-mib", "N", "the machine limit's read-bandwidth buffer (default: 8x the last-level cache, at least 512)"},
+    KB_EVICTION_OPTIONS, /* of them only the cache precision's apply */
+    {NULL, NULL, NULL},
+};
+
+const kb_command kb_bench_sweep_cmd = {
+    .name = "bench sweep",
+    .summary = "full cache alone vs 1 + K configs decoded batched and one after another",
+    .usage = "kvbench bench sweep --model DIR [options]",
+    .description = "Wall time of the full cache alone, of 1 + K configs decoded batched and one "
+                   "after another, the ratios, and the ratio at the machine's measured FMA peak "
+                   "and read bandwidth.",
+    .options = options,
+    .run = run,
+};

@@ -100,7 +100,7 @@ static int time_decode(const kv_tokenizer *t, const char *text, size_t len, doub
     return 0;
 }
 
-int kb_bench_tokenizer(const kb_args *a)
+static int run(const kb_args *a)
 {
     const char *model = kb_arg(a, "model"), *file = kb_arg(a, "file");
     if (!model || !file) {
@@ -153,3 +153,21 @@ int kb_bench_tokenizer(const kb_args *a)
            dec.runs);
     return KB_EXIT_OK;
 }
+
+static const kb_option options[] = {
+    {"model", "DIR", "model folder (its tokenizer)"},
+    {"file", "F", "the text to encode (UTF-8)"},
+    {"seconds", "S", "measure each phase for at least S seconds (default 2)"},
+    {"json", NULL, "print the measurements as one JSON line"},
+    {NULL, NULL, NULL},
+};
+
+const kb_command kb_bench_tokenizer_cmd = {
+    .name = "bench tokenizer",
+    .summary = "load time, encode and decode speed of --model's tokenizer on --file",
+    .usage = "kvbench bench tokenizer --model DIR --file F [options]",
+    .description = "Load time (median of 5, wall and CPU), then encode and decode tokens/s of "
+                   "F on one thread (the best run of each phase).",
+    .options = options,
+    .run = run,
+};

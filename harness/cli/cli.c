@@ -32,11 +32,37 @@ static int option_index(const kb_command *cmd, const char *name, size_t len)
     return -1;
 }
 
+/* The word that names kind on the command line: "model" of "bench model". */
+static const char *kind_word(const kb_command *cmd, const kb_command *kind)
+{
+    return kind->name + strlen(cmd->name) + 1;
+}
+
+const kb_command *kb_find_kind(const kb_command *cmd, const char *word)
+{
+    for (int i = 0; cmd->kinds && cmd->kinds[i]; i++)
+        if (strcmp(kind_word(cmd, cmd->kinds[i]), word) == 0)
+            return cmd->kinds[i];
+    return NULL;
+}
+
+void kb_print_kinds(FILE *f, const kb_command *cmd)
+{
+    for (int i = 0; cmd->kinds && cmd->kinds[i]; i++)
+        fprintf(f, "  %-10s %s%s\n", kind_word(cmd, cmd->kinds[i]), cmd->kinds[i]->summary,
+                cmd->kinds[i]->run ? "" : "  [not implemented yet]");
+}
+
 void kb_print_command_help(const kb_command *cmd)
 {
     printf("usage: %s\n\n%s\n", cmd->usage, cmd->summary);
     if (cmd->description)
         printf("\n%s\n", cmd->description);
+    if (cmd->kinds) {
+        printf("\nkinds:\n");
+        kb_print_kinds(stdout, cmd);
+        printf("\nSee 'kvbench %s KIND --help' for the options of a kind.\n", cmd->name);
+    }
     printf("\noptions:\n");
     int width = 10;
     for (int i = 0; cmd->options && cmd->options[i].name; i++) {

@@ -12,6 +12,7 @@
 #define KB_CLI_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 enum { KB_EXIT_OK = 0, KB_EXIT_FAIL = 1, KB_EXIT_USAGE = 2 };
 
@@ -47,6 +48,9 @@ typedef struct kb_command {
     int min_positional, max_positional;
     int (*run)(const kb_args *args); /* NULL: not implemented yet */
     const char *pending;       /* for run == NULL: where the work is tracked */
+    /* NULL, or NULL-terminated: the kinds `kvbench CMD KIND ...` runs, each a
+     * command of its own named "CMD KIND" with its own options and help. */
+    const struct kb_command *const *kinds;
 } kb_command;
 
 /* Parses argv (argv[0] is the subcommand name). Returns -1 when parsing
@@ -65,6 +69,12 @@ int kb_arg_long(const kb_args *a, const char *name, long min, long max, long *ou
 int kb_arg_double(const kb_args *a, const char *name, double min, double max, double *out);
 
 void kb_print_command_help(const kb_command *cmd);
+
+/* The kind of cmd that word names ("model" for `bench model`), or NULL. */
+const kb_command *kb_find_kind(const kb_command *cmd, const char *word);
+
+/* cmd's kinds, a line each ("  model      its summary"), on f. */
+void kb_print_kinds(FILE *f, const kb_command *cmd);
 
 /* The task table and groups, as `kvbench tasks` (and `prompts --list`) print them. */
 void kb_print_tasks(void);

@@ -66,6 +66,8 @@ int main(int argc, char **argv)
             kb_error("'%s' is not a kvbench command. See 'kvbench --help'.", name);
             return KB_EXIT_USAGE;
         }
+        if (argc > 3 && kb_find_kind(cmd, argv[3])) /* `kvbench help bench model` */
+            cmd = kb_find_kind(cmd, argv[3]);
         if (!cmd->run) {
             kb_error("%s: not implemented yet (tracked in %s)", cmd->name, cmd->pending);
             return KB_EXIT_USAGE;
@@ -78,12 +80,19 @@ int main(int argc, char **argv)
         kb_error("'%s' is not a kvbench command. See 'kvbench --help'.", name);
         return KB_EXIT_USAGE;
     }
+    argc--, argv++; /* argv[0]: the command's name, as kb_args_parse wants */
+    /* A kind (`bench model`) parses its own options; a word that names no
+     * kind is left to the command, which reports it. */
+    if (argc > 1 && kb_find_kind(cmd, argv[1])) {
+        cmd = kb_find_kind(cmd, argv[1]);
+        argc--, argv++;
+    }
     if (!cmd->run) {
         kb_error("%s: not implemented yet (tracked in %s)", cmd->name, cmd->pending);
         return KB_EXIT_USAGE;
     }
     kb_args args;
-    int rc = kb_args_parse(&args, cmd, argc - 1, argv + 1);
+    int rc = kb_args_parse(&args, cmd, argc, argv);
     if (rc >= 0)
         return rc;
     return check_stdout(cmd->name, cmd->run(&args));

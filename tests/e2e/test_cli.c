@@ -143,6 +143,30 @@ Test(cli, bench_help_names_only_kinds_that_exist)
     tu_result_free(&k);
 }
 
+/* Each kind of bench is a command of its own: its --help lists its own
+ * options (and `kvbench help bench KIND` the same), and it refuses
+ * another kind's, naming the kind. */
+Test(cli, bench_kinds_take_only_their_own_options)
+{
+    tu_result m = tu_kvbench("bench", "model", "--help", NULL),
+              h = tu_kvbench("help", "bench", "model", NULL),
+              s = tu_kvbench("bench", "sweep", "--help", NULL);
+    cr_assert_eq(m.status, 0, "%s", m.err);
+    cr_assert_eq(s.status, 0, "%s", s.err);
+    cr_assert(strstr(m.out, "usage: kvbench bench model "), "%s", m.out);
+    cr_assert(strstr(m.out, "\n  --warmup N ") && !strstr(m.out, "--configs"), "%s", m.out);
+    cr_assert(strstr(s.out, "\n  --configs K,K,.. ") && !strstr(s.out, "--warmup"), "%s", s.out);
+    cr_assert_str_eq(h.out, m.out);
+    tu_result_free(&m);
+    tu_result_free(&h);
+    tu_result_free(&s);
+    tu_result r = tu_kvbench("bench", "sweep", "--model", "x", "--warmup", "1", NULL);
+    cr_assert_eq(r.status, 2);
+    cr_assert_str_eq(r.err, "kvbench: bench sweep: unknown option '--warmup' (see 'kvbench bench "
+                            "sweep --help')\n");
+    tu_result_free(&r);
+}
+
 static void put_script(const char *dir, const char *name, const char *body)
 {
     char *path;
