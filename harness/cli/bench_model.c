@@ -29,8 +29,7 @@ static const kb_option options[] = {
     {NULL, NULL, NULL},
 };
 
-/* CPU seconds of the whole process (all threads): on a shared machine the
- * wall time depends on the neighbours, CPU time much less. */
+/* The most memory the process has held resident so far, in GiB. */
 static double peak_rss_gib(void)
 {
     struct rusage ru;

@@ -17,14 +17,14 @@ typedef struct timing {
     int runs;
 } timing;
 
-static int cmp_double(const void *a, const void *b)
+/* One more run of dt seconds. */
+static void timing_add(timing *tm, double dt)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
+    tm->best = dt < tm->best ? dt : tm->best;
+    tm->total += dt;
+    tm->runs++;
 }
 
-/* CPU seconds this process has used: unlike the wall clock, it does not
- * count the time other jobs on a busy machine hold the CPU. */
 /* Median load time over 5 loads (a load allocates much; the median is
  * steadier than the best), wall clock and CPU. */
 static int time_load(const char *model, double *median, double *cpu_median)
@@ -42,10 +42,8 @@ static int time_load(const char *model, double *median, double *cpu_median)
         }
         kv_tokenizer_free(tok);
     }
-    qsort(t, 5, sizeof *t, cmp_double);
-    qsort(c, 5, sizeof *c, cmp_double);
-    *median = t[2];
-    *cpu_median = c[2];
+    *median = kb_median(t, 5);
+    *cpu_median = kb_median(c, 5);
     return 0;
 }
 
@@ -64,9 +62,7 @@ static int time_encode(const kv_tokenizer *t, const char *text, size_t len, doub
             kb_error("%s", err.msg);
             return -1;
         }
-        tm->best = dt < tm->best ? dt : tm->best;
-        tm->total += dt;
-        tm->runs++;
+        timing_add(tm, dt);
     }
     return 0;
 }
@@ -92,9 +88,7 @@ static int time_decode(const kv_tokenizer *t, const char *text, size_t len, doub
             return -1;
         }
         free(s);
-        tm->best = dt < tm->best ? dt : tm->best;
-        tm->total += dt;
-        tm->runs++;
+        timing_add(tm, dt);
     }
     free(ids);
     return 0;

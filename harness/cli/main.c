@@ -27,6 +27,29 @@ static const kb_command *find_command(const char *name)
     return NULL;
 }
 
+/* The command that words (n of them, at least one) name, and how many of
+ * them name it: a command, or a command's kind (`bench model`), which
+ * parses its own options; a word that names no kind is left to the
+ * command, which reports it. NULL after saying why none can run. */
+static const kb_command *command_named(int n, char **words, int *used)
+{
+    const kb_command *cmd = find_command(words[0]);
+    if (!cmd) {
+        kb_error("'%s' is not a kvbench command. See 'kvbench --help'.", words[0]);
+        return NULL;
+    }
+    *used = 1;
+    if (n > 1 && kb_find_kind(cmd, words[1])) {
+        cmd = kb_find_kind(cmd, words[1]);
+        *used = 2;
+    }
+    if (!cmd->run) {
+        kb_error("%s: not implemented yet (tracked in %s)", cmd->name, cmd->pending);
+        return NULL;
+    }
+    return cmd;
+}
+
 /* Output that did not reach its file (a full disk, a closed pipe) is a
  * failure, whatever the command thought: stdio only reports it at the
  * flush, or as the stream's error flag after a failed write (whose errno
@@ -60,39 +83,20 @@ int main(int argc, char **argv)
             print_main_help();
             return KB_EXIT_OK;
         }
-        name = argv[2];
-        const kb_command *cmd = find_command(name);
-        if (!cmd) {
-            kb_error("'%s' is not a kvbench command. See 'kvbench --help'.", name);
+        int words;
+        const kb_command *cmd = command_named(argc - 2, argv + 2, &words);
+        if (!cmd)
             return KB_EXIT_USAGE;
-        }
-        if (argc > 3 && kb_find_kind(cmd, argv[3])) /* `kvbench help bench model` */
-            cmd = kb_find_kind(cmd, argv[3]);
-        if (!cmd->run) {
-            kb_error("%s: not implemented yet (tracked in %s)", cmd->name, cmd->pending);
-            return KB_EXIT_USAGE;
-        }
-        kb_print_command_help(cmd);
+        kb_print_command_help(cmd); /* `kvbench help bench model` too */
         return KB_EXIT_OK;
     }
-    const kb_command *cmd = find_command(name);
-    if (!cmd) {
-        kb_error("'%s' is not a kvbench command. See 'kvbench --help'.", name);
+    int words;
+    const kb_command *cmd = command_named(argc - 1, argv + 1, &words);
+    if (!cmd)
         return KB_EXIT_USAGE;
-    }
-    argc--, argv++; /* argv[0]: the command's name, as kb_args_parse wants */
-    /* A kind (`bench model`) parses its own options; a word that names no
-     * kind is left to the command, which reports it. */
-    if (argc > 1 && kb_find_kind(cmd, argv[1])) {
-        cmd = kb_find_kind(cmd, argv[1]);
-        argc--, argv++;
-    }
-    if (!cmd->run) {
-        kb_error("%s: not implemented yet (tracked in %s)", cmd->name, cmd->pending);
-        return KB_EXIT_USAGE;
-    }
+    /* argv[0] of what kb_args_parse reads: the command's last word. */
     kb_args args;
-    int rc = kb_args_parse(&args, cmd, argc, argv);
+    int rc = kb_args_parse(&args, cmd, argc - words, argv + words);
     if (rc >= 0)
         return rc;
     return check_stdout(cmd->name, cmd->run(&args));
