@@ -16,8 +16,9 @@ extern const kb_command kb_bench_tokenizer_cmd;
 extern const kb_command kb_bench_model_cmd;
 
 /* Wall time of the full cache alone vs 1 + K configs decoded batched and one
- * after another, from one prefill (--model, --prompt-tokens, --gen-tokens,
- * --configs K,K,.., --repeats, --threads). */
+ * after another, each with the prefill a run would do (--model,
+ * --prompt-tokens, --gen-tokens, --configs K,K,.., --repeats, --threads,
+ * --compute). */
 extern const kb_command kb_bench_sweep_cmd;
 
 /* This machine's limits, measured the way the engine runs: FP32 FMA and
@@ -27,10 +28,11 @@ extern const kb_command kb_bench_machine_cmd;
 
 /* What bench machine measures, as one figure each (median of `repeats`
  * runs on pool's threads, wall time): FP32 FMA GFLOP/s at the active kernel
- * level and DRAM read GB/s (over buffer_mib MiB; 0: bench machine's
- * default). The roofline other benches compare against. */
+ * level, BF16 dot-product GFLOP/s (0 at a level without BF16 arithmetic)
+ * and DRAM read GB/s (over buffer_mib MiB; 0: bench machine's default).
+ * The roofline other benches compare against. */
 typedef struct kb_machine_limit {
-    double fp32_gflops, read_gbps;
+    double fp32_gflops, bf16_gflops, read_gbps;
 } kb_machine_limit;
 int kb_machine_limits(kv_pool *pool, int repeats, long buffer_mib, kb_machine_limit *out);
 

@@ -236,6 +236,12 @@ int kb_machine_limits(kv_pool *pool, int repeats, long buffer_mib, kb_machine_li
     if (measure(pool, fma, NULL, nt * TASKS_PER_THREAD, repeats, &f) != 0)
         return -1;
     out->fp32_gflops = kb_median(f.v, f.n);
+    out->bf16_gflops = 0;
+    if (kv_isa_active() >= KV_ISA_AVX512BF16) {
+        if (measure(pool, LOOP_DPBF16, NULL, nt * TASKS_PER_THREAD, repeats, &f) != 0)
+            return -1;
+        out->bf16_gflops = kb_median(f.v, f.n);
+    }
     float *buf = aligned_alloc(64, bytes);
     if (!buf) {
         kb_error("bench: cannot allocate the %zu MiB read buffer (--buffer-mib)", bytes >> 20);

@@ -1,19 +1,28 @@
 /* kvbench bench sweep: what decoding a sample's configs together saves.
  *
- * One prefill of a random prompt (with the attention statistics every
- * config needs), then, from that same prefill, in one process:
- *   full      the full cache alone (what a run without eviction costs),
+ * Each mode does what `kvbench run` does for one sample (run/backend.c), on
+ * a random prompt:
+ *   full      the full cache alone: a plain prefill (no statistics), whose
+ *             cache the full row then decodes in place;
  *   batched   the full cache + K eviction configs decoded together, one
- *             batched forward per step (kv_generate_batch),
+ *             batched forward per step (kv_generate_batch), after the
+ *             prefill that collects every config's statistics: each config
+ *             forks its cache from it (kv_fork_base), then the full row
+ *             takes the prefilled cache over;
  *   sequential the same 1 + K decoded one after another,
- * each reported as prefill + its decode wall time, with the ratios to the
- * full cache alone. The modes alternate within each repeat (the order
- * reversed every other repeat), so a busy neighbour slows all of them.
- * Batched and sequential must produce the same tokens; the bench checks it.
- * Next to each ratio stands the one an engine at this machine's limits
- * would reach with the same prefill (FP32 FMA peak and read bandwidth,
- * measured first with bench machine's loops; machine_limit_s), so a target
- * ratio can be judged against what the hardware allows.
+ * each reported as its prefill + its decode, wall and CPU time, with the
+ * ratios to the full cache alone. The two modes of one K share one timed
+ * prefill (each decodes an untimed copy of its cache). The modes alternate
+ * within each repeat (the order reversed every other repeat), so a busy
+ * neighbour slows all of them. Batched and sequential must produce the same
+ * tokens; the bench checks it. Next to each ratio stands the one an engine
+ * at this machine's limits would reach (FP32 FMA and BF16 dot peak, read
+ * bandwidth, measured first with bench machine's loops; machine_limit_s)
+ * for the decode work the mode counted (weight passes, row forwards,
+ * attended slots and their stored bytes, from the caches after each
+ * forward), every mode after the plain prefill measured for the full cache
+ * alone: at the limit the statistics cost next to nothing (their sums are
+ * 1 / (4 head_dim) of attention's arithmetic).
  *
  * The configs are those of configs/nightly.json's main sweep, with its start
  * (32) and recent (64) areas and its decode-time eviction (each step's
@@ -21,7 +30,9 @@
  * 1952 x sum / norm_sum (16), then the same with rerotation (32); K takes
  * the first K of that list. With --kv-cache-precision the configs' caches
  * are stored at that precision (issue 30) while the full cache stays F32,
- * as a run's baseline does; the limit model counts their stored bytes. */
+ * as a run's baseline does; the limit model counts their stored bytes.
+ * What a run does besides (loading the model and tokenizer, tokenizing,
+ * writing and scoring the answers) is not timed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +51,7 @@
 typedef struct sweep_opts {
     const char *model;
     int prompt, gen, repeats, threads;
+    kv_compute compute;
     long buffer_mib; /* the read-bandwidth buffer of the machine limit; 0: default */
     kv_evict_params cache; /* the configs' cache precision keys (--kv-cache-precision ...) */
     int ks[MAX_KS], n_ks;
@@ -59,56 +71,42 @@ static void sweep_params(const sweep_opts *o, int i, kv_evict_params *p)
     p->apply_rerotation = (i / 16) % 2 == 1;
 }
 
+/* What a mode's decode did, for its roofline (machine_limit_s). */
+typedef struct work {
+    double passes;     /* weight passes: the batched forwards, or every row's
+                          forwards one after another */
+    double row_steps;  /* Σ over rows of their forwards */
+    double slot_steps; /* Σ over rows, their forwards and the layers of the
+                          slots attention read */
+    double slot_bytes; /* the same, each slot weighted by its K and V bytes at
+                          its cache's precision (group parameters included) */
+} work;
+
+/* A row's step hook: counts what the forward read (its cache right after
+ * the forward holds every slot attention read: the new token's too, and
+ * nothing evicted yet), then an eviction config's policy runs. */
+typedef struct row_hook {
+    kv_evictor *ev; /* NULL: the full cache */
+    kv_attn_stats_request req;
+    double forwards, slots, slot_bytes; /* slot_bytes: K and V of one slot of one layer */
+} row_hook;
+
 typedef struct sweep {
     const sweep_opts *o;
     kv_model *m;
     kv_evict_model em;
+    kv_evict_params params[MAX_CONFIGS];
     kv_evictor *ev[MAX_CONFIGS];
-    kv_attn_stats_request prefill_req;
-    kv_attn_stats_request step_req[MAX_CONFIGS];
-    kv_cache *base;
-    kv_fork_base fork; /* base at the configs' precision, made once per decode_rows (as a run's
-                          sample) */
+    int32_t *tokens;  /* the repeat's prompt */
+    kv_cache *base;   /* the last prefill's cache; NULL once a full row took it */
+    int base_k;       /* the configs whose statistics that prefill collected */
+    kv_attn_stats_request prefill_req; /* their union request */
     kv_attn_stats *stats;
+    kv_fork_base fork; /* a mode's prefilled cache at the configs' precision */
     float *logits;
+    row_hook hooks[MAX_CONFIGS + 1];
     kb_machine_limit lim; /* measured before the repeats */
 } sweep;
-
-static int on_step(void *user, kv_cache *c, const kv_attn_stats *stats, int step, kv_error *err)
-{
-    kv_evictor *ev = user;
-    kv_attn_stats_request req;
-    kv_evictor_generation_request(ev, &req);
-    return kv_evictor_step(ev, c, &req, stats, step, NULL, NULL, err);
-}
-
-/* Row 0 is the full cache, row i > 0 config i - 1: its cache and options. */
-static int fork_row(sweep *s, int row, kv_cache **c, kv_generate_opts *g, kv_error *err)
-{
-    *g = (kv_generate_opts){.max_new_tokens = s->o->gen, .ignore_eos = true};
-    if (row == 0)
-        return (*c = kv_cache_fork(s->base, s->o->prompt + s->o->gen + 1, err)) ? 0 : -1;
-    kv_evictor *ev = s->ev[row - 1];
-    g->on_step = on_step;
-    g->stats_req = s->step_req[row - 1];
-    g->user = ev;
-    kv_cache_quant q = kv_evictor_cache_quant(ev);
-    s->fork.prompt = s->base;
-    const kv_cache *b = kv_fork_base_at(&s->fork, &q, err);
-    return b ? kv_evictor_fork(ev, b, &s->prefill_req, s->stats, c, NULL, NULL, err) : -1;
-}
-
-/* What a mode's decode had to do, for its roofline (machine_limit_s). */
-typedef struct work {
-    double passes;     /* weight passes: forwards of the longest row when
-                          batched, of every row one after another */
-    double row_steps;  /* Σ over rows of their forwards */
-    double slot_steps; /* Σ over rows and their forwards of the slots of all
-                          layers that attention read (from the lengths before
-                          and after: growth and eviction are steady) */
-    double slot_bytes; /* the same, each slot weighted by its K and V bytes at
-                          its cache's precision (group parameters included) */
-} work;
 
 static double cache_slots(const kv_cache *c)
 {
@@ -118,55 +116,87 @@ static double cache_slots(const kv_cache *c)
     return n;
 }
 
-static void add_row_work(work *w, const kv_cache *c, double slots_before, int forwards,
-                         bool batched)
+static int on_step(void *user, kv_cache *c, const kv_attn_stats *stats, int step, kv_error *err)
 {
-    double slots = forwards * (slots_before + cache_slots(c)) / 2;
-    w->row_steps += forwards;
-    w->slot_steps += slots;
-    w->slot_bytes += slots / c->n_layers *
-                     kv_cache_bytes_per_token(&c->quant, c->n_layers, c->n_kv_heads, c->head_dim);
-    if (!batched)
-        w->passes += forwards;
-    else if (forwards > w->passes)
-        w->passes = forwards;
+    row_hook *h = user;
+    h->forwards++;
+    h->slots += cache_slots(c);
+    return h->ev ? kv_evictor_step(h->ev, c, &h->req, stats, step, NULL, NULL, err) : 0;
 }
 
-/* Decodes rows [0, n) together (batched) or one after another; ids[row]
- * gets each row's tokens ([gen] each), *w what the decode did. Returns the
- * wall seconds. */
-static double decode_rows(sweep *s, int n, bool batched, int32_t *ids, work *w, kv_error *err)
+/* Row 0 is the full cache, row i > 0 config i - 1: its cache and options.
+ * A config compresses the prefilled cache *own into its own; the full row
+ * takes *own over (so it starts last), as a run's baseline does. */
+static int start_row(sweep *s, int row, kv_cache **own, kv_cache **c, kv_generate_opts *g,
+                     kv_error *err)
+{
+    row_hook *h = &s->hooks[row];
+    *h = (row_hook){.ev = row > 0 ? s->ev[row - 1] : NULL};
+    *g = (kv_generate_opts){
+        .max_new_tokens = s->o->gen, .ignore_eos = true, .on_step = on_step, .user = h};
+    if (row == 0) {
+        *c = *own;
+        *own = NULL;
+    } else {
+        kv_evictor_generation_request(h->ev, &h->req);
+        g->stats_req = h->req;
+        kv_cache_quant q = kv_evictor_cache_quant(h->ev);
+        s->fork.prompt = *own;
+        const kv_cache *b = kv_fork_base_at(&s->fork, &q, err);
+        if (!b || kv_evictor_fork(h->ev, b, &s->prefill_req, s->stats, c, NULL, NULL, err) < 0)
+            return -1;
+    }
+    const kv_cache *k = *c;
+    h->slot_bytes = kv_cache_bytes_per_token(&k->quant, k->n_layers, k->n_kv_heads, k->head_dim) /
+                    k->n_layers;
+    return 0;
+}
+
+/* Decodes rows [0, n) together (batched) or one after another from the
+ * last prefill; ids[row] gets each row's tokens ([gen] each), *w what the
+ * decode did, *cpu its CPU seconds. Rows 1.. need the prefill of n - 1
+ * configs' statistics, whose cache they decode a copy of (untimed: a run
+ * decodes the prefilled cache itself); the full cache alone takes the plain
+ * prefill's cache over. Returns the wall seconds. */
+static double decode_rows(sweep *s, int n, bool batched, int32_t *ids, work *w, double *cpu,
+                          kv_error *err)
 {
     kv_cache *caches[MAX_CONFIGS + 1] = {0};
     kv_generate_opts gs[MAX_CONFIGS + 1];
     const kv_generate_opts *opts[MAX_CONFIGS + 1];
     const float *lasts[MAX_CONFIGS + 1];
     kv_generation outs[MAX_CONFIGS + 1] = {0};
-    double slots[MAX_CONFIGS + 1];
-    *w = (work){0};
-    double t0 = kv_clock_s();
-    int rc = 0;
-    for (int r = 0; r < n && rc == 0; r++) {
+    kv_cache *own = s->base;
+    if (n == 1)
+        s->base = NULL;
+    else if (!(own = kv_cache_fork(s->base, s->o->prompt + s->o->gen + 1, err)))
+        return -1;
+    double t0 = kv_clock_s(), c0 = kv_clock_cpu_s();
+    int rc = 0, forwards = 0;
+    for (int i = 1; i <= n && rc == 0; i++) { /* the configs, then the full row */
+        int r = i % n;
         opts[r] = &gs[r];
         lasts[r] = s->logits;
-        if ((rc = fork_row(s, r, &caches[r], &gs[r], err)) != 0)
-            break;
-        slots[r] = cache_slots(caches[r]);
-        if (!batched) {
-            rc = kv_generate_from(s->m, caches[r], s->logits, &gs[r], &outs[r], err);
-            if (rc == 0)
-                add_row_work(w, caches[r], slots[r], outs[r].n_decode_forwards, false);
-            kv_cache_free(caches[r]);
-            caches[r] = NULL;
-        }
+        if ((rc = start_row(s, r, &own, &caches[r], &gs[r], err)) != 0 || batched)
+            continue;
+        if (r == 0)
+            kv_fork_base_release(&s->fork);
+        rc = kv_generate_from(s->m, caches[r], s->logits, &gs[r], &outs[r], err);
+        forwards += outs[r].n_decode_forwards;
+        kv_cache_free(caches[r]);
+        caches[r] = NULL;
     }
     kv_fork_base_release(&s->fork); /* a run frees it before decoding too */
+    kv_cache_free(own);
     if (rc == 0 && batched)
-        rc = kv_generate_batch(s->m, n, caches, lasts, opts, outs, NULL, err);
+        rc = kv_generate_batch(s->m, n, caches, lasts, opts, outs, &forwards, err);
     double t = kv_clock_s() - t0;
-    for (int r = 0; r < n && rc == 0 && batched; r++)
-        add_row_work(w, caches[r], slots[r], outs[r].n_decode_forwards, true);
+    *cpu = kv_clock_cpu_s() - c0;
+    *w = (work){.passes = forwards};
     for (int r = 0; r < n; r++) {
+        w->row_steps += s->hooks[r].forwards;
+        w->slot_steps += s->hooks[r].slots;
+        w->slot_bytes += s->hooks[r].slots * s->hooks[r].slot_bytes;
         if (rc == 0)
             memcpy(ids + (size_t)r * (size_t)s->o->gen, outs[r].ids,
                    (size_t)outs[r].n * sizeof *ids);
@@ -176,29 +206,28 @@ static double decode_rows(sweep *s, int n, bool batched, int32_t *ids, work *w, 
     return rc == 0 ? t : -1;
 }
 
-/* The prompt's forward, with the statistics of every config. */
-static double prefill(sweep *s, unsigned seed, kv_error *err)
+/* The repeat's prompt through the model into a fresh s->base, as a run's
+ * prefill: with the statistics of the first k configs (k = 0: none, the
+ * full cache alone's). The cache has room for the full row's answer. */
+static double prefill(sweep *s, int k, kv_error *err)
 {
-    const kv_model_config *cfg = kv_model_get_config(s->m);
-    int P = s->o->prompt;
-    int32_t *tokens = malloc((size_t)P * sizeof *tokens);
-    if (!tokens)
-        return kv_fail(err, "out of memory");
-    for (int i = 0; i < P; i++) {
-        seed = seed * 1103515245u + 12345u;
-        tokens[i] = (int32_t)((seed >> 8) % (unsigned)cfg->vocab);
-    }
+    int L = kv_model_get_config(s->m)->n_layers, P = s->o->prompt;
     kv_cache_free(s->base);
-    kv_model_stats_free(s->stats, cfg->n_layers);
+    kv_model_stats_free(s->stats, L);
+    s->base = NULL;
     s->stats = NULL;
+    s->base_k = k;
+    memset(&s->prefill_req, 0, sizeof s->prefill_req);
+    if (k > 0 && kv_evict_stats_request(s->params, k, true, &s->prefill_req, err) < 0)
+        return -1;
+    bool want = kv_attn_stats_wanted(&s->prefill_req);
     double t0 = kv_clock_s();
-    int rc = (s->base = kv_model_cache_new(s->m, P + 1, err)) ? 0 : -1;
-    if (rc == 0 && !(s->stats = kv_model_stats_new(s->m, s->base, P, &s->prefill_req, err)))
+    int rc = (s->base = kv_model_cache_new(s->m, P + s->o->gen + 1, err)) ? 0 : -1;
+    if (rc == 0 && want && !(s->stats = kv_model_stats_new(s->m, s->base, P, &s->prefill_req, err)))
         rc = -1;
     if (rc == 0)
-        rc = kv_model_forward(s->m, s->base, tokens, P, &s->prefill_req, s->stats, s->logits, false,
-                              err);
-    free(tokens);
+        rc = kv_model_forward(s->m, s->base, s->tokens, P, want ? &s->prefill_req : NULL,
+                              s->stats, s->logits, false, err);
     return rc == 0 ? kv_clock_s() - t0 : -1;
 }
 
@@ -206,19 +235,18 @@ static int setup(sweep *s, int n_configs, kv_error *err)
 {
     kv_set_threads(s->o->threads);
     if (kv_model_load(s->o->model, &s->m, err) < 0 ||
+        kv_model_set_compute(s->m, s->o->compute, err) < 0 ||
         kv_evict_model_load(&s->em, s->m, false, err) < 0)
         return -1;
-    kv_evict_params ps[MAX_CONFIGS];
     for (int i = 0; i < n_configs; i++) {
-        sweep_params(s->o, i, &ps[i]);
-        if (!(s->ev[i] = kv_evictor_new(&ps[i], &s->em, err)))
+        sweep_params(s->o, i, &s->params[i]);
+        if (!(s->ev[i] = kv_evictor_new(&s->params[i], &s->em, err)))
             return -1;
-        kv_evictor_generation_request(s->ev[i], &s->step_req[i]);
     }
-    if (kv_evict_stats_request(ps, n_configs, true, &s->prefill_req, err) < 0)
-        return -1;
-    s->logits = malloc((size_t)kv_model_get_config(s->m)->vocab * sizeof *s->logits);
-    return s->logits ? 0 : kv_fail(err, "out of memory");
+    const kv_model_config *cfg = kv_model_get_config(s->m);
+    s->logits = malloc((size_t)cfg->vocab * sizeof *s->logits);
+    s->tokens = malloc((size_t)s->o->prompt * sizeof *s->tokens);
+    return s->logits && s->tokens ? 0 : kv_fail(err, "out of memory");
 }
 
 static void teardown(sweep *s)
@@ -231,16 +259,22 @@ static void teardown(sweep *s)
     }
     kv_cache_free(s->base);
     free(s->logits);
+    free(s->tokens);
     kv_model_free(s->m);
 }
 
 /* The least time a decode doing w could take on this machine: its FLOPs at
- * the FP32 FMA peak plus its bytes at the read bandwidth (the projections
+ * the arithmetic peak plus its bytes at the read bandwidth (the projections
  * are compute-bound when batched and attention is memory-bound; they run
  * one after another, so the two times add). FLOPs: 2 per weight of every
- * projection and the LM head per row and forward, 4 * n_heads * head_dim
- * per attended slot and layer; bytes: the projection and LM-head weights
- * per weight pass, K and V as stored per attended slot. */
+ * projection and the LM head per row and forward, at the BF16 dot peak in
+ * bf16 mode (where the level has BF16 arithmetic), else the FP32 FMA peak;
+ * 4 * n_heads * head_dim per attended slot and layer (FP32: the queries and
+ * caches are F32 or widened to it); bytes: the projection and LM-head
+ * weights per weight pass, K and V as stored per attended slot. Left out as
+ * small beside those: norms, RoPE, softmax, the embedding rows, and the
+ * eviction statistics' [n_heads] floats per attended slot (n_heads /
+ * (2 n_kv_heads head_dim) of an F32 slot's K and V: 1 % at Qwen3-0.6B). */
 static double machine_limit_s(const sweep *s, const work *w, const kb_machine_limit *lim)
 {
     const kv_model_config *c = kv_model_get_config(s->m);
@@ -250,47 +284,79 @@ static double machine_limit_s(const sweep *s, const work *w, const kb_machine_li
     /* the file's bytes per weight, spread over the matrices a forward reads */
     double stored = params + (c->tied_embeddings ? 0 : head);
     double weight_bytes = params * (double)kv_model_weight_bytes(s->m) / stored;
-    double flops = w->row_steps * 2 * params + w->slot_steps * 4 * q;
+    double proj_peak = s->o->compute == KV_COMPUTE_BF16 && lim->bf16_gflops > 0 ? lim->bf16_gflops
+                                                                                 : lim->fp32_gflops;
     double bytes = w->passes * weight_bytes + w->slot_bytes;
-    return flops / (lim->fp32_gflops * 1e9) + bytes / (lim->read_gbps * 1e9);
+    return w->row_steps * 2 * params / (proj_peak * 1e9) +
+           w->slot_steps * 4 * q / (lim->fp32_gflops * 1e9) + bytes / (lim->read_gbps * 1e9);
 }
 
 /* One repeat: the full cache alone, then batched and sequential for each K
- * (reversed order on odd repeats). t[0] full; t[1 + 2k] batched, t[2 + 2k]
- * sequential of ks[k]; every time includes the prefill; cpu: the same in
- * CPU seconds; lt: the prefill plus the decode's machine limit. ids: [2][1 + K][gen] room for the tokens of one K's two modes. */
-static int one_repeat(sweep *s, int rep, double *t, double *cpu, double *lt, int32_t *ids,
-                      kv_error *err)
+ * (reversed order on odd repeats), each after its prefill (one for both
+ * modes of a K). t[0] full; t[1 + 2k] batched, t[2 + 2k] sequential of
+ * ks[k]; every time includes the prefill; cpu: the same in CPU seconds; lt:
+ * the plain prefill plus the decode's machine limit; wk: the decode's work. ids:
+ * [2][1 + K][gen] room for the tokens of one K's two modes. */
+static int one_repeat(sweep *s, int rep, double *t, double *cpu, double *lt, work *wk,
+                      int32_t *ids, kv_error *err)
 {
     const sweep_opts *o = s->o;
-    double c0 = kv_clock_cpu_s(), pf = prefill(s, 1234u + (unsigned)rep, err),
-           pf_cpu = kv_clock_cpu_s() - c0;
-    if (pf < 0)
-        return -1;
+    unsigned seed = 1234u + (unsigned)rep;
+    int vocab = kv_model_get_config(s->m)->vocab;
+    for (int i = 0; i < o->prompt; i++) {
+        seed = seed * 1103515245u + 12345u;
+        s->tokens[i] = (int32_t)((seed >> 8) % (unsigned)vocab);
+    }
     size_t per_mode = (size_t)(o->ks[0] + 1) * (size_t)o->gen;
     for (int k = 1; k < o->n_ks; k++)
         if ((size_t)(o->ks[k] + 1) * (size_t)o->gen > per_mode)
             per_mode = (size_t)(o->ks[k] + 1) * (size_t)o->gen;
     int n_modes = 1 + 2 * o->n_ks;
+    double pf = 0, pf_cpu = 0, pf_plain = 0;
     for (int i = 0; i < n_modes; i++) {
         int mode = rep % 2 ? n_modes - 1 - i : i;
-        int rows = mode == 0 ? 1 : 1 + o->ks[(mode - 1) / 2];
+        int k = mode == 0 ? 0 : o->ks[(mode - 1) / 2];
         bool batched = mode % 2 == 1;
-        c0 = kv_clock_cpu_s();
-        work w;
-        double d = decode_rows(s, rows, mode == 0 || batched, ids + (batched ? 0 : per_mode), &w,
-                               err);
+        if (mode == 0 || !s->base || s->base_k != k) {
+            double c0 = kv_clock_cpu_s();
+            if ((pf = prefill(s, k, err)) < 0)
+                return -1;
+            pf_cpu = kv_clock_cpu_s() - c0;
+            pf_plain = k == 0 ? pf : pf_plain;
+        }
+        double d_cpu, d = decode_rows(s, 1 + k, mode == 0 || batched,
+                                      ids + (batched ? 0 : per_mode), &wk[mode], &d_cpu, err);
         if (d < 0)
             return -1;
         t[mode] = pf + d;
-        lt[mode] = pf + machine_limit_s(s, &w, &s->lim);
-        cpu[mode] = pf_cpu + kv_clock_cpu_s() - c0;
+        lt[mode] = machine_limit_s(s, &wk[mode], &s->lim);
+        cpu[mode] = pf_cpu + d_cpu;
         /* The two modes of one K run back to back in either order: compare. */
         bool second = mode > 0 && (rep % 2 ? batched : !batched);
-        if (second && memcmp(ids, ids + per_mode, (size_t)rows * (size_t)o->gen * sizeof *ids))
-            return kv_fail(err, "batched and sequential decoding of %d configs differ", rows - 1);
+        if (second && memcmp(ids, ids + per_mode, (size_t)(1 + k) * (size_t)o->gen * sizeof *ids))
+            return kv_fail(err, "batched and sequential decoding of %d configs differ", k);
     }
+    for (int mode = 0; mode < n_modes; mode++)
+        lt[mode] += pf_plain;
     return 0;
+}
+
+/* What the limit model counted for each mode (the last repeat's: the same
+ * in every repeat), so that it can be checked against the run's shapes. */
+static void print_work(const sweep_opts *o, const work *wk)
+{
+    printf("decode work counted for the limit (weight passes, row forwards, attended slots "
+           "over all layers, their stored K and V bytes):\n");
+    for (int mode = 0; mode < 1 + 2 * o->n_ks; mode++) {
+        char name[32];
+        if (mode == 0)
+            snprintf(name, sizeof name, "full");
+        else
+            snprintf(name, sizeof name, "1+%d %s", o->ks[(mode - 1) / 2],
+                     mode % 2 ? "batched" : "sequent");
+        printf("%16s  %.0f passes  %.0f rows  %.0f slots  %.0f bytes\n", name, wk[mode].passes,
+               wk[mode].row_steps, wk[mode].slot_steps, wk[mode].slot_bytes);
+    }
 }
 
 static int bench_sweep(const sweep_opts *o)
@@ -305,11 +371,13 @@ static int bench_sweep(const sweep_opts *o)
     double *t = calloc((size_t)(n_modes * o->repeats), sizeof *t);
     double *cpu = calloc((size_t)(n_modes * o->repeats), sizeof *cpu);
     double *lt = calloc((size_t)(n_modes * o->repeats), sizeof *lt);
+    work wk[1 + 2 * MAX_KS];
     int rc = ids && t && cpu && lt ? setup(&s, max_k, &err) : kv_fail(&err, "out of memory");
     if (rc == 0)
         fprintf(stderr, "# %s: prompt %d tokens, %d new tokens, %d threads, %d repeat(s); "
-                        "configs' caches %s%s\n",
+                        "compute %s; configs' caches %s%s\n",
                 o->model, o->prompt, o->gen, kv_model_threads(s.m), o->repeats,
+                kv_compute_name(o->compute),
                 o->cache.kv_cache_precision,
                 strcmp(o->cache.key_quant, "by_channel") == 0 ? " (keys by channel)" : "");
     kv_pool *pool = rc == 0 ? kv_pool_new(kv_model_threads(s.m), &err) : NULL;
@@ -318,7 +386,7 @@ static int bench_sweep(const sweep_opts *o)
     kv_pool_free(pool);
     for (int r = 0; r < o->repeats && rc == 0; r++) {
         size_t at = (size_t)r * (size_t)n_modes;
-        rc = one_repeat(&s, r, t + at, cpu + at, lt + at, ids, &err);
+        rc = one_repeat(&s, r, t + at, cpu + at, lt + at, wk, ids, &err);
         if (rc == 0) {
             const double *tr = t + at, *cr = cpu + at;
             fprintf(stderr, "# repeat %d: full %.2f s (%.2f CPU s)", r + 1, tr[0], cr[0]);
@@ -344,9 +412,10 @@ static int bench_sweep(const sweep_opts *o)
             lfull[r] = lt[(size_t)r * (size_t)n_modes];
         printf("full cache alone: %.2f s (median of %d)\n", kb_median(full, o->repeats),
                o->repeats);
-        printf("machine limit: FP32 %.2f GFLOP/s, read %.2f GB/s (bench machine's loops on %d "
-               "threads); the full cache alone at it: %.2f s with the measured prefill\n",
-               s.lim.fp32_gflops, s.lim.read_gbps, kv_model_threads(s.m),
+        printf("machine limit: FP32 %.2f GFLOP/s, BF16 %.2f GFLOP/s, read %.2f GB/s (bench "
+               "machine's loops on %d threads); the full cache alone at it: %.2f s with the "
+               "measured prefill\n",
+               s.lim.fp32_gflops, s.lim.bf16_gflops, s.lim.read_gbps, kv_model_threads(s.m),
                kb_median(lfull, o->repeats));
         printf("%8s  %12s  %12s  %10s  %16s  %16s  %18s\n", "configs", "batched/full",
                "sequent/full", "seq/batch", "CPU batched/full", "CPU sequent/full",
@@ -369,6 +438,7 @@ static int bench_sweep(const sweep_opts *o)
                    kb_median(cb, o->repeats), kb_median(cs, o->repeats), kb_median(lb, o->repeats));
         }
         printf("batched tokens identical to sequential: yes\n");
+        print_work(o, wk);
     }
     teardown(&s);
     free(ids);
@@ -380,7 +450,8 @@ static int bench_sweep(const sweep_opts *o)
 
 static int run(const kb_args *a)
 {
-    sweep_opts o = {.prompt = 2048, .gen = 64, .repeats = 1, .ks = {4, 16, 31}, .n_ks = 3};
+    sweep_opts o = {.prompt = 2048, .gen = 64, .repeats = 1, .ks = {4, 16, 31}, .n_ks = 3,
+                    .compute = KV_COMPUTE_F32}; /* a run's default */
     long P = o.prompt, gen = o.gen, rep = o.repeats, threads = 0;
     o.model = kb_arg(a, "model");
     kv_evict_params cache;
@@ -400,6 +471,10 @@ static int run(const kb_args *a)
     o.cache.value_group_size = cache.value_group_size;
     if (!o.model) {
         kb_error("bench sweep: --model DIR is required");
+        return KB_EXIT_USAGE;
+    }
+    if (kb_arg(a, "compute") && kv_compute_parse(kb_arg(a, "compute"), &o.compute) != 0) {
+        kb_error("--compute: want f32 or bf16, not '%s'", kb_arg(a, "compute"));
         return KB_EXIT_USAGE;
     }
     if ((kb_arg(a, "configs") && (o.n_ks = kb_parse_int_list(kb_arg(a, "configs"), "configs", o.ks,
@@ -424,6 +499,7 @@ static const kb_option options[] = {
     {"configs", "K,K,..", "eviction configs next to the full cache (default 4,16,31)"},
     {"repeats", "N", "runs; the median is reported (default 1)"},
     {"threads", "N", "threads (default: all cores)"},
+    {"compute", "f32|bf16", "compute mode (default f32, as a run's)"},
     {"buffer-mib", "N", "the machine limit's read-bandwidth buffer (default: 8x the last-level cache, at least 512)"},
     KB_EVICTION_OPTIONS, /* of them only the cache precision's apply */
     {NULL, NULL, NULL},
@@ -434,8 +510,9 @@ const kb_command kb_bench_sweep_cmd = {
     .summary = "full cache alone vs 1 + K configs decoded batched and one after another",
     .usage = "kvbench bench sweep --model DIR [options]",
     .description = "Wall time of the full cache alone, of 1 + K configs decoded batched and one "
-                   "after another, the ratios, and the ratio at the machine's measured FMA peak "
-                   "and read bandwidth.",
+                   "after another, each with the prefill a run would do, the ratios, the ratio at "
+                   "the machine's measured arithmetic peak and read bandwidth, and the decode "
+                   "work that limit counts.",
     .options = options,
     .run = run,
 };

@@ -8,6 +8,7 @@
 #include "model/cpu.h"
 #include "model/generate.h"
 #include "model/model.h"
+#include "model/model_config.h"
 #include "util/npy.h"
 #include "support/testutil.h"
 
@@ -449,6 +450,69 @@ Test(generate_cli, bench_sweep_at_a_cache_precision)
     cr_assert_eq(r.status, 2, "%s", r.err);
     cr_assert(strstr(r.err, "of the eviction options only the cache's precision applies"), "%s",
               r.err);
+    tu_result_free(&r);
+    free(dir);
+}
+
+/* bench sweep's limit model counts what the decode of each mode did
+ * (weight passes, row forwards, attended slots and their stored bytes);
+ * the counts must be those the shapes give. 300-token prompt, 8 new tokens
+ * (7 decode forwards), F32 caches: the full cache attends 300 + j slots
+ * per layer at forward j; configs 1-2 (H2O and SnapKV, start 32 +
+ * intermediate 160 + recent 64) are compressed to 256 at the fork and,
+ * evicting at every step, attend 257; config 3 (H2O, budget 512) never
+ * evicts and attends as the full cache. */
+enum { SWEEP_PROMPT = 300, SWEEP_GEN = 8 };
+
+/* Slots one row attends over its decode, all layers: at forward j (1 ..
+ * SWEEP_GEN - 1) the prompt and j tokens, at most budget + 1 (the new one
+ * before eviction). */
+static double row_slots(const kv_model_config *c, int budget)
+{
+    double n = 0;
+    for (int j = 1; j < SWEEP_GEN; j++)
+        n += SWEEP_PROMPT + j < budget + 1 ? SWEEP_PROMPT + j : budget + 1;
+    return n * c->n_layers;
+}
+
+/* Mode `name`'s counts as bench sweep printed them against the wanted. */
+static void expect_work(const char *out, const char *name, double passes, double rows,
+                        double slots, double slot_bytes)
+{
+    char line[64];
+    snprintf(line, sizeof line, " %s  ", name);
+    const char *at = strstr(out, line);
+    cr_assert_not_null(at, "no work line for %s in:\n%s", name, out);
+    double v[4];
+    cr_assert_eq(sscanf(at + strlen(line), "%lf passes %lf rows %lf slots %lf bytes", &v[0], &v[1],
+                        &v[2], &v[3]),
+                 4, "%s", at);
+    cr_expect_eq(v[0], passes, "%s: weight passes %.0f, want %.0f", name, v[0], passes);
+    cr_expect_eq(v[1], rows, "%s: row forwards %.0f, want %.0f", name, v[1], rows);
+    cr_expect_eq(v[2], slots, "%s: attended slots %.0f, want %.0f", name, v[2], slots);
+    cr_expect_eq(v[3], slots * slot_bytes, "%s: K/V bytes %.0f, want %.0f", name, v[3],
+                 slots * slot_bytes);
+}
+
+Test(generate_cli, bench_sweep_counts_the_decode_work_of_its_limit)
+{
+    char *dir = model_dir("qwen3-bf16");
+    tu_result r = tu_kvbench("bench", "sweep", "--model", dir, "--prompt-tokens", "300",
+                             "--gen-tokens", "8", "--configs", "2,3", "--threads", "1",
+                             "--buffer-mib", "1", NULL);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    kv_model_config c;
+    kv_error err;
+    cr_assert_eq(kv_model_config_load(dir, &c, &err), 0, "%s", err.msg);
+    double slot_bytes = 2.0 * c.n_kv_heads * c.head_dim * sizeof(float); /* K and V, F32 */
+    double full = row_slots(&c, 1 << 30), evicting = row_slots(&c, 32 + 160 + 64);
+    int f = SWEEP_GEN - 1;
+    expect_work(r.out, "full", f, f, full, slot_bytes);
+    expect_work(r.out, "1+2 batched", f, 3 * f, full + 2 * evicting, slot_bytes);
+    expect_work(r.out, "1+2 sequent", 3 * f, 3 * f, full + 2 * evicting, slot_bytes);
+    expect_work(r.out, "1+3 batched", f, 4 * f, 2 * full + 2 * evicting, slot_bytes);
+    expect_work(r.out, "1+3 sequent", 4 * f, 4 * f, 2 * full + 2 * evicting, slot_bytes);
+    kv_model_config_free(&c);
     tu_result_free(&r);
     free(dir);
 }
