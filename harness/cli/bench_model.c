@@ -10,6 +10,7 @@
 #include "model/cpu.h"
 #include "cli/bench.h"
 #include "cli/eviction.h"
+#include "evict/evict.h"
 #include "model/generate.h"
 #include "model/kernels.h"
 #include "model/model.h"
@@ -23,6 +24,7 @@ static const kb_option options[] = {
     {"threads", "N", "threads (default: all cores)"},
     {"compute", "f32|bf16", "compute mode (default f32)"},
     {"evict-keep", "N", "also decode after evicting to N slots per layer (first 4 + recent)"},
+    {"prefill-stats", NULL, "the prefill collects H2O's and SnapKV's attention statistics, as a sweep's does"},
     {"against", "PRECISION", "decode speed against caches at PRECISION: one prefill forked to both, decoded in turn, the ratio"},
     {"json", NULL, "print one JSON object per measurement"},
     KB_EVICTION_OPTIONS, /* of them only the cache precision's apply */
@@ -141,7 +143,21 @@ static void random_prompt(const kv_model *m, int P, unsigned seed, int32_t *toke
     }
 }
 
-/* One run: prefill P random tokens, decode, optionally evict and decode. */
+/* --prefill-stats: what a sweep's prefill collects for H2O and SnapKV
+ * (the column sums over every row, the window sums of SnapKV's window). */
+static int sweep_request(kv_attn_stats_request *req, kv_error *err)
+{
+    kv_evict_params ps[2];
+    for (int i = 0; i < 2; i++) {
+        kv_evict_params_default(&ps[i]);
+        snprintf(ps[i].algorithm, sizeof ps[i].algorithm, "%s", i ? "snapkv" : "h2o");
+    }
+    return kv_evict_stats_request(ps, 2, true, req, err);
+}
+
+/* One run: prefill P random tokens (with --prefill-stats, collecting the
+ * statistics: their buffers are allocated inside the timing, as a run's
+ * are), decode, optionally evict and decode. */
 static int one_run(const kb_bench_model_opts *o, kv_model *m, int P, unsigned seed,
                    const kv_cache_quant *q, run_result *r, kv_error *err)
 {
@@ -149,15 +165,23 @@ static int one_run(const kb_bench_model_opts *o, kv_model *m, int P, unsigned se
     int32_t *tokens = malloc((size_t)P * sizeof *tokens);
     float *logits = malloc((size_t)cfg->vocab * sizeof *logits);
     kv_cache *c = kv_model_cache_new(m, P + o->gen_tokens + 1, err);
+    kv_attn_stats_request req = {0};
+    kv_attn_stats *stats = NULL;
     int rc = tokens && logits && c ? 0 : (c ? kv_fail(err, "out of memory") : -1);
     if (rc == 0)
         rc = kv_cache_set_quant(c, q, err);
+    if (rc == 0 && o->prefill_stats)
+        rc = sweep_request(&req, err);
     if (rc == 0) {
         random_prompt(m, P, seed, tokens);
         double t0 = kv_clock_s(), cpu = kv_clock_cpu_s();
-        rc = kv_model_forward(m, c, tokens, P, NULL, NULL, logits, false, err);
+        if (o->prefill_stats && !(stats = kv_model_stats_new(m, c, P, &req, err)))
+            rc = -1;
+        if (rc == 0)
+            rc = kv_model_forward(m, c, tokens, P, stats ? &req : NULL, stats, logits, false, err);
         r->prefill = P / (kv_clock_s() - t0);
         r->prefill_cpu = P / (kv_clock_cpu_s() - cpu);
+        kv_model_stats_free(stats, cfg->n_layers);
     }
     /* The evicted decode reuses the same cache, compacted in place: a fork
      * would hold a second full cache and double the peak memory. */
@@ -196,7 +220,7 @@ static void report_series(const kb_bench_model_opts *o, const kv_model *m, const
                           int P, series *s, int n)
 {
     char what[64];
-    report(o, m, q, "prefill", P, s->pf, s->pfc, n);
+    report(o, m, q, o->prefill_stats ? "prefill with stats" : "prefill", P, s->pf, s->pfc, n);
     if (o->gen_tokens > 0)
         report(o, m, q, "decode after prompt", P, s->dc, s->dcc, n);
     if (o->gen_tokens > 0 && o->evict_keep > 0 && P > o->evict_keep) {
@@ -323,6 +347,7 @@ static int run(const kb_args *a)
     long gen = o.gen_tokens, rep = o.repeats, warm = 0, threads = 0, keep = 0;
     o.model = kb_arg(a, "model");
     o.json = kb_flag(a, "json");
+    o.prefill_stats = kb_flag(a, "prefill-stats");
     if (kb_arg(a, "compute") && kv_compute_parse(kb_arg(a, "compute"), &o.compute) != 0) {
         kb_error("--compute: want f32 or bf16, not '%s'", kb_arg(a, "compute"));
         return KB_EXIT_USAGE;

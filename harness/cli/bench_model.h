@@ -24,6 +24,7 @@ typedef struct kb_bench_model_opts {
     kv_cache_quant quant;    /* the caches' precision (--kv-cache-precision ...) */
     bool against;            /* decode speed against caches at against_quant */
     kv_cache_quant against_quant;
+    bool prefill_stats;      /* the prefill collects H2O's and SnapKV's statistics */
     bool json;
 } kb_bench_model_opts;
 
