@@ -57,8 +57,8 @@ static int run(const kb_args *a)
     /* Prefill attention's Q K^T and P V (decode attention is kvbench's own). */
     printf("prefill attention: f32 mode OpenBLAS sgemm; bf16 mode %s\n",
            kv_attn_dnnl_usable()
-               ? "oneDNN bf16 x bf16 -> f32 (probabilities rounded to BF16), OpenBLAS sgemm "
-                 "where statistics are collected"
+               ? "oneDNN bf16 x bf16 -> f32 (probabilities rounded to BF16; with statistics, "
+                 "each row's exact softmax), OpenBLAS sgemm over layers with gaps"
                : "OpenBLAS sgemm (BF16 values in F32)");
     char mem[256];
     kb_memory_describe(mem, sizeof mem);

@@ -20,12 +20,16 @@
 #define TILE_KEYS  512
 
 struct kv_attn_dnnl {
-    int n_heads, n_kv_heads, hd;
+    int n_heads, n_kv_heads, hd, threads;
     int q_rows, k_rows; /* rows of each head's block in q16, of each KV head's in k16/v16 */
     int packed;         /* keys of the current layer in k16/v16 */
     uint16_t *q16, *k16, *v16;
     float *scratch; /* per worker: worker_floats */
     size_t worker_floats;
+    /* With probabilities (kv_attn_dnnl_run's probs): per worker, a block's
+     * scores over all its keys (BLOCK_ROWS x k_rows floats) and their BF16
+     * probabilities (as many uint16_t), made at the first such call. */
+    void *wide;
 };
 
 static int round_up(int x, int to)
@@ -46,6 +50,7 @@ void kv_attn_dnnl_free(kv_attn_dnnl *a)
     free(a->k16);
     free(a->v16);
     free(a->scratch);
+    free(a->wide);
     free(a);
 }
 
@@ -58,6 +63,7 @@ kv_attn_dnnl *kv_attn_dnnl_new(int n_heads, int n_kv_heads, int head_dim, int ch
     *a = (kv_attn_dnnl){.n_heads = n_heads,
                         .n_kv_heads = n_kv_heads,
                         .hd = head_dim,
+                        .threads = threads,
                         .q_rows = round_up(chunk, KV_ATTN_DNNL_ROW_PAD),
                         .k_rows = round_up(max_keys, KV_ATTN_DNNL_KEY_PAD)};
     size_t hd = (size_t)head_dim;
@@ -81,6 +87,8 @@ typedef struct job {
     kv_attn_dnnl *a;
     const float *q, *k, *v;
     float *out;
+    kv_attn_dnnl_probs_fn probs; /* NULL: flash tiles */
+    void *probs_ctx;
     int cn, base, keys; /* keys: base + cn */
     int q_tasks, k_from, k_tasks;
     float scale;
@@ -187,44 +195,79 @@ static void accumulate(scratch *w, int rows, int hd, bool first)
     }
 }
 
+/* A block of query rows [r0, r0 + rows) of head h: its packed operands
+ * and shape. */
+typedef struct operands {
+    const uint16_t *q, *k, *v;
+    int hd, rp; /* rp: rows padded */
+    int lim, keys; /* row i sees keys below lim + i; keys: the last row's */
+    float scale;
+} operands;
+
+static operands operands_of(const job *j, int h, int r0, int rows)
+{
+    const kv_attn_dnnl *a = j->a;
+    size_t hd = (size_t)a->hd, kvh = (size_t)(h / (a->n_heads / a->n_kv_heads));
+    return (operands){.q = a->q16 + ((size_t)h * (size_t)a->q_rows + (size_t)r0) * hd,
+                      .k = a->k16 + kvh * (size_t)a->k_rows * hd,
+                      .v = a->v16 + kvh * (size_t)a->k_rows * hd,
+                      .hd = a->hd,
+                      .rp = round_up(rows, KV_ATTN_DNNL_ROW_PAD),
+                      .lim = j->base + r0 + 1,
+                      .keys = j->base + r0 + rows,
+                      .scale = j->scale};
+}
+
+/* Keys of the tile at t0, padded (the last tile may be narrower). */
+static int tile_width(const operands *o, int t0)
+{
+    return round_up(o->keys - t0 < TILE_KEYS ? o->keys - t0 : TILE_KEYS, KV_ATTN_DNNL_KEY_PAD);
+}
+
+/* The scores of the tile at t0, y [rp][twp] = scale Q K^T. */
+static kv_dnnl_product qk_product(const operands *o, int t0, float *y)
+{
+    return (kv_dnnl_product){.dt = KV_DTYPE_BF16,
+                             .m = o->rp,
+                             .n = tile_width(o, t0),
+                             .k = o->hd,
+                             .a = o->q,
+                             .lda = (size_t)o->hd,
+                             .b = o->k + (size_t)t0 * (size_t)o->hd,
+                             .ldb = (size_t)o->hd,
+                             .y = y,
+                             .ldy = (size_t)tile_width(o, t0),
+                             .scale = o->scale};
+}
+
+/* The tile at t0's share of the output, y [rp][hd] = P V, p [rp][twp]. */
+static kv_dnnl_product pv_product(const operands *o, int t0, const uint16_t *p, float *y)
+{
+    return (kv_dnnl_product){.dt = KV_DTYPE_BF16,
+                             .m = o->rp,
+                             .n = o->hd,
+                             .k = tile_width(o, t0),
+                             .a = p,
+                             .lda = (size_t)tile_width(o, t0),
+                             .b = o->v + (size_t)t0 * (size_t)o->hd,
+                             .ldb = (size_t)o->hd,
+                             .b_kn = true,
+                             .y = y,
+                             .ldy = (size_t)o->hd};
+}
+
 /* One block of query rows [r0, r0 + rows) of head h over its keys. */
 static bool block(job *j, scratch *w, int h, int r0, int rows)
 {
-    const kv_attn_dnnl *a = j->a;
-    int hd = a->hd, rp = round_up(rows, KV_ATTN_DNNL_ROW_PAD), qd = a->n_heads * hd;
-    int kvh = h / (a->n_heads / a->n_kv_heads);
-    int lim = j->base + r0 + 1, keys = j->base + r0 + rows;
-    const uint16_t *q = a->q16 + ((size_t)h * (size_t)a->q_rows + (size_t)r0) * (size_t)hd;
-    const uint16_t *k = a->k16 + (size_t)kvh * (size_t)a->k_rows * (size_t)hd;
-    const uint16_t *v = a->v16 + (size_t)kvh * (size_t)a->k_rows * (size_t)hd;
-    for (int t0 = 0; t0 < keys; t0 += TILE_KEYS) {
-        int tw = keys - t0 < TILE_KEYS ? keys - t0 : TILE_KEYS;
-        int twp = round_up(tw, KV_ATTN_DNNL_KEY_PAD);
-        kv_dnnl_product qk = {.dt = KV_DTYPE_BF16,
-                              .m = rp,
-                              .n = twp,
-                              .k = hd,
-                              .a = q,
-                              .lda = (size_t)hd,
-                              .b = k + (size_t)t0 * (size_t)hd,
-                              .ldb = (size_t)hd,
-                              .y = w->sc,
-                              .ldy = (size_t)twp,
-                              .scale = j->scale};
+    operands o = operands_of(j, h, r0, rows);
+    int hd = o.hd, qd = j->a->n_heads * hd;
+    for (int t0 = 0; t0 < o.keys; t0 += TILE_KEYS) {
+        int tw = o.keys - t0 < TILE_KEYS ? o.keys - t0 : TILE_KEYS;
+        kv_dnnl_product qk = qk_product(&o, t0, w->sc);
         if (!kv_dnnl_matmul(1, &qk))
             return false;
-        softmax_step(w, rows, rp, t0, tw, twp, lim);
-        kv_dnnl_product pv = {.dt = KV_DTYPE_BF16,
-                              .m = rp,
-                              .n = hd,
-                              .k = twp,
-                              .a = w->p16,
-                              .lda = (size_t)twp,
-                              .b = v + (size_t)t0 * (size_t)hd,
-                              .ldb = (size_t)hd,
-                              .b_kn = true,
-                              .y = w->pv,
-                              .ldy = (size_t)hd};
+        softmax_step(w, rows, o.rp, t0, tw, qk.n, o.lim);
+        kv_dnnl_product pv = pv_product(&o, t0, w->p16, w->pv);
         if (!kv_dnnl_matmul(1, &pv))
             return false;
         accumulate(w, rows, hd, t0 == 0);
@@ -239,26 +282,112 @@ static bool block(job *j, scratch *w, int h, int r0, int rows)
     return true;
 }
 
+/* p through oneDNN, or, where it declines (it took the same shapes for
+ * the flash tiles: only when out of memory), in a plain loop: a call with
+ * statistics must finish once it has handed probabilities on. */
+static void product(const kv_dnnl_product *p)
+{
+    if (kv_dnnl_matmul(1, p))
+        return;
+    const uint16_t *a = p->a, *b = p->b;
+    float scale = p->scale != 0.0f ? p->scale : 1.0f;
+    for (int i = 0; i < p->m; i++)
+        for (int c = 0; c < p->n; c++) {
+            float sum = 0;
+            for (int e = 0; e < p->k; e++)
+                sum += kv_bf16_to_f32(a[(size_t)i * p->lda + (size_t)e]) *
+                       kv_bf16_to_f32(p->b_kn ? b[(size_t)e * p->ldb + (size_t)c]
+                                              : b[(size_t)c * p->ldb + (size_t)e]);
+            p->y[(size_t)i * p->ldy + (size_t)c] = scale * sum;
+        }
+}
+
+/* One block of query rows [r0, r0 + rows) of head h with every row's
+ * normalised probabilities, for the statistics: the scores of all the
+ * block's tiles first (in sc, tile after tile, each dense [rp][twp] as the
+ * products want it), then each row's exact softmax across them (its max,
+ * the sum of e^(s - max), the probabilities; in F32, and rounded to BF16
+ * in p16 for P V), then the probabilities to j->probs tile by tile, then
+ * out = the sum over tiles of P V. Same products, same shapes as block's. */
+static void block_exact(job *j, scratch *w, float *sc, uint16_t *p16, int h, int r0, int rows)
+{
+    operands o = operands_of(j, h, r0, rows);
+    size_t rp = (size_t)o.rp;
+    /* tile t0's scores start at t0 * rp: every tile before it is TILE_KEYS wide */
+    for (int t0 = 0; t0 < o.keys; t0 += TILE_KEYS) {
+        kv_dnnl_product qk = qk_product(&o, t0, sc + (size_t)t0 * rp);
+        product(&qk);
+    }
+    for (int i = 0; i < o.rp; i++) { /* padded rows: probabilities 0 */
+        int vis = i < rows ? o.lim + i : 0;
+        float m = -INFINITY, sum = 0;
+        for (int t0 = 0; t0 < vis; t0 += TILE_KEYS)
+            m = kv_attn_row_max_avx512bf16(sc + (size_t)t0 * rp + (size_t)i * tile_width(&o, t0),
+                                           vis - t0 < TILE_KEYS ? vis - t0 : TILE_KEYS, m);
+        for (int t0 = 0; t0 < vis; t0 += TILE_KEYS)
+            sum += kv_attn_exp_row_avx512bf16(sc + (size_t)t0 * rp +
+                                                  (size_t)i * tile_width(&o, t0),
+                                              vis - t0 < TILE_KEYS ? vis - t0 : TILE_KEYS, m);
+        for (int t0 = 0; t0 < o.keys; t0 += TILE_KEYS) {
+            int twp = tile_width(&o, t0), tv = vis - t0 < 0 ? 0 : vis - t0 < twp ? vis - t0 : twp;
+            size_t at = (size_t)t0 * rp + (size_t)i * (size_t)twp;
+            kv_attn_scale_row_avx512bf16(sc + at, tv, twp, vis > 0 ? 1.0f / sum : 0.0f, p16 + at);
+        }
+    }
+    size_t hd = (size_t)o.hd, qd = (size_t)j->a->n_heads * hd;
+    for (int t0 = 0; t0 < o.keys; t0 += TILE_KEYS) {
+        int tw = o.keys - t0 < TILE_KEYS ? o.keys - t0 : TILE_KEYS;
+        j->probs(j->probs_ctx, h, sc + (size_t)t0 * rp, tile_width(&o, t0), r0, rows, t0, tw);
+        kv_dnnl_product pv = pv_product(&o, t0, p16 + (size_t)t0 * rp, t0 == 0 ? w->acc : w->pv);
+        product(&pv);
+        for (size_t e = 0; t0 > 0 && e < (size_t)rows * hd; e++)
+            w->acc[e] += w->pv[e];
+    }
+    for (int i = 0; i < rows; i++)
+        memcpy(j->out + (size_t)(r0 + i) * qd + (size_t)h * hd, w->acc + (size_t)i * hd,
+               hd * sizeof *j->out);
+}
+
+/* A worker's room for block_exact: its share of a->wide. */
+static size_t wide_bytes(const kv_attn_dnnl *a)
+{
+    return (size_t)BLOCK_ROWS * (size_t)a->k_rows * (sizeof(float) + sizeof(uint16_t));
+}
+
 static void head_task(void *ctx, int h, int worker)
 {
     job *j = ctx;
     scratch w = carve(j->a, worker);
-    for (int r0 = 0; r0 < j->cn && !atomic_load(&j->failed); r0 += BLOCK_ROWS)
-        if (!block(j, &w, h, r0, j->cn - r0 < BLOCK_ROWS ? j->cn - r0 : BLOCK_ROWS))
+    char *wide = j->probs ? (char *)j->a->wide + (size_t)worker * wide_bytes(j->a) : NULL;
+    float *sc = (float *)wide;
+    uint16_t *p16 = wide ? (uint16_t *)(wide + (size_t)BLOCK_ROWS * (size_t)j->a->k_rows *
+                                                   sizeof(float))
+                         : NULL;
+    for (int r0 = 0; r0 < j->cn && !atomic_load(&j->failed); r0 += BLOCK_ROWS) {
+        int rows = j->cn - r0 < BLOCK_ROWS ? j->cn - r0 : BLOCK_ROWS;
+        if (j->probs)
+            block_exact(j, &w, sc, p16, h, r0, rows);
+        else if (!block(j, &w, h, r0, rows))
             atomic_store(&j->failed, true);
+    }
 }
 
 bool kv_attn_dnnl_run(kv_attn_dnnl *a, kv_pool *p, const float *q, const float *k, const float *v,
-                      int cn, int base, bool continues, float scale, float *out)
+                      int cn, int base, bool continues, float scale, float *out,
+                      kv_attn_dnnl_probs_fn probs, void *probs_ctx)
 {
     int keys = base + cn;
     if (cn > a->q_rows || keys > a->k_rows)
+        return false;
+    if (probs && !a->wide && !(a->wide = kv_mem_alloc_huge((size_t)a->threads * wide_bytes(a))))
         return false;
     job j = {.a = a,
              .q = q,
              .k = k,
              .v = v,
              .out = out,
+             .probs = probs,
+             .probs_ctx = probs_ctx,
              .cn = cn,
              .base = base,
              .keys = keys,

@@ -43,14 +43,30 @@ kv_attn_dnnl *kv_attn_dnnl_new(int n_heads, int n_kv_heads, int head_dim, int ch
                                int threads);
 void kv_attn_dnnl_free(kv_attn_dnnl *a);
 
+/* Receives head h's normalised attention probabilities of query rows
+ * [r0, r0 + n) of the chunk for keys [k0, k0 + keys): p[i][k] at p + i *
+ * ldp + k (0 for keys a row cannot see). Called from the pool's workers,
+ * each head's calls from one worker. */
+typedef void (*kv_attn_dnnl_probs_fn)(void *ctx, int h, const float *p, int ldp, int r0, int n,
+                                      int k0, int keys);
+
 /* One chunk's causal attention: query row i (of cn) sees keys [0, base +
  * i]. q [cn][n_heads * head_dim], k and v [base + cn][n_kv_heads *
  * head_dim] F32 rows holding BF16 values; out [cn][n_heads * head_dim]
  * (query heads grouped over KV heads as GQA). continues: the call is the
  * next chunk of the last call's layer, whose keys and values are unchanged
- * (they stay packed). false (out untouched) when oneDNN declined a
- * product: the caller runs its own attention. */
+ * (they stay packed). probs (may be NULL) gets every row's probabilities,
+ * for eviction's statistics: each block of query rows then holds its
+ * scores over all its keys (tile by tile, the same products), takes each
+ * row's exact softmax across them, and multiplies the normalised
+ * probabilities, rounded to BF16, by the values; without, the online
+ * softmax of flash attention. false (out untouched, probs not called) when
+ * oneDNN declined a product of the flash tiles or, with probs, memory for
+ * the blocks' scores ran out: the caller runs its own attention. (With
+ * probs a product oneDNN declines once the call has begun runs in a plain
+ * loop: probabilities handed on cannot be taken back.) */
 bool kv_attn_dnnl_run(kv_attn_dnnl *a, kv_pool *p, const float *q, const float *k, const float *v,
-                      int cn, int base, bool continues, float scale, float *out);
+                      int cn, int base, bool continues, float scale, float *out,
+                      kv_attn_dnnl_probs_fn probs, void *probs_ctx);
 
 #endif

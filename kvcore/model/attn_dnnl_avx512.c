@@ -29,7 +29,7 @@ static inline __m512 exp16(__m512 x)
     return _mm512_scalef_ps(y, n);
 }
 
-static float row_max(const float *s, int vis, float prev)
+float kv_attn_row_max_avx512bf16(const float *s, int vis, float prev)
 {
     __m512 m = _mm512_set1_ps(prev);
     int j = 0;
@@ -43,7 +43,7 @@ static float row_max(const float *s, int vis, float prev)
 float kv_attn_softmax_row_avx512bf16(const float *s, int vis, int twp, float prev, float *max,
                                      uint16_t *p)
 {
-    float m = row_max(s, vis, prev);
+    float m = kv_attn_row_max_avx512bf16(s, vis, prev);
     __m512 mv = _mm512_set1_ps(m), acc = _mm512_setzero_ps();
     int j = 0;
     /* 32 at a time: vcvtne2ps2bf16 rounds two vectors to nearest even */
@@ -64,4 +64,28 @@ float kv_attn_softmax_row_avx512bf16(const float *s, int vis, int twp, float pre
         _mm256_storeu_si256((__m256i *)(p + j), _mm256_setzero_si256());
     *max = m;
     return _mm512_reduce_add_ps(acc);
+}
+
+float kv_attn_exp_row_avx512bf16(float *s, int vis, float m)
+{
+    __m512 mv = _mm512_set1_ps(m), acc = _mm512_setzero_ps();
+    for (int j = 0; j < vis; j += 16) {
+        __mmask16 k = vis - j >= 16 ? (__mmask16)0xffff : first(vis - j);
+        __m512 e =
+            _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), mv)));
+        _mm512_mask_storeu_ps(s + j, k, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+void kv_attn_scale_row_avx512bf16(float *s, int vis, int twp, float inv, uint16_t *p)
+{
+    __m512 iv = _mm512_set1_ps(inv);
+    for (int j = 0; j < twp; j += 16) { /* lanes at or past vis: 0 */
+        __mmask16 k = vis - j >= 16 ? (__mmask16)0xffff : vis > j ? first(vis - j) : 0;
+        __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + j), iv);
+        _mm512_storeu_ps(s + j, x);
+        _mm256_storeu_si256((__m256i *)(p + j), (__m256i)_mm512_cvtneps_pbh(x));
+    }
 }

@@ -15,4 +15,16 @@
 float kv_attn_softmax_row_avx512bf16(const float *s, int vis, int twp, float prev, float *max,
                                      uint16_t *p);
 
+/* The exact softmax of a row whose scores lie in segments (attn_dnnl.c's
+ * tiles, when the statistics need every row's normalised probabilities):
+ * the row's max is the largest kv_attn_row_max_avx512bf16 over its
+ * segments (prev: the earlier segments'; -INFINITY first); then
+ * kv_attn_exp_row_avx512bf16 turns each segment's s[0..vis) into e^(s - m)
+ * and returns their sum; then kv_attn_scale_row_avx512bf16 multiplies them
+ * by inv (1 / the row's sum), writes the probabilities to s and rounded to
+ * BF16 (to nearest even) to p, and zeroes both for vis <= j < twp. */
+float kv_attn_row_max_avx512bf16(const float *s, int vis, float prev);
+float kv_attn_exp_row_avx512bf16(float *s, int vis, float m);
+void kv_attn_scale_row_avx512bf16(float *s, int vis, int twp, float inv, uint16_t *p);
+
 #endif

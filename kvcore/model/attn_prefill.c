@@ -27,15 +27,17 @@ typedef struct attn_job {
     float scale;
 } attn_job;
 
-/* Adds head h's probability rows p[n][keys] (query rows r0.. of the chunk)
- * to the statistics. */
-static void stats_add_matrix(const attn_job *j, int h, const float *p, int r0, int n, int keys)
+/* Adds head h's probabilities of query rows r0 .. r0 + n - 1 of the chunk
+ * for keys k0 .. k0 + keys - 1 (p[i][k] at p + i * ldp + k) to the
+ * statistics. */
+static void stats_add_matrix(const attn_job *j, int h, const float *p, int ldp, int r0, int n,
+                             int k0, int keys)
 {
     const kv_attn_stats_request *req = j->f->req;
     kv_attn_stats *st = j->st;
-    size_t off = (size_t)h * (size_t)st->n_keys;
+    size_t off = (size_t)h * (size_t)st->n_keys + (size_t)k0;
     for (int i = 0; i < n; i++) {
-        const float *row = p + (size_t)i * (size_t)keys;
+        const float *row = p + (size_t)i * (size_t)ldp;
         if (req->col_sums)
             for (int k = 0; k < keys; k++)
                 st->col_sums[off + (size_t)k] += row[k];
@@ -73,7 +75,7 @@ static void attention_gemm_task(void *ctx, int h, int worker)
             memset(row + visible, 0, (size_t)(keys - visible) * sizeof *row);
         }
         if (j->st)
-            stats_add_matrix(j, h, sc, r0, rows, keys);
+            stats_add_matrix(j, h, sc, keys, r0, rows, 0, keys);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, keys, 1.0f, sc, keys,
                     j->v + kvo, kvd, 0.0f,
                     f->att + (size_t)r0 * (size_t)qd + (size_t)h * (size_t)hd, qd);
@@ -153,6 +155,13 @@ static void attention_flash_task(void *ctx, int h, int worker)
     }
 }
 
+/* kv_attn_dnnl_probs_fn over an attn_job: into its statistics. */
+static void stats_add_probs(void *ctx, int h, const float *p, int ldp, int r0, int n, int k0,
+                            int keys)
+{
+    stats_add_matrix(ctx, h, p, ldp, r0, n, k0, keys);
+}
+
 void kv_attn_chunk(const kv_model_config *c, const kv_cache *cache, const kv_cache_layer *cl,
                    fwd *f, kv_attn_stats *st, int cn, int base, int row0)
 {
@@ -194,10 +203,12 @@ void kv_attn_chunk(const kv_model_config *c, const kv_cache *cache, const kv_cac
         j.k = f->dense;
         j.v = f->dense + at;
     }
-    /* oneDNN's flash tiles in bf16 mode; a later chunk of the layer finds
-     * the keys of the earlier ones packed */
-    if (f->attn_dnnl && !st && !cl->gap &&
-        kv_attn_dnnl_run(f->attn_dnnl, p, f->q, j.k, j.v, cn, base, row0 > 0, j.scale, f->att))
+    /* oneDNN's tiles in bf16 mode (with statistics, each row's exact
+     * probabilities); a later chunk of the layer finds the keys of the
+     * earlier ones packed */
+    if (f->attn_dnnl && !cl->gap &&
+        kv_attn_dnnl_run(f->attn_dnnl, p, f->q, j.k, j.v, cn, base, row0 > 0, j.scale, f->att,
+                         st ? stats_add_probs : NULL, &j))
         return;
     /* the flash tiles know no gaps: the rare multi-row forward over a
      * layer with gaps (AdaKV) takes the plain path */

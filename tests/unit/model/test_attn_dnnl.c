@@ -2,8 +2,9 @@
  * against a double-precision causal softmax attention, on shapes that cross
  * its tiles (512 keys), blocks (128 query rows) and paddings, with GQA, in
  * chunks that continue a layer (keys packed once) and calls that start a
- * new one. Only at the avx512bf16 level, where it runs; below it it must
- * say it does not. */
+ * new one; with every row's probabilities handed on (eviction's statistics)
+ * their column and window sums against the reference's too. Only at the
+ * avx512bf16 level, where it runs; below it it must say it does not. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -32,6 +33,27 @@ static float *random_rows(int rows, int width)
     return x;
 }
 
+/* p[0..keys) = head h's softmax probabilities in double of query row qrow
+ * (q [QD]) over keys k [keys][KVD]. */
+static void reference_probs(const float *qrow, const float *k, int h, int keys, float scale,
+                            double *p)
+{
+    int g = h / (HEADS / KV_HEADS);
+    double mx = -INFINITY, sum = 0;
+    for (int j = 0; j < keys; j++) {
+        double s = 0;
+        for (int d = 0; d < HD; d++)
+            s += (double)qrow[(size_t)h * HD + (size_t)d] *
+                 k[(size_t)j * KVD + (size_t)g * HD + (size_t)d];
+        p[j] = s * scale;
+        mx = p[j] > mx ? p[j] : mx;
+    }
+    for (int j = 0; j < keys; j++)
+        sum += p[j] = exp(p[j] - mx);
+    for (int j = 0; j < keys; j++)
+        p[j] /= sum;
+}
+
 /* The largest |out - reference| over the chunk's rows [0, cn) at base,
  * relative to the largest |value|. */
 static double worst_error(const float *q, const float *k, const float *v, const float *out, int cn,
@@ -41,27 +63,27 @@ static double worst_error(const float *q, const float *k, const float *v, const 
     for (int i = 0; i < cn; i++)
         for (int h = 0; h < HEADS; h++) {
             int g = h / (HEADS / KV_HEADS), keys = base + i + 1;
-            double mx = -INFINITY, sum = 0;
-            for (int j = 0; j < keys; j++) {
-                double s = 0;
-                for (int d = 0; d < HD; d++)
-                    s += (double)q[(size_t)i * QD + (size_t)h * HD + (size_t)d] *
-                         k[(size_t)j * KVD + (size_t)g * HD + (size_t)d];
-                p[j] = s * scale;
-                mx = p[j] > mx ? p[j] : mx;
-            }
-            for (int j = 0; j < keys; j++)
-                sum += p[j] = exp(p[j] - mx);
+            reference_probs(q + (size_t)i * QD, k, h, keys, scale, p);
             for (int d = 0; d < HD; d++) {
                 double o = 0;
                 for (int j = 0; j < keys; j++)
-                    o += p[j] / sum * v[(size_t)j * KVD + (size_t)g * HD + (size_t)d];
+                    o += p[j] * v[(size_t)j * KVD + (size_t)g * HD + (size_t)d];
                 double e = fabs(o - out[(size_t)i * QD + (size_t)h * HD + (size_t)d]) / 2.0;
                 worst = e > worst ? e : worst;
             }
         }
     free(p);
     return worst;
+}
+
+static void release(kv_attn_dnnl *a, kv_pool *pool, float *q, float *k, float *v, float *out)
+{
+    kv_attn_dnnl_free(a);
+    kv_pool_free(pool);
+    free(q);
+    free(k);
+    free(v);
+    free(out);
 }
 
 Test(attn_dnnl, chunks_match_a_double_reference_across_tiles_blocks_and_padding)
@@ -83,8 +105,8 @@ Test(attn_dnnl, chunks_match_a_double_reference_across_tiles_blocks_and_padding)
     cr_assert_not_null(a);
     for (int c = 0; c < 2; c++) {
         int base = cuts[c], cn = cuts[c + 1] - base;
-        cr_assert(
-            kv_attn_dnnl_run(a, pool, q + (size_t)base * QD, k, v, cn, base, c > 0, scale, out));
+        cr_assert(kv_attn_dnnl_run(a, pool, q + (size_t)base * QD, k, v, cn, base, c > 0, scale,
+                                   out, NULL, NULL));
         /* the probabilities are rounded to BF16 (2^-9 relative) for P V */
         double e = worst_error(q + (size_t)base * QD, k, v, out, cn, base, scale);
         cr_expect_lt(e, 4e-3, "chunk %d: error %g of the values' range", c, e);
@@ -93,13 +115,86 @@ Test(attn_dnnl, chunks_match_a_double_reference_across_tiles_blocks_and_padding)
      * packed before) packs them anew */
     for (size_t i = 0; i < (size_t)total * KVD; i++)
         k[i] = -k[i];
-    cr_assert(kv_attn_dnnl_run(a, pool, q + 300 * QD, k, v, 427, 300, false, scale, out));
+    cr_assert(
+        kv_attn_dnnl_run(a, pool, q + 300 * QD, k, v, 427, 300, false, scale, out, NULL, NULL));
     double e = worst_error(q + 300 * QD, k, v, out, 427, 300, scale);
     cr_expect_lt(e, 4e-3, "new layer: error %g", e);
-    kv_attn_dnnl_free(a);
-    kv_pool_free(pool);
-    free(q);
-    free(k);
-    free(v);
-    free(out);
+    release(a, pool, q, k, v, out);
+}
+
+/* The statistics a forward collects, from the probabilities handed on:
+ * per head, the column sums over every row and over the last WINDOW rows
+ * of the prompt. */
+enum { TOTAL = 727, WINDOW = 40 };
+typedef struct sums {
+    int base; /* the chunk's first row */
+    double col[HEADS][TOTAL], win[HEADS][TOTAL];
+} sums;
+
+static void add_probs(void *ctx, int h, const float *p, int ldp, int r0, int n, int k0, int keys)
+{
+    sums *s = ctx;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < keys; k++) {
+            double x = p[(size_t)i * (size_t)ldp + (size_t)k];
+            s->col[h][k0 + k] += x;
+            if (s->base + r0 + i >= TOTAL - WINDOW)
+                s->win[h][k0 + k] += x;
+        }
+}
+
+/* The same sums in double from q and k (rows [0, TOTAL)). */
+static void reference_sums(const float *q, const float *k, float scale, sums *s)
+{
+    double *p = malloc(TOTAL * sizeof *p);
+    for (int i = 0; i < TOTAL; i++)
+        for (int h = 0; h < HEADS; h++) {
+            reference_probs(q + (size_t)i * QD, k, h, i + 1, scale, p);
+            for (int j = 0; j <= i; j++) {
+                s->col[h][j] += p[j];
+                if (i >= TOTAL - WINDOW)
+                    s->win[h][j] += p[j];
+            }
+        }
+    free(p);
+}
+
+Test(attn_dnnl, probabilities_for_the_statistics_match_a_double_reference)
+{
+    if (!kv_attn_dnnl_usable())
+        cr_skip_test("oneDNN's BF16 attention runs at the avx512bf16 level only (this CPU: %s)",
+                     kv_isa_name(kv_isa_active()));
+    kv_error err;
+    kv_pool *pool = kv_pool_new(2, &err);
+    cr_assert_not_null(pool, "%s", err.msg);
+    int chunk = 427, cuts[] = {0, 300, TOTAL};
+    float *q = random_rows(TOTAL, QD), *k = random_rows(TOTAL, KVD), *v = random_rows(TOTAL, KVD);
+    float *out = malloc((size_t)chunk * QD * sizeof *out), scale = 0.125f;
+    static sums got, want;
+    kv_attn_dnnl *a = kv_attn_dnnl_new(HEADS, KV_HEADS, HD, chunk, TOTAL, 2);
+    cr_assert_not_null(a);
+    for (int c = 0; c < 2; c++) {
+        int base = cuts[c], cn = cuts[c + 1] - base;
+        got.base = base;
+        cr_assert(kv_attn_dnnl_run(a, pool, q + (size_t)base * QD, k, v, cn, base, c > 0, scale,
+                                   out, add_probs, &got));
+        /* the output as without them: P rounded to BF16 for P V */
+        double e = worst_error(q + (size_t)base * QD, k, v, out, cn, base, scale);
+        cr_expect_lt(e, 4e-3, "chunk %d: error %g of the values' range", c, e);
+    }
+    reference_sums(q, k, scale, &want);
+    /* F32 scores and exponentials against double: sums of up to 727
+     * probabilities within 1e-5 (2e-7 measured) */
+    double worst = 0;
+    for (int h = 0; h < HEADS; h++)
+        for (int j = 0; j < TOTAL; j++) {
+            double dc = fabs(got.col[h][j] - want.col[h][j]),
+                   dw = fabs(got.win[h][j] - want.win[h][j]);
+            worst = dc > worst ? dc : worst;
+            worst = dw > worst ? dw : worst;
+        }
+    cr_expect_lt(worst, 1e-5, "largest |sum - reference| %g", worst);
+    /* a sum that is not all zeros: the statistics were handed on */
+    cr_expect_gt(got.win[0][TOTAL - 1], 0.0);
+    release(a, pool, q, k, v, out);
 }
