@@ -713,6 +713,9 @@ static inline void dot4_acc(const float *a, const float *b, size_t stride, int n
 
 void kv_dot8(const float *a, const float *b, size_t stride, int n, float scale, float *out)
 {
+    const kv_isa_kernels *k = isa_kernels();
+    if (k->dot8 && k->dot8(a, b, stride, n, scale, out))
+        return;
 #ifdef KV_AVX2
     if (n % 8 == 0) { /* kv_dot has no scalar tail to add after its sum */
         __m256 v[8];
@@ -729,7 +732,8 @@ void kv_dot8(const float *a, const float *b, size_t stride, int n, float scale, 
 void kv_axpy_rows(float *y, size_t y_stride, int ny, const float *a, size_t a_stride,
                   const float *x, size_t x_stride, int nx, int n)
 {
-    int i = 0;
+    const kv_isa_kernels *k = isa_kernels();
+    int i = k->axpy_rows ? k->axpy_rows(y, y_stride, ny, a, a_stride, x, x_stride, nx, n) : 0;
 #ifdef KV_AVX2
     /* 32 floats of two outputs in eight registers while the rows pass: kv_axpy's
      * FMAs, without a load and a store of y per row */

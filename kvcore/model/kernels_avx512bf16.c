@@ -233,5 +233,9 @@ static void gemm_bf16(const kv_weight *w, int r0, int r1, const uint16_t *x, int
     }
 }
 
-const kv_isa_kernels kv_kernels_avx512bf16 = {
-    .prepare = prepare, .rows = rows, .rows_batch = rows_batch, .gemm_bf16 = gemm_bf16};
+const kv_isa_kernels kv_kernels_avx512bf16 = {.prepare = prepare,
+                                              .rows = rows,
+                                              .rows_batch = rows_batch,
+                                              .gemm_bf16 = gemm_bf16,
+                                              .dot8 = kv_avx512_dot8,
+                                              .axpy_rows = kv_avx512_axpy_rows};

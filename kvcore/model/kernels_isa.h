@@ -11,6 +11,7 @@
 #ifndef KV_KERNELS_ISA_H
 #define KV_KERNELS_ISA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,6 +41,15 @@ typedef struct kv_isa_kernels {
      * are BF16 packed with kv_pack_bf16, ldx elements apart. W is BF16. */
     void (*gemm_bf16)(const kv_weight *w, int r0, int r1, const uint16_t *x, int n, size_t ldx,
                       float *y, size_t ldy);
+    /* Decode attention's slot-run kernels (kernels.h) at this level, or
+     * NULL: kernels.c's AVX2 ones. Each result has the bits of those (the
+     * same FMAs per lane, the same order of sums). dot8 does kv_dot8 when n
+     * is a multiple of its width and returns whether it did; axpy_rows does
+     * kv_axpy_rows over the first lanes, a multiple of 32, and returns how
+     * many: kernels.c does the rest. */
+    bool (*dot8)(const float *a, const float *b, size_t stride, int n, float scale, float *out);
+    int (*axpy_rows)(float *y, size_t y_stride, int ny, const float *a, size_t a_stride,
+                     const float *x, size_t x_stride, int nx, int n);
 } kv_isa_kernels;
 
 extern const kv_isa_kernels kv_kernels_avx2, kv_kernels_avx512, kv_kernels_avx512bf16;

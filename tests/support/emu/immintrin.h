@@ -19,6 +19,7 @@ typedef long long __m512i __attribute__((vector_size(64)));
 typedef short __m512bh __attribute__((vector_size(64)));
 typedef long long __m256i __attribute__((vector_size(32)));
 typedef uint32_t __mmask32;
+typedef uint16_t __mmask16;
 typedef int32_t v16si __attribute__((vector_size(64)));
 typedef uint16_t v32hu __attribute__((vector_size(64)));
 typedef uint16_t v16hu __attribute__((vector_size(32)));
@@ -101,6 +102,48 @@ static inline float _mm512_reduce_add_ps(__m512 a)
     for (int i = 0; i < 16; i++)
         s += a[i];
     return s;
+}
+static inline __m512 _mm512_mul_ps(__m512 a, __m512 b)
+{
+    return a * b;
+}
+static inline __m512 _mm512_set1_ps(float v)
+{
+    __m512 r;
+    for (int i = 0; i < 16; i++)
+        r[i] = v;
+    return r;
+}
+static inline void _mm512_storeu_ps(void *p, __m512 a)
+{
+    memcpy(p, &a, 64);
+}
+static inline void _mm512_mask_storeu_ps(void *p, __mmask16 k, __m512 a)
+{
+    float *q = p;
+    for (int i = 0; i < 16; i++)
+        if (k >> i & 1)
+            q[i] = a[i];
+}
+#define _MM_SHUFFLE(z, y, x, w) (((z) << 6) | ((y) << 4) | ((x) << 2) | (w))
+/* 128-bit lanes: two of a (imm bits 1:0, 3:2), then two of b (5:4, 7:6). */
+static inline __m512 _mm512_shuffle_f32x4(__m512 a, __m512 b, int imm)
+{
+    __m512 r;
+    for (int l = 0; l < 4; l++)
+        for (int e = 0; e < 4; e++)
+            r[4 * l + e] = (l < 2 ? a : b)[4 * (imm >> (2 * l) & 3) + e];
+    return r;
+}
+/* Within each 128-bit lane: two elements of a (imm bits 1:0, 3:2), then
+ * two of b (5:4, 7:6). */
+static inline __m512 _mm512_shuffle_ps(__m512 a, __m512 b, int imm)
+{
+    __m512 r;
+    for (int l = 0; l < 4; l++)
+        for (int e = 0; e < 4; e++)
+            r[4 * l + e] = (e < 2 ? a : b)[4 * l + (imm >> (2 * e) & 3)];
+    return r;
 }
 static inline __m512 _mm512_dpbf16_ps(__m512 acc, __m512bh a, __m512bh b)
 {

@@ -271,12 +271,14 @@ Test(kernels, a_level_the_cpu_lacks_is_refused)
 }
 
 /* Decode attention's slot-run kernels give the bits of the kv_dot and
- * kv_axpy calls they replace: any other order of sums would move every
- * model's logits. Lengths cover whole blocks of 16 and 32, an 8-lane tail,
- * and a scalar tail (the fallback); strides are not multiples of n. */
-Test(kernels, attention_slot_runs_equal_dot_and_axpy_bit_for_bit)
+ * kv_axpy calls they replace, at every level: any other order of sums
+ * would move every model's logits. Lengths cover whole blocks of 16, 32
+ * and 64, an 8-lane tail, and a scalar tail (the fallback); strides are
+ * not multiples of n; outputs come in pairs (the AVX-512 kernel's) and
+ * alone. */
+static void check_slot_runs(kv_isa isa)
 {
-    static const int lens[] = {8, 16, 24, 64, 128, 136, 13};
+    static const int lens[] = {8, 16, 24, 64, 96, 128, 136, 200, 256, 13, 77};
     for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
         int n = lens[li];
         size_t stride = (size_t)n + 37;
@@ -289,26 +291,34 @@ Test(kernels, attention_slot_runs_equal_dot_and_axpy_bit_for_bit)
         kv_dot8(a, b, stride, n, scale, got);
         for (int j = 0; j < 8; j++) {
             float want = kv_dot(a, b + (size_t)j * stride, n) * scale;
-            cr_assert_eq(tu_f32_bits(got[j]), tu_f32_bits(want), "n %d row %d: %.9g vs %.9g", n, j, got[j],
-                         want);
+            cr_assert_eq(tu_f32_bits(got[j]), tu_f32_bits(want), "%s, n %d row %d: %.9g vs %.9g",
+                         kv_isa_name(isa), n, j, got[j], want);
         }
-        /* three outputs (a pair and a lone head), 1..8 rows in order */
-        for (int nx = 1; nx <= 8; nx++) {
-            size_t ys = (size_t)n + 3, as = 11;
-            float *y = malloc(3 * ys * sizeof *y), *w = malloc(3 * ys * sizeof *w);
-            float *coef = malloc(3 * as * sizeof *coef);
-            for (size_t i = 0; i < 3 * ys; i++)
-                y[i] = w[i] = rnd();
-            for (size_t i = 0; i < 3 * as; i++)
-                coef[i] = rnd();
-            kv_axpy_rows(y, ys, 3, coef, as, b, stride, nx, n);
-            for (int h = 0; h < 3; h++)
-                for (int j = 0; j < nx; j++)
-                    kv_axpy(w + (size_t)h * ys, coef[(size_t)h * as + (size_t)j],
-                            b + (size_t)j * stride, n);
-            cr_assert_eq(memcmp(y, w, 3 * ys * sizeof *y), 0, "n %d, %d rows", n, nx);
-            free(y), free(w), free(coef);
-        }
+        /* two, three and four outputs, 1..8 rows in order */
+        for (int ny = 2; ny <= 4; ny++)
+            for (int nx = 1; nx <= 8; nx++) {
+                size_t ys = (size_t)n + 3, as = 11;
+                float *y = malloc((size_t)ny * ys * sizeof *y),
+                      *w = malloc((size_t)ny * ys * sizeof *w);
+                float *coef = malloc((size_t)ny * as * sizeof *coef);
+                for (size_t i = 0; i < (size_t)ny * ys; i++)
+                    y[i] = w[i] = rnd();
+                for (size_t i = 0; i < (size_t)ny * as; i++)
+                    coef[i] = rnd();
+                kv_axpy_rows(y, ys, ny, coef, as, b, stride, nx, n);
+                for (int h = 0; h < ny; h++)
+                    for (int j = 0; j < nx; j++)
+                        kv_axpy(w + (size_t)h * ys, coef[(size_t)h * as + (size_t)j],
+                                b + (size_t)j * stride, n);
+                cr_assert_eq(memcmp(y, w, (size_t)ny * ys * sizeof *y), 0, "%s, n %d, %d x %d rows",
+                             kv_isa_name(isa), n, ny, nx);
+                free(y), free(w), free(coef);
+            }
         free(a), free(b);
     }
+}
+
+Test(kernels, attention_slot_runs_equal_dot_and_axpy_bit_for_bit_at_every_level)
+{
+    tu_each_level(check_slot_runs);
 }

@@ -3,8 +3,9 @@
  * this program with kernels_avx512.c and kernels_avx512bf16.c), against a
  * double-precision reference: GEMV rows of every dtype in F32 mode, BF16
  * rows and the BF16 GEMM in BF16 mode, with column counts that leave every
- * kind of tail and row ranges that leave partial tiles; and the batched
- * GEMV's tiles bit for bit against the same level's rows. It runs on any CPU:
+ * kind of tail and row ranges that leave partial tiles; the batched GEMV's
+ * tiles bit for bit against the same level's rows; and decode attention's
+ * slot-run kernels bit for bit against the baseline's. It runs on any CPU:
  * the logic of the kernels is checked here; the instructions themselves
  * only by tests/unit/model/test_kernels.c on a CPU that has them. */
 #include <criterion/criterion.h>
@@ -176,4 +177,53 @@ Test(kernels_emulated, batched_rows_equal_rows_bit_for_bit)
                 free((void *)w.data);
                 free(ref);
             }
+}
+
+/* Decode attention's slot-run kernels of both levels against the kv_dot
+ * and kv_axpy calls they replace (kernels.c's, at the baseline), bit for
+ * bit: dot8 where n is a multiple of 16 (else it declines), axpy_rows over
+ * the lanes it says it did, nothing beyond them. */
+Test(kernels_emulated, attention_slot_runs_equal_dot_and_axpy_bit_for_bit)
+{
+    static const int lens[] = {8, 16, 24, 64, 96, 128, 136, 200, 256, 13};
+    const kv_isa_kernels *levels[] = {&kv_kernels_avx512, &kv_kernels_avx512bf16};
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+        int n = lens[li];
+        size_t stride = (size_t)n + 37, ys = (size_t)n + 3, as = 11;
+        float *a = malloc((size_t)n * sizeof *a), *b = malloc(8 * stride * sizeof *b);
+        float *y = malloc(4 * ys * sizeof *y), *w = malloc(4 * ys * sizeof *w);
+        float coef[4 * 11];
+        for (int i = 0; i < n; i++)
+            a[i] = rnd();
+        for (size_t i = 0; i < 8 * stride; i++)
+            b[i] = rnd();
+        for (int l = 0; l < 2; l++) {
+            const char *lv = l ? "avx512bf16" : "avx512";
+            float got[8] = {0}, scale = 0.0883883f;
+            bool did = levels[l]->dot8(a, b, stride, n, scale, got);
+            cr_expect_eq(did, n % 16 == 0, "%s: dot8 of %d", lv, n);
+            for (int j = 0; did && j < 8; j++) {
+                float want = kv_dot(a, b + (size_t)j * stride, n) * scale;
+                cr_expect_eq(memcmp(&got[j], &want, sizeof want), 0,
+                             "%s, n %d row %d: %.9g vs %.9g", lv, n, j, got[j], want);
+            }
+            for (int ny = 1; ny <= 4; ny++)
+                for (int nx = 1; nx <= 8; nx++) {
+                    for (size_t i = 0; i < 4 * ys; i++)
+                        y[i] = w[i] = rnd();
+                    for (size_t i = 0; i < 4 * as; i++)
+                        coef[i] = rnd();
+                    int done = levels[l]->axpy_rows(y, ys, ny, coef, as, b, stride, nx, n);
+                    cr_expect_eq(done, ny % 2 ? 0 : n / 64 * 64, "%s: axpy_rows of %d x %d", lv, ny,
+                                 n);
+                    for (int h = 0; h < ny; h++)
+                        for (int j = 0; j < nx; j++)
+                            kv_axpy(w + (size_t)h * ys, coef[(size_t)h * as + (size_t)j],
+                                    b + (size_t)j * stride, done);
+                    cr_expect_eq(memcmp(y, w, 4 * ys * sizeof *y), 0, "%s, n %d, %d x %d rows", lv,
+                                 n, ny, nx);
+                }
+        }
+        free(a), free(b), free(y), free(w);
+    }
 }
