@@ -7,11 +7,15 @@
  * avx512bf16 level, where it runs; below it it must say it does not. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "model/attn_dnnl.h"
 #include "model/cpu.h"
 #include "model/kernels.h"
+#include "model/model.h"
+#include "support/testutil.h"
 #include "util/pool.h"
 
 enum { HEADS = 4, KV_HEADS = 2, HD = 64, QD = HEADS * HD, KVD = KV_HEADS * HD };
@@ -197,4 +201,73 @@ Test(attn_dnnl, probabilities_for_the_statistics_match_a_double_reference)
     /* a sum that is not all zeros: the statistics were handed on */
     cr_expect_gt(got.win[0][TOTAL - 1], 0.0);
     release(a, pool, q, k, v, out);
+}
+
+/* In the model: bf16 mode's prefill collecting H2O's and SnapKV's
+ * statistics (column sums, a 32-row window) on the tiny Qwen3 model runs
+ * through oneDNN at avx512bf16 and through sgemm at avx2 (kv_isa_set);
+ * each layer's sums must agree within what bf16 mode's roundings move
+ * (the probabilities rounded to BF16 for P V change the next layer's
+ * inputs by BF16 steps): 1e-2 of 1 + the sum (3.1e-3 measured). */
+enum { PROMPT = 300 };
+
+/* Every layer's column and window sums of one bf16 prefill at level isa,
+ * [layers][2][heads x keys]. */
+static double *prefill_sums(kv_model *m, kv_isa isa, const kv_attn_stats_request *req)
+{
+    kv_error err;
+    cr_assert_eq(kv_isa_set(isa, &err), 0, "%s", err.msg);
+    const kv_model_config *c = kv_model_get_config(m);
+    int32_t tokens[PROMPT];
+    for (int i = 0; i < PROMPT; i++)
+        tokens[i] = (int32_t)((i * 7919u + 13u) % (unsigned)c->vocab);
+    kv_cache *cache = kv_model_cache_new(m, PROMPT, &err);
+    cr_assert_not_null(cache, "%s", err.msg);
+    kv_attn_stats *st = kv_model_stats_new(m, cache, PROMPT, req, &err);
+    cr_assert_not_null(st, "%s", err.msg);
+    cr_assert_eq(kv_model_forward(m, cache, tokens, PROMPT, req, st, NULL, false, &err), 0, "%s",
+                 err.msg);
+    size_t per = (size_t)c->n_heads * PROMPT;
+    double *out = malloc((size_t)c->n_layers * 2 * per * sizeof *out);
+    for (int l = 0; l < c->n_layers; l++) {
+        memcpy(out + (size_t)l * 2 * per, st[l].col_sums, per * sizeof *out);
+        memcpy(out + ((size_t)l * 2 + 1) * per, st[l].win_sums[0], per * sizeof *out);
+    }
+    kv_model_stats_free(st, c->n_layers);
+    kv_cache_free(cache);
+    return out;
+}
+
+Test(attn_dnnl, model_statistics_match_the_sgemm_path)
+{
+    if (!kv_attn_dnnl_usable())
+        cr_skip_test("oneDNN's BF16 attention runs at the avx512bf16 level only (this CPU: %s)",
+                     kv_isa_name(kv_isa_active()));
+    char *dir = tu_source("tests/data/models/qwen3-bf16");
+    kv_model *m;
+    kv_error err;
+    cr_assert_eq(kv_model_load(dir, &m, &err), 0, "%s", err.msg);
+    cr_assert_eq(kv_model_set_compute(m, KV_COMPUTE_BF16, &err), 0, "%s", err.msg);
+    kv_attn_stats_request req = {.col_sums = true, .n_windows = 1, .windows = {32}};
+    kv_isa best = kv_isa_active();
+    double *dnnl = prefill_sums(m, best, &req), *sgemm = prefill_sums(m, KV_ISA_AVX2, &req);
+    cr_assert_eq(kv_isa_set(best, &err), 0, "%s", err.msg);
+    const kv_model_config *c = kv_model_get_config(m);
+    size_t n = (size_t)c->n_layers * 2 * (size_t)c->n_heads * PROMPT;
+    double worst = 0, differ = 0;
+    for (size_t i = 0; i < n; i++) {
+        /* each sum against its size: a column sums up to PROMPT rows */
+        double d = fabs(dnnl[i] - sgemm[i]) / (1.0 + fabs(sgemm[i]));
+        worst = d > worst ? d : worst;
+        differ += dnnl[i] != sgemm[i];
+    }
+    if (getenv("KVB_PRINT_BF16"))
+        printf("largest |oneDNN - sgemm| / (1 + |sgemm|): %g; %.0f of %zu sums differ\n", worst,
+               differ, n);
+    cr_expect_lt(worst, 1e-2, "largest |oneDNN - sgemm| / (1 + |sgemm|): %g", worst);
+    cr_expect_gt(differ, 0, "the two paths gave the same bits: was oneDNN's path taken?");
+    free(dnnl);
+    free(sgemm);
+    kv_model_free(m);
+    free(dir);
 }
