@@ -6,8 +6,12 @@
 #   full+16     the full cache + the 16 H2O/SnapKV configs of `bench sweep` (start 32, recent 64,
 #               intermediate 160/416/928/1952, sum/norm_sum, decode-time eviction, no rerotation),
 #   full+16 P   the same with the configs' caches at precision P (each P given),
+#   fixed       the same article cut to 16 tokens, 1 new token, full cache alone: what a run
+#               costs besides the engine's prefill and decode (loading the model and tokenizer,
+#               tokenizing, writing, scoring),
 # each under /usr/bin/time -v, and prints a Markdown table: wall and CPU seconds, the ratios to the
-# full cache alone, minor faults and peak RSS.
+# full cache alone, the same less the fixed cost (the engine's share, what `bench sweep` times),
+# minor faults and peak RSS.
 #
 #   tests/bench/run_sweep.sh MODEL_DIR [COMPUTE] [THREADS] [PRECISION ...]
 #   (defaults: f32 2, no precision rows; KVBENCH=path/to/kvbench, default build/harness/kvbench)
@@ -19,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 if [ $# -lt 1 ]; then
-  sed -n '12,13p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '16,17p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 fi
 model=$(realpath "$1") compute=${2:-f32} threads=${3:-2}
@@ -33,9 +37,9 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 head -n 1 tests/data/longbench/multi_news.head3.jsonl >"$dir/article.jsonl"
 
-# config NAME PRECISION|none: the run's config file; none = the full cache alone.
+# config NAME PRECISION|none [MAX_LENGTH NEW]: the run's config file; none = the full cache alone.
 config() {
-  local sweep=""
+  local sweep="" length=${3:-2048} new=${4:-64}
   if [ "$2" != none ]; then
     sweep=',"sweep": [{"algorithm": ["h2o", "snapkv"], "start_size": 32, "recent_size": 64,
       "intermediate_size": [160, 416, 928, 1952], "score_aggregation": ["sum", "norm_sum"],
@@ -43,7 +47,7 @@ config() {
   fi
   cat >"$dir/$1.json" <<EOF
 {"model": "$model", "compute": "$compute", "threads": $threads, "output": "$dir/results",
- "max_length": 2048, "max_new_tokens": 64, "limit": 1,
+ "max_length": $length, "max_new_tokens": $new, "limit": 1,
  "tasks": [{"task": "article", "file": "$dir/article.jsonl", "template": "{context}",
             "metric": "rouge", "language": "en", "chat": false}]$sweep}
 EOF
@@ -62,9 +66,10 @@ measure() {
               END { printf "%.2f %.2f %d %d\n", w, u + s, f, r }' "$dir/$1.err"
 }
 
+config fixed none 16 1
 config full none
 config sweep_f32 f32
-rows=(full sweep_f32)
+rows=(fixed full sweep_f32)
 for p in "$@"; do
   config "sweep_$p" "$p"
   rows+=("sweep_$p")
@@ -82,16 +87,18 @@ level=$("$kvbench" version --libraries | sed -n 's/^kernels \([a-z0-9]*\).*/\1/p
 echo "\`kvbench run\` of one 2,048-token multi_news article, 64 new tokens, compute $compute," \
   "$threads threads, kernels $level, $start–$end UTC, load $load0 → $load1:"
 echo
-echo "| run | wall s | CPU s | wall / full | CPU / full | minor faults | peak RSS |"
-echo "|---|--:|--:|--:|--:|--:|--:|"
+echo "| run | wall s | CPU s | wall / full | CPU / full | engine CPU / full | minor faults | peak RSS |"
+echo "|---|--:|--:|--:|--:|--:|--:|--:|"
 read -r fw fc _ _ <<<"${res[full]}"
+read -r _ xc _ _ <<<"${res[fixed]}"
 for r in "${rows[@]}"; do
   read -r w c f k <<<"${res[$r]}"
   case $r in
+    fixed) label="fixed cost (16 tokens, 1 new)" ;;
     full) label="full cache alone" ;;
     *) label="full + 16, ${r#sweep_} caches" ;;
   esac
-  awk -v l="$label" -v w="$w" -v c="$c" -v f="$f" -v k="$k" -v fw="$fw" -v fc="$fc" \
-    'BEGIN { printf "| %s | %.1f | %.1f | %.2f× | %.2f× | %d | %.2f GB |\n",
-             l, w, c, w / fw, c / fc, f, k * 1024 / 1e9 }'
+  awk -v l="$label" -v w="$w" -v c="$c" -v f="$f" -v k="$k" -v fw="$fw" -v fc="$fc" -v xc="$xc" \
+    'BEGIN { printf "| %s | %.1f | %.1f | %.2f× | %.2f× | %.2f× | %d | %.2f GB |\n",
+             l, w, c, w / fw, c / fc, (c - xc) / (fc - xc), f, k * 1024 / 1e9 }'
 done
