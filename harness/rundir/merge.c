@@ -61,7 +61,8 @@ static int check_shards(shard_in *s, size_t n, bool allow_unfinished, kv_error *
 }
 
 /* run.json of the merged run: shard 0's, without the shard, with the union
- * of configs and tasks; a config whose hash differs between shards fails. */
+ * of configs and tasks and of their bytes per cached token; a config whose
+ * hash differs between shards fails. */
 static cJSON *merged_run_json(shard_in *s, size_t n, kv_error *err)
 {
     cJSON *out = cJSON_Duplicate(s[0].run.json, true);
@@ -92,6 +93,11 @@ static cJSON *merged_run_json(shard_in *s, size_t n, kv_error *err)
                             kb_runjson_config_keys, "config", what, err) < 0 ||
             kb_runjson_join(tasks, kb_runjson_list(s[i].run.json, "tasks"), "task",
                             kb_runjson_shard_task_keys, "task", what, err) < 0) {
+            cJSON_Delete(out);
+            return NULL;
+        }
+        if (kb_runjson_add_bytes_per_token(out, s[i].run.json) < 0) {
+            kv_fail(err, "out of memory");
             cJSON_Delete(out);
             return NULL;
         }

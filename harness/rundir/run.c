@@ -198,23 +198,6 @@ static int keep_overrides(cJSON *old, const cJSON *now)
     return 0;
 }
 
-/* Old run.json takes the bytes per cached token of each config it has none
- * for (a config new to the folder, or a run from before they were
- * recorded): they follow from the config's hash and the model, both
- * checked equal. */
-static int keep_bytes_per_token(cJSON *old, const cJSON *now)
-{
-    const cJSON *given = cJSON_GetObjectItemCaseSensitive(now, "kv_bytes_per_token");
-    cJSON *have = cJSON_GetObjectItemCaseSensitive(old, "kv_bytes_per_token");
-    if (given && !have && !(have = cJSON_AddObjectToObject(old, "kv_bytes_per_token")))
-        return -1;
-    for (const cJSON *b = given ? given->child : NULL; b; b = b->next)
-        if (!cJSON_GetObjectItemCaseSensitive(have, b->string) &&
-            !cJSON_AddNumberToObject(have, b->string, b->valuedouble))
-            return -1;
-    return 0;
-}
-
 /* Checks an existing run.json against this run and merges the matrices. */
 static int resume_run_json(cJSON *old, const cJSON *now, const char *path, kv_error *err)
 {
@@ -245,7 +228,7 @@ static int resume_run_json(cJSON *old, const cJSON *now, const char *path, kv_er
         kb_runjson_join(old_tasks, kb_runjson_list(now, "tasks"), "task", kb_runjson_task_keys,
                         "task", path, err) < 0)
         return -1;
-    if (keep_overrides(old, now) < 0 || keep_bytes_per_token(old, now) < 0)
+    if (keep_overrides(old, now) < 0 || kb_runjson_add_bytes_per_token(old, now) < 0)
         return kv_fail(err, "out of memory");
     return update_limits(old_tasks, kb_runjson_list(now, "tasks"), err);
 }

@@ -131,3 +131,16 @@ int kb_runjson_write(const char *path, const cJSON *run_json, kv_error *err)
     free(withnl);
     return rc;
 }
+
+int kb_runjson_add_bytes_per_token(cJSON *into, const cJSON *from)
+{
+    const cJSON *given = cJSON_GetObjectItemCaseSensitive(from, "kv_bytes_per_token");
+    cJSON *have = cJSON_GetObjectItemCaseSensitive(into, "kv_bytes_per_token");
+    if (given && !have && !(have = cJSON_AddObjectToObject(into, "kv_bytes_per_token")))
+        return -1;
+    for (const cJSON *b = given ? given->child : NULL; b; b = b->next)
+        if (!cJSON_GetObjectItemCaseSensitive(have, b->string) &&
+            !cJSON_AddNumberToObject(have, b->string, b->valuedouble))
+            return -1;
+    return 0;
+}

@@ -40,6 +40,13 @@ extern const char *const kb_runjson_shard_task_keys[];
 int kb_runjson_join(cJSON *into, const cJSON *from, const char *field, const char *const *compare,
                     const char *what, const char *path, kv_error *err);
 
+/* `into` takes from `from`'s "kv_bytes_per_token" the bytes per cached
+ * token of each config it has none for: a config new to a resumed folder,
+ * a run.json from before they were recorded, a config that only another
+ * shard ran. They follow from the config's hash and the model, which the
+ * callers check equal. -1: out of memory. */
+int kb_runjson_add_bytes_per_token(cJSON *into, const cJSON *from);
+
 /* Sets "finished": now (UTC) or null. False when out of memory. */
 bool kb_runjson_set_finished(cJSON *run_json, bool finished);
 

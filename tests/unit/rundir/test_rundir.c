@@ -486,6 +486,52 @@ Test(results, merged_shards_equal_an_unsharded_run)
     free(ref);
 }
 
+/* Shard i/2 of a run of m, its bytes per cached token recorded, finished. */
+static void open_shard_with_bytes(const kb_matrix *m, long i, const double *bytes)
+{
+    kb_run_info info = info_for(m, "h", i, 2);
+    info.kv_bytes_per_token = bytes;
+    char *dir = kb_run_dir(tu_dir, "r", &info.shard);
+    kb_run run;
+    cr_assert_eq(kb_run_open(dir, &info, &run, &err), 0, "%s", err.msg);
+    cr_assert_eq(kb_run_mark_finished(&run, &err), 0, "%s", err.msg);
+    kb_run_close(&run);
+    free(dir);
+}
+
+/* The merged run.json has the bytes per cached token of every config,
+ * also of one that only shard 1 ran (resumed there with a grown matrix):
+ * shard 0's run.json alone lacks it. */
+Test(results, merged_run_json_has_every_shards_bytes_per_token)
+{
+    kb_matrix m, grown;
+    matrix_from(&m, "{\"name\": \"h2o\", \"algorithm\": \"h2o\"}");
+    matrix_from(&grown, "{\"name\": \"snapkv\", \"algorithm\": \"snapkv\"}");
+    const double bytes[] = {229376, 60928}, more[] = {229376, 32256};
+    open_shard_with_bytes(&m, 0, bytes);
+    open_shard_with_bytes(&m, 1, bytes);
+    open_shard_with_bytes(&grown, 1, more);
+    char **dirs = shard_list(tu_dir, 2);
+    char *merged = kb_run_dir(tu_dir, "r", NULL);
+    size_t n_files;
+    cr_assert_eq(kb_run_merge((const char *const *)dirs, 2, merged, false, NULL, &n_files, &err), 0,
+                 "%s", err.msg);
+    kb_run run;
+    cr_assert_eq(kb_run_load(dirs[0], &run, &err), 0, "%s", err.msg);
+    cr_assert_eq(bytes_per_token(&run, "snapkv"), -1, "shard 0 did not run snapkv");
+    kb_run_close(&run);
+    cr_assert_eq(kb_run_load(merged, &run, &err), 0, "%s", err.msg);
+    cr_expect_eq(bytes_per_token(&run, "full"), 229376);
+    cr_expect_eq(bytes_per_token(&run, "h2o"), 60928);
+    cr_expect_eq(bytes_per_token(&run, "snapkv"), 32256);
+    cr_expect_not_null(kb_run_config(&run, "snapkv"));
+    kb_run_close(&run);
+    free(merged);
+    free_list(dirs, 2);
+    kb_matrix_free(&grown);
+    kb_matrix_free(&m);
+}
+
 static void expect_merge_refused_if(char **dirs, long n, const char *out, bool allow_unfinished,
                                     const char *needle)
 {
