@@ -16,89 +16,11 @@
 #include "model/kernels.h"
 #include "model/kvcache.h"
 #include "support/levels.h"
-
-static float frand(void) { return (float)rand() / RAND_MAX * 2.0f - 1.0f; }
-
-/* |got - want| within 1e-5 of the sum of |terms| (F32 roundings of a sum
- * in another order), plus the smallest normal's worth for sums near 0. */
-static void expect_close(double got, double want, double abs_sum, const char *what, int i, int j)
-{
-    cr_expect_leq(fabs(got - want), 1e-5 * abs_sum + 1e-30, "%s [%d][%d]: %.9g, want %.9g", what,
-                  i, j, got, want);
-}
-
-static const kv_precision formats[] = {KV_PREC_U8, KV_PREC_U4, KV_PREC_BF16, KV_PREC_F16};
-
-/* Random stored values of n entries: codes, or 16-bit floats. */
-static void random_stored(kv_precision p, int n, uint8_t *x, float *values)
-{
-    for (int j = 0; j < n; j++) {
-        float v = frand() * 3.0f;
-        uint8_t code = (uint8_t)(rand() % (p == KV_PREC_U4 ? 16 : 256));
-        uint16_t h = p == KV_PREC_BF16 ? kv_f32_to_bf16(v) : kv_f32_to_f16(v);
-        switch (p) {
-        case KV_PREC_U8:
-            x[j] = code;
-            values[j] = code;
-            break;
-        case KV_PREC_U4:
-            x[j / 2] = (uint8_t)(j % 2 ? (x[j / 2] & 0x0f) | code << 4 : code);
-            values[j] = code;
-            break;
-        default:
-            memcpy(x + 2 * j, &h, sizeof h);
-            values[j] = p == KV_PREC_BF16 ? kv_bf16_to_f32(h) : kv_f16_to_f32(h);
-        }
-    }
-}
+#include "support/stored_kernels.h"
 
 static void check_kernels(kv_isa isa)
 {
-    srand(21);
-    /* rows: AVX2 tiles of four, of two, and one; AVX-512 tiles of four and
-     * the rest one by one */
-    enum { N = 131, Q = 8, ROWS = 7 };
-    static const int lengths[] = {1, 6, 8, 14, 16, 17, 31, 38, 64, 80, 128, N};
-    float q[Q * N], values[ROWS][N], out[Q * ROWS], y[Q * N], y0[Q * N], a[Q * ROWS];
-    uint8_t x[ROWS][2 * N];
-    for (size_t f = 0; f < sizeof formats / sizeof *formats; f++)
-        for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++) {
-            int n = lengths[li];
-            for (int r = 0; r < ROWS; r++)
-                random_stored(formats[f], n, x[r], values[r]);
-            for (int i = 0; i < Q * N; i++)
-                q[i] = y0[i] = frand();
-            for (int i = 0; i < Q * ROWS; i++)
-                a[i] = frand();
-            char what[64];
-            snprintf(what, sizeof what, "%s %s", kv_isa_name(isa), kv_precision_name(formats[f]));
-            for (int nq = 1; nq <= Q; nq++) {
-                kv_dot_stored(q, N, nq, x[0], 2 * N, ROWS, formats[f], n, out, ROWS);
-                for (int i = 0; i < nq; i++)
-                    for (int r = 0; r < ROWS; r++) {
-                        double want = 0, abs_sum = 0;
-                        for (int j = 0; j < n; j++) {
-                            want += (double)q[i * N + j] * values[r][j];
-                            abs_sum += fabs((double)q[i * N + j] * values[r][j]);
-                        }
-                        expect_close(out[i * ROWS + r], want, abs_sum, what, n, i);
-                    }
-                memcpy(y, y0, sizeof y);
-                kv_axpy_stored(y, N, nq, a, ROWS, x[0], 2 * N, ROWS, formats[f], n);
-                for (int i = 0; i < nq; i++)
-                    for (int j = 0; j < n; j++) {
-                        double want = y0[i * N + j], abs_sum = fabs(want);
-                        for (int r = 0; r < ROWS; r++) {
-                            want += (double)a[i * ROWS + r] * values[r][j];
-                            abs_sum += fabs((double)a[i * ROWS + r] * values[r][j]);
-                        }
-                        expect_close(y[i * N + j], want, abs_sum, what, i, j);
-                    }
-                for (int i = 0; i < Q * N; i++) /* outputs beyond ny and n untouched */
-                    if (i >= nq * N || i % N >= n)
-                        cr_expect_eq(y[i], y0[i], "%s: axpy wrote y[%d][%d]", what, i / N, i % N);
-            }
-        }
+    tu_check_stored_kernels(kv_dot_stored, kv_axpy_stored, kv_isa_name(isa));
 }
 
 Test(kernels_stored, dot_and_axpy_read_every_format_as_its_values)

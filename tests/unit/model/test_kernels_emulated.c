@@ -1,11 +1,14 @@
 /* kvcore's AVX-512 and AVX512_BF16 kernels, compiled against a scalar
  * emulation of their intrinsics (tests/support/emu/immintrin.h; meson.build builds
- * this program with kernels_avx512.c and kernels_avx512bf16.c), against a
+ * this program with kernels_avx512.c and kernels_avx512bf16.c, and with
+ * kernels_stored_avx512.c where the build's baseline has AVX2), against a
  * double-precision reference: GEMV rows of every dtype in F32 mode, BF16
  * rows and the BF16 GEMM in BF16 mode, with column counts that leave every
  * kind of tail and row ranges that leave partial tiles; the batched GEMV's
- * tiles bit for bit against the same level's rows; and decode attention's
- * slot-run kernels bit for bit against the baseline's. It runs on any CPU:
+ * tiles bit for bit against the same level's rows; decode attention's
+ * slot-run kernels bit for bit against the baseline's; and the stored-form
+ * attention kernels on every cache format (tests/support/stored_kernels.h,
+ * as test_attn_stored.c runs them at the levels the CPU has). It runs on any CPU:
  * the logic of the kernels is checked here; the instructions themselves
  * only by tests/unit/model/test_kernels.c on a CPU that has them. */
 #include <criterion/criterion.h>
@@ -14,6 +17,10 @@
 #include <string.h>
 
 #include "model/kernels_isa.h"
+#if defined(__AVX2__) /* as tests/meson.build: kernels_stored_avx512.c is in */
+#include "model/kernels_stored_isa.h"
+#include "support/stored_kernels.h"
+#endif
 
 static uint32_t rng = 7;
 
@@ -227,3 +234,9 @@ Test(kernels_emulated, attention_slot_runs_equal_dot_and_axpy_bit_for_bit)
         free(a), free(b), free(y), free(w);
     }
 }
+#if defined(__AVX2__)
+Test(kernels_emulated, stored_kernels_read_every_format_as_its_values)
+{
+    tu_check_stored_kernels(kv_dot_stored_avx512, kv_axpy_stored_avx512, "emulated avx512");
+}
+#endif
