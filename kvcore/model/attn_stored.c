@@ -128,23 +128,33 @@ static void channel_scores(const kv_cache *c, const kv_cache_layer *l, const flo
     }
 }
 
-/* Asks for slots [t0, t1) of a part's stored rows ahead of their use: the
- * rows of a run are read per KV head, in pieces the hardware prefetcher
- * does not follow in time. */
+/* Asks for what a run of slots [t0, t1) reads beside its codes, ahead of
+ * its use: the group parameters of a part (a line a slot, gathered per
+ * KV head) and the heads' entries of the score rows rows[h * ld + t]
+ * (written by the scores, read by the values: a line or two a head). The
+ * kernels ask for the next run's codes a line at a time as they read this
+ * run's (kv_stored_ask): asked for here at once, a run's 256 lines stalled
+ * on the miss buffers. */
 static void prefetch_run(const kv_cache *c, const kv_cache_layer *l, kv_cache_part part, int t0,
-                         int t1)
+                         int t1, const float *rows, size_t ld, int n_heads)
 {
     if (t0 >= t1)
         return;
-    const char *from = (const char *)kv_cache_codes(c, l, part, t0, 0);
-    size_t bytes = (size_t)(t1 - t0) * kv_cache_code_bytes(c);
-    for (size_t at = 0; at < bytes; at += 64)
-        __builtin_prefetch(from + at);
     if (by_group(c)) {
         const char *g0 = (const char *)kv_cache_groups(c, l, part, t0, 0),
                    *g1 = (const char *)kv_cache_groups(c, l, part, t1 - 1, 0);
         for (const char *at = g0; at <= g1; at += 64)
             __builtin_prefetch(at);
+    }
+    for (int h = 0; h < n_heads; h++) {
+        const float *r = rows + (size_t)h * ld;
+        if (part == KV_KEYS) { /* rows to be written */
+            __builtin_prefetch(r + t0, 1);
+            __builtin_prefetch(r + t1 - 1, 1);
+        } else {
+            __builtin_prefetch(r + t0);
+            __builtin_prefetch(r + t1 - 1);
+        }
     }
 }
 
@@ -164,7 +174,7 @@ void kv_attn_stored_scores(const kv_cache *c, const kv_cache_layer *l, const flo
             qsums[h * (D / G) + a / G] = group_sum(q + (size_t)h * D + a, G);
     for (int s0 = t0; s0 < t1; s0 += RUN) {
         int s1 = t1 - s0 < RUN ? t1 : s0 + RUN;
-        prefetch_run(c, l, KV_KEYS, s1, t1 - s1 < RUN ? t1 : s1 + RUN);
+        prefetch_run(c, l, KV_KEYS, s1, t1 - s1 < RUN ? t1 : s1 + RUN, scores, ld, n_heads);
         for (int g = 0; g < c->n_kv_heads; g++)
             for (int h0 = g * per; h0 < (g + 1) * per; h0 += HEADS_MAX) {
                 int nq = (g + 1) * per - h0 < HEADS_MAX ? (g + 1) * per - h0 : HEADS_MAX;
@@ -189,26 +199,28 @@ int kv_attn_stored_block(const kv_cache *c)
 }
 
 /* Values of the slots [t0, t1) (at most RUN) for the nq query heads from
- * h0 on KV head g: per group, o += (p scale) codes, then p min once. */
+ * h0 on KV head g: per group, o += (p scale) codes, then p min once. Each
+ * slot's scale and min are read where they lie, head by head: gathered
+ * into arrays first, the vector loads of them stalled on the gathering's
+ * scalar stores (bench_attn: u8 a fifth faster without). */
 static void head_values(const kv_cache *c, const kv_cache_layer *l, const float *p, size_t ld,
                         int g, int h0, int nq, int t0, int t1, float *o)
 {
     int D = c->head_dim, G = by_group(c) ? c->quant.value_group : D, n = t1 - t0;
     stored_head v = head_of(c, l, KV_VALUES, g);
-    float coef[HEADS_MAX * RUN], scale[RUN], min[RUN];
+    float coef[HEADS_MAX * RUN];
     for (int a = 0; a < D; a += G) {
-        for (int s = 0; s < n; s++) { /* bf16/f16: x^ = x */
-            const kv_qgroup *gr =
-                v.groups ? v.groups + (size_t)(t0 + s) * v.group_step + a / G : NULL;
-            scale[s] = gr ? gr->scale : 1.0f;
-            min[s] = gr ? gr->min : 0.0f;
-        }
         float bias[HEADS_MAX] = {0};
+        const kv_qgroup *gr = v.groups ? v.groups + (size_t)t0 * v.group_step + a / G : NULL;
         for (int i = 0; i < nq; i++) {
             const float *pi = p + (size_t)(h0 + i) * ld + (size_t)t0;
-            for (int s = 0; s < n; s++) {
-                coef[i * RUN + s] = pi[s] * scale[s];
-                bias[i] += pi[s] * min[s];
+            float *ci = coef + i * RUN;
+            if (!gr) /* bf16/f16: x^ = x */
+                memcpy(ci, pi, (size_t)n * sizeof *ci);
+            for (int s = 0; gr && s < n; s++) {
+                const kv_qgroup *gs = gr + (size_t)s * v.group_step;
+                ci[s] = pi[s] * gs->scale;
+                bias[i] += pi[s] * gs->min;
             }
         }
         kv_axpy_stored(o + (size_t)h0 * D + a, (size_t)D, nq, coef, RUN,
@@ -226,7 +238,7 @@ void kv_attn_stored_values(const kv_cache *c, const kv_cache_layer *l, const flo
     int per = n_heads / c->n_kv_heads;
     for (int s0 = t0; s0 < t1; s0 += RUN) { /* as the scores: runs through every head */
         int s1 = t1 - s0 < RUN ? t1 : s0 + RUN;
-        prefetch_run(c, l, KV_VALUES, s1, t1 - s1 < RUN ? t1 : s1 + RUN);
+        prefetch_run(c, l, KV_VALUES, s1, t1 - s1 < RUN ? t1 : s1 + RUN, p, ld, n_heads);
         for (int g = 0; g < c->n_kv_heads; g++)
             for (int h0 = g * per; h0 < (g + 1) * per; h0 += HEADS_MAX) {
                 int nq = (g + 1) * per - h0 < HEADS_MAX ? (g + 1) * per - h0 : HEADS_MAX;

@@ -42,16 +42,22 @@ static inline __attribute__((always_inline)) __m256 widen8(const uint8_t *x, kv_
 
 /* A tile of kv_dot_stored: NQ query vectors against NX rows (NQ NX <= 8
  * accumulators: independent chains of FMAs), each row widened once for
- * all NQ and each query vector loaded once for all NX. */
+ * all NQ and each query vector loaded once for all NX; at the start of
+ * each cache line of the rows, that line of the rows `ahead` bytes on is
+ * asked for (kv_stored_ask). */
 static inline __attribute__((always_inline)) void
 dot_tile(const kv_precision p, const float *q, size_t qs, const int NQ, const uint8_t *x, size_t xs,
-         const int NX, int n, float *out, size_t os)
+         const int NX, size_t ahead, int n, float *out, size_t os)
 {
     __m256 acc[8];
     for (int k = 0; k < NQ * NX; k++)
         acc[k] = _mm256_setzero_ps();
     int j = 0;
     for (; j + 8 <= n; j += 8) {
+        size_t off = kv_stored_offset(p, j);
+        if (off % 64 == 0)
+            for (int t = 0; t < NX; t++)
+                kv_stored_ask(x + (size_t)t * xs, ahead, off, off + 1);
         __m256 xv[8];
         for (int t = 0; t < NX; t++)
             xv[t] = widen8(x + (size_t)t * xs, p, j);
@@ -89,7 +95,10 @@ axpy_tile(float *y, size_t ys, const int NY, const float *a, size_t as, const ui
     for (int i = 0; i < NY; i++)
         for (int w = 0; w < W; w++)
             acc[i * W + w] = _mm256_loadu_ps(y + (size_t)i * ys + (size_t)(j + 8 * w));
+    size_t ahead = (size_t)nx * xs; /* the next call's rows: kv_stored_ask */
     for (int t = 0; t < nx; t++) {
+        kv_stored_ask(x + (size_t)t * xs, ahead, kv_stored_offset(p, j),
+                      kv_stored_offset(p, j + 8 * W));
         __m256 xv[8];
         for (int w = 0; w < W; w++)
             xv[w] = widen8(x + (size_t)t * xs, p, j + 8 * w);

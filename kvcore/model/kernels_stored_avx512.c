@@ -57,12 +57,17 @@ static inline __m512 load16(const float *q, int j, int r)
     return r >= 16 ? _mm512_loadu_ps(q + j) : _mm512_maskz_loadu_ps(lanes(r), q + j);
 }
 
-/* One step of a dot_tile: 16 channels from j (r of them in a tail). */
-static inline __attribute__((always_inline)) void dot_step(__m512 *acc, const kv_precision p,
-                                                           const float *q, size_t qs, const int NQ,
-                                                           const uint8_t *x, size_t xs,
-                                                           const int NX, int j, int r)
+/* One step of a dot_tile: 16 channels from j (r of them in a tail); at
+ * the start of each cache line of the rows, that line of the rows `ahead`
+ * bytes on is asked for (kv_stored_ask). */
+static inline __attribute__((always_inline)) void
+dot_step(__m512 *acc, const kv_precision p, const float *q, size_t qs, const int NQ,
+         const uint8_t *x, size_t xs, const int NX, size_t ahead, int j, int r)
 {
+    size_t off = kv_stored_offset(p, j);
+    if (off % 64 == 0)
+        for (int t = 0; t < NX; t++)
+            kv_stored_ask(x + (size_t)t * xs, ahead, off, off + 1);
     __m512 xv[8];
     for (int t = 0; t < NX; t++)
         xv[t] = widen16(x + (size_t)t * xs, p, j, r);
@@ -79,16 +84,16 @@ static inline __attribute__((always_inline)) void dot_step(__m512 *acc, const kv
  * summed eight at a time. */
 static inline __attribute__((always_inline)) void
 dot_tile(const kv_precision p, const float *q, size_t qs, const int NQ, const uint8_t *x, size_t xs,
-         const int NX, int n, float *out, size_t os)
+         const int NX, size_t ahead, int n, float *out, size_t os)
 {
     __m512 acc[16];
     for (int k = 0; k < NQ * NX; k++)
         acc[k] = _mm512_setzero_ps();
     int j = 0;
     for (; j + 16 <= n; j += 16)
-        dot_step(acc, p, q, qs, NQ, x, xs, NX, j, 16);
+        dot_step(acc, p, q, qs, NQ, x, xs, NX, ahead, j, 16);
     if (j < n)
-        dot_step(acc, p, q, qs, NQ, x, xs, NX, j, n - j);
+        dot_step(acc, p, q, qs, NQ, x, xs, NX, ahead, j, n - j);
     __m256 half[16];
     for (int k = 0; k < NQ * NX; k++)
         half[k] =
@@ -121,7 +126,10 @@ static inline __attribute__((always_inline)) void axpy_tile(const kv_precision p
     for (int i = 0; i < NY; i++)
         for (int w = 0; w < W; w++)
             acc[i * W + w] = load16(y + (size_t)i * ys, j + 16 * w, w == W - 1 ? r : 16);
+    size_t ahead = (size_t)nx * xs; /* the next call's rows: kv_stored_ask */
     for (int t = 0; t < nx; t++) {
+        kv_stored_ask(x + (size_t)t * xs, ahead, kv_stored_offset(p, j),
+                      kv_stored_offset(p, j + 16 * (W - 1) + r));
         __m512 xv[4];
         for (int w = 0; w < W; w++)
             xv[w] = widen16(x + (size_t)t * xs, p, j + 16 * w, w == W - 1 ? r : 16);

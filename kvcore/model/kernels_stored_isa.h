@@ -31,6 +31,26 @@ static inline float kv_stored_value_at(const uint8_t *x, kv_precision p, int j)
     }
 }
 
+/* Where value j of a row starts in its bytes (j even for u4). */
+static inline size_t kv_stored_offset(kv_precision p, int j)
+{
+    return p == KV_PREC_U8 ? (size_t)j : p == KV_PREC_U4 ? (size_t)j / 2 : 2 * (size_t)j;
+}
+
+/* Asks for bytes [from, to) of the row `ahead` bytes past row x, a cache
+ * line at a time. The kernels ask, as they read each row, for the row of
+ * the next call's (the rows after their nx: attn_stored.c's next run of
+ * slots), so the misses of the next run overlap this run's work, a few
+ * lines per row rather than a burst that fills the miss buffers. A
+ * prefetch never faults: the address may lie past the cache's rows, so it
+ * is formed as an integer, not as a pointer beyond them. */
+static inline void kv_stored_ask(const uint8_t *x, size_t ahead, size_t from, size_t to)
+{
+    uintptr_t at = (uintptr_t)x + ahead;
+    for (size_t b = from; b < to; b += 64)
+        __builtin_prefetch((const void *)(at + b));
+}
+
 /* Runs f(P, ...) with P the precision p as a constant: the kernels are
  * always-inline, so each precision gets its own copy with the widening of
  * its values chosen at compile time rather than once per vector. */

@@ -1,24 +1,26 @@
 /* kernels_stored_rows: how kv_dot_stored cuts its query vectors and rows
  * into tiles, the same at every vector width. Included by kernels_stored.c
  * and kernels_stored_avx512.c once each has defined, for its own vectors,
- *   dot_tile(p, q, qs, NQ, x, xs, NX, n, out, os): NQ query vectors against
- *     NX rows (kernels.h's kv_dot_stored for one tile);
+ *   dot_tile(p, q, qs, NQ, x, xs, NX, ahead, n, out, os): NQ query vectors
+ *     against NX rows (kernels.h's kv_dot_stored for one tile), asking for
+ *     the rows `ahead` bytes on as it reads them (kv_stored_ask);
  *   DOT_ROWS_4, DOT_ROWS_2, DOT_ROWS_1: the rows of a tile of four, two and
  *     one query vectors (NQ NX accumulators, as many as its registers hold).
  * No include guard: each file compiles its own copy. */
 
 /* The nx rows against NQ query vectors in tiles of NX rows, the rest one
- * by one. */
+ * by one; the nx rows after them are asked for on the way. */
 static inline __attribute__((always_inline)) void dot_rows(const kv_precision p, const float *q,
                                                            size_t qs, const int NQ, const int NX,
                                                            const uint8_t *x, size_t xs, int nx,
                                                            int n, float *out, size_t os)
 {
     int t = 0;
+    size_t ahead = (size_t)nx * xs;
     for (; t + NX <= nx; t += NX)
-        dot_tile(p, q, qs, NQ, x + (size_t)t * xs, xs, NX, n, out + t, os);
+        dot_tile(p, q, qs, NQ, x + (size_t)t * xs, xs, NX, ahead, n, out + t, os);
     for (; t < nx; t++)
-        dot_tile(p, q, qs, NQ, x + (size_t)t * xs, xs, 1, n, out + t, os);
+        dot_tile(p, q, qs, NQ, x + (size_t)t * xs, xs, 1, ahead, n, out + t, os);
 }
 
 /* kv_dot_stored at a constant p: the query vectors four, two or one at a
