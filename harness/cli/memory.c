@@ -6,10 +6,10 @@
  * threshold as fresh mappings and hands a freed heap top back to the
  * kernel, so each sample paid for the same memory again in page faults and
  * in the kernel zeroing fresh pages (a quarter of a sweep's profile with
- * memset and memmove, on an AVX512_BF16 machine). Blocks up to glibc's
- * largest threshold (32 MB: a layer's keys at 8k tokens) come from the heap
- * instead, and the heap keeps what is freed, for the next sample. The peak
- * is what the largest sample held; it only stays resident.
+ * memset and memmove, on an AVX512_BF16 machine). Every block now comes
+ * from the heap, and the heap keeps what is freed, for the next sample
+ * (keep_freed_memory). The peak is what the largest sample held; it only
+ * stays resident.
  *
  * Huge pages: decode attention streams every cache's keys and values once a
  * step, and a slot's keys in one layer are 4 KiB at Qwen3-0.6B, one 4 KiB
@@ -31,10 +31,17 @@
 
 #define HUGETLB_TUNABLE "glibc.malloc.hugetlb"
 
+/* Never mmap: glibc's largest mmap threshold is 32 MB, and a block above it
+ * (a prefill's widened layer weights, 63 MB in f32 mode at the 0.6B shapes)
+ * was a fresh mapping every call. Never trim: a sweep's sample frees its
+ * forks together at its end (3.8 GB with 16 F32 configs at 2,048 tokens),
+ * more than any threshold mallopt's int can name, and glibc gave all of it
+ * back to the kernel: the next sample faulted it in and had it zeroed again
+ * (strace: one brk down by 3.8 GB between the samples). */
 static void keep_freed_memory(void)
 {
-    mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
-    mallopt(M_TRIM_THRESHOLD, 1024 * 1024 * 1024);
+    mallopt(M_MMAP_MAX, 0);
+    mallopt(M_TRIM_THRESHOLD, -1); /* -1: trimming off (mallopt(3)) */
 }
 
 /* The kernel's transparent huge page mode: "always", "madvise" or "never"

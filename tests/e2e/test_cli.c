@@ -1,12 +1,14 @@
 /* The kvbench binary's command-line contract: help, subcommand list, exit
  * codes and error format (issue 2). */
 #include <criterion/criterion.h>
+#include <malloc.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/memory.h"
 #include "support/testutil.h"
 
 static const char *const subcommands[] = {
@@ -260,4 +262,29 @@ Test(cli, malloc_runs_on_huge_pages_unless_the_user_says_otherwise)
                   strstr(r.out, "GLIBC_TUNABLES glibc.malloc.hugetlb=0)"),
               "%s", r.out);
     tu_result_free(&r);
+}
+
+/* What a sample frees stays in the process for the next one (memory.c): a
+ * block larger than any mmap threshold comes from the heap, and freeing more
+ * than glibc's largest trim threshold at once (a sweep's forks) gives none
+ * of the heap back. The blocks are never written, so they cost no memory. */
+Test(cli, freed_memory_stays_in_the_process)
+{
+#ifdef __SANITIZE_ADDRESS__
+    cr_skip_test("ASan has its own allocator");
+#endif
+    setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0", 1); /* no restart */
+    char *argv[] = {"kvbench", NULL};
+    kb_memory_setup(argv);
+    enum { BLOCKS = 40, BLOCK = 64 << 20 }; /* 2.5 GiB, above mallopt's int */
+    void *p[BLOCKS];
+    for (int i = 0; i < BLOCKS; i++)
+        cr_assert(p[i] = malloc(BLOCK));
+    struct mallinfo2 held = mallinfo2();
+    cr_expect_eq(held.hblkhd, 0, "%zu bytes in mmapped blocks", held.hblkhd);
+    for (int i = BLOCKS - 1; i >= 0; i--)
+        free(p[i]);
+    struct mallinfo2 kept = mallinfo2();
+    cr_expect_geq(kept.arena, (size_t)BLOCKS * BLOCK, "heap %zu bytes after the frees, %zu before",
+                  kept.arena, held.arena);
 }
