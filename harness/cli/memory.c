@@ -44,10 +44,7 @@ static void keep_freed_memory(void)
     mallopt(M_TRIM_THRESHOLD, -1); /* -1: trimming off (mallopt(3)) */
 }
 
-/* The kernel's transparent huge page mode: "always", "madvise" or "never"
- * (the bracketed word of /sys/kernel/mm/transparent_hugepage/enabled);
- * "none" where the file is missing (no THP in this kernel). */
-static void thp_mode(char *out, size_t n)
+void kb_thp_mode(char *out, size_t n)
 {
     snprintf(out, n, "none");
     FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
@@ -76,7 +73,7 @@ void kb_memory_setup(char **argv)
     keep_freed_memory();
     const char *t = getenv("GLIBC_TUNABLES");
     char mode[16];
-    thp_mode(mode, sizeof mode);
+    kb_thp_mode(mode, sizeof mode);
     /* The user's own setting (either way) stands, and so does a kernel or a
      * libc that has no use for it. */
     if (!glibc_has_hugetlb() || (t && strstr(t, HUGETLB_TUNABLE)) ||
@@ -97,7 +94,7 @@ void kb_memory_describe(char *out, size_t n)
     const char *t = getenv("GLIBC_TUNABLES");
     const char *h = t ? strstr(t, HUGETLB_TUNABLE "=") : NULL;
     char mode[16];
-    thp_mode(mode, sizeof mode);
+    kb_thp_mode(mode, sizeof mode);
     bool on = h && h[sizeof HUGETLB_TUNABLE] != '0' &&
               (strcmp(mode, "madvise") == 0 || strcmp(mode, "always") == 0);
     snprintf(out, n, "memory: malloc on %s (transparent huge pages: %s; GLIBC_TUNABLES %s%.*s)",

@@ -11,6 +11,11 @@
  * runs on as it is. */
 void kb_memory_setup(char **argv);
 
+/* The kernel's transparent huge page mode: "always", "madvise" or "never"
+ * (the bracketed word of /sys/kernel/mm/transparent_hugepage/enabled);
+ * "none" where the file is missing (no THP in this kernel). */
+void kb_thp_mode(char *out, size_t n);
+
 /* One line for `kvbench version --libraries`: which pages malloc's memory is
  * on, and why. */
 void kb_memory_describe(char *out, size_t n);

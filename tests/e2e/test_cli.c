@@ -221,28 +221,13 @@ Test(cli, kvbench_sh_run_keeps_stdout_for_the_table)
     free(cmd), free(harness), free(bin), free(copy), free(text), free(script), free(dir);
 }
 
-/* The kernel's transparent huge page mode, as harness/cli/memory.c reads it. */
-static void thp_mode(char *out, size_t n)
-{
-    snprintf(out, n, "none");
-    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
-    char line[128];
-    if (f && fgets(line, sizeof line, f)) {
-        char *a = strchr(line, '['), *b = a ? strchr(a, ']') : NULL;
-        if (a && b)
-            snprintf(out, n, "%.*s", (int)(b - a - 1), a + 1);
-    }
-    if (f)
-        fclose(f);
-}
-
 /* kvbench restarts itself with glibc's malloc on transparent huge pages where
  * the kernel offers them (harness/cli/memory.c: decode attention over 4 KiB
  * pages was a TLB miss per cache slot), and a user's own setting stands. */
 Test(cli, malloc_runs_on_huge_pages_unless_the_user_says_otherwise)
 {
     char mode[32];
-    thp_mode(mode, sizeof mode);
+    kb_thp_mode(mode, sizeof mode);
     bool thp = strcmp(mode, "madvise") == 0 || strcmp(mode, "always") == 0;
     unsetenv("GLIBC_TUNABLES");
     tu_result r = tu_kvbench("version", "--libraries", NULL);
