@@ -124,32 +124,50 @@ static int on_step(void *user, kv_cache *c, const kv_attn_stats *stats, int step
     return h->ev ? kv_evictor_step(h->ev, c, &h->req, stats, step, NULL, NULL, err) : 0;
 }
 
-/* Row 0 is the full cache, row i > 0 config i - 1: its cache and options.
- * A config compresses the prefilled cache *own into its own; the full row
- * takes *own over (so it starts last), as a run's baseline does. */
-static int start_row(sweep *s, int row, kv_cache **own, kv_cache **c, kv_generate_opts *g,
-                     kv_error *err)
+/* Row 0 is the full cache, row i > 0 config i - 1: its options, and its
+ * cache or what it forks from. A config forks (*f) the prefilled cache
+ * *own at its precision; the full row takes *own over (so it starts last),
+ * as a run's baseline does. */
+static int start_row(sweep *s, int row, kv_cache **own, kv_cache **c, kv_fork *f,
+                     kv_generate_opts *g, kv_error *err)
 {
     row_hook *h = &s->hooks[row];
     *h = (row_hook){.ev = row > 0 ? s->ev[row - 1] : NULL};
-    *g = (kv_generate_opts){
-        .max_new_tokens = s->o->gen, .ignore_eos = true, .on_step = on_step, .user = h};
+    *g = (kv_generate_opts){.max_new_tokens = s->o->gen, .ignore_eos = true, .on_step = on_step,
+                            .on_step_concurrent = true, .user = h};
     if (row == 0) {
         *c = *own;
         *own = NULL;
-    } else {
-        kv_evictor_generation_request(h->ev, &h->req);
-        g->stats_req = h->req;
-        kv_cache_quant q = kv_evictor_cache_quant(h->ev);
-        s->fork.prompt = *own;
-        const kv_cache *b = kv_fork_base_at(&s->fork, &q, err);
-        if (!b || kv_evictor_fork(h->ev, b, &s->prefill_req, s->stats, c, NULL, NULL, err) < 0)
-            return -1;
+        return 0;
     }
-    const kv_cache *k = *c;
-    h->slot_bytes = kv_cache_bytes_per_token(&k->quant, k->n_layers, k->n_kv_heads, k->head_dim) /
-                    k->n_layers;
+    kv_evictor_generation_request(h->ev, &h->req);
+    g->stats_req = h->req;
+    kv_cache_quant q = kv_evictor_cache_quant(h->ev);
+    s->fork.prompt = *own;
+    *f = (kv_fork){.ev = h->ev, .base = kv_fork_base_at(&s->fork, &q, err)};
+    return f->base ? 0 : -1;
+}
+
+/* Forks rows [from, to) (kv_evictor_forks, on the model's pool) into
+ * caches[row] and notes each row's bytes per slot. */
+static int fork_rows(sweep *s, int from, int to, kv_fork *forks, kv_cache **caches, kv_error *err)
+{
+    int bad = kv_evictor_forks(kv_model_pool(s->m), forks + from, to - from, &s->prefill_req,
+                               s->stats);
+    for (int r = from; r < to; r++)
+        caches[r] = forks[r].out;
+    if (bad >= 0) {
+        *err = forks[from + bad].err;
+        return -1;
+    }
     return 0;
+}
+
+static void note_slot_bytes(sweep *s, int row, const kv_cache *k)
+{
+    s->hooks[row].slot_bytes =
+        kv_cache_bytes_per_token(&k->quant, k->n_layers, k->n_kv_heads, k->head_dim) /
+        k->n_layers;
 }
 
 /* Decodes rows [0, n) together (batched) or one after another from the
@@ -162,6 +180,7 @@ static double decode_rows(sweep *s, int n, bool batched, int32_t *ids, work *w, 
                           kv_error *err)
 {
     kv_cache *caches[MAX_CONFIGS + 1] = {0};
+    kv_fork forks[MAX_CONFIGS + 1] = {0};
     kv_generate_opts gs[MAX_CONFIGS + 1];
     const kv_generate_opts *opts[MAX_CONFIGS + 1];
     const float *lasts[MAX_CONFIGS + 1];
@@ -177,17 +196,27 @@ static double decode_rows(sweep *s, int n, bool batched, int32_t *ids, work *w, 
         int r = i % n;
         opts[r] = &gs[r];
         lasts[r] = s->logits;
-        if ((rc = start_row(s, r, &own, &caches[r], &gs[r], err)) != 0 || batched)
+        rc = start_row(s, r, &own, &caches[r], &forks[r], &gs[r], err);
+        if (rc != 0 || batched)
             continue;
+        if (r > 0)
+            rc = fork_rows(s, r, r + 1, forks, caches, err);
         if (r == 0)
             kv_fork_base_release(&s->fork);
-        rc = kv_generate_from(s->m, caches[r], s->logits, &gs[r], &outs[r], err);
+        if (rc == 0) {
+            note_slot_bytes(s, r, caches[r]);
+            rc = kv_generate_from(s->m, caches[r], s->logits, &gs[r], &outs[r], err);
+        }
         forwards += outs[r].n_decode_forwards;
         kv_cache_free(caches[r]);
         caches[r] = NULL;
     }
+    if (rc == 0 && batched)
+        rc = fork_rows(s, 1, n, forks, caches, err);
     kv_fork_base_release(&s->fork); /* a run frees it before decoding too */
     kv_cache_free(own);
+    for (int r = 0; r < n && rc == 0 && batched; r++)
+        note_slot_bytes(s, r, caches[r]);
     if (rc == 0 && batched)
         rc = kv_generate_batch(s->m, n, caches, lasts, opts, outs, &forwards, err);
     double t = kv_clock_s() - t0;

@@ -37,11 +37,15 @@
  * forks together at its end (3.8 GB with 16 F32 configs at 2,048 tokens),
  * more than any threshold mallopt's int can name, and glibc gave all of it
  * back to the kernel: the next sample faulted it in and had it zeroed again
- * (strace: one brk down by 3.8 GB between the samples). */
+ * (strace: one brk down by 3.8 GB between the samples). One arena: a
+ * sample's forks are written on the pool's threads, and another thread's
+ * arena cannot grow past 64 MB without mmap, nor hand what it frees to
+ * the main thread's next sample. */
 static void keep_freed_memory(void)
 {
     mallopt(M_MMAP_MAX, 0);
     mallopt(M_TRIM_THRESHOLD, -1); /* -1: trimming off (mallopt(3)) */
+    mallopt(M_ARENA_MAX, 1);
 }
 
 void kb_thp_mode(char *out, size_t n)

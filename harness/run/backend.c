@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "model/model_config.h"
 #include "tokenizer/tokenizer.h"
+#include "util/pool.h"
 
 typedef struct engine {
     const kb_matrix *m;
@@ -177,6 +178,7 @@ static int on_step(void *user, kv_cache *c, const kv_attn_stats *stats, int step
  * every step. */
 typedef struct decode_row {
     kv_cache *c;
+    kv_fork fork; /* row_start's, for row_forks: from fork.base, or none */
     decode_hook hook;
     kv_generate_opts o;
 } decode_row;
@@ -207,9 +209,11 @@ static const kv_cache *fork_base(prefill_state *st, const kv_cache_quant *q, kv_
     return kv_fork_base_at(&st->fork, q, err);
 }
 
-/* Row r of a config: an eviction config compresses the prefilled cache into
- * its own; the full cache (after them) takes the prefilled cache over, so
- * no second copy of the prompt's keys and values is ever held. */
+/* Row r of a config, up to its cache: an eviction config's evictor and
+ * the prefilled cache at its precision (r->fork, for row_forks). These are
+ * set in config order, since either may be built here and rows share
+ * them. The full cache (after the others) takes the prefilled cache over,
+ * so no second copy of the prompt's keys and values is ever held. */
 static int row_start(engine *e, prefill_state *st, size_t config, decode_row *r, kv_error *err)
 {
     const kb_config *cfg = &e->m->configs[config];
@@ -221,8 +225,8 @@ static int row_start(engine *e, prefill_state *st, size_t config, decode_row *r,
         .n_stop_ids = st->n_stop,
     };
     if (!ev && !takes_base(e, config)) { /* every token, stored at another precision */
-        const kv_cache *b = fork_base(st, &e->quant[config], err);
-        return b && (r->c = kv_cache_fork(b, st->n_prompt + st->max_new + 1, err))
+        r->fork.cap = st->n_prompt + st->max_new + 1;
+        return (r->fork.base = fork_base(st, &e->quant[config], err))
                    ? 0
                    : kv_fail_prefix(err, cfg->name);
     }
@@ -237,14 +241,46 @@ static int row_start(engine *e, prefill_state *st, size_t config, decode_row *r,
         return -1;
     r->hook.ev = ev;
     kv_cache_quant q = kv_evictor_cache_quant(ev);
-    const kv_cache *b = fork_base(st, &q, err);
-    if (!b || kv_evictor_fork(ev, b, &st->req, st->stats, &r->c, NULL, NULL, err) < 0)
+    r->fork.ev = ev;
+    if (!(r->fork.base = fork_base(st, &q, err)))
         return kv_fail_prefix(err, cfg->name);
     kv_evictor_generation_request(ev, &r->hook.req);
     r->o.on_step = on_step;
+    r->o.on_step_concurrent = true; /* its own evictor and cache */
     r->o.stats_req = r->hook.req;
     r->o.user = &r->hook;
     return 0;
+}
+
+/* The forks of the rows that row_start gave one (kv_evictor_forks, on the
+ * model's pool); the first failing config's error, as in order. */
+static int row_forks(engine *e, const prefill_state *st, decode_row *rows, const size_t *configs,
+                     size_t n, kv_error *err)
+{
+    kv_fork *forks = malloc((n > 0 ? n : 1) * sizeof *forks);
+    size_t *row_of = malloc((n > 0 ? n : 1) * sizeof *row_of);
+    int k = 0;
+    if (!forks || !row_of) {
+        free(forks);
+        free(row_of);
+        return kv_fail(err, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].fork.base) {
+            row_of[k] = i;
+            forks[k++] = rows[i].fork;
+        }
+    int bad = kv_evictor_forks(kv_model_pool(e->model), forks, k, &st->req, st->stats);
+    for (int f = 0; f < k; f++)
+        rows[row_of[f]].c = forks[f].out;
+    int rc = 0;
+    if (bad >= 0) {
+        *err = forks[bad].err;
+        rc = kv_fail_prefix(err, e->m->configs[configs[row_of[bad]]].name);
+    }
+    free(forks);
+    free(row_of);
+    return rc;
 }
 
 /* A query-agnostic config's row: the context compressed once into its own
@@ -354,14 +390,15 @@ static int decode_batch(void *ctx, void *state, const size_t *configs, size_t n,
         counts->question_prefills++;
     }
     for (int last = 0; last < 2; last++)
-        for (size_t i = 0; i < n && rc == 0; i++) {
-            if (agnostic(e, configs[i]) || takes_base(e, configs[i]) != last)
-                continue;
-            rc = row_start(e, st, configs[i], &rows[i], err);
-            if (rc == 0) {
-                outs[i].kept_tokens = kv_cache_mean_kept(rows[i].c);
-                outs[i].kept_context_tokens = kv_cache_mean_kept_before(rows[i].c, st->n_context);
-            }
+        for (size_t i = 0; i < n && rc == 0; i++)
+            if (!agnostic(e, configs[i]) && takes_base(e, configs[i]) == last)
+                rc = row_start(e, st, configs[i], &rows[i], err);
+    if (rc == 0)
+        rc = row_forks(e, st, rows, configs, n, err);
+    for (size_t i = 0; i < n && rc == 0; i++)
+        if (!agnostic(e, configs[i])) {
+            outs[i].kept_tokens = kv_cache_mean_kept(rows[i].c);
+            outs[i].kept_context_tokens = kv_cache_mean_kept_before(rows[i].c, st->n_context);
         }
     kv_fork_base_release(&st->fork);
     kv_cache_free(st->base);

@@ -348,6 +348,25 @@ int kv_evictor_fork(kv_evictor *ev, const kv_cache *base, const kv_attn_stats_re
                     const kv_attn_stats *stats, kv_cache **out, kv_evict_trace_fn trace,
                     void *trace_ctx, kv_error *err);
 
+/* One fork of kv_evictor_forks: ev's (kv_evictor_fork, no trace), or
+ * where ev is NULL a copy of base with room for cap slots (kv_cache_fork). */
+typedef struct kv_fork {
+    kv_evictor *ev;
+    const kv_cache *base;
+    int cap;
+    kv_cache *out; /* the fork; NULL where it failed (err says why) */
+    kv_error err;
+} kv_fork;
+
+/* The n forks, as tasks of pool (NULL: the caller's thread): each writes a
+ * cache of its own from read-only inputs, and between a sweep's prefill and
+ * its decode they are most of the time (fresh memory: first touch is the
+ * dearest part on a VM). Distinct forks need distinct evictors. Returns
+ * the index of the first fork that failed, or -1. */
+struct kv_pool;
+int kv_evictor_forks(struct kv_pool *pool, kv_fork *forks, int n, const kv_attn_stats_request *req,
+                     const kv_attn_stats *stats);
+
 /* A sample's prompt as its forks need it: the F32 prefill and, made on
  * first use, one copy of it at each other cache precision a config stores
  * at (kv_cache_fork_at), so that the configs of one precision share one

@@ -97,6 +97,34 @@ int kv_evictor_fork(kv_evictor *ev, const kv_cache *base, const kv_attn_stats_re
     return 0;
 }
 
+typedef struct forks_job {
+    kv_fork *forks;
+    const kv_attn_stats_request *req;
+    const kv_attn_stats *stats;
+} forks_job;
+
+static void fork_task(void *ctx, int t, int worker)
+{
+    (void)worker;
+    forks_job *j = ctx;
+    kv_fork *f = &j->forks[t];
+    f->out = NULL;
+    if (!f->ev)
+        f->out = kv_cache_fork(f->base, f->cap, &f->err);
+    else if (kv_evictor_fork(f->ev, f->base, j->req, j->stats, &f->out, NULL, NULL, &f->err) < 0)
+        f->out = NULL;
+}
+
+int kv_evictor_forks(kv_pool *pool, kv_fork *forks, int n, const kv_attn_stats_request *req,
+                     const kv_attn_stats *stats)
+{
+    kv_pool_run(pool, n, fork_task, &(forks_job){forks, req, stats});
+    for (int i = 0; i < n; i++)
+        if (!forks[i].out)
+            return i;
+    return -1;
+}
+
 const kv_cache *kv_fork_base_at(kv_fork_base *b, const kv_cache_quant *q, kv_error *err)
 {
     if (kv_cache_quant_same(q, &b->prompt->quant))

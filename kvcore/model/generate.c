@@ -1,4 +1,5 @@
 #include "model/generate.h"
+#include "util/pool.h"
 #include "util/strbuf.h"
 
 #include <stdlib.h>
@@ -157,6 +158,8 @@ typedef struct batch {
     kv_attn_stats_request *req_of;      /* [n] the decode requests reqs point into */
     kv_attn_stats **stats;              /* [n] live row j's, from row_stats */
     kv_attn_stats **row_stats;          /* [n] row r's buffers, reused from step to step */
+    int *hook_rows, *hook_rc;           /* [n] concurrent_hooks' */
+    kv_error *hook_errs;                /* [n] */
     double t0;
 } batch;
 
@@ -194,6 +197,44 @@ static int choose(batch *bt, kv_error *err)
     return kept;
 }
 
+/* The step hooks of the live rows whose hooks may run concurrently, as
+ * tasks of the model's pool: each row's hook fills its own error. */
+typedef struct hooks_job {
+    batch *bt;
+    int *rows; /* [n] live indices */
+    int *rc;   /* [n] */
+    kv_error *errs; /* [n] */
+} hooks_job;
+
+static void hook_task(void *ctx, int t, int worker)
+{
+    (void)worker;
+    hooks_job *h = ctx;
+    batch *bt = h->bt;
+    int j = h->rows[t];
+    const kv_generate_opts *o = bt->opts[bt->live[j]];
+    h->rc[t] = o->on_step(o->user, bt->fed[j], bt->stats[j], bt->outs[bt->live[j]].n, &h->errs[t]);
+}
+
+/* Runs the concurrent hooks of the live rows (the others ran in order). */
+static int concurrent_hooks(batch *bt, kv_error *err)
+{
+    hooks_job h = {.bt = bt, .rows = bt->hook_rows, .rc = bt->hook_rc, .errs = bt->hook_errs};
+    int n = 0;
+    for (int j = 0; j < bt->n_live; j++) {
+        const kv_generate_opts *o = bt->opts[bt->live[j]];
+        if (o->on_step && o->on_step_concurrent)
+            h.rows[n++] = j;
+    }
+    kv_pool_run(kv_model_pool(bt->m), n, hook_task, &h);
+    for (int t = 0; t < n; t++) /* the first failing row's error, as in order */
+        if (h.rc[t] < 0) {
+            *err = h.errs[t];
+            return -1;
+        }
+    return 0;
+}
+
 /* One batched forward of the live rows, then each row's hooks. */
 static int forward_live(batch *bt, kv_error *err)
 {
@@ -216,10 +257,13 @@ static int forward_live(batch *bt, kv_error *err)
         kv_generation *g = &bt->outs[bt->live[j]];
         if (o->on_logits)
             rc = o->on_logits(o->user, bt->logits + (size_t)j * (size_t)bt->V, 1, err);
-        if (rc == 0 && o->on_step)
+        if (rc == 0 && o->on_step && !o->on_step_concurrent)
             rc = o->on_step(o->user, bt->fed[j], bt->stats[j], g->n, err) < 0 ? -1 : 0;
-        g->n_decode_forwards++;
     }
+    if (rc == 0)
+        rc = concurrent_hooks(bt, err);
+    for (int j = 0; j < bt->n_live; j++)
+        bt->outs[bt->live[j]].n_decode_forwards++;
     return rc;
 }
 
@@ -239,6 +283,9 @@ static void batch_free(batch *bt)
     free(bt->reqs);
     free(bt->req_of);
     free(bt->stats);
+    free(bt->hook_rows);
+    free(bt->hook_rc);
+    free(bt->hook_errs);
 }
 
 int kv_generate_batch(kv_model *m, int n, kv_cache *const *caches, const float *const *last_logits,
@@ -259,8 +306,11 @@ int kv_generate_batch(kv_model *m, int n, kv_cache *const *caches, const float *
     bt.req_of = malloc(un * sizeof *bt.req_of);
     bt.stats = malloc(un * sizeof *bt.stats);
     bt.row_stats = calloc(un, sizeof *bt.row_stats);
+    bt.hook_rows = malloc(un * sizeof *bt.hook_rows);
+    bt.hook_rc = malloc(un * sizeof *bt.hook_rc);
+    bt.hook_errs = malloc(un * sizeof *bt.hook_errs);
     bool ok = bt.texts && bt.live && bt.logits && bt.tokens && bt.fed && bt.reqs && bt.req_of &&
-              bt.stats && bt.row_stats;
+              bt.stats && bt.row_stats && bt.hook_rows && bt.hook_rc && bt.hook_errs;
     for (int r = 0; r < n; r++) {
         memset(&outs[r], 0, sizeof outs[r]);
         outs[r].stop = KV_STOP_LENGTH;

@@ -50,6 +50,10 @@ typedef struct kv_generate_opts {
      * stats is [n_layers] when stats_req asks for any, else NULL. The hook
      * may compact the cache. A negative return aborts with err filled. */
     int (*on_step)(void *user, kv_cache *c, const kv_attn_stats *stats, int step, kv_error *err);
+    /* on_step touches only its own row's cache and state, so that
+     * kv_generate_batch may run it on a pool thread beside the other rows'
+     * (a sweep's per-step eviction is most of what runs between forwards). */
+    bool on_step_concurrent;
     kv_attn_stats_request stats_req;
     void *user;
 } kv_generate_opts;

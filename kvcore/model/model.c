@@ -263,6 +263,11 @@ int kv_model_threads(const kv_model *m)
     return kv_pool_threads(m->pool);
 }
 
+kv_pool *kv_model_pool(kv_model *m)
+{
+    return m->pool;
+}
+
 /* w rounded to BF16 in a new blob that replaces its old one. */
 static int round_matrix(kv_model *m, kv_weight *w, kv_error *err)
 {

@@ -52,6 +52,9 @@ size_t kv_model_weight_bytes(const kv_model *m);
 /* Threads of the model's pool (kv_set_threads sets the default). */
 int kv_model_set_threads(kv_model *m, int threads, kv_error *err);
 int kv_model_threads(const kv_model *m);
+/* The model's pool, for work between forwards (its threads are idle then). */
+struct kv_pool;
+struct kv_pool *kv_model_pool(kv_model *m);
 
 /* The compute mode of the forward (kernels.h; default KV_COMPUTE_F32).
  * Switching to BF16 rounds the model's F32/F16 matrices to BF16 for good

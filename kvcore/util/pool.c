@@ -3,6 +3,7 @@
 #include <immintrin.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
@@ -86,9 +87,14 @@ static void wait_done(job *j, int n)
 /* Claims and runs tasks until none is left; a task of a later phase waits
  * for the phases before it. Tasks are claimed in order, so every task of an
  * earlier phase is already held by a running thread: the wait ends. */
+/* Set while this thread runs a task: a job it starts then runs inline. */
+static _Thread_local bool in_task;
+
 static void run_tasks(job *j, int worker)
 {
     int t, ph = 0;
+    bool outer = in_task;
+    in_task = true;
     while ((t = atomic_fetch_add(&j->next, 1)) < j->first[j->n_phases]) {
         while (t >= j->first[ph + 1])
             ph++;
@@ -98,6 +104,7 @@ static void run_tasks(job *j, int worker)
         f->fn(f->ctx, t - j->first[ph], worker);
         atomic_fetch_add_explicit(&j->done, 1, memory_order_release);
     }
+    in_task = outer;
 }
 
 /* Waits until the generation differs from seen (or the pool stops). */
@@ -206,7 +213,7 @@ void kv_pool_run_phases(kv_pool *p, int n, const kv_pool_phase *phases)
     int total = j.first[n];
     if (total <= 0)
         return;
-    if (!p || p->n_threads == 1 || total == 1) {
+    if (!p || p->n_threads == 1 || total == 1 || in_task) {
         for (int i = 0; i < n; i++)
             for (int t = 0; t < phases[i].n_tasks; t++)
                 phases[i].fn(phases[i].ctx, t, 0);

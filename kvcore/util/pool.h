@@ -17,6 +17,11 @@
  *
  * worker is in [0, threads): 0 is the caller. Per-worker scratch can be
  * indexed by it. A pool runs one job at a time (calls from one thread).
+ *
+ * A job started from inside a task (of any pool) runs on that task's thread
+ * alone, as worker 0: tasks may call code that parallelises itself (a row's
+ * eviction hook, run beside the other rows', ranking on the eviction pool)
+ * without two jobs claiming one pool.
  */
 #ifndef KV_POOL_H
 #define KV_POOL_H

@@ -555,66 +555,94 @@ static const char *const sweep_json[] = {
 };
 #define N_SWEEP (int)(sizeof sweep_json / sizeof sweep_json[0])
 
-Test(evict_e2e, forked_prefill_equals_fresh_runs, .timeout = 120)
+/* The sweep's shared prefill: the model on `threads` threads, every
+ * config's parameters, and the prompt's cache and statistics (full
+ * attention, the union of the configs' requests). */
+typedef struct shared_prefill {
+    kv_model *m;
+    kv_evict_model em;
+    kv_evict_params ps[N_SWEEP];
+    kv_attn_stats_request req;
+    int32_t *prompt;
+    int n_prompt;
+    kv_cache *base;
+    kv_attn_stats *stats;
+    float *last; /* [vocab] logits of the prompt's last position */
+} shared_prefill;
+
+static void shared_prefill_run(shared_prefill *s, int threads)
 {
     char *dir = tu_source(MODEL);
-    kv_model *m;
     kv_error err;
-    cr_assert_eq(kv_model_load(dir, &m, &err), 0, "%s", err.msg);
-    int n_prompt;
-    int32_t *prompt = prompt_ids(&n_prompt);
-    cr_assert_eq(n_prompt, 206);
-    kv_evict_params ps[N_SWEEP];
-    kv_evict_model em;
-    cr_assert_eq(kv_evict_model_load(&em, m, true, &err), 0, "%s", err.msg);
+    cr_assert_eq(kv_model_load(dir, &s->m, &err), 0, "%s", err.msg);
+    free(dir);
+    cr_assert_eq(kv_model_set_threads(s->m, threads, &err), 0, "%s", err.msg);
+    s->prompt = prompt_ids(&s->n_prompt);
+    cr_assert_eq(s->n_prompt, 206);
+    cr_assert_eq(kv_evict_model_load(&s->em, s->m, true, &err), 0, "%s", err.msg);
     for (int i = 0; i < N_SWEEP; i++) {
         cJSON *j = cJSON_Parse(sweep_json[i]);
-        kv_evict_params_default(&ps[i]);
-        cr_assert_eq(kv_evict_params_from_json(&ps[i], j, &err), 0, "%s", err.msg);
+        kv_evict_params_default(&s->ps[i]);
+        cr_assert_eq(kv_evict_params_from_json(&s->ps[i], j, &err), 0, "%s", err.msg);
         cJSON_Delete(j);
     }
-    /* the shared prefill: full attention, the union of the statistics */
-    kv_attn_stats_request shared;
-    cr_assert_eq(kv_evict_stats_request(ps, N_SWEEP, true, &shared, &err), 0, "%s", err.msg);
-    kv_cache *base = kv_model_cache_new(m, n_prompt, &err);
-    kv_attn_stats *stats = kv_model_stats_new(m, base, n_prompt, &shared, &err);
-    int vocab = kv_model_get_config(m)->vocab;
-    float *last = malloc((size_t)vocab * sizeof *last);
-    cr_assert_eq(kv_model_forward(m, base, prompt, n_prompt, &shared, stats, last, false, &err), 0,
-                 "%s", err.msg);
+    cr_assert_eq(kv_evict_stats_request(s->ps, N_SWEEP, true, &s->req, &err), 0, "%s", err.msg);
+    s->base = kv_model_cache_new(s->m, s->n_prompt, &err);
+    s->stats = kv_model_stats_new(s->m, s->base, s->n_prompt, &s->req, &err);
+    s->last = malloc((size_t)kv_model_get_config(s->m)->vocab * sizeof *s->last);
+    cr_assert_eq(kv_model_forward(s->m, s->base, s->prompt, s->n_prompt, &s->req, s->stats, s->last,
+                                  false, &err),
+                 0, "%s", err.msg);
+}
+
+static void shared_prefill_free(shared_prefill *s)
+{
+    kv_model_stats_free(s->stats, kv_model_get_config(s->m)->n_layers);
+    kv_cache_free(s->base);
+    free(s->last);
+    free(s->prompt);
+    kv_evict_model_release(&s->em);
+    kv_model_free(s->m);
+}
+
+Test(evict_e2e, forked_prefill_equals_fresh_runs, .timeout = 120)
+{
+    static shared_prefill sp;
+    shared_prefill_run(&sp, kv_get_threads()); /* the default */
+    kv_error err;
     static run fresh, forked;
     for (int i = 0; i < N_SWEEP; i++) {
         kv_generate_opts o = {.max_new_tokens = 24, .ignore_eos = true, .on_step = step_hook};
         /* fresh: its own prefill with its own statistics */
         memset(&fresh, 0, sizeof fresh);
-        fresh.ev = kv_evictor_new(&ps[i], &em, &err);
+        fresh.ev = kv_evictor_new(&sp.ps[i], &sp.em, &err);
         cr_assert_not_null(fresh.ev, "%s", err.msg);
         kv_evictor_generation_request(fresh.ev, &fresh.req);
         o.stats_req = fresh.req;
         o.user = &fresh;
-        kv_cache *c = kv_model_cache_new(m, n_prompt + 24, &err);
+        kv_cache *c = kv_model_cache_new(sp.m, sp.n_prompt + 24, &err);
         kv_generation a;
-        cr_assert_eq(kv_generate(m, c, prompt, n_prompt, &o, &a, &err), 0, "%s", err.msg);
+        cr_assert_eq(kv_generate(sp.m, c, sp.prompt, sp.n_prompt, &o, &a, &err), 0, "%s", err.msg);
         kv_cache_free(c);
         /* forked: the shared prefill's cache and statistics */
         memset(&forked, 0, sizeof forked);
-        forked.ev = kv_evictor_new(&ps[i], &em, &err);
+        forked.ev = kv_evictor_new(&sp.ps[i], &sp.em, &err);
         kv_evictor_generation_request(forked.ev, &forked.req);
         if (i % 2 == 0) { /* a full copy, compressed in place */
-            c = kv_cache_fork(base, 0, &err);
+            c = kv_cache_fork(sp.base, 0, &err);
             cr_assert_eq(
-                kv_evictor_step(forked.ev, c, &shared, stats, 0, trace_to_text, &forked, &err), 0,
-                "%s", err.msg);
-        } else { /* only the kept rows copied out of the shared cache */
-            cr_assert_eq(
-                kv_evictor_fork(forked.ev, base, &shared, stats, &c, trace_to_text, &forked, &err),
+                kv_evictor_step(forked.ev, c, &sp.req, sp.stats, 0, trace_to_text, &forked, &err),
                 0, "%s", err.msg);
-            cr_assert_eq(base->layers[0].len, n_prompt, "the shared cache is untouched");
+        } else { /* only the kept rows copied out of the shared cache */
+            cr_assert_eq(kv_evictor_fork(forked.ev, sp.base, &sp.req, sp.stats, &c, trace_to_text,
+                                         &forked, &err),
+                         0, "%s", err.msg);
+            cr_assert_eq(sp.base->layers[0].len, sp.n_prompt, "the shared cache is untouched");
         }
         o.stats_req = forked.req;
         o.user = &forked;
         kv_generation b;
-        cr_assert_eq(kv_generate_from(m, c, last, &o, &b, &err), 0, "%s", err.msg);
+        cr_assert_eq(kv_generate_from(sp.m, c, sp.last, &o, &b, &err), 0, "%s", err.msg);
         cr_assert_eq(a.n, b.n);
         cr_assert_eq(memcmp(a.ids, b.ids, (size_t)a.n * sizeof *a.ids), 0,
                      "config %d: tokens differ", i);
@@ -628,13 +656,73 @@ Test(evict_e2e, forked_prefill_equals_fresh_runs, .timeout = 120)
         kv_evictor_free(fresh.ev);
         kv_evictor_free(forked.ev);
     }
-    kv_model_stats_free(stats, kv_model_get_config(m)->n_layers);
-    kv_cache_free(base);
-    free(last);
-    free(prompt);
-    kv_evict_model_release(&em);
-    kv_model_free(m);
-    free(dir);
+    shared_prefill_free(&sp);
+}
+
+/* Every sweep config forked on the model's two threads (kv_evictor_forks)
+ * and decoding in one batch, each row's eviction hook run beside the
+ * others' (on_step_concurrent; the CriticalKV and ExpectedAttention configs
+ * start jobs of their own inside the hook), gives each row the tokens and
+ * eviction trace it has forked and decoded alone. */
+Test(evict_e2e, concurrent_hooks_equal_rows_alone, .timeout = 120)
+{
+    static shared_prefill sp;
+    shared_prefill_run(&sp, 2);
+    kv_error err;
+    run *alone = calloc(N_SWEEP, sizeof *alone), *together = calloc(N_SWEEP, sizeof *together);
+    kv_cache *caches[N_SWEEP];
+    static kv_fork forks[N_SWEEP];
+    kv_generate_opts opts[N_SWEEP];
+    const kv_generate_opts *op[N_SWEEP];
+    const float *lasts[N_SWEEP];
+    kv_generation a[N_SWEEP], b[N_SWEEP];
+    for (int pass = 0; pass < 2; pass++) {
+        run *r = pass == 0 ? alone : together;
+        for (int i = 0; i < N_SWEEP; i++) {
+            r[i].ev = kv_evictor_new(&sp.ps[i], &sp.em, &err);
+            cr_assert_not_null(r[i].ev, "%s", err.msg);
+            kv_evictor_generation_request(r[i].ev, &r[i].req);
+            forks[i] = (kv_fork){.ev = r[i].ev, .base = sp.base};
+            if (pass == 0) /* one at a time; together: kv_evictor_forks below */
+                cr_assert_eq(kv_evictor_fork(r[i].ev, sp.base, &sp.req, sp.stats, &caches[i],
+                                             NULL, NULL, &err),
+                             0, "%s", err.msg);
+            opts[i] = (kv_generate_opts){.max_new_tokens = 16, .ignore_eos = true,
+                                         .on_step = step_hook, .on_step_concurrent = pass == 1,
+                                         .stats_req = r[i].req, .user = &r[i]};
+            op[i] = &opts[i];
+            lasts[i] = sp.last;
+            if (pass == 0)
+                cr_assert_eq(kv_generate_from(sp.m, caches[i], sp.last, &opts[i], &a[i], &err), 0,
+                             "%s", err.msg);
+        }
+        if (pass == 1) {
+            int bad = kv_evictor_forks(kv_model_pool(sp.m), forks, N_SWEEP, &sp.req, sp.stats);
+            cr_assert_eq(bad, -1, "%s", bad >= 0 ? forks[bad].err.msg : "");
+            for (int i = 0; i < N_SWEEP; i++)
+                caches[i] = forks[i].out;
+            cr_assert_eq(kv_generate_batch(sp.m, N_SWEEP, caches, lasts, op, b, NULL, &err), 0,
+                         "%s", err.msg);
+        }
+        for (int i = 0; i < N_SWEEP; i++)
+            kv_cache_free(caches[i]);
+    }
+    for (int i = 0; i < N_SWEEP; i++) {
+        cr_assert_eq(a[i].n, b[i].n);
+        cr_assert_eq(memcmp(a[i].ids, b[i].ids, (size_t)a[i].n * sizeof *a[i].ids), 0,
+                     "config %d: tokens differ", i);
+        cr_assert_gt(alone[i].len, 0, "config %d evicted", i);
+        cr_assert_eq(alone[i].len, together[i].len, "config %d: traces differ", i);
+        cr_assert_eq(memcmp(alone[i].trace, together[i].trace, alone[i].len), 0,
+                     "config %d: traces differ", i);
+        kv_generation_free(&a[i]);
+        kv_generation_free(&b[i]);
+        kv_evictor_free(alone[i].ev);
+        kv_evictor_free(together[i].ev);
+    }
+    free(alone);
+    free(together);
+    shared_prefill_free(&sp);
 }
 
 /* --trace shows the refiner's picks: each line carries "refined_positions",

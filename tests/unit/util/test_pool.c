@@ -1,8 +1,10 @@
 /* kvcore/pool: every task of every job runs exactly once, on a worker index
  * within the pool, whatever the thread count. */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "util/pool.h"
 
@@ -111,4 +113,81 @@ Test(pool, phases_run_in_order)
         }
         kv_pool_free(p);
     }
+}
+
+/* A job started inside a task runs on that task's thread, as worker 0, and
+ * every nested task runs once: nested jobs on the same pool and on another
+ * pool, while the outer job's tasks run on several threads. */
+typedef struct nested {
+    kv_pool *outer, *other;
+    atomic_int hits[8][3];
+    atomic_int wrong_thread, wrong_worker;
+} nested;
+
+typedef struct inner_ctx {
+    nested *n;
+    int outer_task;
+    pthread_t self;
+} inner_ctx;
+
+/* Long enough (50 us) that an idle thread of a pool would claim some. */
+static void busy_wait(void)
+{
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    do
+        clock_gettime(CLOCK_MONOTONIC, &b);
+    while ((b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec) < 50000);
+}
+
+static void inner_task(void *ctx, int task, int worker)
+{
+    inner_ctx *c = ctx;
+    busy_wait();
+    atomic_fetch_add(&c->n->hits[c->outer_task][task], 1);
+    if (!pthread_equal(pthread_self(), c->self))
+        atomic_fetch_add(&c->n->wrong_thread, 1);
+    if (worker != 0)
+        atomic_fetch_add(&c->n->wrong_worker, 1);
+}
+
+/* Two nested jobs: one on this pool or the other, then two phases on this
+ * pool; each counts tasks 0..2 once, so every count ends at 2. */
+/* inner_task for tasks 1..2 of a second phase. */
+static void shifted_task(void *ctx, int task, int worker)
+{
+    inner_task(ctx, task + 1, worker);
+}
+
+static void outer_task(void *ctx, int task, int worker)
+{
+    (void)worker;
+    nested *n = ctx;
+    inner_ctx c = {.n = n, .outer_task = task, .self = pthread_self()};
+    kv_pool_run(task % 2 ? n->other : n->outer, 3, inner_task, &c);
+    kv_pool_phase ph[2] = {{1, inner_task, &c}, {2, shifted_task, &c}};
+    kv_pool_run_phases(n->outer, 2, ph);
+}
+
+Test(pool, a_job_inside_a_task_runs_on_its_thread, .timeout = 30)
+{
+    kv_error err;
+    nested *n = calloc(1, sizeof *n);
+    n->outer = kv_pool_new(2, &err);
+    n->other = kv_pool_new(2, &err);
+    cr_assert(n->outer && n->other, "%s", err.msg);
+    for (int round = 0; round < 50; round++) {
+        for (int i = 0; i < 8; i++)
+            for (int t = 0; t < 3; t++)
+                atomic_init(&n->hits[i][t], 0);
+        kv_pool_run(n->outer, 8, outer_task, n);
+        for (int i = 0; i < 8; i++)
+            for (int t = 0; t < 3; t++)
+                cr_assert_eq(atomic_load(&n->hits[i][t]), 2, "round %d task %d.%d", round, i, t);
+    }
+    cr_assert_eq(atomic_load(&n->wrong_thread), 0, "a nested task ran on another thread");
+    cr_assert_eq(atomic_load(&n->wrong_worker), 0, "a nested task was not worker 0");
+    kv_pool_free(n->outer);
+    kv_pool_free(n->other);
+    free(n);
 }
