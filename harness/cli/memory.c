@@ -19,7 +19,9 @@
  * glibc.malloc.hugetlb=1 advises transparent huge pages on all of malloc's
  * memory, heap included: `kvbench run` of full + 16 H2O/SnapKV configs on a
  * 2,048-token sample (tests/bench/run_sweep.sh) went 124.7 -> 67 CPU-s,
- * 490 k -> 4.5 k minor faults, peak RSS unchanged. */
+ * 490 k -> 4.5 k minor faults, peak RSS unchanged. kvcore then takes its
+ * huge blocks from the heap as they are (kv_mem_set_heap_huge): aligned to
+ * 2 MiB each, they left a resident huge page between each two. */
 #include "cli/memory.h"
 
 #include <malloc.h>
@@ -28,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "util/mem.h"
 
 #define HUGETLB_TUNABLE "glibc.malloc.hugetlb"
 
@@ -72,6 +76,24 @@ static bool glibc_has_hugetlb(void)
 #endif
 }
 
+static bool thp_takes_advice(const char *mode)
+{
+    return strcmp(mode, "madvise") == 0 || strcmp(mode, "always") == 0;
+}
+
+/* Whether glibc's malloc advises its heap (all of it, with every block from
+ * the heap: keep_freed_memory) for transparent huge pages in this process,
+ * given the GLIBC_TUNABLES it started with: hugetlb=1 does; 0 does not, and
+ * 2 asks for hugetlbfs pages, mmapped (and 4 KiB pages where none are
+ * reserved, the usual case), no heap at all. */
+static bool heap_on_huge_pages(const char *tunables, const char *mode)
+{
+    const char *h = tunables ? strstr(tunables, HUGETLB_TUNABLE "=") : NULL;
+    const char *v = h ? h + sizeof HUGETLB_TUNABLE : NULL; /* its value, after the '=' */
+    return glibc_has_hugetlb() && v && v[0] == '1' && (v[1] == '\0' || v[1] == ':') &&
+           thp_takes_advice(mode);
+}
+
 void kb_memory_setup(char **argv)
 {
     keep_freed_memory();
@@ -79,18 +101,21 @@ void kb_memory_setup(char **argv)
     char mode[16];
     kb_thp_mode(mode, sizeof mode);
     /* The user's own setting (either way) stands, and so does a kernel or a
-     * libc that has no use for it. */
-    if (!glibc_has_hugetlb() || (t && strstr(t, HUGETLB_TUNABLE)) ||
-        (strcmp(mode, "madvise") != 0 && strcmp(mode, "always") != 0))
+     * libc that has no use for it; glibc read the tunables as they are now
+     * (this process started with them). */
+    if (!glibc_has_hugetlb() || (t && strstr(t, HUGETLB_TUNABLE)) || !thp_takes_advice(mode)) {
+        kv_mem_set_heap_huge(heap_on_huge_pages(t, mode));
         return;
+    }
     char value[4096];
     int len = snprintf(value, sizeof value, "%s%s" HUGETLB_TUNABLE "=1", t ? t : "", t ? ":" : "");
     if (len < 0 || (size_t)len >= sizeof value)
         return;
     setenv("GLIBC_TUNABLES", value, 1);
     execv("/proc/self/exe", argv);
-    /* No restart (no /proc): run on with 4 KiB pages; the variable stays
-     * set, so a child kvbench does not try again. */
+    /* No restart (no /proc): run on with 4 KiB pages (kvcore's heap flag
+     * stays unset); the variable stays set, so a child kvbench does not try
+     * again. */
 }
 
 void kb_memory_describe(char *out, size_t n)
@@ -99,9 +124,10 @@ void kb_memory_describe(char *out, size_t n)
     const char *h = t ? strstr(t, HUGETLB_TUNABLE "=") : NULL;
     char mode[16];
     kb_thp_mode(mode, sizeof mode);
-    bool on = h && h[sizeof HUGETLB_TUNABLE] != '0' &&
-              (strcmp(mode, "madvise") == 0 || strcmp(mode, "always") == 0);
+    /* what kb_memory_setup found (a failed restart leaves the variable set
+     * on a heap of 4 KiB pages) */
     snprintf(out, n, "memory: malloc on %s (transparent huge pages: %s; GLIBC_TUNABLES %s%.*s)",
-             on ? "huge pages" : "4 KiB pages", mode, h ? "" : "without " HUGETLB_TUNABLE,
+             kv_mem_heap_huge() ? "huge pages" : "4 KiB pages", mode,
+             h ? "" : "without " HUGETLB_TUNABLE,
              h ? (int)strcspn(h, ":") : 0, h ? h : "");
 }

@@ -21,9 +21,21 @@ bool kv_mem_advise_huge(void *p, size_t bytes)
 #endif
 }
 
+static bool heap_huge;
+
+void kv_mem_set_heap_huge(bool on)
+{
+    heap_huge = on;
+}
+
+bool kv_mem_heap_huge(void)
+{
+    return heap_huge;
+}
+
 void *kv_mem_alloc_huge(size_t bytes)
 {
-    if (bytes < HUGE_PAGE)
+    if (bytes < HUGE_PAGE || heap_huge)
         return aligned_alloc(64, (bytes + 63) / 64 * 64);
     size_t size = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
     void *p = aligned_alloc(HUGE_PAGE, size);

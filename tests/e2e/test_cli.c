@@ -10,6 +10,7 @@
 
 #include "cli/memory.h"
 #include "support/testutil.h"
+#include "util/mem.h"
 
 static const char *const subcommands[] = {
     "run", "score", "report", "fetch", "generate", "tokenize", "bench", "version", NULL,
@@ -247,6 +248,43 @@ Test(cli, malloc_runs_on_huge_pages_unless_the_user_says_otherwise)
                   strstr(r.out, "GLIBC_TUNABLES glibc.malloc.hugetlb=0)"),
               "%s", r.out);
     tu_result_free(&r);
+    /* 2 asks for hugetlbfs pages, mmapped: no heap of transparent huge pages */
+    setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=2", 1);
+    r = tu_kvbench("version", "--libraries", NULL);
+    unsetenv("GLIBC_TUNABLES");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "memory: malloc on 4 KiB pages"), "%s", r.out);
+    tu_result_free(&r);
+}
+
+/* kvcore packs its huge blocks (kv_mem_alloc_huge) exactly where kvbench's
+ * malloc heap is on transparent huge pages: the tunable as glibc read it at
+ * start (the environment here), and a kernel that takes the advice. */
+Test(cli, kvcore_packs_huge_blocks_where_the_heap_is_on_huge_pages)
+{
+    char mode[32];
+    kb_thp_mode(mode, sizeof mode);
+    bool thp = strcmp(mode, "madvise") == 0 || strcmp(mode, "always") == 0;
+    const struct {
+        const char *tunables;
+        bool packed;
+    } cases[] = {
+        {"glibc.malloc.hugetlb=1", thp},
+        {"glibc.malloc.tcache_count=0:glibc.malloc.hugetlb=1", thp},
+        {"glibc.malloc.hugetlb=1:glibc.malloc.tcache_count=0", thp},
+        {"glibc.malloc.hugetlb=0", false},
+        {"glibc.malloc.hugetlb=2", false},
+    };
+    char *argv[] = {"kvbench", NULL};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        setenv("GLIBC_TUNABLES", cases[i].tunables, 1); /* named: no restart */
+        kb_memory_setup(argv);
+        cr_expect_eq(kv_mem_heap_huge(), cases[i].packed, "%s, THP %s", cases[i].tunables, mode);
+        char line[256];
+        kb_memory_describe(line, sizeof line);
+        cr_expect_eq(strstr(line, "malloc on huge pages") != NULL, cases[i].packed, "%s", line);
+    }
+    unsetenv("GLIBC_TUNABLES");
 }
 
 /* What a sample frees stays in the process for the next one (memory.c): a

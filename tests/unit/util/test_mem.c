@@ -1,8 +1,10 @@
 /* kvcore/util/mem.h: the advice covers the whole huge pages inside a block
  * (the kernel marks their mapping "hg" in /proc/self/smaps) and nothing of
  * a block too small to hold one; a huge allocation lies wholly on advised
- * 2 MiB pages, a small one is plain. */
+ * 2 MiB pages, a small one is plain; on a heap of huge pages, huge
+ * allocations are packed. */
 #include <criterion/criterion.h>
+#include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,3 +102,32 @@ Test(mem, a_small_allocation_is_cache_line_aligned)
         free(p);
     }
 }
+
+/* kvbench's heap (harness/cli/memory.c): every block from the heap, which
+ * lies on huge pages, so kv_mem_alloc_huge packs its blocks there. Aligned
+ * to 2 MiB, 16 blocks of 4 MiB took 96 MiB of heap: each left a hole of
+ * almost 2 MiB, resident as one huge page. */
+#ifndef __SANITIZE_ADDRESS__ /* ASan's allocator replaces glibc's heap */
+Test(mem, on_a_heap_of_huge_pages_huge_allocations_leave_no_holes)
+{
+    mallopt(M_MMAP_MAX, 0); /* as kvbench: every block from the heap */
+    kv_mem_set_heap_huge(true);
+    cr_expect(kv_mem_heap_huge());
+    enum { BLOCKS = 16 };
+    size_t block = 4 * MIB; /* a whole number of huge pages, as a layer's matrices */
+    unsigned char *p[BLOCKS];
+    size_t before = mallinfo2().arena;
+    for (int i = 0; i < BLOCKS; i++) {
+        cr_assert_not_null(p[i] = kv_mem_alloc_huge(block));
+        cr_expect_eq((uintptr_t)p[i] % 64, 0, "block %d at %p", i, (void *)p[i]);
+        memset(p[i], 0x5a, block);
+    }
+    size_t grown = mallinfo2().arena - before;
+    /* the blocks, their headers, and the top of the heap's last extension */
+    cr_expect_leq(grown, BLOCKS * block + 4 * MIB, "%d blocks of %zu bytes grew the heap by %zu",
+                  BLOCKS, block, grown);
+    for (int i = 0; i < BLOCKS; i++)
+        free(p[i]);
+    kv_mem_set_heap_huge(false);
+}
+#endif
