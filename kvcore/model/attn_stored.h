@@ -22,9 +22,10 @@ void kv_attn_stored_scores(const kv_cache *c, const kv_cache_layer *l, const flo
 
 /* Slots per decode attention task over a stored cache: as many as fill
  * 256 KB with their keys' stored form (codes and group parameters), the
- * bytes attn_decode.c's F32 blocks hold. Of a task's runs of slots the first
- * starts cold (attn_stored.c prefetches each next run while one runs), so
- * u8 rows in F32's 64-slot blocks (64 KB) left a quarter of the runs cold. */
+ * bytes attn_decode.c's F32 blocks hold, to the nearest whole runs. Of a
+ * task's runs of slots the first starts cold (attn_stored.c prefetches each
+ * next run while one runs), so u8 rows in F32's 64-slot blocks (64 KB) left
+ * a quarter of the runs cold. */
 int kv_attn_stored_block(const kv_cache *c);
 
 /* o_h += sum_t p[h * ld + t] v^_t, o_h = o + h * head_dim, for the stored
