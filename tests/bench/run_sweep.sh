@@ -11,7 +11,9 @@
 #               tokenizing, writing, scoring),
 # each under /usr/bin/time -v, and prints a Markdown table: wall and CPU seconds, the ratios to the
 # full cache alone, the same less the fixed cost (the engine's share, what `bench sweep` times),
-# minor faults and peak RSS.
+# minor faults and peak RSS. The engine's ratios are what `bench sweep`'s cold pass measures (a
+# fresh process per mode that has loaded the model: its prefill, forks and decode), in wall and
+# CPU time; the run's own ratios carry the fixed cost in both terms.
 #
 #   tests/bench/run_sweep.sh MODEL_DIR [COMPUTE] [THREADS] [PRECISION ...]
 #   (defaults: f32 2, no precision rows; KVBENCH=path/to/kvbench, default build/harness/kvbench)
@@ -87,10 +89,10 @@ level=$("$kvbench" version --libraries | sed -n 's/^kernels \([a-z0-9]*\).*/\1/p
 echo "\`kvbench run\` of one 2,048-token multi_news article, 64 new tokens, compute $compute," \
   "$threads threads, kernels $level, $start–$end UTC, load $load0 → $load1:"
 echo
-echo "| run | wall s | CPU s | wall / full | CPU / full | engine CPU / full | minor faults | peak RSS |"
-echo "|---|--:|--:|--:|--:|--:|--:|--:|"
+echo "| run | wall s | CPU s | wall / full | CPU / full | engine wall / full | engine CPU / full | minor faults | peak RSS |"
+echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|"
 read -r fw fc _ _ <<<"${res[full]}"
-read -r _ xc _ _ <<<"${res[fixed]}"
+read -r xw xc _ _ <<<"${res[fixed]}"
 for r in "${rows[@]}"; do
   read -r w c f k <<<"${res[$r]}"
   case $r in
@@ -98,7 +100,7 @@ for r in "${rows[@]}"; do
     full) label="full cache alone" ;;
     *) label="full + 16, ${r#sweep_} caches" ;;
   esac
-  awk -v l="$label" -v w="$w" -v c="$c" -v f="$f" -v k="$k" -v fw="$fw" -v fc="$fc" -v xc="$xc" \
-    'BEGIN { printf "| %s | %.1f | %.1f | %.2f× | %.2f× | %.2f× | %d | %.2f GB |\n",
-             l, w, c, w / fw, c / fc, (c - xc) / (fc - xc), f, k * 1024 / 1e9 }'
+  awk -v l="$label" -v w="$w" -v c="$c" -v f="$f" -v k="$k" -v fw="$fw" -v fc="$fc" -v xw="$xw" \
+    -v xc="$xc" 'BEGIN { printf "| %s | %.1f | %.1f | %.2f× | %.2f× | %.2f× | %.2f× | %d | %.2f GB |\n",
+             l, w, c, w / fw, c / fc, (w - xw) / (fw - xw), (c - xc) / (fc - xc), f, k * 1024 / 1e9 }'
 done

@@ -402,10 +402,32 @@ Test(generate_cli, bench_model_warmup_runs_are_not_reported)
     free(dir);
 }
 
-/* bench sweep decodes the same configs batched and one after another and
- * refuses to report unless their tokens agree; beside each ratio it prints
- * the one at the machine's measured limits, which can be no better than
- * the full cache alone (1 + K rows do at least one row's work). */
+/* The rows of one of bench sweep's tables (the one after `label`): each K
+ * of --configs 1,3 once, the limit ratio no better than the full cache
+ * alone (1 + K rows do at least one row's work). */
+static void expect_table(const char *out, const char *label)
+{
+    const char *at = strstr(out, label);
+    cr_assert_not_null(at, "no table '%s' in:\n%s", label, out);
+    int rows = 0;
+    for (const char *p = strstr(at, "limit batched/full\n"); p && (p = strchr(p, '\n'));) {
+        int k;
+        double v[6];
+        if (sscanf(++p, "%d %lfx %lfx %lfx %lfx %lfx %lfx", &k, &v[0], &v[1], &v[2], &v[3], &v[4],
+                   &v[5]) != 7)
+            break;
+        cr_assert(k == (rows ? 3 : 1), "%s: %s", label, out);
+        cr_assert_geq(v[5], 1.0, "%s: the limit ratio of %d configs: %s", label, k, out);
+        rows++;
+    }
+    cr_assert_eq(rows, 2, "%s: %s", label, out);
+}
+
+/* bench sweep decodes the same configs batched and one after another, each
+ * mode in a process of its own, and refuses to report unless their tokens
+ * agree; it reports each mode's first pass (cold, as a one-sample run) and
+ * its second (warm), each beside the ratio at the machine's measured
+ * limits. */
 Test(generate_cli, bench_sweep_compares_modes_and_the_machine_limit)
 {
     char *dir = model_dir("qwen3-bf16");
@@ -415,19 +437,83 @@ Test(generate_cli, bench_sweep_compares_modes_and_the_machine_limit)
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert(strstr(r.out, "batched tokens identical to sequential: yes"), "%s", r.out);
     cr_assert(strstr(r.out, "machine limit: FP32 "), "%s", r.out);
-    int rows = 0;
-    for (const char *p = strstr(r.out, "limit batched/full\n"); p && (p = strchr(p, '\n'));) {
-        int k;
-        double v[6];
-        if (sscanf(++p, "%d %lfx %lfx %lfx %lfx %lfx %lfx", &k, &v[0], &v[1], &v[2], &v[3], &v[4],
-                   &v[5]) != 7)
-            break;
-        cr_assert(k == 1 || k == 3, "%s", r.out);
-        cr_assert_geq(v[5], 1.0, "the limit ratio of %d configs: %s", k, r.out);
-        rows++;
+    expect_table(r.out, "\ncold (as a one-sample run");
+    expect_table(r.out, "\nwarm (from the second sample on");
+    /* one process per mode: full, then batched and sequential of each K */
+    const char *modes[] = {"full", "batched:1", "sequential:1", "batched:3", "sequential:3"};
+    for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
+        char line[64];
+        snprintf(line, sizeof line, "# repeat 1, %s: cold ", modes[i]);
+        cr_assert(strstr(r.err, line), "no '%s' in:\n%s", line, r.err);
     }
-    cr_assert_eq(rows, 2, "%s", r.out);
     tu_result_free(&r);
+    free(dir);
+}
+
+/* A mode's process (--one-mode, which bench sweep starts) prints one line
+ * per pass that bench sweep reads back: its times, its work and its
+ * tokens' hash, which batched and sequential share pass by pass while two
+ * passes (prompts of their own) differ. */
+Test(generate_cli, bench_sweep_mode_process_prints_its_passes)
+{
+    char *dir = model_dir("qwen3-bf16");
+    unsigned long long tokens[2][2];
+    const char *modes[] = {"batched:2", "sequential:2"};
+    for (int m = 0; m < 2; m++) {
+        tu_result r = tu_kvbench("bench", "sweep", "--model", dir, "--prompt-tokens", "40",
+                                 "--gen-tokens", "4", "--threads", "1", "--one-mode", modes[m],
+                                 NULL);
+        cr_assert_eq(r.status, 0, "%s", r.err);
+        for (int p = 0; p < 2; p++) {
+            char tag[64];
+            snprintf(tag, sizeof tag, "bench sweep pass %d: ", p);
+            const char *at = strstr(r.out, tag);
+            cr_assert_not_null(at, "no '%s' in:\n%s", tag, r.out);
+            double wall, cpu, prefill, passes, rows;
+            cr_assert_eq(sscanf(at + strlen(tag),
+                                "wall %lf cpu %lf prefill %lf prefill_cpu %*f passes %lf rows %lf slots %*f "
+                                "slot_bytes %*f proj_flops %*f attn_flops %*f bytes %*f tokens "
+                                "%llx",
+                                &wall, &cpu, &prefill, &passes, &rows, &tokens[m][p]),
+                         6, "%s", at);
+            cr_assert(wall > 0 && prefill > 0 && prefill < wall, "%s", at);
+            /* 4 new tokens: 3 decode forwards of 3 rows */
+            cr_assert_eq(passes, m == 0 ? 3 : 9, "%s", at);
+            cr_assert_eq(rows, 9, "%s", at);
+        }
+        tu_result_free(&r);
+    }
+    cr_assert_eq(tokens[0][0], tokens[1][0]);
+    cr_assert_eq(tokens[0][1], tokens[1][1]);
+    cr_assert_neq(tokens[0][0], tokens[0][1]);
+    free(dir);
+}
+
+/* --one-mode takes one mode (K within the sweep's configs) and none of the
+ * options that belong to the sweep as a whole: each misuse is a one-line
+ * usage error naming the option. */
+Test(generate_cli, bench_sweep_refuses_one_mode_misuse)
+{
+    char *dir = model_dir("qwen3-bf16");
+    const char *bad[][4] = {
+        {"--one-mode", "batched", NULL, "--one-mode: want full, batched:K or sequential:K"},
+        {"--one-mode", "sequential:0", NULL, "not 'sequential:0'"},
+        {"--one-mode", "batched:33", NULL, "not 'batched:33'"},
+        {"--one-mode", "batched:3x", NULL, "not 'batched:3x'"},
+        {"--one-mode", "full", "--configs", "which takes --configs"},
+        {"--one-mode", "full", "--repeats", "which takes --repeats"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        tu_result r = bad[i][2] ? tu_kvbench("bench", "sweep", "--model", dir, bad[i][0],
+                                             bad[i][1], bad[i][2], "2", NULL)
+                                : tu_kvbench("bench", "sweep", "--model", dir, bad[i][0],
+                                             bad[i][1], NULL);
+        cr_assert_eq(r.status, 2, "%s %s: %s", bad[i][1], bad[i][2] ? bad[i][2] : "", r.err);
+        cr_assert(strstr(r.err, bad[i][3]), "%s", r.err);
+        cr_assert_eq(strchr(r.err, '\n'), r.err + strlen(r.err) - 1, "one line: %s", r.err);
+        cr_assert_eq(r.out[0], '\0', "%s", r.out);
+        tu_result_free(&r);
+    }
     free(dir);
 }
 
