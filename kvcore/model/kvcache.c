@@ -48,10 +48,45 @@ static size_t value_groups(const kv_cache *c, int slots)
     return (size_t)slots * ((size_t)kv_cache_row(c) / (size_t)c->quant.value_group);
 }
 
+/* A part's full rows and the rows before them in their block. */
+static float **rows_of(kv_cache_layer *l, kv_cache_part part)
+{
+    return part == KV_KEYS ? &l->k : &l->v;
+}
+
+static int *front_of(kv_cache_layer *l, kv_cache_part part)
+{
+    return part == KV_KEYS ? &l->k_front : &l->v_front;
+}
+
+/* The start of the block holding a part's full rows (what malloc gave). */
+static float *block_of(const kv_cache *c, kv_cache_layer *l, kv_cache_part part)
+{
+    float *rows = *rows_of(l, part);
+    return rows ? rows - (size_t)*front_of(l, part) * (size_t)kv_cache_row(c) : NULL;
+}
+
+/* Moves a part's rows in use back to the start of their block. */
+static void unshift(const kv_cache *c, kv_cache_layer *l, kv_cache_part part)
+{
+    int *front = front_of(l, part);
+    if (*front == 0)
+        return;
+    float *block = block_of(c, l, part);
+    size_t used = (size_t)(l->len - kv_cache_stored(l, part));
+    memmove(block, *rows_of(l, part), used * (size_t)kv_cache_row(c) * sizeof(float));
+    *rows_of(l, part) = block;
+    *front = 0;
+}
+
 /* Makes k and v hold krows and vrows full-precision rows. */
 static int full_resize(const kv_cache *c, kv_cache_layer *l, int krows, int vrows, kv_error *err)
 {
     size_t row = (size_t)kv_cache_row(c) * sizeof(float);
+    if (krows != l->k_rows || vrows != l->v_rows) { /* realloc moves blocks, not fronts */
+        unshift(c, l, KV_KEYS);
+        unshift(c, l, KV_VALUES);
+    }
     if (krows != l->k_rows) {
         if (resize(&l->k, (size_t)krows * row, err) != 0)
             return -1;
@@ -104,6 +139,14 @@ static void full_release(const kv_cache *c, kv_cache_layer *l)
                 l->v_rows > vused + 64 ? vused : l->v_rows, &ignored);
 }
 
+/* Rows an F32 layer of cap slots allocates: cap, and room for its front
+ * to move up (shift_front) a few times before its rows go back to the
+ * block's start. */
+static int f32_rows(int cap)
+{
+    return cap + (cap / 32 > 16 ? cap / 32 : 16);
+}
+
 /* Sets a layer's capacity to cap slots: positions, norms, the stored form,
  * and in an F32 cache its rows. */
 static int layer_resize(const kv_cache *c, kv_cache_layer *l, int cap, kv_error *err)
@@ -116,7 +159,7 @@ static int layer_resize(const kv_cache *c, kv_cache_layer *l, int cap, kv_error 
         resize(&l->vq, stores ? n * bytes : 0, err) != 0 ||
         resize(&l->kg, key_groups(c, cap) * sizeof *l->kg, err) != 0 ||
         resize(&l->vg, value_groups(c, cap) * sizeof *l->vg, err) != 0 ||
-        (!stores && full_resize(c, l, cap, cap, err) != 0))
+        (!stores && full_resize(c, l, f32_rows(cap), f32_rows(cap), err) != 0))
         return -1;
     l->cap = cap;
     if (l->vlen_n > cap)
@@ -156,8 +199,8 @@ void kv_cache_free(kv_cache *c)
         return;
     for (int i = 0; i < c->n_layers; i++) {
         kv_cache_layer *l = &c->layers[i];
-        free(l->k);
-        free(l->v);
+        free(block_of(c, l, KV_KEYS));
+        free(block_of(c, l, KV_VALUES));
         free(l->kq);
         free(l->vq);
         free(l->kg);
@@ -865,8 +908,9 @@ static int regroup_keys(part_move *m, kv_error *err)
             else if (x != y)
                 memcpy(y, x, span * sizeof *y);
         }
-    free(m->d->k);
+    free(block_of(m->dst, m->d, KV_KEYS));
     m->d->k = keys;
+    m->d->k_front = 0;
     m->d->k_rows = m->len + 1;
     m->d->k_stored = 0;
     m->d->len = m->len;
@@ -875,6 +919,55 @@ static int regroup_keys(part_move *m, kv_error *err)
 }
 
 /* Positions and value norms of the kept slots; a gap's are -1 and 0. */
+/* Rows of a one-set gather in place that move when the layer's first
+ * slot moves up by `up` rows (0: the tail's way): those not where they
+ * go already. */
+static int rows_moving(const kv_cache_keep *k, int up)
+{
+    int n = 0;
+    for (int j = 0; j < k->n_keep[0]; j++)
+        n += k->keep[j] != j + up;
+    return n;
+}
+
+/* Whether a gather in place of layer l moves fewer rows by shifting its
+ * front up (shift_front) than its tail down. Decode-time eviction drops
+ * one slot a step, most often near the end, but a deep one moves the
+ * whole tail: in the 16-config H2O/SnapKV sweep (tests/bench/run_sweep.sh)
+ * the tails came to 7.9 M rows of 4 KB, a twentieth of the CPU time (perf,
+ * 2026-12-02), the shorter side to 4.8 M. Only an F32 layer of one set
+ * whose keys do not turn qualifies (stored rows, per-head sets and
+ * rerotation move by the tail's way); moving the rows back to the block's
+ * start when its room runs out is charged to the shifts it allows. */
+static bool front_is_shorter(const kv_cache *c, const kv_cache_layer *l, const kv_cache_keep *k)
+{
+    int up = l->len - k->n_keep[0], room = l->k_rows - l->cap;
+    if (kv_cache_stores(c) || k->sets != 1 || k->inv_freq || l->gap || up <= 0 || room < up ||
+        l->v_rows - l->cap != room)
+        return false;
+    return rows_moving(k, up) + l->len / room < rows_moving(k, 0);
+}
+
+/* A part's kept rows below the last dropped slot move up by the `up`
+ * dropped, from the top down, and its rows start `up` rows later. */
+static void shift_front(part_move *m)
+{
+    kv_cache_layer *l = m->d;
+    int up = l->len - m->k->n_keep[0], *front = front_of(l, m->part);
+    int rows = m->part == KV_KEYS ? l->k_rows : l->v_rows;
+    if (rows - l->cap - *front < up)
+        unshift(m->dst, l, m->part);
+    float **at = rows_of(l, m->part);
+    size_t row = (size_t)kv_cache_row(m->dst);
+    for (int j = m->k->n_keep[0] - 1; j >= 0; j--) {
+        int from = m->k->keep[j];
+        if (from != j + up) /* distinct rows: from < j + up */
+            memcpy(*at + (size_t)(j + up) * row, *at + (size_t)from * row, row * sizeof(float));
+    }
+    *at += (size_t)up * row;
+    *front += up;
+}
+
 static void move_positions(const kv_cache_layer *s, kv_cache_layer *d, const kv_cache_keep *k,
                            int nkv, int len)
 {
@@ -905,17 +998,22 @@ int kv_cache_gather(const kv_cache *src, kv_cache *dst, int layer, const kv_cach
     m.buf = malloc((size_t)(sets > 1 ? 1 : src->n_kv_heads) * (size_t)D * sizeof *m.buf);
     int rc = m.cs && m.delta && m.buf ? 0 : kv_fail(err, "KV cache: out of memory");
     int vlen_n = measured_prefix(k, shortest, s->vlen_n);
+    bool front = src == dst && front_is_shorter(src, s, k);
     /* values, then keys: neither reads the other's rows */
     m.part = KV_VALUES;
     m.d_stored = stored_after(k, len, s->v_stored);
-    if (rc == 0)
+    if (rc == 0 && front)
+        shift_front(&m);
+    else if (rc == 0)
         rc = move_part(&m, err);
     m.part = KV_KEYS;
     for (int g = 0; g < sets; g++)
         m.delta[g] = 0;
     bool by_channel = src->quant.key_by_channel && kv_cache_stores(src);
     m.d_stored = stored_after(k, len, s->k_stored);
-    if (rc == 0)
+    if (rc == 0 && front)
+        shift_front(&m);
+    else if (rc == 0)
         rc = by_channel ? regroup_keys(&m, err) : move_part(&m, err);
     if (rc == 0) {
         move_positions(s, d, k, src->n_kv_heads, len);

@@ -7,7 +7,9 @@
  *
  * Layout per layer: k and v are [slot][kv_head][head_dim] floats, row-major,
  * so one slot is one contiguous row of n_kv_heads * head_dim floats and
- * compaction moves whole rows. Slots stay in the order tokens arrived.
+ * compaction moves whole rows: in an F32 layer those on the shorter side
+ * of what it drops, the rows then starting further into their block
+ * (k_front). Slots stay in the order tokens arrived.
  * Layers are independent: eviction compacts each one on its own, so layers
  * may hold different numbers of slots.
  *
@@ -42,7 +44,10 @@ typedef struct kv_cache_layer {
     float *k;        /* keys at full precision, [k_rows][n_kv_heads * head_dim]: slot s
                         in row s - k_stored (an F32 cache: every slot, in its row) */
     float *v;        /* the same for values, slot s in row s - v_stored */
-    int k_rows, v_rows; /* rows allocated in k and v */
+    int k_rows, v_rows; /* rows allocated in k and v, from their blocks' starts */
+    int k_front, v_front; /* rows of the block before k's (v's) first row: an F32
+                             layer compacted in place may move its front instead
+                             of its tail (kvcache.c, shift_front) */
     uint8_t *kq;     /* slots [0, k_stored) in the stored form (kv_cache_code_bytes
                         a slot; see kv_cache_quant) */
     uint8_t *vq;     /* the same for values, slots [0, v_stored) */

@@ -737,3 +737,84 @@ Test(kvcache, one_slot_a_step_grows_by_an_eighth_not_a_doubling)
         cr_assert_eq(c->layers[1].k[(size_t)at * 4 + 3], (float)(at * 4 + 3));
     kv_cache_free(c);
 }
+
+/* Token t's keys and values in the test below: channel d of slot row. */
+static float key_of(int t, int d) { return (float)(t * 16 + d); }
+static float value_of(int t, int d) { return -(float)(t * 16 + d) - 0.5f; }
+
+/* Every slot of layer 0 holds the keys, values and position of token
+ * tokens[slot]. */
+static void expect_tokens(const kv_cache *c, const int *tokens, int n, int step)
+{
+    const kv_cache_layer *l = &c->layers[0];
+    cr_assert_eq(l->len, n, "step %d", step);
+    int row = kv_cache_row(c);
+    for (int s = 0; s < n; s++) {
+        cr_assert_eq(kv_cache_pos(c, 0, s, 1), tokens[s], "step %d slot %d", step, s);
+        for (int d = 0; d < row; d++) {
+            cr_assert_eq(kv_cache_full_row(c, l, KV_KEYS, s)[d], key_of(tokens[s], d),
+                         "step %d slot %d", step, s);
+            cr_assert_eq(kv_cache_full_row(c, l, KV_VALUES, s)[d], value_of(tokens[s], d),
+                         "step %d slot %d", step, s);
+        }
+    }
+}
+
+/* Appends token t to layer 0 (room reserved). */
+static void append_token(kv_cache *c, int t)
+{
+    kv_error err;
+    cr_assert_eq(kv_cache_reserve(c, 1, &err), 0, "%s", err.msg);
+    kv_cache_layer *l = &c->layers[0];
+    int s = l->len++;
+    for (int d = 0; d < kv_cache_row(c); d++) {
+        kv_cache_full_row(c, l, KV_KEYS, s)[d] = key_of(t, d);
+        kv_cache_full_row(c, l, KV_VALUES, s)[d] = value_of(t, d);
+    }
+    kv_cache_set_pos(c, 0, s, t);
+}
+
+/* Decode-time eviction drops one slot a step; an F32 layer moves whichever
+ * side of it is shorter (its front up when the slot is near the start).
+ * Through hundreds of such steps, near both ends, past the room its
+ * blocks keep for a moving front, through growth, a fork and a shrink,
+ * every slot keeps its token's keys, values and position. */
+Test(kvcache, compaction_in_place_moves_the_shorter_side_and_keeps_every_row)
+{
+    kv_error err;
+    enum { N = 200 };
+    kv_cache *c = kv_cache_new(1, 2, 8, N + 1, &err);
+    cr_assert_not_null(c, "%s", err.msg);
+    int tokens[4 * N], n = 0, next = 0;
+    for (; next < N; next++)
+        append_token(c, tokens[n++] = next);
+    bool front_moved = false;
+    uint32_t rng = 12345;
+    for (int step = 0; step < 500; step++) {
+        if (step == 300) /* growth: rows move to a new block, front and all */
+            for (int i = 0; i < 150; i++)
+                append_token(c, tokens[n++] = next++);
+        append_token(c, tokens[n++] = next++);
+        rng = rng * 1664525u + 1013904223u;
+        int victim = (int)(rng >> 8) % n, keep[4 * N], k = 0;
+        if (step % 3 == 0) /* two at once now and then */
+            victim = victim > n - 2 ? n - 2 : victim;
+        for (int s = 0; s < n; s++)
+            if (s != victim && !(step % 3 == 0 && s == victim + 1))
+                keep[k++] = s;
+        cr_assert_eq(kv_cache_compact(c, 0, keep, k, &err), 0, "%s", err.msg);
+        for (int j = 0; j < k; j++)
+            tokens[j] = tokens[keep[j]];
+        n = k;
+        front_moved = front_moved || c->layers[0].k_front > 0;
+        expect_tokens(c, tokens, n, step);
+    }
+    cr_expect(front_moved, "no compaction moved the front");
+    kv_cache *f = kv_cache_fork(c, 0, &err);
+    cr_assert_not_null(f, "%s", err.msg);
+    expect_tokens(f, tokens, n, -1);
+    cr_assert_eq(kv_cache_shrink(c, 1, &err), 0, "%s", err.msg);
+    expect_tokens(c, tokens, n, -2);
+    kv_cache_free(f);
+    kv_cache_free(c);
+}
