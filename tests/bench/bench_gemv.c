@@ -11,6 +11,7 @@
  * The default shapes are Qwen3-0.6B's MLP up (gate/up), down and LM head.
  * --compute bf16 (BF16 weights only) rounds the input rows to BF16 and runs
  * bf16 mode's kernels, as decode in that mode does.
+ * KVBENCH_ISA=avx2 runs the AVX2 kernels on any CPU.
  * --peak (e.g. `kvbench bench machine`'s FP32 FMA figure per thread) adds
  * each rate as a fraction of it. Each figure is the best of the calls made
  * in --seconds (at least three calls): the machines this runs on are
@@ -21,6 +22,7 @@
 #include <string.h>
 
 #include "bench_util.h"
+#include "model/cpu.h"
 #include "model/kernels.h"
 #include "util/clock.h"
 #include "util/pool.h"
@@ -68,8 +70,8 @@ int main(int argc, char **argv)
     if (mode == KV_COMPUTE_BF16 && dtype != KV_DTYPE_BF16)
         usage(); /* bf16 mode multiplies BF16 weights only */
     kv_error err;
-    kv_pool *pool = kv_pool_new(threads, &err);
-    if (!pool) {
+    kv_pool *pool = NULL;
+    if (kv_isa_init(&err) != 0 || !(pool = kv_pool_new(threads, &err))) {
         fprintf(stderr, "bench_gemv: %s\n", err.msg);
         return 1;
     }
@@ -81,7 +83,8 @@ int main(int argc, char **argv)
     for (int s = 0; s + 1 < ns; s += 2) {
         int rows = shapes[s], cols = shapes[s + 1];
         size_t esize = dtype == KV_DTYPE_F32 ? 4 : 2, n = (size_t)rows * (size_t)cols;
-        void *data = malloc(n * esize);
+        /* 64-byte aligned, as the model's weights are (kv_mem_alloc_huge) */
+        void *data = aligned_alloc(64, (n * esize + 63) / 64 * 64);
         float *xs = malloc((size_t)maxb * (size_t)cols * sizeof *xs),
               *y = malloc((size_t)maxb * (size_t)rows * sizeof *y);
         if (!data || !xs || !y) {
