@@ -210,7 +210,7 @@ INLINE void stream(int tr, int tb, kv_dtype dt, const void *const *w, const floa
  * has two accumulators per chain (halves = 2: a[k], b[k]) over blocks of 64
  * columns, chain k at 16 k; dot_row_t one over blocks of 32, chain k at 8 k. */
 INLINE void tile(int tr, int tb, kv_dtype dt, const kv_weight *wm, const int *r,
-                 const float *const *x, const void *const *xp, float *out)
+                 const float *const *x, const void *const *xp, kv_prefetch *pf, float *out)
 {
     const int halves = dt == KV_DTYPE_BF16 ? 2 : 1;
     size_t cols = (size_t)wm->cols, vec = 8 * (size_t)halves, step = 4 * vec;
@@ -225,12 +225,15 @@ INLINE void tile(int tr, int tb, kv_dtype dt, const kv_weight *wm, const int *r,
     enum { N = TR * TB };
     __m256 acc[8][N]; /* chain k's accumulators at k * halves + half */
     size_t c0 = 0;
+    int nstreams = kv_tile_streams(cmain, TILE_COLS, 4 * halves);
     do { /* at least once: the accumulators start at zero there */
         size_t c1 = c0 + TILE_COLS < cmain ? c0 + TILE_COLS : cmain;
         for (int k = 0; k < 4; k++)
-            for (int h = 0; h < halves; h++)
+            for (int h = 0; h < halves; h++) {
+                kv_prefetch_share(pf, nstreams--);
                 stream(tr, tb, dt, w, xs, h, c0 + vec * (size_t)k, c1, step, c0 == 0,
                        acc[k * halves + h]);
+            }
         c0 = c1;
     } while (c0 < cmain);
     /* Chain 0 goes on over the blocks of vec; only where there are some:

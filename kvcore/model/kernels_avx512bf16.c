@@ -114,7 +114,7 @@ INLINE void dp_stream(int tr, int tb, const uint16_t *const *w, const uint16_t *
 /* dot_row_dp on a tr x tb tile (kv_tile_fn's out[b * tr + i]): xp[b] is
  * x[b] packed to BF16. */
 INLINE void dp_tile(int tr, int tb, const kv_weight *wm, const int *r, const void *const *xp,
-                    float *out)
+                    kv_prefetch *pf, float *out)
 {
     size_t cols = (size_t)wm->cols, c128 = cols / 128 * 128;
     const uint16_t *w[DP_TR], *x[DP_TB];
@@ -128,11 +128,14 @@ INLINE void dp_tile(int tr, int tb, const kv_weight *wm, const int *r, const voi
      * four streams' 96 sums were shuffled through the stack between streams */
     __asm__("" : : "r"(acc) : "memory");
     size_t c0 = 0;
+    int nstreams = kv_tile_streams(c128, DP_TILE_COLS, 4);
     do { /* at least once: the accumulators start at zero there */
         size_t c1 = c0 + DP_TILE_COLS < c128 ? c0 + DP_TILE_COLS : c128;
 #pragma GCC unroll 4
-        for (int k = 0; k < 4; k++)
+        for (int k = 0; k < 4; k++) {
+            kv_prefetch_share(pf, nstreams--);
             dp_stream(tr, tb, w, x, c0 + 32 * (size_t)k, c1, 128, cols, false, c0 == 0, acc[k]);
+        }
         c0 = c1;
     } while (c0 < c128);
     if (cols > c128) /* chain 0 goes on over the rest, 32 at a time */
@@ -148,10 +151,10 @@ INLINE void dp_tile(int tr, int tb, const kv_weight *wm, const int *r, const voi
 /* The kv_tile_fn of DP_TR x tb for tb = 1..DP_TB. */
 #define DP_TILE(tb)                                                                                \
     static void dp_tile_##tb(const kv_weight *w, const int *r, const float *const *x,              \
-                             const void *const *xp, float *out)                                    \
+                             const void *const *xp, kv_prefetch *pf, float *out)                   \
     {                                                                                              \
         (void)x;                                                                                   \
-        dp_tile(DP_TR, tb, w, r, xp, out);                                                         \
+        dp_tile(DP_TR, tb, w, r, xp, pf, out);                                                     \
     }
 DP_TILE(1)
 DP_TILE(2)

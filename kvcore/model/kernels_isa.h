@@ -54,11 +54,41 @@ typedef struct kv_isa_kernels {
 
 extern const kv_isa_kernels kv_kernels_avx2, kv_kernels_avx512, kv_kernels_avx512bf16;
 
+/* The cache lines [at, end) that a tile prefetches, one at a time spread
+ * over its work; it leaves `at` past the ones it did. */
+typedef struct kv_prefetch {
+    const char *at, *end;
+} kv_prefetch;
+
+/* The streams of a tile whose columns go in blocks of `block` up to cmain
+ * (at least one block: a tile with no whole step has its streams run once). */
+static inline int kv_tile_streams(size_t cmain, size_t block, int per_block)
+{
+    size_t blocks = (cmain + block - 1) / block;
+    return (blocks > 0 ? (int)blocks : 1) * per_block;
+}
+
+/* Before the n-th last stream of a tile (a pass over its columns):
+ * prefetches that stream's share, 1 / n of the lines left in pf. Issued in
+ * one bunch before the tile, the prefetches stalled it (perf, bench_gemv BF16
+ * 3072 x 1024, batch 17: 60 % of kv_rows_batch_tiles' 9 % of the samples on
+ * the instruction after the prefetch); spread over the streams, batch 16 ran
+ * 5 % faster and batch 4 15 % (1 thread, 2 Dec 2026, AVX512_BF16 machine),
+ * and the LM head's 151936 x 1024 at batch 17 5-23 % (DRAM-bound: noisy). */
+static inline void kv_prefetch_share(kv_prefetch *pf, int n)
+{
+    size_t lines = (size_t)(pf->end - pf->at) / 64;
+    size_t share = n > 1 ? (lines + (size_t)n - 1) / (size_t)n : lines;
+    for (; share > 0; share--, pf->at += 64)
+        __builtin_prefetch(pf->at);
+}
+
 /* One tile of a level's rows_batch: out[b * tr + i] = W[r[i]] . x[b] for
  * its tr weight rows and tb input rows (xp[b]: x[b] prepared); r, x and xp
- * have an entry for each. */
+ * have an entry for each. It prefetches the lines of pf (the weight rows of
+ * the next tile) while it computes. */
 typedef void kv_tile_fn(const kv_weight *w, const int *r, const float *const *x,
-                        const void *const *xp, float *out);
+                        const void *const *xp, kv_prefetch *pf, float *out);
 
 #define KV_TILE_MAX 8
 
@@ -84,16 +114,18 @@ static inline void kv_rows_batch_tiles(kv_tile_fn *tile, kv_tile_fn *const *narr
         for (int i = 0; i < tr; i++)
             rr[i] = r + (i < nr ? i : nr - 1);
         /* The next tr weight rows are prefetched from DRAM, in slices over
-         * the tiles of these: the prefetcher does not follow a tile's strided
-         * reads of several rows in time (BF16 3072 x 1024, 17 input rows, 1
-         * thread: 22 GFLOP/s without, 25 with). */
+         * the tiles of these (each tile spreads its slice over its streams):
+         * the prefetcher does not follow a tile's strided reads of several
+         * rows in time (BF16 3072 x 1024, 17 input rows, 1 thread: 22
+         * GFLOP/s without, 25 with). */
         int pn = r1 - (r + tr) < tr ? r1 - (r + tr) : tr;
-        const char *pf = pn > 0 ? (const char *)w->data + (size_t)(r + tr) * row_bytes : NULL;
+        const char *pf = (const char *)w->data + (pn > 0 ? (size_t)(r + tr) * row_bytes : 0);
         size_t pf_end = pn > 0 ? (size_t)pn * row_bytes : 0, pf_at = 0;
         size_t slice = (pf_end / (size_t)tiles + 63) / 64 * 64;
         for (int b0 = 0, nb; b0 < batch; b0 += nb) {
-            for (size_t e = pf_at + slice < pf_end ? pf_at + slice : pf_end; pf_at < e; pf_at += 64)
-                __builtin_prefetch(pf + pf_at);
+            size_t e = pf_at + slice < pf_end ? pf_at + slice : pf_end;
+            kv_prefetch slice_pf = {pf + pf_at, pf + e};
+            pf_at = e;
             nb = batch - b0 < tb ? batch - b0 : tb;
             if (narrow && tb > 2 && batch - b0 == tb + 1)
                 nb = tb - 1; /* two tiles of tb - 1 rather than tb and 1 */
@@ -106,7 +138,7 @@ static inline void kv_rows_batch_tiles(kv_tile_fn *tile, kv_tile_fn *const *narr
                 xp[b] = xps ? (const char *)xps + row * cols * KV_PREPARED_BYTES_PER_ELEMENT : NULL;
             }
             float out[KV_TILE_MAX * KV_TILE_MAX];
-            (wide < tb ? narrow[wide - 1] : tile)(w, rr, x, xp, out);
+            (wide < tb ? narrow[wide - 1] : tile)(w, rr, x, xp, &slice_pf, out);
             for (int b = 0; b < nb; b++)
                 for (int i = 0; i < nr; i++)
                     y[(size_t)(b0 + b) * ldy + (size_t)(r + i)] = out[b * tr + i];
@@ -116,12 +148,12 @@ static inline void kv_rows_batch_tiles(kv_tile_fn *tile, kv_tile_fn *const *narr
 
 /* In a level's file: the kv_tile_fn of each dtype for tiles of tr x tb,
  * bf16_tile_<tb>, f16_tile_<tb> and f32_tile_<tb>, each calling that file's
- * tile(tr, tb, dtype, w, r, x, xp, out) (inlined, under its target flags). */
+ * tile(tr, tb, dtype, w, r, x, xp, pf, out) (inlined, under its target flags). */
 #define KV_TILE_FN(name, dt, tr, tb)                                                               \
     static void name##_##tb(const kv_weight *w, const int *r, const float *const *x,               \
-                            const void *const *xp, float *out)                                     \
+                            const void *const *xp, kv_prefetch *pf, float *out)                    \
     {                                                                                              \
-        tile(tr, tb, dt, w, r, x, xp, out);                                                        \
+        tile(tr, tb, dt, w, r, x, xp, pf, out);                                                    \
     }
 #define KV_TILE_FNS(tr, tb)                                                                        \
     KV_TILE_FN(bf16_tile, KV_DTYPE_BF16, tr, tb)                                                   \
