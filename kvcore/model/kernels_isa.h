@@ -92,17 +92,31 @@ typedef void kv_tile_fn(const kv_weight *w, const int *r, const float *const *x,
 
 #define KV_TILE_MAX 8
 
+/* The input rows of the next tile when `left` remain, tiles of tb at most:
+ * with narrow tiles, the rows spread evenly over the fewest tiles, since a
+ * narrow tile runs slower per pair the narrower it is (a 3x1 AVX2 tile 20.7
+ * GFLOP/s, 3x2 29.8). At tb = 4, 17 rows run as 4 + 4 + 3 + 3 + 3, which
+ * bench_gemv (BF16 3072 x 1024, 1 thread, AVX512_BF16 machine, 2 Dec 2026)
+ * measured 1 % faster than 4 + 4 + 4 + 3 + 2, and 9 as 3 + 3 + 3 1 % faster
+ * than 4 + 3 + 2; at tb = 3 the split is the same as full tiles then two of
+ * 2 for 4 left. Without narrow tiles, full tiles. */
+static inline int kv_tile_rows(int left, int tb, bool narrow)
+{
+    if (!narrow || left <= tb)
+        return left < tb ? left : tb;
+    int tiles = (left + tb - 1) / tb;
+    return (left + tiles - 1) / tiles;
+}
+
 /* rows_batch (above) in tiles of tr weight rows x tb input rows (each at
  * most KV_TILE_MAX), in the order that keeps a tile's weight rows in L1
  * while every input row passes (the other order, a tile's input rows in L1
  * while the weight rows pass, measured 10-17 % slower with AVX2 3x3 tiles).
  * A partial tile of weight rows repeats its last row (computed, not
  * stored). Where the level has narrow tiles (narrow[n - 1]: tr x n, for
- * n < tb), a batch ends in them, and tb + 1 remaining rows run as two tiles
- * of tb - 1 (a tile of one row is the slowest per pair); where narrow is
- * NULL, a partial tile of input rows runs the full tile with its last row
- * repeated. Inline: it runs in each level's file, under that file's target
- * flags. */
+ * n < tb), a batch runs as kv_tile_rows spreads it; where narrow is NULL, a
+ * partial tile of input rows runs the full tile with its last row repeated.
+ * Inline: it runs in each level's file, under that file's target flags. */
 static inline void kv_rows_batch_tiles(kv_tile_fn *tile, kv_tile_fn *const *narrow, int tr, int tb,
                                        const kv_weight *w, int r0, int r1, const float *xs,
                                        const void *xps, int batch, float *y, size_t ldy)
@@ -126,9 +140,7 @@ static inline void kv_rows_batch_tiles(kv_tile_fn *tile, kv_tile_fn *const *narr
             size_t e = pf_at + slice < pf_end ? pf_at + slice : pf_end;
             kv_prefetch slice_pf = {pf + pf_at, pf + e};
             pf_at = e;
-            nb = batch - b0 < tb ? batch - b0 : tb;
-            if (narrow && tb > 2 && batch - b0 == tb + 1)
-                nb = tb - 1; /* two tiles of tb - 1 rather than tb and 1 */
+            nb = kv_tile_rows(batch - b0, tb, narrow != NULL);
             int wide = nb < tb && narrow ? nb : tb;
             const float *x[KV_TILE_MAX];
             const void *xp[KV_TILE_MAX];

@@ -227,9 +227,10 @@ static void check_batch(kv_pool *p, kv_dtype dt, kv_compute mode, int rows, int 
 /* Batched GEMVs at level isa: every dtype and mode, column counts that leave
  * every tail and rows longer than a tile's block of columns (1,024 F32 /
  * 2,048 BF16-mode columns: the sums carried from block to block), batch
- * sizes that leave partial tiles of input rows (for the AVX2 tiles of three
- * rows: narrower tiles of one and of two rows, and two of two for the last
- * four; the AVX-512 ones of four: narrow tiles of one to three), and row
+ * sizes that leave partial tiles of input rows (spread by kv_tile_rows: for
+ * the AVX2 tiles of three rows, narrower tiles of two, two of them for the
+ * last four; for the AVX-512 ones of four, narrow tiles of two and three,
+ * 17 as 4 + 4 + 3 + 3 + 3 and 9 as three of three), and row
  * counts (37 to 41 and 19 to 21, and 301 split into tasks) that leave
  * partial tiles of every size up to five weight rows. */
 static void check_batch_level(kv_isa isa)
