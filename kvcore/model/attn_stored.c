@@ -58,42 +58,31 @@ static float group_sum(const float *q, int n)
 }
 
 /* Keys by token: per KV head, per group of G channels, the nq query heads
- * from h0 against RUN slots at a time; each slot's scale and min are
- * gathered once for all heads, so the heads' rows are plain vector loops. */
+ * from h0 against the slots [t0, t1) (at most RUN), their scores written
+ * by the kernel: u8/u4 with each slot's scale and min applied
+ * (kv_dot_stored_groups), bf16/f16 as they are (x^ = x). */
 static void token_scores(const kv_cache *c, const kv_cache_layer *l, const float *q,
                          const float *qsums, int g, int h0, int nq, int t0, int t1, float *scores,
                          size_t ld)
 {
-    int D = c->head_dim, G = by_group(c) ? c->quant.key_group : D;
+    int D = c->head_dim, G = by_group(c) ? c->quant.key_group : D, n = t1 - t0;
     stored_head k = head_of(c, l, KV_KEYS, g);
-    float dot[HEADS_MAX * RUN], scale[RUN], min[RUN];
+    float *rows = scores + (size_t)h0 * ld + (size_t)t0;
     for (int a = 0; a < D; a += G) {
-        float qsum[HEADS_MAX] = {0};
-        for (int i = 0; k.groups && i < nq; i++)
+        const uint8_t *codes = k.codes + (size_t)t0 * k.code_step + code_offset(c, a);
+        if (!k.groups) {
+            kv_dot_stored(q + (size_t)h0 * D, (size_t)D, nq, codes, k.code_step, n,
+                          c->quant.precision, D, rows, ld);
+            continue;
+        }
+        float qsum[HEADS_MAX];
+        for (int i = 0; i < nq; i++)
             qsum[i] = qsums ? qsums[(size_t)(h0 + i) * (size_t)(D / G) + (size_t)(a / G)]
                             : group_sum(q + (size_t)(h0 + i) * D + a, G);
-        for (int s0 = t0; s0 < t1; s0 += RUN) {
-            int n = t1 - s0 < RUN ? t1 - s0 : RUN;
-            kv_dot_stored(q + (size_t)h0 * D + a, (size_t)D, nq,
-                          k.codes + (size_t)s0 * k.code_step + code_offset(c, a), k.code_step, n,
-                          c->quant.precision, G, dot, RUN);
-            for (int t = 0; t < n; t++) { /* bf16/f16: x^ = x */
-                const kv_qgroup *gr =
-                    k.groups ? k.groups + (size_t)(s0 + t) * k.group_step + a / G : NULL;
-                scale[t] = gr ? gr->scale : 1.0f;
-                min[t] = gr ? gr->min : 0.0f;
-            }
-            for (int i = 0; i < nq; i++) {
-                float *row = scores + (size_t)(h0 + i) * ld + (size_t)s0;
-                const float *di = dot + i * RUN;
-                if (a == 0)
-                    for (int t = 0; t < n; t++)
-                        row[t] = scale[t] * di[t] + min[t] * qsum[i];
-                else
-                    for (int t = 0; t < n; t++)
-                        row[t] += scale[t] * di[t] + min[t] * qsum[i];
-            }
-        }
+        kv_stored_groups e = {.g = k.groups + (size_t)t0 * k.group_step + a / G,
+                              .stride = k.group_step, .qsum = qsum, .add = a > 0};
+        kv_dot_stored_groups(q + (size_t)h0 * D + a, (size_t)D, nq, codes, k.code_step, n,
+                             c->quant.precision, G, &e, rows, ld);
     }
 }
 
@@ -206,36 +195,27 @@ int kv_attn_stored_block(const kv_cache *c)
 }
 
 /* Values of the slots [t0, t1) (at most RUN) for the nq query heads from
- * h0 on KV head g: per group, o += (p scale) codes, then p min once. Each
- * slot's scale and min are read where they lie, head by head: gathered
- * into arrays first, the vector loads of them stalled on the gathering's
- * scalar stores (bench_attn: u8 a fifth faster without). */
+ * h0 on KV head g: u8/u4 per group o += (p scale) codes, then p min
+ * (kv_axpy_stored_groups, which forms p scale as each slot passes),
+ * bf16/f16 o += p x (x^ = x). */
 static void head_values(const kv_cache *c, const kv_cache_layer *l, const float *p, size_t ld,
                         int g, int h0, int nq, int t0, int t1, float *o)
 {
     int D = c->head_dim, G = by_group(c) ? c->quant.value_group : D, n = t1 - t0;
     stored_head v = head_of(c, l, KV_VALUES, g);
-    float coef[HEADS_MAX * RUN];
+    const float *rows = p + (size_t)h0 * ld + (size_t)t0;
     for (int a = 0; a < D; a += G) {
-        float bias[HEADS_MAX] = {0};
-        const kv_qgroup *gr = v.groups ? v.groups + (size_t)t0 * v.group_step + a / G : NULL;
-        for (int i = 0; i < nq; i++) {
-            const float *pi = p + (size_t)(h0 + i) * ld + (size_t)t0;
-            float *ci = coef + i * RUN;
-            if (!gr) /* bf16/f16: x^ = x */
-                memcpy(ci, pi, (size_t)n * sizeof *ci);
-            for (int s = 0; gr && s < n; s++) {
-                const kv_qgroup *gs = gr + (size_t)s * v.group_step;
-                ci[s] = pi[s] * gs->scale;
-                bias[i] += pi[s] * gs->min;
-            }
+        const uint8_t *codes = v.codes + (size_t)t0 * v.code_step + code_offset(c, a);
+        float *out = o + (size_t)h0 * D + a;
+        if (!v.groups) {
+            kv_axpy_stored(out, (size_t)D, nq, rows, ld, codes, v.code_step, n,
+                           c->quant.precision, D);
+            continue;
         }
-        kv_axpy_stored(o + (size_t)h0 * D + a, (size_t)D, nq, coef, RUN,
-                       v.codes + (size_t)t0 * v.code_step + code_offset(c, a), v.code_step, n,
-                       c->quant.precision, G);
-        for (int i = 0; v.groups && i < nq; i++)
-            for (int d = 0; d < G; d++)
-                o[(size_t)(h0 + i) * D + (size_t)(a + d)] += bias[i];
+        kv_stored_groups e = {.g = v.groups + (size_t)t0 * v.group_step + a / G,
+                              .stride = v.group_step};
+        kv_axpy_stored_groups(out, (size_t)D, nq, rows, ld, codes, v.code_step, n,
+                              c->quant.precision, G, &e);
     }
 }
 

@@ -219,4 +219,26 @@ void kv_dot_stored(const float *q, size_t q_stride, int nq, const uint8_t *x, si
 void kv_axpy_stored(float *y, size_t y_stride, int ny, const float *a, size_t a_stride,
                     const uint8_t *x, size_t x_stride, int nx, kv_precision p, int n);
 
+/* A u8/u4 group of channels of each row, by token (kvquant.h): row t's
+ * parameters g[t * stride]. */
+typedef struct kv_stored_groups {
+    const kv_qgroup *g;
+    size_t stride;
+    const float *qsum; /* scores: sum of the group's channels of query vector i */
+    bool add;          /* scores: add to out rather than set it */
+} kv_stored_groups;
+
+/* kv_dot_stored with the rows' group parameters applied, q . x^ = min
+ * sum(q) + scale (q . codes): out[i * out_stride + t] (+)= scale_t dot_it
+ * + min_t qsum[i]. */
+void kv_dot_stored_groups(const float *q, size_t q_stride, int nq, const uint8_t *x,
+                          size_t x_stride, int nx, kv_precision p, int n,
+                          const kv_stored_groups *e, float *out, size_t out_stride);
+
+/* kv_axpy_stored with the rows' group parameters applied: y_i[j] += sum_t
+ * (a_it scale_t) x_t[j], then sum_t a_it min_t. */
+void kv_axpy_stored_groups(float *y, size_t y_stride, int ny, const float *a, size_t a_stride,
+                           const uint8_t *x, size_t x_stride, int nx, kv_precision p, int n,
+                           const kv_stored_groups *e);
+
 #endif

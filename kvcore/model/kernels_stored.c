@@ -47,7 +47,7 @@ static inline __attribute__((always_inline)) __m256 widen8(const uint8_t *x, kv_
  * asked for (kv_stored_ask). */
 static inline __attribute__((always_inline)) void
 dot_tile(const kv_precision p, const float *q, size_t qs, const int NQ, const uint8_t *x, size_t xs,
-         const int NX, size_t ahead, int n, float *out, size_t os)
+         const int NX, size_t ahead, int n, float *out, size_t os, const kv_stored_groups *e)
 {
     __m256 acc[8];
     for (int k = 0; k < NQ * NX; k++)
@@ -57,7 +57,7 @@ dot_tile(const kv_precision p, const float *q, size_t qs, const int NQ, const ui
         size_t off = kv_stored_offset(p, j);
         if (off % 64 == 0)
             for (int t = 0; t < NX; t++)
-                kv_stored_ask(x + (size_t)t * xs, ahead, off, off + 1);
+                kv_stored_ask_line(x + (size_t)t * xs, ahead + off);
         __m256 xv[8];
         for (int t = 0; t < NX; t++)
             xv[t] = widen8(x + (size_t)t * xs, p, j);
@@ -74,7 +74,7 @@ dot_tile(const kv_precision p, const float *q, size_t qs, const int NQ, const ui
             float v = s[i * NX + t];
             for (int r = j; r < n; r++)
                 v += q[(size_t)i * qs + (size_t)r] * kv_stored_value_at(x + (size_t)t * xs, p, r);
-            out[(size_t)i * os + (size_t)t] = v;
+            kv_stored_put(out, os, i, t, v, e);
         }
 }
 
@@ -140,15 +140,17 @@ static inline __attribute__((always_inline)) void axpy_p(const kv_precision p, f
 }
 #endif
 
-void kv_dot_stored(const float *q, size_t q_stride, int nq, const uint8_t *x, size_t x_stride,
-                   int nx, kv_precision p, int n, float *out, size_t out_stride)
+/* kv_dot_stored (e NULL) or kv_dot_stored_groups at the active level. */
+static void dot_stored(const float *q, size_t q_stride, int nq, const uint8_t *x, size_t x_stride,
+                       int nx, kv_precision p, int n, const kv_stored_groups *e, float *out,
+                       size_t out_stride)
 {
     if (kv_isa_active() >= KV_ISA_AVX512) {
-        kv_dot_stored_avx512(q, q_stride, nq, x, x_stride, nx, p, n, out, out_stride);
+        kv_dot_stored_avx512(q, q_stride, nq, x, x_stride, nx, p, n, e, out, out_stride);
         return;
     }
 #ifdef KV_STORED_AVX2
-    KV_STORED_AT_PRECISION(p, dot_p, q, q_stride, nq, x, x_stride, nx, n, out, out_stride);
+    KV_STORED_AT_PRECISION(p, dot_p, q, q_stride, nq, x, x_stride, nx, n, e, out, out_stride);
 #else
     for (int i = 0; i < nq; i++)
         for (int t = 0; t < nx; t++) {
@@ -156,16 +158,29 @@ void kv_dot_stored(const float *q, size_t q_stride, int nq, const uint8_t *x, si
             for (int j = 0; j < n; j++)
                 s += q[(size_t)i * q_stride + (size_t)j] *
                      kv_stored_value_at(x + (size_t)t * x_stride, p, j);
-            out[(size_t)i * out_stride + (size_t)t] = s;
+            kv_stored_put(out, out_stride, i, t, s, e);
         }
 #endif
+}
+
+void kv_dot_stored(const float *q, size_t q_stride, int nq, const uint8_t *x, size_t x_stride,
+                   int nx, kv_precision p, int n, float *out, size_t out_stride)
+{
+    dot_stored(q, q_stride, nq, x, x_stride, nx, p, n, NULL, out, out_stride);
+}
+
+void kv_dot_stored_groups(const float *q, size_t q_stride, int nq, const uint8_t *x,
+                          size_t x_stride, int nx, kv_precision p, int n,
+                          const kv_stored_groups *e, float *out, size_t out_stride)
+{
+    dot_stored(q, q_stride, nq, x, x_stride, nx, p, n, e, out, out_stride);
 }
 
 void kv_axpy_stored(float *y, size_t y_stride, int ny, const float *a, size_t a_stride,
                     const uint8_t *x, size_t x_stride, int nx, kv_precision p, int n)
 {
     if (kv_isa_active() >= KV_ISA_AVX512) {
-        kv_axpy_stored_avx512(y, y_stride, ny, a, a_stride, x, x_stride, nx, p, n);
+        kv_axpy_stored_avx512(y, y_stride, ny, a, a_stride, x, x_stride, nx, p, n, NULL);
         return;
     }
 #ifdef KV_STORED_AVX2
@@ -178,4 +193,32 @@ void kv_axpy_stored(float *y, size_t y_stride, int ny, const float *a, size_t a_
                 y[(size_t)i * y_stride + (size_t)j] += a[(size_t)i * a_stride + (size_t)t] * v;
         }
 #endif
+}
+
+/* Below the AVX-512 levels: the rows' a_it scale_t RUN rows at a time for
+ * kv_axpy_stored, then sum_t a_it min_t added to every channel. */
+void kv_axpy_stored_groups(float *y, size_t y_stride, int ny, const float *a, size_t a_stride,
+                           const uint8_t *x, size_t x_stride, int nx, kv_precision p, int n,
+                           const kv_stored_groups *e)
+{
+    if (kv_isa_active() >= KV_ISA_AVX512) {
+        kv_axpy_stored_avx512(y, y_stride, ny, a, a_stride, x, x_stride, nx, p, n, e);
+        return;
+    }
+    enum { RUN = 32, NY = 8 };
+    float coef[NY * RUN], bias[NY] = {0};
+    for (int t0 = 0; t0 < nx; t0 += RUN) {
+        int m = nx - t0 < RUN ? nx - t0 : RUN;
+        for (int i = 0; i < ny; i++)
+            for (int t = 0; t < m; t++) {
+                const kv_qgroup *g = e->g + (size_t)(t0 + t) * e->stride;
+                float ai = a[(size_t)i * a_stride + (size_t)(t0 + t)];
+                coef[i * RUN + t] = ai * g->scale;
+                bias[i] += ai * g->min;
+            }
+        kv_axpy_stored(y, y_stride, ny, coef, RUN, x + (size_t)t0 * x_stride, x_stride, m, p, n);
+    }
+    for (int i = 0; i < ny; i++)
+        for (int j = 0; j < n; j++)
+            y[(size_t)i * y_stride + (size_t)j] += bias[i];
 }

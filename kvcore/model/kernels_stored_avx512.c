@@ -67,7 +67,7 @@ dot_step(__m512 *acc, const kv_precision p, const float *q, size_t qs, const int
     size_t off = kv_stored_offset(p, j);
     if (off % 64 == 0)
         for (int t = 0; t < NX; t++)
-            kv_stored_ask(x + (size_t)t * xs, ahead, off, off + 1);
+            kv_stored_ask_line(x + (size_t)t * xs, ahead + off);
     __m512 xv[8];
     for (int t = 0; t < NX; t++)
         xv[t] = widen16(x + (size_t)t * xs, p, j, r);
@@ -78,13 +78,49 @@ dot_step(__m512 *acc, const kv_precision p, const float *q, size_t qs, const int
     }
 }
 
+/* Lane k: the sum of the 16 lanes of v[k] (v[k] from n on: zeros). A tree
+ * of shuffles: 128-bit quarters of two vectors, then their halves, then
+ * pairs and single lanes within quarters, each level one add per pair of
+ * shuffles (45 instructions for 16 vectors, where halving each to 8 lanes
+ * and kv_stored_sums8's vhaddps took 74 micro-ops); the inputs go in in
+ * the order the tree puts its sums out in (an involution, so its own
+ * inverse). */
+static inline __m512 sums16(const __m512 *v, int n)
+{
+    static const int order[16] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
+    __m512 a[16], b[8], c[4], d[2];
+    for (int k = 0; k < 16; k++)
+        a[k] = order[k] < n ? v[order[k]] : _mm512_setzero_ps();
+    for (int k = 0; k < 8; k++) /* quarters: a[k]'s, a[k]'s, a[k+8]'s, a[k+8]'s */
+        b[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[k], a[k + 8], 0x44),
+                             _mm512_shuffle_f32x4(a[k], a[k + 8], 0xee));
+    for (int k = 0; k < 4; k++) /* quarters: a[k], a[k+8], a[k+4], a[k+12] */
+        c[k] = _mm512_add_ps(_mm512_shuffle_f32x4(b[k], b[k + 4], 0x88),
+                             _mm512_shuffle_f32x4(b[k], b[k + 4], 0xdd));
+    for (int k = 0; k < 2; k++) /* each quarter: two lanes of c[k]'s, two of c[k+2]'s */
+        d[k] = _mm512_add_ps(_mm512_shuffle_ps(c[k], c[k + 2], 0x44),
+                             _mm512_shuffle_ps(c[k], c[k + 2], 0xee));
+    return _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xdd));
+}
+
+/* Eight rows' scores for query vector i (kv_dot_stored_groups), their dot
+ * products in dot and their groups' scales and mins in sc and mn. */
+static inline void put8(float *out, const kv_stored_groups *e, int i, __m256 dot, __m256 sc,
+                        __m256 mn)
+{
+    __m256 r = _mm256_fmadd_ps(sc, dot, _mm256_mul_ps(mn, _mm256_set1_ps(e->qsum[i])));
+    _mm256_storeu_ps(out, e->add ? _mm256_add_ps(_mm256_loadu_ps(out), r) : r);
+}
+
 /* A tile of kv_dot_stored: NQ query vectors against NX rows (NQ NX <= 16
  * accumulators), each row widened once for all NQ and each query vector
- * loaded once for all NX; the accumulators are halved to 8 lanes, then
- * summed eight at a time. */
+ * loaded once for all NX; the accumulators summed into one vector
+ * (sums16). With e (kv_dot_stored_groups) and eight rows, each half of it
+ * is one query vector's, and the rows' scales and mins are applied to all
+ * eight at once. */
 static inline __attribute__((always_inline)) void
 dot_tile(const kv_precision p, const float *q, size_t qs, const int NQ, const uint8_t *x, size_t xs,
-         const int NX, size_t ahead, int n, float *out, size_t os)
+         const int NX, size_t ahead, int n, float *out, size_t os, const kv_stored_groups *e)
 {
     __m512 acc[16];
     for (int k = 0; k < NQ * NX; k++)
@@ -94,17 +130,25 @@ dot_tile(const kv_precision p, const float *q, size_t qs, const int NQ, const ui
         dot_step(acc, p, q, qs, NQ, x, xs, NX, ahead, j, 16);
     if (j < n)
         dot_step(acc, p, q, qs, NQ, x, xs, NX, ahead, j, n - j);
-    __m256 half[16];
-    for (int k = 0; k < NQ * NX; k++)
-        half[k] =
-            _mm256_add_ps(_mm512_castps512_ps256(acc[k]),
-                          _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[k]), 1)));
-    for (int k0 = 0; k0 < NQ * NX; k0 += 8) {
-        float s[8];
-        _mm256_storeu_ps(s, kv_stored_sums8(half + k0, NQ * NX - k0));
-        for (int k = k0; k < NQ * NX && k < k0 + 8; k++)
-            out[(size_t)(k / NX) * os + (size_t)(k % NX)] = s[k - k0];
+    __m512 sums = sums16(acc, NQ * NX);
+    if (e && NX == 8) {
+        const kv_qgroup *g = e->g;
+        size_t gs = e->stride;
+        __m256 sc = _mm256_setr_ps(g[0].scale, g[gs].scale, g[2 * gs].scale, g[3 * gs].scale,
+                                   g[4 * gs].scale, g[5 * gs].scale, g[6 * gs].scale,
+                                   g[7 * gs].scale),
+               mn = _mm256_setr_ps(g[0].min, g[gs].min, g[2 * gs].min, g[3 * gs].min,
+                                   g[4 * gs].min, g[5 * gs].min, g[6 * gs].min, g[7 * gs].min);
+        put8(out, e, 0, _mm512_castps512_ps256(sums), sc, mn);
+        if (NQ == 2)
+            put8(out + os, e, 1,
+                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sums), 1)), sc, mn);
+        return;
     }
+    float s[16];
+    _mm512_storeu_ps(s, sums);
+    for (int k = 0; k < NQ * NX; k++)
+        kv_stored_put(out, os, k / NX, k % NX, s[k], e);
 }
 
 /* Tiles of four query vectors against four rows, of two and one against
@@ -116,25 +160,33 @@ dot_tile(const kv_precision p, const float *q, size_t qs, const int NQ, const ui
 
 /* A tile of kv_axpy_stored: NY outputs of W x 16 channels from j (r of
  * them in the last vector) held in registers while the nx rows pass, each
- * row widened once for all NY. */
-static inline __attribute__((always_inline)) void axpy_tile(const kv_precision p, float *y,
-                                                            size_t ys, const int NY, const float *a,
-                                                            size_t as, const uint8_t *x, size_t xs,
-                                                            int nx, int j, const int W, int r)
+ * row widened once for all NY. With e (kv_axpy_stored_groups) each row's
+ * a_it scale_t is formed as the row passes and sum_t a_it min_t summed
+ * beside, added at the end. */
+static inline __attribute__((always_inline)) void
+axpy_tile(const kv_precision p, float *y, size_t ys, const int NY, const float *a, size_t as,
+          const uint8_t *x, size_t xs, int nx, int j, const int W, int r, const kv_stored_groups *e)
 {
-    __m512 acc[8];
-    for (int i = 0; i < NY; i++)
+    __m512 acc[16], bias[2];
+    for (int i = 0; i < NY; i++) {
+        bias[i] = _mm512_setzero_ps();
         for (int w = 0; w < W; w++)
             acc[i * W + w] = load16(y + (size_t)i * ys, j + 16 * w, w == W - 1 ? r : 16);
+    }
     size_t ahead = (size_t)nx * xs; /* the next call's rows: kv_stored_ask */
     for (int t = 0; t < nx; t++) {
         kv_stored_ask(x + (size_t)t * xs, ahead, kv_stored_offset(p, j),
                       kv_stored_offset(p, j + 16 * (W - 1) + r));
-        __m512 xv[4];
+        __m512 xv[8];
         for (int w = 0; w < W; w++)
             xv[w] = widen16(x + (size_t)t * xs, p, j + 16 * w, w == W - 1 ? r : 16);
+        const kv_qgroup *g = e ? e->g + (size_t)t * e->stride : NULL;
         for (int i = 0; i < NY; i++) {
             __m512 av = _mm512_set1_ps(a[(size_t)i * as + (size_t)t]);
+            if (g) {
+                bias[i] = _mm512_fmadd_ps(av, _mm512_set1_ps(g->min), bias[i]);
+                av = _mm512_mul_ps(av, _mm512_set1_ps(g->scale));
+            }
             for (int w = 0; w < W; w++)
                 acc[i * W + w] = _mm512_fmadd_ps(av, xv[w], acc[i * W + w]);
         }
@@ -142,38 +194,51 @@ static inline __attribute__((always_inline)) void axpy_tile(const kv_precision p
     for (int i = 0; i < NY; i++)
         for (int w = 0; w < W; w++)
             _mm512_mask_storeu_ps(y + (size_t)i * ys + (size_t)(j + 16 * w),
-                                  lanes(w == W - 1 ? r : 16), acc[i * W + w]);
+                                  lanes(w == W - 1 ? r : 16),
+                                  e ? _mm512_add_ps(acc[i * W + w], bias[i]) : acc[i * W + w]);
 }
 
 /* kv_axpy_stored at a constant p: outputs two, or one, at a time over 64
  * channels, then 16, then the tail's. */
 static inline __attribute__((always_inline)) void axpy_p(const kv_precision p, float *y, size_t ys,
                                                          int ny, const float *a, size_t as,
-                                                         const uint8_t *x, size_t xs, int nx, int n)
+                                                         const uint8_t *x, size_t xs, int nx, int n,
+                                                         const kv_stored_groups *e)
 {
     for (int i = 0; i < ny;) {
         int c = ny - i >= 2 ? 2 : 1, j = 0;
         float *yi = y + (size_t)i * ys;
         const float *ai = a + (size_t)i * as;
+        for (; j + 128 <= n; j += 128)
+            c == 2 ? axpy_tile(p, yi, ys, 2, ai, as, x, xs, nx, j, 8, 16, e)
+                   : axpy_tile(p, yi, ys, 1, ai, as, x, xs, nx, j, 8, 16, e);
         for (; j + 64 <= n; j += 64)
-            c == 2 ? axpy_tile(p, yi, ys, 2, ai, as, x, xs, nx, j, 4, 16)
-                   : axpy_tile(p, yi, ys, 1, ai, as, x, xs, nx, j, 4, 16);
+            c == 2 ? axpy_tile(p, yi, ys, 2, ai, as, x, xs, nx, j, 4, 16, e)
+                   : axpy_tile(p, yi, ys, 1, ai, as, x, xs, nx, j, 4, 16, e);
         for (; j < n; j += 16)
-            c == 2 ? axpy_tile(p, yi, ys, 2, ai, as, x, xs, nx, j, 1, n - j)
-                   : axpy_tile(p, yi, ys, 1, ai, as, x, xs, nx, j, 1, n - j);
+            c == 2 ? axpy_tile(p, yi, ys, 2, ai, as, x, xs, nx, j, 1, n - j, e)
+                   : axpy_tile(p, yi, ys, 1, ai, as, x, xs, nx, j, 1, n - j, e);
         i += c;
     }
 }
 
 void kv_dot_stored_avx512(const float *q, size_t q_stride, int nq, const uint8_t *x,
-                          size_t x_stride, int nx, kv_precision p, int n, float *out,
-                          size_t out_stride)
+                          size_t x_stride, int nx, kv_precision p, int n,
+                          const kv_stored_groups *e, float *out, size_t out_stride)
 {
-    KV_STORED_AT_PRECISION(p, dot_p, q, q_stride, nq, x, x_stride, nx, n, out, out_stride);
+    if (e) /* each its own copy: the plain one has no epilogue */
+        KV_STORED_AT_PRECISION(p, dot_p, q, q_stride, nq, x, x_stride, nx, n, e, out, out_stride);
+    else
+        KV_STORED_AT_PRECISION(p, dot_p, q, q_stride, nq, x, x_stride, nx, n, NULL, out,
+                               out_stride);
 }
 
 void kv_axpy_stored_avx512(float *y, size_t y_stride, int ny, const float *a, size_t a_stride,
-                           const uint8_t *x, size_t x_stride, int nx, kv_precision p, int n)
+                           const uint8_t *x, size_t x_stride, int nx, kv_precision p, int n,
+                           const kv_stored_groups *e)
 {
-    KV_STORED_AT_PRECISION(p, axpy_p, y, y_stride, ny, a, a_stride, x, x_stride, nx, n);
+    if (e)
+        KV_STORED_AT_PRECISION(p, axpy_p, y, y_stride, ny, a, a_stride, x, x_stride, nx, n, e);
+    else
+        KV_STORED_AT_PRECISION(p, axpy_p, y, y_stride, ny, a, a_stride, x, x_stride, nx, n, NULL);
 }

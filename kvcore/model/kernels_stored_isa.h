@@ -51,6 +51,29 @@ static inline void kv_stored_ask(const uint8_t *x, size_t ahead, size_t from, si
         __builtin_prefetch((const void *)(at + b));
 }
 
+/* Row t's dot product with query vector i into out (kv_dot_stored), or,
+ * with e, its score (kv_dot_stored_groups). */
+static inline void kv_stored_put(float *out, size_t os, int i, int t, float dot,
+                                 const kv_stored_groups *e)
+{
+    float *o = out + (size_t)i * os + (size_t)t;
+    if (!e) {
+        *o = dot;
+        return;
+    }
+    const kv_qgroup *g = e->g + (size_t)t * e->stride;
+    float r = g->scale * dot + g->min * e->qsum[i];
+    *o = e->add ? *o + r : r;
+}
+
+/* kv_stored_ask for the one line `ahead` bytes past x: the dot tiles ask
+ * a line of each row at a time, and there kv_stored_ask's loop of one turn
+ * stayed a loop, which kept the tile's loop over its rows from unrolling. */
+static inline void kv_stored_ask_line(const uint8_t *x, size_t ahead)
+{
+    __builtin_prefetch((const void *)((uintptr_t)x + ahead));
+}
+
 /* Runs f(P, ...) with P the precision p as a constant: the kernels are
  * always-inline, so each precision gets its own copy with the widening of
  * its values chosen at compile time rather than once per vector. */
@@ -90,9 +113,10 @@ static inline __m256 kv_stored_sums8(const __m256 *v, int n)
 /* kernels.h's kv_dot_stored and kv_axpy_stored at the AVX-512 levels;
  * only to be called on a CPU that has AVX-512F, BW and VL. */
 void kv_dot_stored_avx512(const float *q, size_t q_stride, int nq, const uint8_t *x,
-                          size_t x_stride, int nx, kv_precision p, int n, float *out,
-                          size_t out_stride);
+                          size_t x_stride, int nx, kv_precision p, int n,
+                          const kv_stored_groups *e, float *out, size_t out_stride);
 void kv_axpy_stored_avx512(float *y, size_t y_stride, int ny, const float *a, size_t a_stride,
-                           const uint8_t *x, size_t x_stride, int nx, kv_precision p, int n);
+                           const uint8_t *x, size_t x_stride, int nx, kv_precision p, int n,
+                           const kv_stored_groups *e);
 
 #endif

@@ -3,7 +3,9 @@
  * double over the values their bytes hold: every format, lengths that
  * leave every kind of tail at 8 and 16 values a vector, 1 to 8 query
  * vectors against rows that leave partial tiles; outputs beyond the ones
- * asked for untouched. Shared by tests/unit/model/test_attn_stored.c (the
+ * asked for untouched. u8 and u4 also with their groups' parameters
+ * applied (kv_dot_stored_groups, set and added; kv_axpy_stored_groups),
+ * q . x^ and a x^ over x^ = min + scale code. Shared by tests/unit/model/test_attn_stored.c (the
  * levels this CPU runs) and test_kernels_emulated.c (the AVX-512 build on
  * any CPU). Only the order of the F32 sums differs from the reference, so
  * each result lies within a few F32 roundings of the sum of absolute
@@ -19,12 +21,13 @@
 
 #include "model/kernels.h"
 
+/* The kernels with their groups' parameters e, or without (e NULL). */
 typedef void tu_dot_stored_fn(const float *q, size_t q_stride, int nq, const uint8_t *x,
-                              size_t x_stride, int nx, kv_precision p, int n, float *out,
-                              size_t out_stride);
+                              size_t x_stride, int nx, kv_precision p, int n,
+                              const kv_stored_groups *e, float *out, size_t out_stride);
 typedef void tu_axpy_stored_fn(float *y, size_t y_stride, int ny, const float *a,
                                size_t a_stride, const uint8_t *x, size_t x_stride, int nx,
-                               kv_precision p, int n);
+                               kv_precision p, int n, const kv_stored_groups *e);
 
 static inline float frand(void) { return (float)rand() / RAND_MAX * 2.0f - 1.0f; }
 
@@ -61,55 +64,114 @@ static inline void random_stored(kv_precision p, int n, uint8_t *x, float *value
     }
 }
 
-/* dot and axpy, named `level` in messages. */
-static inline void tu_check_stored_kernels(tu_dot_stored_fn *dot, tu_axpy_stored_fn *axpy,
-                                           const char *level)
+/* A row's parameters for the groups' checks: none for bf16/f16 (x^ = x). */
+typedef struct tu_groups {
+    kv_stored_groups e; /* NULL-like (g NULL) for bf16/f16 */
+    double scale[16], min[16];
+} tu_groups;
+
+enum { TU_GROUP_STRIDE = 3 }; /* rows' groups this many apart */
+
+/* e for nx rows (u8/u4), with random scales, mins and query sums. */
+static inline void tu_random_groups(kv_precision p, int nx, kv_qgroup *g, float *qsum, bool add,
+                                    tu_groups *t)
+{
+    memset(t, 0, sizeof *t);
+    if (p != KV_PREC_U8 && p != KV_PREC_U4)
+        return;
+    for (int r = 0; r < nx; r++) {
+        g[r * TU_GROUP_STRIDE] = (kv_qgroup){.scale = frand() * 0.1f, .min = frand()};
+        t->scale[r] = g[r * TU_GROUP_STRIDE].scale;
+        t->min[r] = g[r * TU_GROUP_STRIDE].min;
+    }
+    for (int i = 0; i < 8; i++)
+        qsum[i] = frand() * 4.0f;
+    t->e = (kv_stored_groups){.g = g, .stride = TU_GROUP_STRIDE, .qsum = qsum, .add = add};
+}
+
+/* dot and axpy, named `level` in messages; with groups (u8/u4) when
+ * `grouped`, the scores added to what out holds when `add`. */
+static inline void tu_check_stored_pass(tu_dot_stored_fn *dot, tu_axpy_stored_fn *axpy,
+                                        const char *level, bool grouped, bool add)
 {
     srand(21);
-    /* rows: AVX2 tiles of four, of two, and one; AVX-512 tiles of four and
-     * the rest one by one */
-    enum { N = 131, Q = 8, ROWS = 7 };
+    /* rows: AVX2 tiles of two (four query vectors), four and one;
+     * AVX-512 tiles of four and eight, then one by one */
+    enum { N = 131, Q = 8, ROWS = 11 };
     static const int lengths[] = {1, 6, 8, 14, 16, 17, 31, 38, 64, 80, 128, N};
-    float q[Q * N], values[ROWS][N], out[Q * ROWS], y[Q * N], y0[Q * N], a[Q * ROWS];
+    float q[Q * N], values[ROWS][N], out[Q * ROWS], out0[Q * ROWS], y[Q * N], y0[Q * N],
+        a[Q * ROWS], qsum[Q];
     uint8_t x[ROWS][2 * N];
+    kv_qgroup g[ROWS * TU_GROUP_STRIDE];
     for (size_t f = 0; f < sizeof tu_stored_formats / sizeof *tu_stored_formats; f++)
         for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++) {
+            kv_precision p = tu_stored_formats[f];
             int n = lengths[li];
+            tu_groups gr;
+            tu_random_groups(grouped ? p : KV_PREC_F32, ROWS, g, qsum, add, &gr);
+            const kv_stored_groups *e = gr.e.g ? &gr.e : NULL;
+            if (grouped && !e)
+                continue;
             for (int r = 0; r < ROWS; r++)
-                random_stored(tu_stored_formats[f], n, x[r], values[r]);
+                random_stored(p, n, x[r], values[r]);
             for (int i = 0; i < Q * N; i++)
                 q[i] = y0[i] = frand();
-            for (int i = 0; i < Q * ROWS; i++)
+            for (int i = 0; i < Q * ROWS; i++) {
                 a[i] = frand();
+                out0[i] = add ? frand() : 0.0f;
+            }
             char what[64];
-            snprintf(what, sizeof what, "%s %s", level, kv_precision_name(tu_stored_formats[f]));
+            snprintf(what, sizeof what, "%s %s%s%s", level, kv_precision_name(p),
+                     e ? " groups" : "", add ? " added" : "");
             for (int nq = 1; nq <= Q; nq++) {
-                dot(q, N, nq, x[0], 2 * N, ROWS, tu_stored_formats[f], n, out, ROWS);
+                memcpy(out, out0, sizeof out);
+                dot(q, N, nq, x[0], 2 * N, ROWS, p, n, e, out, ROWS);
                 for (int i = 0; i < nq; i++)
                     for (int r = 0; r < ROWS; r++) {
-                        double want = 0, abs_sum = 0;
+                        double d = 0, abs_sum = 0;
                         for (int j = 0; j < n; j++) {
-                            want += (double)q[i * N + j] * values[r][j];
+                            d += (double)q[i * N + j] * values[r][j];
                             abs_sum += fabs((double)q[i * N + j] * values[r][j]);
+                        }
+                        double want = d;
+                        if (e) {
+                            want = out0[i * ROWS + r] + gr.scale[r] * d + gr.min[r] * qsum[i];
+                            abs_sum = fabs(out0[i * ROWS + r]) + fabs(gr.scale[r]) * abs_sum +
+                                      fabs(gr.min[r] * qsum[i]);
                         }
                         expect_close(out[i * ROWS + r], want, abs_sum, what, n, i);
                     }
                 memcpy(y, y0, sizeof y);
-                axpy(y, N, nq, a, ROWS, x[0], 2 * N, ROWS, tu_stored_formats[f], n);
+                axpy(y, N, nq, a, ROWS, x[0], 2 * N, ROWS, p, n, e);
                 for (int i = 0; i < nq; i++)
                     for (int j = 0; j < n; j++) {
                         double want = y0[i * N + j], abs_sum = fabs(want);
                         for (int r = 0; r < ROWS; r++) {
-                            want += (double)a[i * ROWS + r] * values[r][j];
-                            abs_sum += fabs((double)a[i * ROWS + r] * values[r][j]);
+                            double ar = a[i * ROWS + r], xr = values[r][j];
+                            if (e)
+                                xr = gr.min[r] + gr.scale[r] * xr;
+                            want += ar * xr;
+                            abs_sum += e ? fabs(ar * gr.min[r]) + fabs(ar * gr.scale[r] * values[r][j])
+                                         : fabs(ar * xr);
                         }
                         expect_close(y[i * N + j], want, abs_sum, what, i, j);
                     }
                 for (int i = 0; i < Q * N; i++) /* outputs beyond ny and n untouched */
                     if (i >= nq * N || i % N >= n)
                         cr_expect_eq(y[i], y0[i], "%s: axpy wrote y[%d][%d]", what, i / N, i % N);
+                for (int i = nq * ROWS; i < Q * ROWS; i++)
+                    cr_expect_eq(out[i], out0[i], "%s: dot wrote out[%d]", what, i);
             }
         }
+}
+
+/* dot and axpy, named `level` in messages: plain, and with groups. */
+static inline void tu_check_stored_kernels(tu_dot_stored_fn *dot, tu_axpy_stored_fn *axpy,
+                                           const char *level)
+{
+    tu_check_stored_pass(dot, axpy, level, false, false);
+    tu_check_stored_pass(dot, axpy, level, true, false);
+    tu_check_stored_pass(dot, axpy, level, true, true);
 }
 
 #endif

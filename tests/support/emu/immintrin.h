@@ -238,6 +238,32 @@ static inline __m256 _mm256_add_ps(__m256 a, __m256 b)
 {
     return a + b;
 }
+static inline __m256 _mm256_mul_ps(__m256 a, __m256 b)
+{
+    return a * b;
+}
+static inline __m256 _mm256_fmadd_ps(__m256 a, __m256 b, __m256 c)
+{
+    __m256 r;
+    for (int i = 0; i < 8; i++)
+        r[i] = __builtin_fmaf(a[i], b[i], c[i]);
+    return r;
+}
+static inline __m256 _mm256_set1_ps(float v)
+{
+    return (__m256){v, v, v, v, v, v, v, v};
+}
+static inline __m256 _mm256_setr_ps(float a, float b, float c, float d, float e, float f, float g,
+                                    float h)
+{
+    return (__m256){a, b, c, d, e, f, g, h};
+}
+static inline __m256 _mm256_loadu_ps(const void *p)
+{
+    __m256 r;
+    memcpy(&r, p, 32);
+    return r;
+}
 static inline __m256 _mm256_castpd_ps(__m256d a)
 {
     return (__m256)a;
