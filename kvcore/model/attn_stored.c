@@ -35,14 +35,35 @@ typedef struct stored_head {
     size_t group_step;
 } stored_head;
 
-static stored_head head_of(const kv_cache *c, const kv_cache_layer *l, kv_cache_part part, int g)
+/* A part's KV head 0 and the steps from one KV head to the next, once a
+ * call: formed per run and head, kvcache.h's divisions by the group size
+ * took 2.5% of a u8 decode step's attention (perf, one thread). */
+typedef struct stored_part {
+    stored_head h0;
+    size_t code_head, group_head;
+} stored_part;
+
+static stored_part part_of(const kv_cache *c, const kv_cache_layer *l, kv_cache_part part)
 {
-    stored_head h = {.codes = kv_cache_codes(c, l, part, 0, g),
-                     .code_step = kv_cache_code_bytes(c)};
+    stored_part s = {.h0 = {.codes = kv_cache_codes(c, l, part, 0, 0),
+                            .code_step = kv_cache_code_bytes(c)},
+                     .code_head = code_offset(c, c->head_dim)};
     if (by_group(c)) {
-        h.groups = kv_cache_groups(c, l, part, 0, g);
-        h.group_step = (size_t)(kv_cache_groups(c, l, part, 1, g) - h.groups);
+        int G = part == KV_VALUES ? c->quant.value_group : c->quant.key_group;
+        s.h0.groups = kv_cache_groups(c, l, part, 0, 0);
+        s.h0.group_step = (size_t)(kv_cache_groups(c, l, part, 1, 0) - s.h0.groups);
+        s.group_head = part == KV_KEYS && c->quant.key_by_channel ? (size_t)c->head_dim
+                                                                  : (size_t)(c->head_dim / G);
     }
+    return s;
+}
+
+static stored_head head_of(const stored_part *s, int g)
+{
+    stored_head h = s->h0;
+    h.codes += (size_t)g * s->code_head;
+    if (h.groups)
+        h.groups += (size_t)g * s->group_head;
     return h;
 }
 
@@ -61,12 +82,13 @@ static float group_sum(const float *q, int n)
  * from h0 against the slots [t0, t1) (at most RUN), their scores written
  * by the kernel: u8/u4 with each slot's scale and min applied
  * (kv_dot_stored_groups), bf16/f16 as they are (x^ = x). */
-static void token_scores(const kv_cache *c, const kv_cache_layer *l, const float *q,
-                         const float *qsums, int g, int h0, int nq, int t0, int t1, float *scores,
-                         size_t ld)
+static void token_scores(const kv_cache *c, const kv_cache_layer *l, const stored_part *sp,
+                         const float *q, const float *qsums, int g, int h0, int nq, int t0, int t1,
+                         float *scores, size_t ld)
 {
+    (void)l; /* channel_scores' blocks need it */
     int D = c->head_dim, G = by_group(c) ? c->quant.key_group : D, n = t1 - t0;
-    stored_head k = head_of(c, l, KV_KEYS, g);
+    stored_head k = head_of(sp, g);
     float *rows = scores + (size_t)h0 * ld + (size_t)t0;
     for (int a = 0; a < D; a += G) {
         const uint8_t *codes = k.codes + (size_t)t0 * k.code_step + code_offset(c, a);
@@ -88,13 +110,13 @@ static void token_scores(const kv_cache *c, const kv_cache_layer *l, const float
 
 /* Keys by channel: per block of key_group slots (one scale and min per
  * channel), q * scale and q . min once, then the block's slots. */
-static void channel_scores(const kv_cache *c, const kv_cache_layer *l, const float *q,
-                           const float *qsums, int g, int h0, int nq, int t0, int t1, float *scores,
-                           size_t ld)
+static void channel_scores(const kv_cache *c, const kv_cache_layer *l, const stored_part *sp,
+                           const float *q, const float *qsums, int g, int h0, int nq, int t0,
+                           int t1, float *scores, size_t ld)
 {
     (void)qsums; /* by channel q . min takes the place of min sum(q) */
     int D = c->head_dim, G = c->quant.key_group;
-    stored_head k = head_of(c, l, KV_KEYS, g);
+    stored_head k = head_of(sp, g);
     float qs[HEADS_MAX * CHANNELS], cst[HEADS_MAX], dot[HEADS_MAX * RUN];
     for (int b = t0 - t0 % G; b < t1; b += G) {
         int b0 = b > t0 ? b : t0, b1 = b + G < t1 ? b + G : t1;
@@ -168,14 +190,15 @@ void kv_attn_stored_scores(const kv_cache *c, const kv_cache_layer *l, const flo
     for (int h = 0; summed && h < n_heads; h++)
         for (int a = 0; a < D; a += G)
             qsums[h * (D / G) + a / G] = group_sum(q + (size_t)h * D + a, G);
+    stored_part sp = part_of(c, l, KV_KEYS);
     for (int s0 = t0; s0 < t1; s0 += RUN) {
         int s1 = t1 - s0 < RUN ? t1 : s0 + RUN;
         prefetch_run(c, l, KV_KEYS, s1, t1 - s1 < RUN ? t1 : s1 + RUN, scores, ld, n_heads);
         for (int g = 0; g < c->n_kv_heads; g++)
             for (int h0 = g * per; h0 < (g + 1) * per; h0 += HEADS_MAX) {
                 int nq = (g + 1) * per - h0 < HEADS_MAX ? (g + 1) * per - h0 : HEADS_MAX;
-                (channels ? channel_scores : token_scores)(c, l, q, summed ? qsums : NULL, g, h0,
-                                                           nq, s0, s1, scores, ld);
+                (channels ? channel_scores : token_scores)(c, l, &sp, q, summed ? qsums : NULL, g,
+                                                           h0, nq, s0, s1, scores, ld);
             }
     }
     for (int h = 0; h < n_heads; h++)
@@ -198,11 +221,11 @@ int kv_attn_stored_block(const kv_cache *c)
  * h0 on KV head g: u8/u4 per group o += (p scale) codes, then p min
  * (kv_axpy_stored_groups, which forms p scale as each slot passes),
  * bf16/f16 o += p x (x^ = x). */
-static void head_values(const kv_cache *c, const kv_cache_layer *l, const float *p, size_t ld,
+static void head_values(const kv_cache *c, const stored_part *sp, const float *p, size_t ld,
                         int g, int h0, int nq, int t0, int t1, float *o)
 {
     int D = c->head_dim, G = by_group(c) ? c->quant.value_group : D, n = t1 - t0;
-    stored_head v = head_of(c, l, KV_VALUES, g);
+    stored_head v = head_of(sp, g);
     const float *rows = p + (size_t)h0 * ld + (size_t)t0;
     for (int a = 0; a < D; a += G) {
         const uint8_t *codes = v.codes + (size_t)t0 * v.code_step + code_offset(c, a);
@@ -223,13 +246,14 @@ void kv_attn_stored_values(const kv_cache *c, const kv_cache_layer *l, const flo
                            int n_heads, int t0, int t1, float *o)
 {
     int per = n_heads / c->n_kv_heads;
+    stored_part sp = part_of(c, l, KV_VALUES);
     for (int s0 = t0; s0 < t1; s0 += RUN) { /* as the scores: runs through every head */
         int s1 = t1 - s0 < RUN ? t1 : s0 + RUN;
         prefetch_run(c, l, KV_VALUES, s1, t1 - s1 < RUN ? t1 : s1 + RUN, p, ld, n_heads);
         for (int g = 0; g < c->n_kv_heads; g++)
             for (int h0 = g * per; h0 < (g + 1) * per; h0 += HEADS_MAX) {
                 int nq = (g + 1) * per - h0 < HEADS_MAX ? (g + 1) * per - h0 : HEADS_MAX;
-                head_values(c, l, p, ld, g, h0, nq, s0, s1, o);
+                head_values(c, &sp, p, ld, g, h0, nq, s0, s1, o);
             }
     }
 }

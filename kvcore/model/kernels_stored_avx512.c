@@ -174,16 +174,19 @@ axpy_tile(const kv_precision p, float *y, size_t ys, const int NY, const float *
             acc[i * W + w] = load16(y + (size_t)i * ys, j + 16 * w, w == W - 1 ? r : 16);
     }
     size_t ahead = (size_t)nx * xs; /* the next call's rows: kv_stored_ask */
-    for (int t = 0; t < nx; t++) {
+    /* in locals: read through e, the row's group was reloaded and tested
+     * for NULL every row */
+    const kv_qgroup *g = e ? e->g : NULL;
+    size_t gs = e ? e->stride : 0;
+    for (int t = 0; t < nx; t++, g += gs) {
         kv_stored_ask(x + (size_t)t * xs, ahead, kv_stored_offset(p, j),
                       kv_stored_offset(p, j + 16 * (W - 1) + r));
         __m512 xv[8];
         for (int w = 0; w < W; w++)
             xv[w] = widen16(x + (size_t)t * xs, p, j + 16 * w, w == W - 1 ? r : 16);
-        const kv_qgroup *g = e ? e->g + (size_t)t * e->stride : NULL;
         for (int i = 0; i < NY; i++) {
             __m512 av = _mm512_set1_ps(a[(size_t)i * as + (size_t)t]);
-            if (g) {
+            if (e) {
                 bias[i] = _mm512_fmadd_ps(av, _mm512_set1_ps(g->min), bias[i]);
                 av = _mm512_mul_ps(av, _mm512_set1_ps(g->scale));
             }
