@@ -205,8 +205,10 @@ void kv_axpy_rows(float *y, size_t y_stride, int ny, const float *a, size_t a_st
  * of one row in precision p, read where they lie, never copied out --
  * KV_PREC_BF16/F16 16-bit values, KV_PREC_U8 codes one a byte, KV_PREC_U4
  * two a byte (kv_u4_pack, x starting at an even index). A u8/u4 group's
- * x^ = min + scale q is applied by the caller, per group: q . x^ = min sum(q)
- * + scale (q . codes). The sums run in another order than over F32 values. */
+ * x^ = min + scale q is applied per group, by the caller (kv_dot_stored,
+ * kv_axpy_stored: the codes as numbers) or by the _groups kernels, which
+ * take each row's parameters: q . x^ = min sum(q) + scale (q . codes). The
+ * sums run in another order than over F32 values. */
 
 /* out[i * out_stride + t] = sum_j q_i[j] x_t[j] for the nq <= 8 vectors
  * q_i = q + i * q_stride and the nx rows x_t = x + t * x_stride (bytes). */

@@ -1,8 +1,9 @@
 /* kernels_stored: the two halves of decode attention (kernels.h,
- * kv_dot_stored and kv_axpy_stored) over keys and values in a KV cache's
- * stored form: 8 values at a time are widened to F32 in registers (u8 and
- * u4 codes zero-extended, bf16 shifted, f16 converted by F16C) and used at
- * once for every query head that shares them, so a u8 cache is read as
+ * kv_dot_stored and kv_axpy_stored, and their _groups forms that apply u8/u4
+ * groups' parameters too) over keys and values in a KV cache's stored form:
+ * 8 values at a time are widened to F32 in registers (u8 and u4 codes
+ * zero-extended, bf16 shifted, f16 converted by F16C) and used at once for
+ * every query head that shares them, so a u8 cache is read as
  * a quarter of the bytes of an F32 one. Compiled at the build's baseline
  * (AVX2 + FMA + F16C), which every kernel level has; a portable loop
  * otherwise. At the AVX-512 levels (cpu.h) kernels_stored_avx512.c runs

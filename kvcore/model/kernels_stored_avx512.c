@@ -1,5 +1,5 @@
-/* kernels_stored_avx512: kv_dot_stored and kv_axpy_stored (kernels.h) at
- * the AVX-512 levels. As kernels_stored.c's AVX2 kernels, but 16 values are
+/* kernels_stored_avx512: kv_dot_stored and kv_axpy_stored (kernels.h), and
+ * their _groups forms, at the AVX-512 levels. As kernels_stored.c's AVX2 kernels, but 16 values are
  * widened to F32 a vector, so a row takes half the widening and FMA
  * instructions, and a tail of fewer than 16 values is read by masked loads
  * (its lanes beyond the row zero) rather than one value at a time.
@@ -178,7 +178,7 @@ axpy_tile(const kv_precision p, float *y, size_t ys, const int NY, const float *
      * for NULL every row */
     const kv_qgroup *g = e ? e->g : NULL;
     size_t gs = e ? e->stride : 0;
-    for (int t = 0; t < nx; t++, g += gs) {
+    for (int t = 0; t < nx; t++) {
         kv_stored_ask(x + (size_t)t * xs, ahead, kv_stored_offset(p, j),
                       kv_stored_offset(p, j + 16 * (W - 1) + r));
         __m512 xv[8];
@@ -187,8 +187,9 @@ axpy_tile(const kv_precision p, float *y, size_t ys, const int NY, const float *
         for (int i = 0; i < NY; i++) {
             __m512 av = _mm512_set1_ps(a[(size_t)i * as + (size_t)t]);
             if (e) {
-                bias[i] = _mm512_fmadd_ps(av, _mm512_set1_ps(g->min), bias[i]);
-                av = _mm512_mul_ps(av, _mm512_set1_ps(g->scale));
+                const kv_qgroup *gt = g + (size_t)t * gs;
+                bias[i] = _mm512_fmadd_ps(av, _mm512_set1_ps(gt->min), bias[i]);
+                av = _mm512_mul_ps(av, _mm512_set1_ps(gt->scale));
             }
             for (int w = 0; w < W; w++)
                 acc[i * W + w] = _mm512_fmadd_ps(av, xv[w], acc[i * W + w]);
@@ -201,8 +202,10 @@ axpy_tile(const kv_precision p, float *y, size_t ys, const int NY, const float *
                                   e ? _mm512_add_ps(acc[i * W + w], bias[i]) : acc[i * W + w]);
 }
 
-/* kv_axpy_stored at a constant p: outputs two, or one, at a time over 64
- * channels, then 16, then the tail's. */
+/* kv_axpy_stored (e NULL) or kv_axpy_stored_groups at a constant p:
+ * outputs two, or one, at a time over 128 channels (a u8 head in one pass
+ * over its rows: each row's group applied once), then 64, then 16, then the
+ * tail's. */
 static inline __attribute__((always_inline)) void axpy_p(const kv_precision p, float *y, size_t ys,
                                                          int ny, const float *a, size_t as,
                                                          const uint8_t *x, size_t xs, int nx, int n,

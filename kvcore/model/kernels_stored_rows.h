@@ -20,10 +20,16 @@ static inline __attribute__((always_inline)) void dot_rows(const kv_precision p,
     int t = 0;
     size_t ahead = (size_t)nx * xs;
     kv_stored_groups et = e ? *e : (kv_stored_groups){0}; /* the tile's rows' groups */
-    for (; t + NX <= nx; t += NX, et.g += NX * et.stride)
+    for (; t + NX <= nx; t += NX) {
+        if (e)
+            et.g = e->g + (size_t)t * e->stride;
         dot_tile(p, q, qs, NQ, x + (size_t)t * xs, xs, NX, ahead, n, out + t, os, e ? &et : NULL);
-    for (; t < nx; t++, et.g += et.stride)
+    }
+    for (; t < nx; t++) {
+        if (e)
+            et.g = e->g + (size_t)t * e->stride;
         dot_tile(p, q, qs, NQ, x + (size_t)t * xs, xs, 1, ahead, n, out + t, os, e ? &et : NULL);
+    }
 }
 
 /* kv_dot_stored (e NULL) or kv_dot_stored_groups at a constant p: the
