@@ -67,7 +67,7 @@ dot_step(__m512 *acc, const kv_precision p, const float *q, size_t qs, const int
     size_t off = kv_stored_offset(p, j);
     if (off % 64 == 0)
         for (int t = 0; t < NX; t++)
-            kv_stored_ask_line(x + (size_t)t * xs, ahead + off);
+            kv_stored_ask(x + (size_t)t * xs, ahead, off, off + 1);
     __m512 xv[8];
     for (int t = 0; t < NX; t++)
         xv[t] = widen16(x + (size_t)t * xs, p, j, r);

@@ -66,14 +66,6 @@ static inline void kv_stored_put(float *out, size_t os, int i, int t, float dot,
     *o = e->add ? *o + r : r;
 }
 
-/* kv_stored_ask for the one line `ahead` bytes past x: the dot tiles ask
- * a line of each row at a time, and there kv_stored_ask's loop of one turn
- * stayed a loop, which kept the tile's loop over its rows from unrolling. */
-static inline void kv_stored_ask_line(const uint8_t *x, size_t ahead)
-{
-    __builtin_prefetch((const void *)((uintptr_t)x + ahead));
-}
-
 /* Runs f(P, ...) with P the precision p as a constant: the kernels are
  * always-inline, so each precision gets its own copy with the widening of
  * its values chosen at compile time rather than once per vector. */
