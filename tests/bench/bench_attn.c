@@ -1,16 +1,19 @@
 /* `build/tests/bench_attn [SLOTS] [LAYERS] [PRECISION]`: decode attention of
  * one query row over caches of SLOTS tokens in Qwen3-0.6B's shapes (16 query
  * heads on 8 KV heads of 128 channels), one layer after another as a decode
- * step reads them, on one thread: the F32 cache through the kernels
- * attn_decode.c runs (kv_dot8, kv_axpy_rows), and the cache stored at
- * PRECISION (default u8) through attn_stored.c, in turns; prints each one's
- * time per step, bytes read per second and the ratio. Softmax is left out:
- * it is the same for both. */
+ * step reads them, on one thread: kv_decode_attention, as the forward runs
+ * it, over the F32 cache and over the cache stored at PRECISION (default u8),
+ * in turns; prints each one's time per step, bytes read per second and the
+ * ratio. Both include the softmax (the same work for both) and the passes'
+ * prefetches (calling the F32 kernels alone, without them, measured 13 GB/s
+ * of F32 keys and values per CPU-second against 22-26 through
+ * kv_decode_attention, 2026-12-02). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/attn_stored.h"
+#include "model/forward.h"
 #include "model/kernels.h"
 #include "model/kvcache.h"
 #include "util/clock.h"
@@ -37,44 +40,20 @@ static kv_cache *filled(int slots, const kv_cache_quant *q)
     return c;
 }
 
-/* attn_decode.c splits the slots of an F32 cache in blocks of this many
- * (256 KB of F32 rows), the tasks of its thread pool: the scores of a
- * block, then its share of the values; those of a stored cache in blocks
- * of kv_attn_stored_block. */
-enum { BLOCK = 64 };
-
-/* The F32 cache as attn_decode.c's tasks read it: eight slots at a time. */
-static void f32_step(const kv_cache *c, const float *q, float *scores, const float *p, float *o)
+/* One decode step's attention over cache c (one layer) on this thread. */
+static void step(const kv_cache *c, const float *q, float *scores, float *partial, float *o)
 {
+    static const kv_model_config cfg = {.n_heads = HEADS, .n_kv_heads = KV, .head_dim = D};
     const kv_cache_layer *l = &c->layers[0];
-    size_t mk = (size_t)l->len;
-    for (int b = 0; b < l->len; b += BLOCK)
-        for (int k = b; k < b + BLOCK; k += 8)
-            for (int h = 0; h < HEADS; h++)
-                kv_dot8(q + h * D, l->k + (size_t)k * ROW + (h / PER) * D, ROW, D, 0.088f,
-                        scores + h * mk + k);
-    for (int b = 0; b < l->len; b += BLOCK)
-        for (int k = b; k < b + BLOCK; k += 8)
-            for (int g = 0; g < KV; g++)
-                kv_axpy_rows(o + g * PER * D, D, PER, p + g * PER * mk + k, mk,
-                             l->v + (size_t)k * ROW + g * D, ROW, 8, D);
-}
-
-static void stored_step(const kv_cache *c, const float *q, float *scores, const float *p, float *o)
-{
-    const kv_cache_layer *l = &c->layers[0];
-    int block = kv_attn_stored_block(c);
-    for (int b = 0; b < l->len; b += block)
-        kv_attn_stored_scores(c, l, q, HEADS, b, b + block < l->len ? b + block : l->len, 0.088f,
-                              scores, (size_t)l->len);
-    for (int b = 0; b < l->len; b += block)
-        kv_attn_stored_values(c, l, p, (size_t)l->len, HEADS, b,
-                              b + block < l->len ? b + block : l->len, o);
+    fwd f = {.max_keys = l->len, .key_block = kv_decode_key_block(&cfg)};
+    decode_job j = {.cfg = &cfg, .c = c, .cl = l, .f = &f, .q = q, .keys = l->len, .n = 1,
+                    .scale = 0.088f, .scores = scores, .partial = partial};
+    kv_decode_attention(&j, NULL, o);
 }
 
 int main(int argc, char **argv)
 {
-    int slots = argc > 1 ? atoi(argv[1]) / BLOCK * BLOCK : 8192, layers = argc > 2 ? atoi(argv[2]) : 28;
+    int slots = argc > 1 ? atoi(argv[1]) : 8192, layers = argc > 2 ? atoi(argv[2]) : 28;
     kv_cache_quant q = {.precision = KV_PREC_U8};
     if (argc > 3 && (int)(q.precision = (kv_precision)kv_precision_parse(argv[3])) < 0) {
         fprintf(stderr, "bench_attn: unknown precision %s\n", argv[3]);
@@ -88,19 +67,18 @@ int main(int argc, char **argv)
     }
     float *query = malloc(HEADS * D * sizeof *query), *o = calloc(HEADS * D, sizeof *o);
     float *scores = malloc((size_t)HEADS * slots * sizeof *scores);
-    float *p = malloc((size_t)HEADS * slots * sizeof *p);
+    /* a partial output per block of slots: F32's blocks are the smallest */
+    float *partial = malloc((size_t)(slots / 16 + 1) * HEADS * D * sizeof *partial);
     for (int i = 0; i < HEADS * D; i++)
         query[i] = (float)rand() / RAND_MAX - 0.5f;
-    for (int i = 0; i < HEADS * slots; i++)
-        p[i] = 1.0f / slots;
     double ta = 0, tb = 0, ca = 0, cb = 0;
     for (int rep = 0; rep < 6; rep++) { /* in turns: each pair shares the machine's state */
         double t0 = kv_clock_s(), c0 = kv_clock_cpu_s();
         for (int i = 0; i < layers; i++)
-            f32_step(a[i], query, scores, p, o);
+            step(a[i], query, scores, partial, o);
         double t1 = kv_clock_s(), c1 = kv_clock_cpu_s();
         for (int i = 0; i < layers; i++)
-            stored_step(b[i], query, scores, p, o);
+            step(b[i], query, scores, partial, o);
         double t2 = kv_clock_s(), c2 = kv_clock_cpu_s();
         if (rep > 0) { /* the first pair warms up */
             ta += t1 - t0;
@@ -128,6 +106,6 @@ int main(int argc, char **argv)
     free(query);
     free(o);
     free(scores);
-    free(p);
+    free(partial);
     return 0;
 }
