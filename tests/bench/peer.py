@@ -4,7 +4,7 @@
     tests/bench/peer.py --llama-bench BIN --gguf MODEL.gguf --model MODEL_DIR
                         [--kvbench build/harness/kvbench] [--threads 2]
                         [--prompts 512,2048,8192] [--decode-after 512,8192]
-                        [--gen 64] [--rounds 2] [--log FILE.jsonl]
+                        [--gen 64] [--rounds 2] [--cache bf16] [--log FILE.jsonl]
 
 (--prompts none or --decode-after none leaves those measures out.)
 
@@ -39,6 +39,14 @@ unmeasured warmup run of each test); kvbench gets `--repeats 1 --warmup 1`
 to match, so neither engine's figure is a cold first run (fresh pages
 fault in on the first run: ~37 us each on a VM).
 
+--cache P adds a third kvbench mode: bf16 compute with the KV cache at
+precision P (`--kv-cache-precision P`; f32 is the other modes' cache).
+llama-bench's cache is F16, so `--cache bf16` (or f16) is the like-for-like
+mode, the same bytes per cached token; f32 and bf16 modes keep kvbench's
+default F32 cache and so read twice llama.cpp's bytes of cache per decoded
+token. Its share of the read bandwidth counts its own cache bytes (the
+`kv_bytes_per_token` kvbench reports).
+
 Only the Python standard library is needed.
 """
 import argparse
@@ -49,7 +57,7 @@ import subprocess
 import sys
 import time
 
-MODES = ("f32", "bf16")
+MODES = ("f32", "bf16")  # compute modes, each on kvbench's default F32 cache
 
 
 def fail(msg):
@@ -127,6 +135,8 @@ class Peer:
         self.rates = {}  # (measure, engine) -> [tok/s per round]
         self.cpu_rates = {}  # (measure, engine) -> [tok/cpu-s per round] (kvbench only)
         self.machine = []  # bench machine JSON lines, every round
+        self.kv_bytes = {}  # mode -> K+V bytes per cached token, as kvbench reports them
+        self.modes = list(MODES) + ([f"bf16+{a.cache}"] if a.cache else [])
         self.llama_settings = None
 
     def add(self, measure, engine, rate, cpu=None):
@@ -135,13 +145,17 @@ class Peer:
             self.cpu_rates.setdefault((measure, engine), []).append(cpu)
 
     def kvbench(self, mode, prompt, gen):
+        """mode: a compute mode (MODES), or "bf16+P": bf16 compute on a cache at precision P."""
         a = self.a
+        compute, _, cache = mode.partition("+")
         out = run([a.kvbench, "bench", "model", "--model", a.model, "--prompt-tokens", str(prompt),
                    "--gen-tokens", str(gen), "--repeats", "1", "--warmup", "1",
-                   "--threads", str(a.threads),
-                   "--compute", mode, "--json"], self.log)
+                   "--threads", str(a.threads), "--compute", compute, "--json"]
+                  + (["--kv-cache-precision", cache] if cache else []), self.log)
         engine = f"kvbench {mode}"
         for line in out:
+            if "kv_bytes_per_token" in line:
+                self.kv_bytes[mode] = line["kv_bytes_per_token"]
             if line["measure"] == "prefill" and prompt in a.prompts:
                 self.add(f"prefill {prompt}", engine, line["tokens_per_s_median"],
                          line["tokens_per_cpu_s_median"])
@@ -167,7 +181,7 @@ class Peer:
         for n in lengths:
             gen = a.gen if n in a.decode_after else 0
             kv = [(f"kvbench {m}, {n} tokens", (lambda m=m, n=n, gen=gen: self.kvbench(m, n, gen)))
-                  for m in MODES]
+                  for m in self.modes]
             ll = []
             if n in a.prompts:
                 ll.append(lambda n=n: self.llama(["-p", str(n), "-n", "0"], f"prefill {n}"))
@@ -215,11 +229,18 @@ class Peer:
             share = self.share(m, mode, mean(kv))
             return f"{mean([x / y for x, y in zip(kv, ll)]):.2f}" + (f" ({share})" if share else "")
 
-        rows = ["| measure (tok/s, mean of rounds) | kvbench f32 | kvbench bf16 | llama.cpp | "
-                "f32 / llama.cpp | bf16 / llama.cpp |", "|---|---|---|---|---|---|"]
+        def label(mode):  # "bf16+bf16" reads "bf16, bf16 cache"
+            compute, _, cache = mode.partition("+")
+            return compute + (f", {cache} cache" if cache else "")
+
+        rows = ["| measure (tok/s, mean of rounds) | "
+                + " | ".join(f"kvbench {label(x)}" for x in self.modes) + " | llama.cpp | "
+                + " | ".join(f"{label(x)} / llama.cpp" for x in self.modes) + " |",
+                "|---|" + "---|" * (2 * len(self.modes) + 1)]
         for m in self.measures():
-            rows.append(f"| {m} | {cell(m, 'kvbench f32')} | {cell(m, 'kvbench bf16')} | "
-                        f"{cell(m, 'llama.cpp')} | {ratio(m, 'f32')} | {ratio(m, 'bf16')} |")
+            rows.append(f"| {m} | " + " | ".join(cell(m, f"kvbench {x}") for x in self.modes)
+                        + f" | {cell(m, 'llama.cpp')} | "
+                        + " | ".join(ratio(m, x) for x in self.modes) + " |")
         return "\n".join(rows)
 
     def limit(self, name):
@@ -232,7 +253,7 @@ class Peer:
         """'N % of <limit>' that rate tok/s of measure m reaches, or None."""
         words = m.split()
         if words[0] == "prefill":
-            name = "bf16" if mode == "bf16" and self.limit("bf16") else "fp32"
+            name = "bf16" if mode.startswith("bf16") and self.limit("bf16") else "fp32"
             peak = self.limit(name)
             if not peak:
                 return None
@@ -242,8 +263,8 @@ class Peer:
         read = self.limit("read")
         if not read:
             return None
-        per_token = (self.work["decode_weight_bytes"]
-                     + self.work["kv_bytes_per_token"] * (depth + gen / 2))
+        kv = self.kv_bytes.get(mode, self.work["kv_bytes_per_token"])
+        per_token = self.work["decode_weight_bytes"] + kv * (depth + gen / 2)
         return f"{100 * rate * per_token / 1e9 / read:.0f} % of read bandwidth"
 
     def machine_summary(self):
@@ -278,6 +299,8 @@ def main():
     ap.add_argument("--decode-after", type=int_list, default=[512, 8192])
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--cache", choices=("bf16", "f16", "u8", "u4"),
+                    help="add a kvbench mode: bf16 compute on a KV cache at this precision")
     ap.add_argument("--log", help="append every command and its JSON output here")
     a = ap.parse_args()
     for path, what in ((a.llama_bench, "--llama-bench"), (a.kvbench, "--kvbench")):
