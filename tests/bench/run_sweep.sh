@@ -11,9 +11,11 @@
 #               tokenizing, writing, scoring),
 # each under /usr/bin/time -v, and prints a Markdown table: wall and CPU seconds, the ratios to the
 # full cache alone, the same less the fixed cost (the engine's share, what `bench sweep` times),
-# minor faults and peak RSS. The engine's ratios are what `bench sweep`'s cold pass measures (a
-# fresh process per mode that has loaded the model: its prefill, forks and decode), in wall and
-# CPU time; the run's own ratios carry the fixed cost in both terms.
+# the kernel's share of the CPU seconds (system time: mostly faulting in and zeroing fresh memory,
+# ~0.4 GB/s a thread on a VM whose host takes freed memory back), minor faults and peak RSS. The
+# engine's ratios are what `bench sweep`'s cold pass measures (a fresh process per mode that has
+# loaded the model: its prefill, forks and decode), in wall and CPU time; the run's own ratios
+# carry the fixed cost in both terms.
 #
 #   tests/bench/run_sweep.sh MODEL_DIR [COMPUTE] [THREADS] [PRECISION ...]
 #   (defaults: f32 2, no precision rows; KVBENCH=path/to/kvbench, default build/harness/kvbench)
@@ -55,7 +57,7 @@ config() {
 EOF
 }
 
-# measure NAME: runs the config, prints "wall cpu faults rss_kib".
+# measure NAME: runs the config, prints "wall cpu system faults rss_kib".
 measure() {
   /usr/bin/time -v "$kvbench" run "$dir/$1.json" --name "$1" >"$dir/$1.out" 2>"$dir/$1.err" || {
     tail -n 5 "$dir/$1.err" >&2
@@ -65,7 +67,7 @@ measure() {
                                          for (i = 1; i <= n; i++) w = w * 60 + t[i] }
               /User time/ { u = $2 } /System time/ { s = $2 }
               /Minor \(reclaiming/ { f = $2 } /Maximum resident/ { r = $2 }
-              END { printf "%.2f %.2f %d %d\n", w, u + s, f, r }' "$dir/$1.err"
+              END { printf "%.2f %.2f %.2f %d %d\n", w, u + s, s, f, r }' "$dir/$1.err"
 }
 
 config fixed none 16 1
@@ -81,7 +83,7 @@ start=$(date -u +%H:%M) load0=$(cut -d' ' -f1 /proc/loadavg)
 declare -A res
 for r in "${rows[@]}"; do
   res[$r]=$(measure "$r")
-  echo "# $r: ${res[$r]} (wall s, CPU s, minor faults, peak RSS KiB)" >&2
+  echo "# $r: ${res[$r]} (wall s, CPU s, system s, minor faults, peak RSS KiB)" >&2
 done
 end=$(date -u +%H:%M) load1=$(cut -d' ' -f1 /proc/loadavg)
 
@@ -89,18 +91,19 @@ level=$("$kvbench" version --libraries | sed -n 's/^kernels \([a-z0-9]*\).*/\1/p
 echo "\`kvbench run\` of one 2,048-token multi_news article, 64 new tokens, compute $compute," \
   "$threads threads, kernels $level, $start–$end UTC, load $load0 → $load1:"
 echo
-echo "| run | wall s | CPU s | wall / full | CPU / full | engine wall / full | engine CPU / full | minor faults | peak RSS |"
-echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|"
-read -r fw fc _ _ <<<"${res[full]}"
-read -r xw xc _ _ <<<"${res[fixed]}"
+echo "| run | wall s | CPU s | of it system | wall / full | CPU / full | engine wall / full | engine CPU / full | minor faults | peak RSS |"
+echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
+read -r fw fc _ _ _ <<<"${res[full]}"
+read -r xw xc _ _ _ <<<"${res[fixed]}"
 for r in "${rows[@]}"; do
-  read -r w c f k <<<"${res[$r]}"
+  read -r w c s f k <<<"${res[$r]}"
   case $r in
     fixed) label="fixed cost (16 tokens, 1 new)" ;;
     full) label="full cache alone" ;;
     *) label="full + 16, ${r#sweep_} caches" ;;
   esac
-  awk -v l="$label" -v w="$w" -v c="$c" -v f="$f" -v k="$k" -v fw="$fw" -v fc="$fc" -v xw="$xw" \
-    -v xc="$xc" 'BEGIN { printf "| %s | %.1f | %.1f | %.2f× | %.2f× | %.2f× | %.2f× | %d | %.2f GB |\n",
-             l, w, c, w / fw, c / fc, (w - xw) / (fw - xw), (c - xc) / (fc - xc), f, k * 1024 / 1e9 }'
+  awk -v l="$label" -v w="$w" -v c="$c" -v s="$s" -v f="$f" -v k="$k" -v fw="$fw" -v fc="$fc" \
+    -v xw="$xw" -v xc="$xc" 'BEGIN {
+      printf "| %s | %.1f | %.1f | %.1f | %.2f× | %.2f× | %.2f× | %.2f× | %d | %.2f GB |\n", l, w, c, s,
+             w / fw, c / fc, (w - xw) / (fw - xw), (c - xc) / (fc - xc), f, k * 1024 / 1e9 }'
 done
