@@ -136,13 +136,16 @@ static void decode_values_task(void *ctx, int t, int worker)
     for (; k < k1; k += 8) {
         int nk = k1 - k < 8 ? k1 - k : 8;
         const float *vr = kv_cache_full_row(j->c, j->cl, KV_VALUES, k);
-        for (int g = 0; g < c->n_kv_heads; g++)
+        for (int g = 0; g < c->n_kv_heads; g++) {
+            float *og = o + (size_t)g * (size_t)group * (size_t)hd; /* its query heads' */
+            const float *pg = j->scores + (size_t)g * (size_t)group * mk + (size_t)k;
+            const float *vg = vr + (size_t)g * (size_t)hd;
             for (int s = 0; s < parts; s++) {
                 prefetch_rows(j, KV_VALUES, k + 8, k + 16, g * parts + s, c->n_kv_heads * parts);
-                kv_axpy_rows(o + (size_t)g * (size_t)group * (size_t)hd + (size_t)(s * w), (size_t)hd,
-                             group, j->scores + (size_t)g * (size_t)group * mk + (size_t)k, mk,
-                             vr + (size_t)g * (size_t)hd + (size_t)(s * w), kvd, nk, w);
+                kv_axpy_rows(og + (size_t)(s * w), (size_t)hd, group, pg, mk, vg + (size_t)(s * w),
+                             kvd, nk, w);
             }
+        }
     }
 }
 

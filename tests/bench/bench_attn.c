@@ -19,6 +19,7 @@
 #include "util/clock.h"
 
 enum { KV = 8, D = 128, HEADS = 16, ROW = KV * D, PER = HEADS / KV };
+static const kv_model_config cfg = {.n_heads = HEADS, .n_kv_heads = KV, .head_dim = D};
 
 static kv_cache *filled(int slots, const kv_cache_quant *q)
 {
@@ -43,7 +44,6 @@ static kv_cache *filled(int slots, const kv_cache_quant *q)
 /* One decode step's attention over cache c (one layer) on this thread. */
 static void step(const kv_cache *c, const float *q, float *scores, float *partial, float *o)
 {
-    static const kv_model_config cfg = {.n_heads = HEADS, .n_kv_heads = KV, .head_dim = D};
     const kv_cache_layer *l = &c->layers[0];
     fwd f = {.max_keys = l->len, .key_block = kv_decode_key_block(&cfg)};
     decode_job j = {.cfg = &cfg, .c = c, .cl = l, .f = &f, .q = q, .keys = l->len, .n = 1,
@@ -67,8 +67,10 @@ int main(int argc, char **argv)
     }
     float *query = malloc(HEADS * D * sizeof *query), *o = calloc(HEADS * D, sizeof *o);
     float *scores = malloc((size_t)HEADS * slots * sizeof *scores);
-    /* a partial output per block of slots: F32's blocks are the smallest */
-    float *partial = malloc((size_t)(slots / 16 + 1) * HEADS * D * sizeof *partial);
+    /* a partial output per block of slots: F32's blocks are the smallest
+     * (kv_decode_phases) */
+    size_t blocks = (size_t)(slots / kv_decode_key_block(&cfg) + 1);
+    float *partial = malloc(blocks * HEADS * D * sizeof *partial);
     for (int i = 0; i < HEADS * D; i++)
         query[i] = (float)rand() / RAND_MAX - 0.5f;
     double ta = 0, tb = 0, ca = 0, cb = 0;

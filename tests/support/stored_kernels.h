@@ -151,7 +151,8 @@ static inline void tu_check_stored_pass(tu_dot_stored_fn *dot, tu_axpy_stored_fn
                             if (e)
                                 xr = gr.min[r] + gr.scale[r] * xr;
                             want += ar * xr;
-                            abs_sum += e ? fabs(ar * gr.min[r]) + fabs(ar * gr.scale[r] * values[r][j])
+                            abs_sum += e ? fabs(ar * gr.min[r]) +
+                                               fabs(ar * gr.scale[r] * values[r][j])
                                          : fabs(ar * xr);
                         }
                         expect_close(y[i * N + j], want, abs_sum, what, i, j);
