@@ -376,11 +376,20 @@ const kv_st_tensor *kv_safetensors_find(const kv_safetensors *st, const char *na
 
 int kv_safetensors_read(const kv_safetensors *st, const kv_st_tensor *t, void *dst, kv_error *err)
 {
+    return kv_safetensors_read_part(st, t, 0, t->nbytes, dst, err);
+}
+
+int kv_safetensors_read_part(const kv_safetensors *st, const kv_st_tensor *t, size_t from,
+                             size_t n, void *dst, kv_error *err)
+{
     const char *path = st->files[t->file];
+    if (from > t->nbytes || n > t->nbytes - from)
+        return kv_fail(err, "%s: bytes [%zu, %zu) lie outside a tensor of %zu", path, from,
+                       from + n, t->nbytes);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return kv_fail(err, "%s: cannot open: %s", path, strerror(errno));
-    int rc = kv_file_pread(fd, dst, t->nbytes, t->offset, path, err);
+    int rc = kv_file_pread(fd, dst, n, t->offset + from, path, err);
     close(fd);
     return rc;
 }

@@ -55,6 +55,11 @@ const kv_st_tensor *kv_safetensors_find(const kv_safetensors *st, const char *na
 /* Reads a tensor's bytes (t->nbytes of them) into dst. */
 int kv_safetensors_read(const kv_safetensors *st, const kv_st_tensor *t, void *dst, kv_error *err);
 
+/* Reads bytes [from, from + n) of a tensor into dst (dst[0] is byte from):
+ * pieces of a large tensor can be read by several threads at once. */
+int kv_safetensors_read_part(const kv_safetensors *st, const kv_st_tensor *t, size_t from,
+                             size_t n, void *dst, kv_error *err);
+
 /* Parses one header (json[0..len), not NUL-terminated) of a file whose data
  * section is data_size bytes long starting at file offset data_start, and
  * appends its tensors to *tensors / *n (a realloc'd array). `path` names the

@@ -75,6 +75,14 @@ Test(safetensors, reads_a_valid_file)
     uint8_t buf[12];
     cr_assert_eq(kv_safetensors_read(st, b, buf, &err), 0, "%s", err.msg);
     cr_assert_eq(buf[0], 16, "data starts after the header: byte 16 of the data section");
+    /* a piece (the model's loader reads large tensors in pieces on several
+     * threads) is the same bytes as the whole tensor's there */
+    uint8_t part[5];
+    cr_assert_eq(kv_safetensors_read_part(st, b, 7, 5, part, &err), 0, "%s", err.msg);
+    cr_assert_arr_eq(part, buf + 7, 5);
+    cr_assert_neq(kv_safetensors_read_part(st, b, 8, 5, part, &err), 0, "past the tensor's end");
+    assert_one_line(err.msg);
+    cr_expect(strstr(err.msg, "outside a tensor of 12"), "%s", err.msg);
     cr_assert_null(kv_safetensors_find(st, "zz"));
     kv_safetensors_free(st);
     tu_rmtree(dir);
