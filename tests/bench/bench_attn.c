@@ -1,4 +1,4 @@
-/* `build/tests/bench_attn [SLOTS] [LAYERS] [PRECISION]`: decode attention of
+/* `build/tests/bench_attn [SLOTS] [LAYERS] [PRECISION] [REPS]`: decode attention of
  * one query row over caches of SLOTS tokens in Qwen3-0.6B's shapes (16 query
  * heads on 8 KV heads of 128 channels), one layer after another as a decode
  * step reads them, on one thread: kv_decode_attention, as the forward runs
@@ -59,6 +59,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_attn: unknown precision %s\n", argv[3]);
         return 2;
     }
+    int reps = argc > 4 ? atoi(argv[4]) : 6; /* the first pair warms up */
+    if (reps < 2) {
+        fprintf(stderr, "bench_attn: REPS must be at least 2\n");
+        return 2;
+    }
     kv_cache_quant f32 = {0};
     kv_cache **a = malloc((size_t)layers * sizeof *a), **b = malloc((size_t)layers * sizeof *b);
     for (int i = 0; i < layers; i++) {
@@ -74,7 +79,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < HEADS * D; i++)
         query[i] = (float)rand() / RAND_MAX - 0.5f;
     double ta = 0, tb = 0, ca = 0, cb = 0;
-    for (int rep = 0; rep < 6; rep++) { /* in turns: each pair shares the machine's state */
+    for (int rep = 0; rep < reps; rep++) { /* in turns: each pair shares the machine's state */
         double t0 = kv_clock_s(), c0 = kv_clock_cpu_s();
         for (int i = 0; i < layers; i++)
             step(a[i], query, scores, partial, o);
@@ -91,14 +96,16 @@ int main(int argc, char **argv)
     }
     double bytes_a = kv_cache_bytes_per_token(&f32, layers, KV, D) * slots,
            bytes_b = kv_cache_bytes_per_token(&b[0]->quant, layers, KV, D) * slots;
-    printf("%d slots x %d layers, one thread: f32 %.1f ms/step (%.2f GB/s), %s %.1f ms/step "
+    double sa = ta / (reps - 1), sb = tb / (reps - 1); /* seconds a step */
+    const char *name = kv_precision_name(q.precision);
+    printf("%d slots x %d layers, one thread: f32 %.4f ms/step (%.2f GB/s), %s %.4f ms/step "
            "(%.2f GB/s); %s is %.2fx f32's speed\n",
-           slots, layers, ta / 5 * 1e3, bytes_a / (ta / 5) / 1e9, kv_precision_name(q.precision),
-           tb / 5 * 1e3, bytes_b / (tb / 5) / 1e9, kv_precision_name(q.precision), ta / tb);
+           slots, layers, sa * 1e3, bytes_a / sa / 1e9, name, sb * 1e3, bytes_b / sb / 1e9, name,
+           ta / tb);
     /* under load the wall clock counts other processes' turns; the CPU
      * clock (one thread: this one) does not */
-    printf("CPU time: f32 %.1f ms/step, %s %.1f ms/step, %.2fx\n", ca / 5 * 1e3,
-           kv_precision_name(q.precision), cb / 5 * 1e3, ca / cb);
+    printf("CPU time: f32 %.4f ms/step, %s %.4f ms/step, %.2fx\n", ca / (reps - 1) * 1e3, name,
+           cb / (reps - 1) * 1e3, ca / cb);
     for (int i = 0; i < layers; i++) {
         kv_cache_free(a[i]);
         kv_cache_free(b[i]);
