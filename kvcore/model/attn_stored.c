@@ -80,11 +80,13 @@ static float group_sum(const float *q, int n)
 
 /* Keys by token: per KV head, per group of G channels, the nq query heads
  * from h0 against the slots [t0, t1) (at most RUN), their scores written
- * by the kernel: u8/u4 with each slot's scale and min applied
- * (kv_dot_stored_groups), bf16/f16 as they are (x^ = x). */
+ * by the kernel times scale: u8/u4 with each slot's scale and min applied
+ * (kv_dot_stored_groups, which multiplies by scale as it stores the last
+ * group's sums), bf16/f16 as they are (x^ = x), multiplied while the run's
+ * scores are in L1. */
 static void token_scores(const kv_cache *c, const kv_cache_layer *l, const stored_part *sp,
                          const float *q, const float *qsums, int g, int h0, int nq, int t0, int t1,
-                         float *scores, size_t ld)
+                         float scale, float *scores, size_t ld)
 {
     (void)l; /* channel_scores' blocks need it */
     int D = c->head_dim, G = by_group(c) ? c->quant.key_group : D, n = t1 - t0;
@@ -95,6 +97,9 @@ static void token_scores(const kv_cache *c, const kv_cache_layer *l, const store
         if (!k.groups) {
             kv_dot_stored(q + (size_t)h0 * D, (size_t)D, nq, codes, k.code_step, n,
                           c->quant.precision, D, rows, ld);
+            for (int i = 0; i < nq; i++)
+                for (int t = 0; t < n; t++)
+                    rows[(size_t)i * ld + (size_t)t] *= scale;
             continue;
         }
         float qsum[HEADS_MAX];
@@ -102,17 +107,22 @@ static void token_scores(const kv_cache *c, const kv_cache_layer *l, const store
             qsum[i] = qsums ? qsums[(size_t)(h0 + i) * (size_t)(D / G) + (size_t)(a / G)]
                             : group_sum(q + (size_t)(h0 + i) * D + a, G);
         kv_stored_groups e = {.g = k.groups + (size_t)t0 * k.group_step + a / G,
-                              .stride = k.group_step, .qsum = qsum, .add = a > 0};
+                              .stride = k.group_step,
+                              .qsum = qsum,
+                              .add = a > 0,
+                              .scaled = a + G >= D,
+                              .out_scale = scale};
         kv_dot_stored_groups(q + (size_t)h0 * D + a, (size_t)D, nq, codes, k.code_step, n,
                              c->quant.precision, G, &e, rows, ld);
     }
 }
 
 /* Keys by channel: per block of key_group slots (one scale and min per
- * channel), q * scale and q . min once, then the block's slots. */
+ * channel), q * scale and q . min once, then the block's slots; the sums
+ * of the last channels multiplied by scale as they are stored. */
 static void channel_scores(const kv_cache *c, const kv_cache_layer *l, const stored_part *sp,
                            const float *q, const float *qsums, int g, int h0, int nq, int t0,
-                           int t1, float *scores, size_t ld)
+                           int t1, float scale, float *scores, size_t ld)
 {
     (void)qsums; /* by channel q . min takes the place of min sum(q) */
     int D = c->head_dim, G = c->quant.key_group;
@@ -138,8 +148,10 @@ static void channel_scores(const kv_cache *c, const kv_cache_layer *l, const sto
                               n, c->quant.precision, m, dot, RUN);
                 for (int i = 0; i < nq; i++) {
                     float *row = scores + (size_t)(h0 + i) * ld + (size_t)s0;
-                    for (int t = 0; t < n; t++)
-                        row[t] = (a == 0 ? 0 : row[t]) + dot[i * RUN + t] + cst[i];
+                    for (int t = 0; t < n; t++) {
+                        float v = (a == 0 ? 0 : row[t]) + dot[i * RUN + t] + cst[i];
+                        row[t] = a + m >= D ? v * scale : v;
+                    }
                 }
             }
         }
@@ -178,7 +190,11 @@ static void prefetch_run(const kv_cache *c, const kv_cache_layer *l, kv_cache_pa
 
 /* The slots go RUN at a time through every KV head (the rows of a run are
  * contiguous memory, streamed once): by KV head, each head's runs would
- * stride through the whole cache, a cache miss per slot. */
+ * stride through the whole cache, a cache miss per slot. Each score is
+ * multiplied by scale as it is stored: a pass over the task's scores after
+ * them (the same multiplications) was 2 % of a u8 decode step's samples
+ * after 8,192 tokens, stalled on loads that had left L1 (perf, AVX512_BF16
+ * machine, 2026-12-03). */
 void kv_attn_stored_scores(const kv_cache *c, const kv_cache_layer *l, const float *q, int n_heads,
                            int t0, int t1, float scale, float *scores, size_t ld)
 {
@@ -198,12 +214,9 @@ void kv_attn_stored_scores(const kv_cache *c, const kv_cache_layer *l, const flo
             for (int h0 = g * per; h0 < (g + 1) * per; h0 += HEADS_MAX) {
                 int nq = (g + 1) * per - h0 < HEADS_MAX ? (g + 1) * per - h0 : HEADS_MAX;
                 (channels ? channel_scores : token_scores)(c, l, &sp, q, summed ? qsums : NULL, g,
-                                                           h0, nq, s0, s1, scores, ld);
+                                                           h0, nq, s0, s1, scale, scores, ld);
             }
     }
-    for (int h = 0; h < n_heads; h++)
-        for (int t = t0; t < t1; t++)
-            scores[(size_t)h * ld + (size_t)t] *= scale;
 }
 
 int kv_attn_stored_block(const kv_cache *c)

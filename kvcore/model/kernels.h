@@ -228,11 +228,15 @@ typedef struct kv_stored_groups {
     size_t stride;
     const float *qsum; /* scores: sum of the group's channels of query vector i */
     bool add;          /* scores: add to out rather than set it */
+    bool scaled;       /* scores: then multiply what out holds by out_scale */
+    float out_scale;
 } kv_stored_groups;
 
 /* kv_dot_stored with the rows' group parameters applied, q . x^ = min
  * sum(q) + scale (q . codes): out[i * out_stride + t] (+)= scale_t dot_it
- * + min_t qsum[i]. */
+ * + min_t qsum[i], then (scaled) out *= out_scale: the attention's
+ * 1/sqrt(d) applied as each score is stored, with the same roundings as a
+ * pass over the scores after them. */
 void kv_dot_stored_groups(const float *q, size_t q_stride, int nq, const uint8_t *x,
                           size_t x_stride, int nx, kv_precision p, int n,
                           const kv_stored_groups *e, float *out, size_t out_stride);

@@ -109,7 +109,8 @@ static inline void put8(float *out, const kv_stored_groups *e, int i, __m256 dot
                         __m256 mn)
 {
     __m256 r = _mm256_fmadd_ps(sc, dot, _mm256_mul_ps(mn, _mm256_set1_ps(e->qsum[i])));
-    _mm256_storeu_ps(out, e->add ? _mm256_add_ps(_mm256_loadu_ps(out), r) : r);
+    __m256 v = e->add ? _mm256_add_ps(_mm256_loadu_ps(out), r) : r;
+    _mm256_storeu_ps(out, e->scaled ? _mm256_mul_ps(v, _mm256_set1_ps(e->out_scale)) : v);
 }
 
 /* A tile of kv_dot_stored: NQ query vectors against NX rows (NQ NX <= 16

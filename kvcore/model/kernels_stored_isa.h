@@ -63,7 +63,8 @@ static inline void kv_stored_put(float *out, size_t os, int i, int t, float dot,
     }
     const kv_qgroup *g = e->g + (size_t)t * e->stride;
     float r = g->scale * dot + g->min * e->qsum[i];
-    *o = e->add ? *o + r : r;
+    float v = e->add ? *o + r : r;
+    *o = e->scaled ? v * e->out_scale : v;
 }
 
 /* Runs f(P, ...) with P the precision p as a constant: the kernels are

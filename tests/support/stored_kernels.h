@@ -141,6 +141,19 @@ static inline void tu_check_stored_pass(tu_dot_stored_fn *dot, tu_axpy_stored_fn
                         }
                         expect_close(out[i * ROWS + r], want, abs_sum, what, n, i);
                     }
+                if (e) { /* scaled: the same scores times out_scale, bit for bit */
+                    kv_stored_groups es = *e;
+                    es.scaled = true;
+                    es.out_scale = 0.08838835f;
+                    float scaled[Q * ROWS];
+                    memcpy(scaled, out0, sizeof scaled);
+                    dot(q, N, nq, x[0], 2 * N, ROWS, p, n, &es, scaled, ROWS);
+                    for (int k = 0; k < Q * ROWS; k++) {
+                        float want = k < nq * ROWS ? out[k] * es.out_scale : out0[k];
+                        cr_expect_eq(scaled[k], want, "%s scaled: out[%d] %.9g, want %.9g", what,
+                                     k, scaled[k], want);
+                    }
+                }
                 memcpy(y, y0, sizeof y);
                 axpy(y, N, nq, a, ROWS, x[0], 2 * N, ROWS, p, n, e);
                 for (int i = 0; i < nq; i++)
