@@ -115,21 +115,32 @@ static int defer_read(loader *ld, const kv_st_tensor *t, void *dst)
     return 0;
 }
 
-/* A weight's memory, and its bytes read now or (defer) by read_matrices. */
-static int load_matrix(loader *ld, const char *name, int rows, int cols, bool defer, kv_weight *w)
+/* A weight's memory (NULL after an error) and its tensor *t, its bytes
+ * not read yet. */
+static void *alloc_weight(loader *ld, const char *name, int rows, int cols,
+                          const kv_st_tensor **tp, kv_weight *w)
 {
-    const kv_st_tensor *t = find_tensor(ld, name, rows, cols);
+    const kv_st_tensor *t = *tp = find_tensor(ld, name, rows, cols);
     if (!t)
-        return -1;
+        return NULL;
     void *p = alloc_blob(ld, t->nbytes);
-    if (!p)
-        return kv_fail(ld->err, "%s: out of memory for tensor '%s' (%zu bytes)", ld->dir, name,
-                       t->nbytes);
-    if ((defer ? defer_read(ld, t, p) : kv_safetensors_read(ld->st, t, p, ld->err)) != 0)
-        return -1;
+    if (!p) {
+        kv_fail(ld->err, "%s: out of memory for tensor '%s' (%zu bytes)", ld->dir, name,
+                t->nbytes);
+        return NULL;
+    }
     *w = (kv_weight){.dtype = t->dtype, .data = p, .rows = rows, .cols = cols};
     ld->m->weight_bytes += t->nbytes;
-    return 0;
+    return p;
+}
+
+/* A weight matrix, its bytes read later, with all the others
+ * (read_matrices). */
+static int load_matrix(loader *ld, const char *name, int rows, int cols, kv_weight *w)
+{
+    const kv_st_tensor *t;
+    void *p = alloc_weight(ld, name, rows, cols, &t, w);
+    return p ? defer_read(ld, t, p) : -1;
 }
 
 /* Norm weights and biases: small, so widened to F32 once. Absent optional
@@ -140,7 +151,9 @@ static int load_vector(loader *ld, const char *name, int n, bool required, float
     if (!required && !kv_safetensors_find(ld->st, name))
         return 0;
     kv_weight w;
-    if (load_matrix(ld, name, n, 0, false, &w) != 0) /* widened next: read now */
+    const kv_st_tensor *t;
+    void *p = alloc_weight(ld, name, n, 0, &t, &w);
+    if (!p || kv_safetensors_read(ld->st, t, p, ld->err) != 0) /* widened next: read now */
         return -1;
     w.rows = 1;
     w.cols = n;
@@ -160,13 +173,13 @@ static int load_layer(loader *ld, int i, layer *L)
 #define NAME(s) (snprintf(name, sizeof name, "model.layers.%d.%s", i, s), name)
     if (load_vector(ld, NAME("input_layernorm.weight"), H, true, &L->attn_norm) ||
         load_vector(ld, NAME("post_attention_layernorm.weight"), H, true, &L->ffn_norm) ||
-        load_matrix(ld, NAME("self_attn.q_proj.weight"), qd, H, true, &L->wq) ||
-        load_matrix(ld, NAME("self_attn.k_proj.weight"), kvd, H, true, &L->wk) ||
-        load_matrix(ld, NAME("self_attn.v_proj.weight"), kvd, H, true, &L->wv) ||
-        load_matrix(ld, NAME("self_attn.o_proj.weight"), H, qd, true, &L->wo) ||
-        load_matrix(ld, NAME("mlp.gate_proj.weight"), c->ffn, H, true, &L->gate) ||
-        load_matrix(ld, NAME("mlp.up_proj.weight"), c->ffn, H, true, &L->up) ||
-        load_matrix(ld, NAME("mlp.down_proj.weight"), H, c->ffn, true, &L->down))
+        load_matrix(ld, NAME("self_attn.q_proj.weight"), qd, H, &L->wq) ||
+        load_matrix(ld, NAME("self_attn.k_proj.weight"), kvd, H, &L->wk) ||
+        load_matrix(ld, NAME("self_attn.v_proj.weight"), kvd, H, &L->wv) ||
+        load_matrix(ld, NAME("self_attn.o_proj.weight"), H, qd, &L->wo) ||
+        load_matrix(ld, NAME("mlp.gate_proj.weight"), c->ffn, H, &L->gate) ||
+        load_matrix(ld, NAME("mlp.up_proj.weight"), c->ffn, H, &L->up) ||
+        load_matrix(ld, NAME("mlp.down_proj.weight"), H, c->ffn, &L->down))
         return -1;
     if (c->qkv_bias && (load_vector(ld, NAME("self_attn.q_proj.bias"), qd, true, &L->bq) ||
                         load_vector(ld, NAME("self_attn.k_proj.bias"), kvd, true, &L->bk) ||
@@ -190,12 +203,12 @@ static int load_weights(loader *ld)
 {
     kv_model *m = ld->m;
     const kv_model_config *c = &m->cfg;
-    if (load_matrix(ld, "model.embed_tokens.weight", c->vocab, c->hidden, true, &m->embed) ||
+    if (load_matrix(ld, "model.embed_tokens.weight", c->vocab, c->hidden, &m->embed) ||
         load_vector(ld, "model.norm.weight", c->hidden, true, &m->norm))
         return -1;
     if (c->tied_embeddings)
         m->lm_head = m->embed;
-    else if (load_matrix(ld, "lm_head.weight", c->vocab, c->hidden, true, &m->lm_head))
+    else if (load_matrix(ld, "lm_head.weight", c->vocab, c->hidden, &m->lm_head))
         return -1;
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers)
