@@ -728,14 +728,11 @@ int kv_evictor_compress_into(kv_evictor *ev, const kv_cache *src, kv_cache **out
     if (src->n_layers != ev->model.n_layers)
         return kv_fail(err, "eviction: the cache has %d layers, the policy %d", src->n_layers,
                        ev->model.n_layers);
-    /* every layer ends with at most M slots, or its own length when shorter:
-     * a budget above the prompt allocates the prompt, not the budget */
-    int cap = largest_budget(ev);
-    int longest = 0;
-    for (int l = 0; l < src->n_layers; l++)
-        longest = src->layers[l].len > longest ? src->layers[l].len : longest;
-    cap = (cap < longest ? cap : longest) + 1;
-    kv_cache *dst = kv_cache_new(src->n_layers, src->n_kv_heads, src->head_dim, cap, err);
+    /* each layer takes the room its kept slots need as they are gathered
+     * (at most M_l, or its length when shorter, and the next token's): no
+     * more, since an F32 layer that borrows its rows (kvcache.h) needs none
+     * of its own, and rows allocated for it anyway cost fresh huge pages */
+    kv_cache *dst = kv_cache_new(src->n_layers, src->n_kv_heads, src->head_dim, 1, err);
     if (!dst)
         return -1;
     dst->next_pos = src->next_pos;

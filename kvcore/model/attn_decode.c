@@ -34,6 +34,39 @@ static void stats_add_row(const kv_attn_stats_request *req, kv_attn_stats *s, in
                     (store ? 0.0 : s->win_sums[w][off + (size_t)j]) + p[j];
 }
 
+/* The F32 row of slot s of a part: the cache's own row, or the lender's
+ * row it borrows (kvcache.h: "Borrowed rows"); not for a stored slot. */
+static const float *slot_row(const decode_job *j, kv_cache_part part, int s)
+{
+    if (s < kv_cache_stored(j->cl, part))
+        return kv_cache_borrowed_row(j->c, j->cl, part, s);
+    return kv_cache_full_row(j->c, j->cl, part, s);
+}
+
+/* Widest row (floats) whose eight borrowed copies rows_at gathers on the
+ * stack: 128 KB, 8 KV heads of 512. Wider rows go one slot at a time. */
+enum { GATHER_ROW_MAX = 4096 };
+
+/* The F32 rows of slots [k, k + n) of a part, n <= 8, as consecutive rows
+ * for the kernels: in place where they are so (the cache's own rows, or a
+ * lender's that follow each other), else copied into buf, the same values
+ * in the same order (so the same bits); NULL when too wide for buf. */
+static const float *rows_at(const decode_job *j, kv_cache_part part, int k, int n, float *buf)
+{
+    int stored = kv_cache_stored(j->cl, part);
+    if (k >= stored)
+        return kv_cache_full_row(j->c, j->cl, part, k);
+    const int32_t *r = j->cl->srow + k; /* ascending: consecutive when the ends are n - 1 apart */
+    if (k + n <= stored && r[n - 1] - r[0] == n - 1)
+        return kv_cache_borrowed_row(j->c, j->cl, part, k);
+    size_t row = (size_t)kv_cache_row(j->c);
+    if (row > GATHER_ROW_MAX)
+        return NULL;
+    for (int i = 0; i < n; i++)
+        memcpy(buf + (size_t)i * row, slot_row(j, part, k + i), row * sizeof *buf);
+    return buf;
+}
+
 /* Prefetches slice i of n of the F32 rows of part's slots [from, to)
  * (clipped to the row's keys) into L1. The passes call it for the next
  * eight slots while they read the current eight, a slice before each
@@ -49,11 +82,36 @@ static void prefetch_rows(const decode_job *j, kv_cache_part part, int from, int
     if (from >= to)
         return;
     size_t row = (size_t)j->cfg->n_kv_heads * (size_t)j->cfg->head_dim * sizeof(float);
-    const char *p = (const char *)kv_cache_full_row(j->c, j->cl, part, from);
-    size_t bytes = (size_t)(to - from) * row;
-    for (size_t o = bytes * (size_t)i / (size_t)n / 64 * 64;
-         o < bytes * (size_t)(i + 1) / (size_t)n; o += 64)
-        __builtin_prefetch(p + o, 0, 3);
+    size_t bytes = (size_t)(to - from) * row, o = bytes * (size_t)i / (size_t)n / 64 * 64,
+           end = bytes * (size_t)(i + 1) / (size_t)n;
+    if (from >= kv_cache_stored(j->cl, part)) { /* the cache's own rows: one run */
+        const char *p = (const char *)kv_cache_full_row(j->c, j->cl, part, from);
+        for (; o < end; o += 64)
+            __builtin_prefetch(p + o, 0, 3);
+        return;
+    }
+    while (o < end) { /* borrowed rows: the slice's part of each slot's row */
+        size_t in = o % row, stop = row < in + (end - o) ? row : in + (end - o);
+        const char *p = (const char *)slot_row(j, part, from + (int)(o / row));
+        for (size_t x = in; x < stop; x += 64)
+            __builtin_prefetch(p + x, 0, 3);
+        o += stop - in;
+    }
+}
+
+/* The scores of slots [k, k + 8) for every head, their keys' rows at kr
+ * (consecutive): the rows (32 KB at Qwen3-0.6B) stay in L1 while every
+ * head reads them, and the next eight slots' come in behind. */
+static void scores8(const decode_job *j, const float *kr, int k)
+{
+    const kv_model_config *c = j->cfg;
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
+    size_t kvd = (size_t)c->n_kv_heads * (size_t)hd, mk = (size_t)j->f->max_keys;
+    for (int h = 0; h < c->n_heads; h++) {
+        prefetch_rows(j, KV_KEYS, k + 8, k + 16, h, c->n_heads);
+        kv_dot8(j->q + (size_t)h * (size_t)hd, kr + (size_t)(h / group) * (size_t)hd, kvd, hd,
+                j->scale, j->scores + (size_t)h * mk + (size_t)k);
+    }
 }
 
 static void decode_scores_task(void *ctx, int t, int worker)
@@ -62,30 +120,28 @@ static void decode_scores_task(void *ctx, int t, int worker)
     const decode_job *j = ctx;
     const kv_model_config *c = j->cfg;
     int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, bs = j->block;
-    size_t kvd = (size_t)c->n_kv_heads * (size_t)hd, mk = (size_t)j->f->max_keys;
+    size_t mk = (size_t)j->f->max_keys;
     int k = t * bs, k1 = (t + 1) * bs < j->keys ? (t + 1) * bs : j->keys;
     int stored = k1 < j->cl->k_stored ? k1 : j->cl->k_stored;
-    if (k < stored) { /* slots the cache holds in its stored form */
+    if (k < stored && !kv_cache_borrows(j->c)) { /* slots the cache holds in its stored form */
         kv_attn_stored_scores(j->c, j->cl, j->q, c->n_heads, k, stored, j->scale, j->scores, mk);
         k = stored;
     }
-    /* eight slots at a time: their rows (32 KB at Qwen3-0.6B) stay in L1
-     * while every head reads them. Measured as for the values pass below,
+    /* eight slots at a time (scores8). Measured as for the values pass below,
      * the other ways were slower: both query heads of a KV head from one
      * load of each key vector (16 accumulators) 0.89-0.97x with the
      * prefetch in any of three places, the prefetch in 2 KB bursts 0.87x
      * against slices, prefetcht1/t2 0.8-0.9x, every second line 0.8x,
      * 16 or 32 slots ahead 0.95-1.01x. */
+    float buf[8 * GATHER_ROW_MAX];
     for (; k + 8 <= k1; k += 8) {
-        const float *kr = kv_cache_full_row(j->c, j->cl, KV_KEYS, k);
-        for (int h = 0; h < c->n_heads; h++) {
-            prefetch_rows(j, KV_KEYS, k + 8, k + 16, h, c->n_heads);
-            kv_dot8(j->q + (size_t)h * (size_t)hd, kr + (size_t)(h / group) * (size_t)hd, kvd, hd,
-                    j->scale, j->scores + (size_t)h * mk + (size_t)k);
-        }
+        const float *kr = rows_at(j, KV_KEYS, k, 8, buf);
+        if (!kr)
+            break;
+        scores8(j, kr, k);
     }
     for (; k < k1; k++) {
-        const float *kr = kv_cache_full_row(j->c, j->cl, KV_KEYS, k);
+        const float *kr = slot_row(j, KV_KEYS, k);
         for (int h = 0; h < c->n_heads; h++)
             j->scores[(size_t)h * mk + (size_t)k] =
                 kv_dot(j->q + (size_t)h * (size_t)hd, kr + (size_t)(h / group) * (size_t)hd, hd) *
@@ -118,7 +174,7 @@ static void decode_values_task(void *ctx, int t, int worker)
     memset(o, 0, qd * sizeof *o);
     int k = t * bs, k1 = (t + 1) * bs < j->keys ? (t + 1) * bs : j->keys;
     int stored = k1 < j->cl->v_stored ? k1 : j->cl->v_stored;
-    if (k < stored) {
+    if (k < stored && !kv_cache_borrows(j->c)) {
         kv_attn_stored_values(j->c, j->cl, j->scores, mk, c->n_heads, k, stored, o);
         k = stored;
     }
@@ -133,9 +189,14 @@ static void decode_values_task(void *ctx, int t, int worker)
      * (median 1.03x, 10 runs) with AVX-512, 0.94-1.10x (median 1.02x, 7) with
      * AVX2; quarters of 32 lanes, 0.93-0.98x. */
     int parts = hd % 128 == 0 ? 2 : 1, w = hd / parts;
-    for (; k < k1; k += 8) {
-        int nk = k1 - k < 8 ? k1 - k : 8;
-        const float *vr = kv_cache_full_row(j->c, j->cl, KV_VALUES, k);
+    float buf[8 * GATHER_ROW_MAX];
+    for (int nk; k < k1; k += nk) {
+        nk = k1 - k < 8 ? k1 - k : 8;
+        const float *vr = rows_at(j, KV_VALUES, k, nk, buf);
+        if (!vr) { /* too wide to gather: one slot */
+            vr = slot_row(j, KV_VALUES, k);
+            nk = 1;
+        }
         for (int g = 0; g < c->n_kv_heads; g++) {
             float *og = o + (size_t)g * (size_t)group * (size_t)hd; /* its query heads' */
             const float *pg = j->scores + (size_t)g * (size_t)group * mk + (size_t)k;

@@ -1,6 +1,7 @@
 #include "model/kvcache.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,10 +61,94 @@ static int *front_of(kv_cache_layer *l, kv_cache_part part)
 }
 
 /* The start of the block holding a part's full rows (what malloc gave). */
-static float *block_of(const kv_cache *c, kv_cache_layer *l, kv_cache_part part)
+static float *block_of(const kv_cache *c, const kv_cache_layer *l, kv_cache_part part)
 {
-    float *rows = *rows_of(l, part);
-    return rows ? rows - (size_t)*front_of(l, part) * (size_t)kv_cache_row(c) : NULL;
+    float *rows = part == KV_KEYS ? l->k : l->v;
+    int front = part == KV_KEYS ? l->k_front : l->v_front;
+    return rows ? rows - (size_t)front * (size_t)kv_cache_row(c) : NULL;
+}
+
+/* ---- lent rows (kvcache.h: "Borrowed rows") ---- */
+
+/* The F32 blocks of a cache as it lent them, [n_layers][keys, values],
+ * freed when the lender and every borrower have let go. */
+struct kv_shared {
+    atomic_int holders;
+    int n_blocks;
+    float *blocks[];
+};
+
+static kv_shared *shared_hold(kv_shared *s)
+{
+    atomic_fetch_add(&s->holders, 1);
+    return s;
+}
+
+static void shared_release(kv_shared *s)
+{
+    if (!s || atomic_fetch_sub(&s->holders, 1) != 1)
+        return;
+    for (int i = 0; i < s->n_blocks; i++)
+        free(s->blocks[i]);
+    free(s);
+}
+
+/* c's rows as lent, one more holder of them; the first call lends them
+ * (the lender is a holder too). Lending changes no row, so a const cache
+ * lends: the forks of one prompt are made at once on the pool's threads,
+ * and the first of them to get here publishes the blocks. NULL: out of
+ * memory. */
+static kv_shared *lend(const kv_cache *c)
+{
+    kv_cache *lender = (kv_cache *)c; /* only `lent` changes, atomically */
+    kv_shared *s = atomic_load(&lender->lent);
+    if (!s) {
+        size_t n = 2 * (size_t)c->n_layers;
+        if (!(s = malloc(sizeof *s + n * sizeof *s->blocks)))
+            return NULL;
+        atomic_init(&s->holders, 1);
+        s->n_blocks = (int)n;
+        for (int l = 0; l < c->n_layers; l++) {
+            s->blocks[2 * l] = block_of(c, &c->layers[l], KV_KEYS);
+            s->blocks[2 * l + 1] = block_of(c, &c->layers[l], KV_VALUES);
+        }
+        kv_shared *first = NULL;
+        if (!atomic_compare_exchange_strong(&lender->lent, &first, s)) {
+            free(s);
+            s = first;
+        }
+    }
+    return shared_hold(s);
+}
+
+/* Whether a part's block in layer l of c is one it lent. */
+static bool lent_block(const kv_cache *c, const kv_cache_layer *l, kv_cache_part part)
+{
+    kv_shared *s = atomic_load(&((kv_cache *)c)->lent);
+    return s && block_of(c, l, part) == s->blocks[2 * (l - c->layers) + (int)part];
+}
+
+/* A lender about to move or change a part's rows (growing, compacting,
+ * storing) takes a copy of its own first: its borrowers go on reading the
+ * lent block, which the last of them frees. */
+static int keep_own(const kv_cache *c, kv_cache_layer *l, kv_cache_part part, kv_error *err)
+{
+    if (!lent_block(c, l, part))
+        return 0;
+    int rows = part == KV_KEYS ? l->k_rows : l->v_rows;
+    size_t row = (size_t)kv_cache_row(c) * sizeof(float);
+    float *own = malloc((size_t)rows * row);
+    if (!own)
+        return kv_fail(err, "KV cache: out of memory for %zu bytes", (size_t)rows * row);
+    memcpy(own, *rows_of(l, part), (size_t)(l->len - kv_cache_stored(l, part)) * row);
+    *rows_of(l, part) = own;
+    *front_of(l, part) = 0;
+    return 0;
+}
+
+static int keep_own_rows(const kv_cache *c, kv_cache_layer *l, kv_error *err)
+{
+    return keep_own(c, l, KV_KEYS, err) != 0 || keep_own(c, l, KV_VALUES, err) != 0 ? -1 : 0;
 }
 
 /* Moves a part's rows in use back to the start of their block. */
@@ -84,6 +169,8 @@ static int full_resize(const kv_cache *c, kv_cache_layer *l, int krows, int vrow
 {
     size_t row = (size_t)kv_cache_row(c) * sizeof(float);
     if (krows != l->k_rows || vrows != l->v_rows) { /* realloc moves blocks, not fronts */
+        if (keep_own_rows(c, l, err) != 0)
+            return -1;
         unshift(c, l, KV_KEYS);
         unshift(c, l, KV_VALUES);
     }
@@ -115,6 +202,16 @@ static int grown(int have, int need)
 {
     int cap = have + grow_step(have);
     return cap < need ? need : cap;
+}
+
+/* Whether a cache's full-precision rows are only those of slots past the
+ * stored (or borrowed) ones, made room for as needed (full_reserve); a
+ * plain F32 cache's rows are its slots. A borrower's own rows are the few
+ * tokens it appends: room for all its slots would cost a fresh 2 MiB page
+ * per layer and part on a heap of huge pages (harness/cli/memory.c). */
+static bool rows_apart(const kv_cache *c)
+{
+    return kv_cache_stores(c) || kv_cache_borrows(c);
 }
 
 /* A stored cache's room for n more full-precision rows of keys and of
@@ -154,12 +251,14 @@ static int layer_resize(const kv_cache *c, kv_cache_layer *l, int cap, kv_error 
     size_t n = (size_t)cap, heads = (size_t)c->n_kv_heads, bytes = kv_cache_code_bytes(c);
     bool stores = kv_cache_stores(c);
     if (resize(&l->pos, n * heads * sizeof *l->pos, err) != 0 ||
+        resize(&l->srow, kv_cache_borrows(c) ? n * sizeof *l->srow : 0, err) != 0 ||
         resize(&l->vlen, n * heads * sizeof *l->vlen, err) != 0 ||
         resize(&l->kq, stores ? n * bytes : 0, err) != 0 ||
         resize(&l->vq, stores ? n * bytes : 0, err) != 0 ||
         resize(&l->kg, key_groups(c, cap) * sizeof *l->kg, err) != 0 ||
         resize(&l->vg, value_groups(c, cap) * sizeof *l->vg, err) != 0 ||
-        (!stores && full_resize(c, l, f32_rows(cap), f32_rows(cap), err) != 0))
+        (!stores && !kv_cache_borrows(c) &&
+         full_resize(c, l, f32_rows(cap), f32_rows(cap), err) != 0))
         return -1;
     l->cap = cap;
     if (l->vlen_n > cap)
@@ -199,8 +298,10 @@ void kv_cache_free(kv_cache *c)
         return;
     for (int i = 0; i < c->n_layers; i++) {
         kv_cache_layer *l = &c->layers[i];
-        free(block_of(c, l, KV_KEYS));
-        free(block_of(c, l, KV_VALUES));
+        for (int part = KV_KEYS; part <= KV_VALUES; part++)
+            if (!lent_block(c, l, (kv_cache_part)part))
+                free(block_of(c, l, (kv_cache_part)part));
+        free(l->srow);
         free(l->kq);
         free(l->vq);
         free(l->kg);
@@ -209,6 +310,8 @@ void kv_cache_free(kv_cache *c)
         free(l->vlen);
         free(l->gap);
     }
+    shared_release(atomic_load(&c->lent));
+    shared_release(c->borrowed);
     free(c->layers);
     free(c);
 }
@@ -245,6 +348,8 @@ kv_cache *kv_cache_fork(const kv_cache *c, int cap_hint, kv_error *err)
     f->next_pos = c->next_pos;
     f->token_offset = c->token_offset;
     f->quant = c->quant;
+    if (kv_cache_borrows(c)) /* its borrowed slots stay borrowed: the copy reads them too */
+        f->borrowed = shared_hold(c->borrowed);
     size_t row = (size_t)kv_cache_row(c) * sizeof(float), bytes = kv_cache_code_bytes(c);
     for (int i = 0; i < c->n_layers; i++) {
         const kv_cache_layer *src = &c->layers[i];
@@ -254,13 +359,18 @@ kv_cache *kv_cache_fork(const kv_cache *c, int cap_hint, kv_error *err)
         dst->k_stored = src->k_stored;
         dst->v_stored = src->v_stored;
         if (layer_resize(f, dst, cap > 0 ? cap : 1, err) != 0 ||
-            (kv_cache_stores(c) && full_reserve(f, dst, 1, err) != 0) ||
+            (rows_apart(c) && full_reserve(f, dst, 1, err) != 0) ||
             copy_layout(c, src, dst, err) != 0) {
             kv_cache_free(f);
             return NULL;
         }
         copy_bytes(dst->k, src->k, (size_t)(src->len - src->k_stored) * row);
         copy_bytes(dst->v, src->v, (size_t)(src->len - src->v_stored) * row);
+        if (kv_cache_borrows(c)) {
+            dst->bk = src->bk;
+            dst->bv = src->bv;
+            copy_bytes(dst->srow, src->srow, (size_t)src->k_stored * sizeof *src->srow);
+        }
         if (kv_cache_stores(c)) {
             copy_bytes(dst->kq, src->kq, (size_t)src->k_stored * bytes);
             copy_bytes(dst->vq, src->vq, (size_t)src->v_stored * bytes);
@@ -325,7 +435,9 @@ int kv_cache_set_quant(kv_cache *c, const kv_cache_quant *q, kv_error *err)
     c->quant = r;
     for (int i = 0; i < c->n_layers; i++) { /* the stored form's room */
         kv_cache_layer *l = &c->layers[i];
-        if (layer_resize(c, l, l->cap, err) != 0)
+        /* a commit will move the rows it stores: not lent ones */
+        if ((kv_cache_stores(c) && keep_own_rows(c, l, err) != 0) ||
+            layer_resize(c, l, l->cap, err) != 0)
             return -1;
         /* full-precision rows only for the slots in use: a forward asks
          * for its own, a layer at a time (kv_cache_reserve_rows) */
@@ -375,6 +487,10 @@ static uint8_t *codes_of(const kv_cache *c, const kv_cache_layer *l, kv_cache_pa
 static void load(const kv_cache *c, const kv_cache_layer *l, kv_cache_part part, int s, size_t at,
                  size_t n, float *out)
 {
+    if (kv_cache_borrows(c)) {
+        memcpy(out, kv_cache_borrowed_row(c, l, part, s) + at, n * sizeof *out);
+        return;
+    }
     const uint8_t *codes = codes_of(c, l, part, s);
     const uint16_t *bits = (const uint16_t *)(const void *)codes;
     kv_precision p = c->quant.precision;
@@ -431,6 +547,8 @@ static const float *heads_of(const kv_cache *c, const kv_cache_layer *l, kv_cach
     size_t at = (size_t)h0 * (size_t)c->head_dim;
     if (slot >= kv_cache_stored(l, part))
         return kv_cache_full_row(c, l, part, slot) + at;
+    if (kv_cache_borrows(c))
+        return kv_cache_borrowed_row(c, l, part, slot) + at;
     load(c, l, part, slot, at, (size_t)heads * (size_t)c->head_dim, buf);
     return buf;
 }
@@ -530,6 +648,14 @@ void kv_cache_commit(kv_cache *c, int layer)
         kv_cache_measure_values(c, l, from, l->len - from);
 }
 
+/* Slot s's F32 row in a cache that stores none: its own, or one it
+ * borrows. */
+static const float *f32_row(const kv_cache *c, const kv_cache_layer *l, kv_cache_part part, int s)
+{
+    return s < kv_cache_stored(l, part) ? kv_cache_borrowed_row(c, l, part, s)
+                                        : kv_cache_full_row(c, l, part, s);
+}
+
 /* The fork of an unstored layer src into d at d's precision: each slot's
  * keys and values are stored as they are read from src's rows (no F32
  * copy first), as kv_cache_commit would store them; keys by channel leave
@@ -540,20 +666,32 @@ static int store_layer_from(kv_cache *f, kv_cache_layer *d, const kv_cache *c,
     size_t row = (size_t)kv_cache_row(c);
     int len = src->len, keys = len;
     for (int s = 0; s < len; s++)
-        store(f, d, KV_VALUES, s, 0, row, kv_cache_full_row(c, src, KV_VALUES, s));
-    if (f->quant.key_by_channel) {
+        store(f, d, KV_VALUES, s, 0, row, f32_row(c, src, KV_VALUES, s));
+    if (f->quant.key_by_channel) { /* a block's rows are consecutive where none is borrowed */
         int G = f->quant.key_group;
+        float *block = kv_cache_borrows(c) ? malloc((size_t)G * row * sizeof *block) : NULL;
+        if (kv_cache_borrows(c) && !block)
+            return kv_fail(err, "KV cache: out of memory");
         keys = len / G * G;
-        for (int s = 0; s < keys; s += G)
-            store_key_block(f, d, s, kv_cache_full_row(c, src, KV_KEYS, s));
+        for (int s = 0; s < keys; s += G) {
+            const float *x = block;
+            if (s >= src->k_stored)
+                x = kv_cache_full_row(c, src, KV_KEYS, s);
+            else
+                for (int t = 0; t < G; t++)
+                    memcpy(block + (size_t)t * row, f32_row(c, src, KV_KEYS, s + t),
+                           row * sizeof *block);
+            store_key_block(f, d, s, x);
+        }
+        free(block);
     } else
         for (int s = 0; s < len; s++)
-            store(f, d, KV_KEYS, s, 0, row, kv_cache_full_row(c, src, KV_KEYS, s));
+            store(f, d, KV_KEYS, s, 0, row, f32_row(c, src, KV_KEYS, s));
     if (full_resize(f, d, len - keys, 0, err) != 0)
         return -1;
-    if (keys < len)
-        memcpy(d->k, kv_cache_full_row(c, src, KV_KEYS, keys),
-               (size_t)(len - keys) * row * sizeof(float));
+    for (int s = keys; s < len; s++)
+        memcpy(d->k + (size_t)(s - keys) * row, f32_row(c, src, KV_KEYS, s),
+               row * sizeof(float));
     d->k_stored = keys;
     d->v_stored = len;
     if (len > 0) /* the norms of the values as stored, as a commit measures them */
@@ -566,7 +704,7 @@ kv_cache *kv_cache_fork_at(const kv_cache *c, const kv_cache_quant *q, int cap_h
 {
     if (q->precision == c->quant.precision)
         return kv_cache_fork(c, cap_hint, err);
-    for (int i = 0; i < c->n_layers; i++)
+    for (int i = 0; i < c->n_layers && !kv_cache_borrows(c); i++)
         if (c->layers[i].k_stored > 0 || c->layers[i].v_stored > 0) {
             kv_fail(err, "KV cache: a cache storing tokens at %s keeps that precision",
                     kv_precision_name(c->quant.precision));
@@ -600,7 +738,7 @@ static int reserve(kv_cache *c, int n, bool rows, kv_error *err)
         kv_cache_layer *l = &c->layers[i];
         if (l->len + n > l->cap && layer_resize(c, l, grown(l->cap, l->len + n), err) != 0)
             return -1;
-        if (rows && kv_cache_stores(c) && full_reserve(c, l, n, err) != 0)
+        if (rows && rows_apart(c) && full_reserve(c, l, n, err) != 0)
             return -1;
     }
     return 0;
@@ -618,7 +756,7 @@ int kv_cache_reserve_slots(kv_cache *c, int n, kv_error *err)
 
 int kv_cache_reserve_rows(kv_cache *c, int layer, int n, kv_error *err)
 {
-    return kv_cache_stores(c) ? full_reserve(c, &c->layers[layer], n, err) : 0;
+    return rows_apart(c) ? full_reserve(c, &c->layers[layer], n, err) : 0;
 }
 
 int kv_cache_reserve_layer(kv_cache *c, int layer, int slots, kv_error *err)
@@ -793,6 +931,11 @@ static void move_one(part_move *m, int j, int g, int from)
     int shift = m->part == KV_KEYS && m->k->inv_freq ? j - held_rank(m->s, h0, from) : 0;
     if (shift != 0 && shift != m->delta[g])
         angles(m->k->inv_freq, half, m->delta[g] = shift, c);
+    if (to_stored && shift == 0 && kv_cache_borrows(src)) { /* its lender's row, by index: */
+        if (m->part == KV_VALUES) /* one map for both parts, moved once */
+            m->d->srow[j] = m->s->srow[from];
+        return;
+    }
     if (to_stored && shift == 0) { /* codes and groups move as they are */
         size_t bits = (size_t)kv_precision_bits(src->quant.precision);
         memcpy(codes_of(m->dst, m->d, m->part, j) + at * bits / 8,
@@ -818,7 +961,8 @@ static void move_one(part_move *m, int j, int g, int from)
         memmove(y, x, span * sizeof *y);
     if (to_stored)
         store(m->dst, m->d, m->part, j, at, span, y);
-    else if (from_stored && shift != 0) /* as stored again, and a commit leaves it so */
+    else if (from_stored && shift != 0 && kv_cache_stores(src))
+        /* as stored again, and a commit leaves it so */
         for (size_t a = 0; a < span; a += (size_t)src->quant.key_group)
             kv_round_group(y + a, (size_t)src->quant.key_group, 1, src->quant.precision);
 }
@@ -846,15 +990,17 @@ static int move_part(part_move *m, kv_error *err)
     float *copy = NULL;
     m->s_full = m->part == KV_KEYS ? s->k : s->v;
     /* in place, full rows move down unless some go to the stored form
-     * ahead of them: then they are read from a copy */
-    if (in_place && s_stored > 0 && s_full > 0) {
+     * ahead of them (a set's gap, stored as zeros, of per-head sets): then
+     * they are read from a copy. One set keeps its stored slots stored and
+     * its full ones full, each row at or below where it was. */
+    if (in_place && s_stored > 0 && s_full > 0 && k->sets > 1) {
         if (!(copy = malloc((size_t)s_full * row * sizeof *copy)))
             return kv_fail(err, "KV cache: out of memory");
         memcpy(copy, m->s_full, (size_t)s_full * row * sizeof *copy);
         m->s_full = copy;
     }
     int need = m->len - m->d_stored + 1, rows = m->part == KV_KEYS ? m->d->k_rows : m->d->v_rows;
-    if (kv_cache_stores(m->dst) && need > rows &&
+    if (rows_apart(m->dst) && need > rows &&
         full_resize(m->dst, m->d, m->part == KV_KEYS ? need : m->d->k_rows,
                     m->part == KV_KEYS ? m->d->v_rows : need, err) != 0) {
         free(copy);
@@ -942,7 +1088,8 @@ static int rows_moving(const kv_cache_keep *k, int up)
 static bool front_is_shorter(const kv_cache *c, const kv_cache_layer *l, const kv_cache_keep *k)
 {
     int up = l->len - k->n_keep[0], room = l->k_rows - l->cap;
-    if (kv_cache_stores(c) || k->sets != 1 || k->inv_freq || l->gap || up <= 0 || room < up ||
+    if (kv_cache_stores(c) || kv_cache_borrows(c) || k->sets != 1 || k->inv_freq || l->gap ||
+        up <= 0 || room < up ||
         l->v_rows - l->cap != room)
         return false;
     return rows_moving(k, up) + l->len / room < rows_moving(k, 0);
@@ -983,6 +1130,108 @@ static void move_positions(const kv_cache_layer *s, kv_cache_layer *d, const kv_
         }
 }
 
+/* A borrower's layer copies its borrowed rows into rows of its own, for a
+ * gather in place that writes every kept row (rerotation, per-head sets). */
+static int unborrow(const kv_cache *c, kv_cache_layer *l, kv_error *err)
+{
+    int n = l->k_stored;
+    if (!kv_cache_borrows(c) || n == 0)
+        return 0;
+    size_t row = (size_t)kv_cache_row(c), rows = (size_t)f32_rows(l->cap);
+    float *k = malloc(rows * row * sizeof *k), *v = malloc(rows * row * sizeof *v);
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return kv_fail(err, "KV cache: out of memory");
+    }
+    for (int s = 0; s < n; s++) {
+        memcpy(k + (size_t)s * row, kv_cache_borrowed_row(c, l, KV_KEYS, s), row * sizeof *k);
+        memcpy(v + (size_t)s * row, kv_cache_borrowed_row(c, l, KV_VALUES, s), row * sizeof *v);
+    }
+    copy_bytes(k + (size_t)n * row, l->k, (size_t)(l->len - n) * row * sizeof *k);
+    copy_bytes(v + (size_t)n * row, l->v, (size_t)(l->len - n) * row * sizeof *v);
+    free(block_of(c, l, KV_KEYS));
+    free(block_of(c, l, KV_VALUES));
+    l->k = k;
+    l->v = v;
+    l->k_front = l->v_front = 0;
+    l->k_rows = l->v_rows = (int)rows;
+    l->k_stored = l->v_stored = 0;
+    return 0;
+}
+
+/* The rows src lends to a fork of it: its own (an F32 cache that borrows
+ * none, lending then as it is: every layer's rows in the block it lent),
+ * or those it borrows itself. NULL where it cannot lend. */
+static kv_shared *lender_of(const kv_cache *src, const kv_cache_layer *s)
+{
+    if (kv_cache_borrows(src))
+        return src->borrowed;
+    kv_shared *lent = atomic_load(&((kv_cache *)src)->lent);
+    if (lent && !(lent_block(src, s, KV_KEYS) && lent_block(src, s, KV_VALUES)))
+        return NULL; /* it took rows of this layer back since */
+    return lent;
+}
+
+/* Whether dst's empty layer can borrow what a gather from src keeps: F32
+ * to F32, one set without rerotation (the rows as they are), all of dst's
+ * layers from one lender. */
+static bool can_borrow(const kv_cache *src, const kv_cache *dst, int layer, const kv_cache_keep *k)
+{
+    const kv_cache_layer *s = &src->layers[layer];
+    if (kv_cache_stores(src) || kv_cache_stores(dst) || k->sets != 1 || k->inv_freq || s->gap ||
+        dst->layers[layer].len != 0)
+        return false;
+    kv_shared *from = lender_of(src, s);
+    bool lends = from || !atomic_load(&((kv_cache *)src)->lent);
+    return lends && (!dst->borrowed || dst->borrowed == from);
+}
+
+/* A gather from src into dst's empty layer that borrows: each kept slot
+ * src holds in a row it lends keeps reading that row, through dst's map;
+ * the rest (a borrower's own rows, after its borrowed ones) are copied. */
+static int borrow_layer(const kv_cache *src, kv_cache *dst, int layer, const kv_cache_keep *k,
+                        kv_error *err)
+{
+    const kv_cache_layer *s = &src->layers[layer];
+    kv_cache_layer *d = &dst->layers[layer];
+    if (!dst->borrowed) {
+        kv_shared *b = kv_cache_borrows(src) ? shared_hold(src->borrowed) : lend(src);
+        if (!b)
+            return kv_fail(err, "KV cache: out of memory");
+        dst->borrowed = b;
+        for (int l = 0; l < dst->n_layers; l++) /* now every layer has its map */
+            if (resize(&dst->layers[l].srow, (size_t)dst->layers[l].cap * sizeof(int32_t),
+                       err) != 0)
+                return -1;
+    }
+    int n = k->n_keep[0];
+    if (kv_cache_reserve_layer(dst, layer, n + 1, err) != 0)
+        return -1;
+    bool own = !kv_cache_borrows(src);
+    int lends = own ? s->len : s->k_stored;
+    d->bk = own ? s->k : s->bk;
+    d->bv = own ? s->v : s->bv;
+    int j = 0;
+    for (; j < n && k->keep[j] < lends; j++)
+        d->srow[j] = own ? k->keep[j] : s->srow[k->keep[j]];
+    d->k_stored = d->v_stored = j;
+    int rows = grown(0, n - j + 1); /* its own rows: the rest, and room to append */
+    if (full_resize(dst, d, rows, rows, err) != 0)
+        return -1;
+    size_t row = (size_t)kv_cache_row(src) * sizeof(float);
+    for (; j < n; j++) {
+        memcpy(kv_cache_full_row(dst, d, KV_KEYS, j),
+               kv_cache_full_row(src, s, KV_KEYS, k->keep[j]), row);
+        memcpy(kv_cache_full_row(dst, d, KV_VALUES, j),
+               kv_cache_full_row(src, s, KV_VALUES, k->keep[j]), row);
+    }
+    move_positions(s, d, k, src->n_kv_heads, n);
+    d->vlen_n = measured_prefix(k, n, s->vlen_n);
+    d->len = n;
+    return set_gaps(d, 1, k->n_keep, n, err);
+}
+
 int kv_cache_gather(const kv_cache *src, kv_cache *dst, int layer, const kv_cache_keep *k,
                     kv_error *err)
 {
@@ -990,8 +1239,18 @@ int kv_cache_gather(const kv_cache *src, kv_cache *dst, int layer, const kv_cach
     kv_cache_layer *d = &dst->layers[layer];
     int D = src->head_dim, sets = k->sets;
     int shortest, len = check_keep(s, k, &shortest, err);
-    if (len < 0 || kv_cache_reserve_layer(dst, layer, len + 1, err) != 0)
+    if (len < 0)
         return -1;
+    if (src == dst && (keep_own_rows(dst, d, err) != 0 ||
+                       ((sets > 1 || k->inv_freq) && unborrow(dst, d, err) != 0)))
+        return -1;
+    if (src != dst && can_borrow(src, dst, layer, k))
+        return borrow_layer(src, dst, layer, k, err);
+    if (kv_cache_reserve_layer(dst, layer, len + 1, err) != 0)
+        return -1;
+    /* a borrower's gather into another cache that cannot borrow copies
+     * every row it keeps (load reads the borrowed ones) */
+    bool copies = src != dst && kv_cache_borrows(src);
     part_move m = {.src = src, .dst = dst, .s = s, .d = d, .k = k, .len = len};
     m.cs = malloc((size_t)sets * (size_t)D * sizeof *m.cs); /* per set: cos | sin */
     m.delta = calloc((size_t)sets, sizeof *m.delta);
@@ -1001,7 +1260,7 @@ int kv_cache_gather(const kv_cache *src, kv_cache *dst, int layer, const kv_cach
     bool front = src == dst && front_is_shorter(src, s, k);
     /* values, then keys: neither reads the other's rows */
     m.part = KV_VALUES;
-    m.d_stored = stored_after(k, len, s->v_stored);
+    m.d_stored = copies ? 0 : stored_after(k, len, s->v_stored);
     if (rc == 0 && front)
         shift_front(&m);
     else if (rc == 0)
@@ -1010,7 +1269,7 @@ int kv_cache_gather(const kv_cache *src, kv_cache *dst, int layer, const kv_cach
     for (int g = 0; g < sets; g++)
         m.delta[g] = 0;
     bool by_channel = src->quant.key_by_channel && kv_cache_stores(src);
-    m.d_stored = stored_after(k, len, s->k_stored);
+    m.d_stored = copies ? 0 : stored_after(k, len, s->k_stored);
     if (rc == 0 && front)
         shift_front(&m);
     else if (rc == 0)
@@ -1073,7 +1332,7 @@ int kv_cache_shrink(kv_cache *c, int cap, kv_error *err)
             want = 1;
         if (want < l->cap && layer_resize(c, l, want, err) != 0)
             return -1;
-        if (kv_cache_stores(c))
+        if (rows_apart(c))
             full_release(c, l);
     }
     return 0;

@@ -28,6 +28,15 @@
  * are zeros), and attention gives them no weight. That is per-head (ragged) storage padded to the
  * fullest head: never longer than the union of the heads' tokens, and the same layout as
  * equal-count per_head, which it equals when the counts agree.
+ *
+ * Borrowed rows. A fork compressed from an F32 cache (kv_cache_gather into another cache, one
+ * set, no rerotation) copies no row: its slots [0, k_stored) read the rows of the cache it
+ * came from, the lender, through a map (srow), as if they were a stored form of their own
+ * (kv_cache_borrows); only the tokens it appends later get rows of its own. A sweep's forks
+ * were most of its fresh memory (16 forks of a 2,048-token prompt: 3.7 GB at Qwen3-0.6B),
+ * and fresh memory costs the kernel's page faults. The lender's rows stay where they are
+ * while any fork reads them (kv_shared counts the readers): a lender that would move or
+ * change them copies them away first, and the last reader frees them.
  */
 #ifndef KV_KVCACHE_H
 #define KV_KVCACHE_H
@@ -67,9 +76,15 @@ typedef struct kv_cache_layer {
                         no token of KV head h (see above); NULL: no gaps */
     int k_stored;    /* slots [0, k_stored) hold their keys at the cache's
                         precision (kv_cache_commit), the rest at full precision;
-                        always 0 in an F32 cache */
-    int v_stored;    /* the same for values */
+                        in an F32 cache, the slots whose rows are borrowed */
+    int v_stored;    /* the same for values (equal to k_stored where borrowed) */
+    const float *bk, *bv; /* borrowed rows (kv_cache_borrows): the lender's keys
+                             and values, [row][n_kv_heads * head_dim] */
+    int32_t *srow;   /* [cap]: the row of bk and bv that holds slot s < k_stored */
 } kv_cache_layer;
+
+/* Rows a cache lends to others (kvcache.c): freed by the last holder. */
+typedef struct kv_shared kv_shared;
 
 /* The precision a cache stores keys and values at (OpenVINO's
  * KV_CACHE_PRECISION, KEY_CACHE_QUANT_MODE and group sizes). A token's keys
@@ -105,6 +120,8 @@ typedef struct kv_cache {
     bool commit_held; /* the caller feeds one forward in several calls (a
                          prompt in slices): kv_cache_commit waits for the
                          last call, so slices attend each other unrounded */
+    kv_shared *_Atomic lent; /* this cache's rows as lent to forks, or NULL */
+    kv_shared *borrowed;     /* the lender's rows this cache's slots read, or NULL */
 } kv_cache;
 
 /* An empty cache with room for `cap` slots per layer (it grows on demand). */
@@ -163,6 +180,17 @@ typedef enum kv_cache_part { KV_KEYS, KV_VALUES } kv_cache_part;
 
 /* Whether the cache stores at another precision than F32. */
 static inline bool kv_cache_stores(const kv_cache *c) { return c->quant.precision != KV_PREC_F32; }
+
+/* Whether an F32 cache reads its slots [0, k_stored) from a lender's rows. */
+static inline bool kv_cache_borrows(const kv_cache *c) { return c->borrowed != NULL; }
+
+/* The borrowed row of slot `slot` (below the part's stored slots) of a
+ * cache that kv_cache_borrows. */
+static inline const float *kv_cache_borrowed_row(const kv_cache *c, const kv_cache_layer *l,
+                                                 kv_cache_part part, int slot)
+{
+    return (part == KV_KEYS ? l->bk : l->bv) + (size_t)l->srow[slot] * (size_t)kv_cache_row(c);
+}
 
 /* Bytes one slot's keys (or values) take in the stored form, all KV heads. */
 static inline size_t kv_cache_code_bytes(const kv_cache *c)

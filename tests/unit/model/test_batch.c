@@ -150,8 +150,12 @@ static void setup_close(setup *s)
 
 /* Row i's cache forked from the shared prefill under its policy; `shared`:
  * from the prompt stored once for every row at the policy's precision
- * (kv_fork_base_at), else each fork stores the F32 prompt for itself. */
-static kv_cache *row_open(setup *s, int i, row *r, bool shared)
+ * (kv_fork_base_at), else each fork stores the F32 prompt for itself.
+ * `copy`: the fork a deep copy of the prompt's cache compressed in place
+ * (kv_evictor_step's first step), as forks were made before they borrowed
+ * the prompt's rows (kvcache.h): so every comparison with a row decoded
+ * alone also checks a borrowing fork against one with rows of its own. */
+static kv_cache *row_open(setup *s, int i, row *r, bool shared, bool copy)
 {
     kv_error err;
     memset(r, 0, sizeof *r);
@@ -164,6 +168,13 @@ static kv_cache *row_open(setup *s, int i, row *r, bool shared)
     kv_evictor_generation_request(r->ev, &r->req);
     kv_cache *c = NULL;
     kv_cache_quant q = kv_evictor_cache_quant(r->ev);
+    if (copy && kv_cache_quant_same(&q, &s->base->quant)) {
+        cr_assert(c = kv_cache_fork(s->base, 0, &err), "%s", err.msg);
+        cr_assert_eq(kv_evictor_step(r->ev, c, &s->shared, s->stats, 0, NULL, NULL, &err), 0, "%s",
+                     err.msg);
+        cr_assert(!kv_cache_borrows(c));
+        return c;
+    }
     s->fork.prompt = s->base;
     const kv_cache *base = shared ? kv_fork_base_at(&s->fork, &q, &err) : s->base;
     cr_assert_not_null(base, "%s", err.msg);
@@ -184,7 +195,7 @@ static void row_close(row *r)
 static int decode_alone(setup *s, int i, int max_new, int32_t stop_id, int32_t *ids, row *r)
 {
     kv_error err;
-    kv_cache *c = row_open(s, i, r, false);
+    kv_cache *c = row_open(s, i, r, false, true);
     float *logits = malloc((size_t)s->vocab * sizeof *logits);
     memcpy(logits, s->last, (size_t)s->vocab * sizeof *logits);
     int n = 0;
@@ -238,7 +249,13 @@ static void check_model_at(const char *rel, kv_compute mode, const char *precisi
     const float *lasts[N_ROWS];
     kv_generation outs[N_ROWS];
     for (int i = 0; i < N_ROWS; i++) {
-        caches[i] = row_open(&s, i, &rb[i], s.f32_prompt);
+        caches[i] = row_open(&s, i, &rb[i], s.f32_prompt, false);
+        /* an F32 fork of one set whose keys keep their rotation borrows */
+        const kv_evict_params *p = i > 0 ? &s.ps[i - 1] : NULL;
+        bool borrows = p && !kv_cache_stores(caches[i]) && !p->apply_rerotation &&
+                       strcmp(p->strategy, "per_head") != 0;
+        cr_assert_eq(kv_cache_borrows(caches[i]), borrows, "%s row %d (%s)", rel, i,
+                     p ? policies[i - 1] : "full");
         opts[i] = (kv_generate_opts){.max_new_tokens = max_new[i],
                                      .ignore_eos = true,
                                      .stop_ids = &stop_of[i],
@@ -415,7 +432,7 @@ Test(batch, rows_over_head_gaps_equal_one_token_forwards)
             ada = i;
     cr_assert_geq(ada, 0);
     row r;
-    kv_cache *a = row_open(&s, ada + 1, &r, false), *b;
+    kv_cache *a = row_open(&s, ada + 1, &r, false, false), *b;
     kv_error err;
     bool gaps = false;
     for (int l = 0; l < s.n_layers; l++)
