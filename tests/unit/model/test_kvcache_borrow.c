@@ -26,7 +26,8 @@ static void append(kv_cache *c, int n, unsigned seed)
     for (int l = 0; l < LAYERS; l++) {
         kv_cache_layer *cl = &c->layers[l];
         for (int s = cl->len; s < cl->len + n; s++) {
-            float *k = kv_cache_full_row(c, cl, KV_KEYS, s), *v = kv_cache_full_row(c, cl, KV_VALUES, s);
+            float *k = kv_cache_full_row(c, cl, KV_KEYS, s),
+                  *v = kv_cache_full_row(c, cl, KV_VALUES, s);
             for (int i = 0; i < ROW; i++) {
                 k[i] = (float)rand() / RAND_MAX * 4.0f - 2.0f;
                 v[i] = (float)rand() / RAND_MAX * 2.0f - 1.0f;
@@ -241,12 +242,13 @@ Test(kvcache_borrow, a_borrower_stores_at_another_precision_as_a_copy_would)
     kv_cache *base = filled(N), *a = compressed(base, keep, n), *r = copied(base, keep, n);
     append(a, 5, 4);
     append(r, 5, 4);
-    kv_cache_quant qs[] = {{.precision = KV_PREC_U8, .key_group = 8, .value_group = 8},
-                           {.precision = KV_PREC_U4, .key_by_channel = true, .key_group = 4,
-                            .value_group = 8},
-                           {.precision = KV_PREC_BF16}};
+    kv_cache_quant qs[] = {
+        {.precision = KV_PREC_U8, .key_group = 8, .value_group = 8},
+        {.precision = KV_PREC_U4, .key_by_channel = true, .key_group = 4, .value_group = 8},
+        {.precision = KV_PREC_BF16}};
     for (size_t i = 0; i < sizeof qs / sizeof *qs; i++) {
-        kv_cache *sa = kv_cache_fork_at(a, &qs[i], 0, &err), *sr = kv_cache_fork_at(r, &qs[i], 0, &err);
+        kv_cache *sa = kv_cache_fork_at(a, &qs[i], 0, &err),
+                 *sr = kv_cache_fork_at(r, &qs[i], 0, &err);
         cr_assert(sa && sr, "%s", err.msg);
         expect_same(sa, sr, kv_precision_name(qs[i].precision));
         kv_cache_free(sa);
