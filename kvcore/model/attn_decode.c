@@ -114,12 +114,42 @@ static void scores8(const decode_job *j, const float *kr, int k)
     }
 }
 
+/* The scores of slot k alone, every head. */
+static void score_one(const decode_job *j, int k)
+{
+    const kv_model_config *c = j->cfg;
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
+    const float *kr = slot_row(j, KV_KEYS, k);
+    for (int h = 0; h < c->n_heads; h++)
+        j->scores[(size_t)h * (size_t)j->f->max_keys + (size_t)k] =
+            kv_dot(j->q + (size_t)h * (size_t)hd, kr + (size_t)(h / group) * (size_t)hd, hd) *
+            j->scale;
+}
+
+/* scores8 over the groups of eight in [k, k1) of a cache that borrows
+ * rows; returns where they end. Apart, and not inlined, so that its
+ * buffer is no part of the other caches' frames (a 128 KB frame is probed
+ * page by page at every call). */
+__attribute__((noinline)) static int borrowed_scores(const decode_job *j, int k, int k1)
+{
+    float buf[8 * GATHER_ROW_MAX];
+    for (; k + 8 <= k1; k += 8) {
+        const float *kr = rows_at(j, KV_KEYS, k, 8, buf);
+        if (kr)
+            scores8(j, kr, k);
+        else
+            for (int i = 0; i < 8; i++)
+                score_one(j, k + i);
+    }
+    return k;
+}
+
 static void decode_scores_task(void *ctx, int t, int worker)
 {
     (void)worker;
     const decode_job *j = ctx;
     const kv_model_config *c = j->cfg;
-    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, bs = j->block;
+    int bs = j->block;
     size_t mk = (size_t)j->f->max_keys;
     int k = t * bs, k1 = (t + 1) * bs < j->keys ? (t + 1) * bs : j->keys;
     int stored = k1 < j->cl->k_stored ? k1 : j->cl->k_stored;
@@ -133,20 +163,12 @@ static void decode_scores_task(void *ctx, int t, int worker)
      * prefetch in any of three places, the prefetch in 2 KB bursts 0.87x
      * against slices, prefetcht1/t2 0.8-0.9x, every second line 0.8x,
      * 16 or 32 slots ahead 0.95-1.01x. */
-    float buf[8 * GATHER_ROW_MAX];
-    for (; k + 8 <= k1; k += 8) {
-        const float *kr = rows_at(j, KV_KEYS, k, 8, buf);
-        if (!kr)
-            break;
-        scores8(j, kr, k);
-    }
-    for (; k < k1; k++) {
-        const float *kr = slot_row(j, KV_KEYS, k);
-        for (int h = 0; h < c->n_heads; h++)
-            j->scores[(size_t)h * mk + (size_t)k] =
-                kv_dot(j->q + (size_t)h * (size_t)hd, kr + (size_t)(h / group) * (size_t)hd, hd) *
-                j->scale;
-    }
+    if (kv_cache_borrows(j->c))
+        k = borrowed_scores(j, k, k1);
+    for (; k + 8 <= k1; k += 8)
+        scores8(j, kv_cache_full_row(j->c, j->cl, KV_KEYS, k), k);
+    for (; k < k1; k++)
+        score_one(j, k);
 }
 
 static void decode_softmax_task(void *ctx, int h, int worker)
@@ -162,14 +184,51 @@ static void decode_softmax_task(void *ctx, int h, int worker)
         stats_add_row(j->req, j->st, h, p, j->keys, j->row, j->n);
 }
 
+/* o += P V over slots [k, k + nk), nk <= 8, their values' rows at vr
+ * (consecutive): each KV head's rows once for the query heads that share
+ * it, in halves of the head (decode_values_task says why), prefetching the
+ * next eight slots' rows behind them. */
+static void values8(const decode_job *j, const float *vr, int k, int nk, float *o)
+{
+    const kv_model_config *c = j->cfg;
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
+    size_t kvd = (size_t)c->n_kv_heads * (size_t)hd, mk = (size_t)j->f->max_keys;
+    int parts = hd % 128 == 0 ? 2 : 1, w = hd / parts;
+    for (int g = 0; g < c->n_kv_heads; g++) {
+        float *og = o + (size_t)g * (size_t)group * (size_t)hd; /* its query heads' */
+        const float *pg = j->scores + (size_t)g * (size_t)group * mk + (size_t)k;
+        const float *vg = vr + (size_t)g * (size_t)hd;
+        for (int s = 0; s < parts; s++) {
+            prefetch_rows(j, KV_VALUES, k + 8, k + 16, g * parts + s, c->n_kv_heads * parts);
+            kv_axpy_rows(og + (size_t)(s * w), (size_t)hd, group, pg, mk, vg + (size_t)(s * w),
+                         kvd, nk, w);
+        }
+    }
+}
+
+/* values8 over [k, k1) of a cache that borrows rows; apart and not
+ * inlined as borrowed_scores is. */
+__attribute__((noinline)) static void borrowed_values(const decode_job *j, int k, int k1, float *o)
+{
+    float buf[8 * GATHER_ROW_MAX];
+    for (int nk; k < k1; k += nk) {
+        nk = k1 - k < 8 ? k1 - k : 8;
+        const float *vr = rows_at(j, KV_VALUES, k, nk, buf);
+        if (!vr) { /* too wide to gather: one slot */
+            vr = slot_row(j, KV_VALUES, k);
+            nk = 1;
+        }
+        values8(j, vr, k, nk, o);
+    }
+}
+
 static void decode_values_task(void *ctx, int t, int worker)
 {
     (void)worker;
     const decode_job *j = ctx;
     const kv_model_config *c = j->cfg;
-    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, bs = j->block;
-    size_t kvd = (size_t)c->n_kv_heads * (size_t)hd, qd = (size_t)c->n_heads * (size_t)hd;
-    size_t mk = (size_t)j->f->max_keys;
+    int bs = j->block;
+    size_t qd = (size_t)c->n_heads * (size_t)c->head_dim, mk = (size_t)j->f->max_keys;
     float *o = j->partial + (size_t)t * qd;
     memset(o, 0, qd * sizeof *o);
     int k = t * bs, k1 = (t + 1) * bs < j->keys ? (t + 1) * bs : j->keys;
@@ -188,25 +247,13 @@ static void decode_values_task(void *ctx, int t, int worker)
      * the AVX512_BF16 machine, 2026-12-02: the whole attention 1.00-1.06x
      * (median 1.03x, 10 runs) with AVX-512, 0.94-1.10x (median 1.02x, 7) with
      * AVX2; quarters of 32 lanes, 0.93-0.98x. */
-    int parts = hd % 128 == 0 ? 2 : 1, w = hd / parts;
-    float buf[8 * GATHER_ROW_MAX];
+    if (kv_cache_borrows(j->c)) {
+        borrowed_values(j, k, k1, o);
+        return;
+    }
     for (int nk; k < k1; k += nk) {
         nk = k1 - k < 8 ? k1 - k : 8;
-        const float *vr = rows_at(j, KV_VALUES, k, nk, buf);
-        if (!vr) { /* too wide to gather: one slot */
-            vr = slot_row(j, KV_VALUES, k);
-            nk = 1;
-        }
-        for (int g = 0; g < c->n_kv_heads; g++) {
-            float *og = o + (size_t)g * (size_t)group * (size_t)hd; /* its query heads' */
-            const float *pg = j->scores + (size_t)g * (size_t)group * mk + (size_t)k;
-            const float *vg = vr + (size_t)g * (size_t)hd;
-            for (int s = 0; s < parts; s++) {
-                prefetch_rows(j, KV_VALUES, k + 8, k + 16, g * parts + s, c->n_kv_heads * parts);
-                kv_axpy_rows(og + (size_t)(s * w), (size_t)hd, group, pg, mk, vg + (size_t)(s * w),
-                             kvd, nk, w);
-            }
-        }
+        values8(j, kv_cache_full_row(j->c, j->cl, KV_VALUES, k), k, nk, o);
     }
 }
 

@@ -42,6 +42,7 @@ typedef struct fwd {
      * token of its own cache; projections always take the batched GEMV. */
     bool batched;
     float *k_new, *v_new; /* [n][n_kv_heads * head_dim] before they enter their caches */
+    int *order;           /* [n]: the rows in the order their attention tasks run */
     double *qpre;         /* [chunk][n_heads * head_dim] pre-RoPE queries, for query moments */
     float *xprep;         /* GEMV-sized chunks: [chunk][widest input] prepared GEMV input */
     /* Set by the caller: a cache of the call holds slots in its stored form
