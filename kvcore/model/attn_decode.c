@@ -200,8 +200,8 @@ static void values8(const decode_job *j, const float *vr, int k, int nk, float *
         const float *vg = vr + (size_t)g * (size_t)hd;
         for (int s = 0; s < parts; s++) {
             prefetch_rows(j, KV_VALUES, k + 8, k + 16, g * parts + s, c->n_kv_heads * parts);
-            kv_axpy_rows(og + (size_t)(s * w), (size_t)hd, group, pg, mk, vg + (size_t)(s * w),
-                         kvd, nk, w);
+            kv_axpy_rows(og + (size_t)(s * w), (size_t)hd, group, pg, mk, vg + (size_t)(s * w), kvd,
+                         nk, w);
         }
     }
 }

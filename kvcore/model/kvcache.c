@@ -690,8 +690,7 @@ static int store_layer_from(kv_cache *f, kv_cache_layer *d, const kv_cache *c,
     if (full_resize(f, d, len - keys, 0, err) != 0)
         return -1;
     for (int s = keys; s < len; s++)
-        memcpy(d->k + (size_t)(s - keys) * row, f32_row(c, src, KV_KEYS, s),
-               row * sizeof(float));
+        memcpy(d->k + (size_t)(s - keys) * row, f32_row(c, src, KV_KEYS, s), row * sizeof(float));
     d->k_stored = keys;
     d->v_stored = len;
     if (len > 0) /* the norms of the values as stored, as a commit measures them */
@@ -931,8 +930,9 @@ static void move_one(part_move *m, int j, int g, int from)
     int shift = m->part == KV_KEYS && m->k->inv_freq ? j - held_rank(m->s, h0, from) : 0;
     if (shift != 0 && shift != m->delta[g])
         angles(m->k->inv_freq, half, m->delta[g] = shift, c);
-    if (to_stored && shift == 0 && kv_cache_borrows(src)) { /* its lender's row, by index: */
-        if (m->part == KV_VALUES) /* one map for both parts, moved once */
+    if (to_stored && shift == 0 && kv_cache_borrows(src)) {
+        /* its lender's row, by index: one map for both parts, moved once */
+        if (m->part == KV_VALUES)
             m->d->srow[j] = m->s->srow[from];
         return;
     }
@@ -1089,8 +1089,7 @@ static bool front_is_shorter(const kv_cache *c, const kv_cache_layer *l, const k
 {
     int up = l->len - k->n_keep[0], room = l->k_rows - l->cap;
     if (kv_cache_stores(c) || kv_cache_borrows(c) || k->sets != 1 || k->inv_freq || l->gap ||
-        up <= 0 || room < up ||
-        l->v_rows - l->cap != room)
+        up <= 0 || room < up || l->v_rows - l->cap != room)
         return false;
     return rows_moving(k, up) + l->len / room < rows_moving(k, 0);
 }
@@ -1200,10 +1199,11 @@ static int borrow_layer(const kv_cache *src, kv_cache *dst, int layer, const kv_
         if (!b)
             return kv_fail(err, "KV cache: out of memory");
         dst->borrowed = b;
-        for (int l = 0; l < dst->n_layers; l++) /* now every layer has its map */
-            if (resize(&dst->layers[l].srow, (size_t)dst->layers[l].cap * sizeof(int32_t),
-                       err) != 0)
+        for (int l = 0; l < dst->n_layers; l++) { /* now every layer has its map */
+            size_t bytes = (size_t)dst->layers[l].cap * sizeof(int32_t);
+            if (resize(&dst->layers[l].srow, bytes, err) != 0)
                 return -1;
+        }
     }
     int n = k->n_keep[0];
     if (kv_cache_reserve_layer(dst, layer, n + 1, err) != 0)
