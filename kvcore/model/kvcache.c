@@ -369,7 +369,8 @@ kv_cache *kv_cache_fork(const kv_cache *c, int cap_hint, kv_error *err)
         if (kv_cache_borrows(c)) {
             dst->bk = src->bk;
             dst->bv = src->bv;
-            copy_bytes(dst->srow, src->srow, (size_t)src->k_stored * sizeof *src->srow);
+            int n = src->k_stored > src->v_stored ? src->k_stored : src->v_stored;
+            copy_bytes(dst->srow, src->srow, (size_t)n * sizeof *src->srow);
         }
         if (kv_cache_stores(c)) {
             copy_bytes(dst->kq, src->kq, (size_t)src->k_stored * bytes);
@@ -1129,33 +1130,26 @@ static void move_positions(const kv_cache_layer *s, kv_cache_layer *d, const kv_
         }
 }
 
-/* A borrower's layer copies its borrowed rows into rows of its own, for a
- * gather in place that writes every kept row (rerotation, per-head sets). */
-static int unborrow(const kv_cache *c, kv_cache_layer *l, kv_error *err)
+/* A borrower's layer copies a part's borrowed rows into rows of its own,
+ * for a gather in place that writes every kept row of the part (keys that
+ * turn, per-head sets). */
+static int unborrow(const kv_cache *c, kv_cache_layer *l, kv_cache_part part, kv_error *err)
 {
-    int n = l->k_stored;
+    int n = kv_cache_stored(l, part);
     if (!kv_cache_borrows(c) || n == 0)
         return 0;
     size_t row = (size_t)kv_cache_row(c), rows = (size_t)f32_rows(l->cap);
-    float *k = malloc(rows * row * sizeof *k), *v = malloc(rows * row * sizeof *v);
-    if (!k || !v) {
-        free(k);
-        free(v);
+    float *own = malloc(rows * row * sizeof *own);
+    if (!own)
         return kv_fail(err, "KV cache: out of memory");
-    }
-    for (int s = 0; s < n; s++) {
-        memcpy(k + (size_t)s * row, kv_cache_borrowed_row(c, l, KV_KEYS, s), row * sizeof *k);
-        memcpy(v + (size_t)s * row, kv_cache_borrowed_row(c, l, KV_VALUES, s), row * sizeof *v);
-    }
-    copy_bytes(k + (size_t)n * row, l->k, (size_t)(l->len - n) * row * sizeof *k);
-    copy_bytes(v + (size_t)n * row, l->v, (size_t)(l->len - n) * row * sizeof *v);
-    free(block_of(c, l, KV_KEYS));
-    free(block_of(c, l, KV_VALUES));
-    l->k = k;
-    l->v = v;
-    l->k_front = l->v_front = 0;
-    l->k_rows = l->v_rows = (int)rows;
-    l->k_stored = l->v_stored = 0;
+    for (int s = 0; s < n; s++)
+        memcpy(own + (size_t)s * row, kv_cache_borrowed_row(c, l, part, s), row * sizeof *own);
+    copy_bytes(own + (size_t)n * row, *rows_of(l, part), (size_t)(l->len - n) * row * sizeof *own);
+    free(block_of(c, l, part));
+    *rows_of(l, part) = own;
+    *front_of(l, part) = 0;
+    *(part == KV_KEYS ? &l->k_rows : &l->v_rows) = (int)rows;
+    *(part == KV_KEYS ? &l->k_stored : &l->v_stored) = 0;
     return 0;
 }
 
@@ -1173,12 +1167,12 @@ static kv_shared *lender_of(const kv_cache *src, const kv_cache_layer *s)
 }
 
 /* Whether dst's empty layer can borrow what a gather from src keeps: F32
- * to F32, one set without rerotation (the rows as they are), all of dst's
- * layers from one lender. */
+ * to F32, one set (with rerotation the values only: the keys turn), all of
+ * dst's layers from one lender. */
 static bool can_borrow(const kv_cache *src, const kv_cache *dst, int layer, const kv_cache_keep *k)
 {
     const kv_cache_layer *s = &src->layers[layer];
-    if (kv_cache_stores(src) || kv_cache_stores(dst) || k->sets != 1 || k->inv_freq || s->gap ||
+    if (kv_cache_stores(src) || kv_cache_stores(dst) || k->sets != 1 || s->gap ||
         dst->layers[layer].len != 0)
         return false;
     kv_shared *from = lender_of(src, s);
@@ -1186,9 +1180,44 @@ static bool can_borrow(const kv_cache *src, const kv_cache *dst, int layer, cons
     return lends && (!dst->borrowed || dst->borrowed == from);
 }
 
+/* The slots of a part src lends: all of an F32 cache's own, the borrowed
+ * ones of a borrower (its own rows are not the lender's); none of the keys
+ * when they turn (rerotation). */
+static int lends(const kv_cache *src, const kv_cache_layer *s, kv_cache_part part,
+                 const kv_cache_keep *k)
+{
+    if (part == KV_KEYS && k->inv_freq)
+        return 0;
+    return kv_cache_borrows(src) ? kv_cache_stored(s, part) : s->len;
+}
+
+/* Kept slots j from d_stored on get rows of their own, copied from src's
+ * (its own or those it borrows) and, for keys with rerotation, turned by
+ * their change of rank. */
+static void copy_kept(const kv_cache *src, const kv_cache_layer *s, kv_cache *dst,
+                      kv_cache_layer *d, kv_cache_part part, const kv_cache_keep *k, int d_stored,
+                      double *cs)
+{
+    int D = src->head_dim, half = D / 2, delta = 0;
+    size_t row = (size_t)kv_cache_row(src);
+    for (int j = d_stored; j < k->n_keep[0]; j++) {
+        int from = k->keep[j], shift = part == KV_KEYS && k->inv_freq ? j - from : 0;
+        const float *x = f32_row(src, s, part, from);
+        float *y = kv_cache_full_row(dst, d, part, j);
+        if (shift != 0 && shift != delta)
+            angles(k->inv_freq, half, delta = shift, cs);
+        if (shift == 0)
+            memcpy(y, x, row * sizeof *y);
+        else
+            for (int h = 0; h < src->n_kv_heads; h++)
+                rotate_by(y + (size_t)h * D, x + (size_t)h * D, half, cs, cs + half);
+    }
+}
+
 /* A gather from src into dst's empty layer that borrows: each kept slot
  * src holds in a row it lends keeps reading that row, through dst's map;
- * the rest (a borrower's own rows, after its borrowed ones) are copied. */
+ * the rest (a borrower's own rows, after its borrowed ones; keys that
+ * turn) are copied. */
 static int borrow_layer(const kv_cache *src, kv_cache *dst, int layer, const kv_cache_keep *k,
                         kv_error *err)
 {
@@ -1209,23 +1238,26 @@ static int borrow_layer(const kv_cache *src, kv_cache *dst, int layer, const kv_
     if (kv_cache_reserve_layer(dst, layer, n + 1, err) != 0)
         return -1;
     bool own = !kv_cache_borrows(src);
-    int lends = own ? s->len : s->k_stored;
+    int lk = lends(src, s, KV_KEYS, k), lv = lends(src, s, KV_VALUES, k);
     d->bk = own ? s->k : s->bk;
     d->bv = own ? s->v : s->bv;
-    int j = 0;
-    for (; j < n && k->keep[j] < lends; j++)
+    int nk = 0, nv = 0; /* kept slots borrowed: a prefix of each part */
+    for (int j = 0; j < n && k->keep[j] < (lk > lv ? lk : lv); j++) {
         d->srow[j] = own ? k->keep[j] : s->srow[k->keep[j]];
-    d->k_stored = d->v_stored = j;
-    int rows = grown(0, n - j + 1); /* its own rows: the rest, and room to append */
-    if (full_resize(dst, d, rows, rows, err) != 0)
-        return -1;
-    size_t row = (size_t)kv_cache_row(src) * sizeof(float);
-    for (; j < n; j++) {
-        memcpy(kv_cache_full_row(dst, d, KV_KEYS, j),
-               kv_cache_full_row(src, s, KV_KEYS, k->keep[j]), row);
-        memcpy(kv_cache_full_row(dst, d, KV_VALUES, j),
-               kv_cache_full_row(src, s, KV_VALUES, k->keep[j]), row);
+        nk += k->keep[j] < lk;
+        nv += k->keep[j] < lv;
     }
+    d->k_stored = nk;
+    d->v_stored = nv;
+    /* its own rows: the rest, and room to append */
+    double *cs = malloc((size_t)src->head_dim * sizeof *cs); /* cos | sin of a delta */
+    if (!cs || full_resize(dst, d, grown(0, n - nk + 1), grown(0, n - nv + 1), err) != 0) {
+        free(cs);
+        return cs ? -1 : kv_fail(err, "KV cache: out of memory");
+    }
+    copy_kept(src, s, dst, d, KV_KEYS, k, nk, cs);
+    copy_kept(src, s, dst, d, KV_VALUES, k, nv, cs);
+    free(cs);
     move_positions(s, d, k, src->n_kv_heads, n);
     d->vlen_n = measured_prefix(k, n, s->vlen_n);
     d->len = n;
@@ -1242,7 +1274,8 @@ int kv_cache_gather(const kv_cache *src, kv_cache *dst, int layer, const kv_cach
     if (len < 0)
         return -1;
     if (src == dst && (keep_own_rows(dst, d, err) != 0 ||
-                       ((sets > 1 || k->inv_freq) && unborrow(dst, d, err) != 0)))
+                       ((sets > 1 || k->inv_freq) && unborrow(dst, d, KV_KEYS, err) != 0) ||
+                       (sets > 1 && unborrow(dst, d, KV_VALUES, err) != 0)))
         return -1;
     if (src != dst && can_borrow(src, dst, layer, k))
         return borrow_layer(src, dst, layer, k, err);

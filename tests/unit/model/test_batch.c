@@ -250,10 +250,13 @@ static void check_model_at(const char *rel, kv_compute mode, const char *precisi
     kv_generation outs[N_ROWS];
     for (int i = 0; i < N_ROWS; i++) {
         caches[i] = row_open(&s, i, &rb[i], s.f32_prompt, false);
-        /* an F32 fork of one set whose keys keep their rotation borrows */
+        /* an F32 fork of one set borrows (with rerotation, its values) */
         const kv_evict_params *p = i > 0 ? &s.ps[i - 1] : NULL;
-        bool borrows = p && !kv_cache_stores(caches[i]) && !p->apply_rerotation &&
-                       strcmp(p->strategy, "per_head") != 0;
+        bool borrows = p && !kv_cache_stores(caches[i]) && strcmp(p->strategy, "per_head") != 0;
+        if (borrows)
+            cr_assert(p->apply_rerotation ? caches[i]->layers[0].k_stored == 0
+                                          : caches[i]->layers[0].k_stored > 0,
+                      "%s row %d: keys borrowed unless they turn", rel, i);
         cr_assert_eq(kv_cache_borrows(caches[i]), borrows, "%s row %d (%s)", rel, i,
                      p ? policies[i - 1] : "full");
         opts[i] = (kv_generate_opts){.max_new_tokens = max_new[i],

@@ -119,6 +119,13 @@ static int scattered(int *keep)
     return n;
 }
 
+/* RoPE's frequencies for head_dim D (base 10,000), for rerotation. */
+static void rope_freqs(double *inv_freq)
+{
+    for (int i = 0; i < D / 2; i++)
+        inv_freq[i] = pow(10000.0, -2.0 * i / D);
+}
+
 /* Frees caches c[0..n), in that order. */
 static void free_caches(kv_cache *const *c, int n)
 {
@@ -202,24 +209,23 @@ Test(kvcache_borrow, a_borrower_appends_compacts_forks_and_lends_on)
     free_caches((kv_cache *[]){g, rg, rf, r}, 4);
 }
 
-Test(kvcache_borrow, rerotation_and_per_head_sets_take_rows_of_their_own)
+Test(kvcache_borrow, turned_keys_and_per_head_sets_take_rows_of_their_own)
 {
     int keep[N], n = scattered(keep);
     double inv_freq[D / 2];
-    for (int i = 0; i < D / 2; i++)
-        inv_freq[i] = pow(10000.0, -2.0 * i / D);
+    rope_freqs(inv_freq);
     kv_error err;
     kv_cache *base = filled(N), *a = compressed(base, keep, n), *r = copied(base, keep, n);
     int k2[] = {0, 3, 4, 5, 8, 11, 12};
     kv_cache *t = compressed(a, k2, 7);
     kv_cache *rt = kv_cache_fork(r, 0, &err);
-    gather(a, a, k2, 7, inv_freq); /* in place: copies its borrowed rows first */
+    gather(a, a, k2, 7, inv_freq); /* in place: copies its borrowed keys first */
     gather(r, r, k2, 7, inv_freq);
-    cr_assert_eq(a->layers[0].k_stored, 0);
+    cr_assert(a->layers[0].k_stored == 0 && a->layers[0].v_stored == 7);
     expect_same(a, r, "rerotated in place");
-    kv_cache *x = kv_cache_new(LAYERS, HEADS, D, 1, &err); /* into another cache: copies */
+    kv_cache *x = kv_cache_new(LAYERS, HEADS, D, 1, &err); /* into another cache */
     gather(t, x, (int[]){1, 2, 6}, 3, inv_freq);
-    cr_assert(!kv_cache_borrows(x));
+    cr_assert(kv_cache_borrows(x) && x->layers[0].k_stored == 0 && x->layers[0].v_stored == 3);
     gather(rt, rt, k2, 7, NULL);
     gather(rt, rt, (int[]){1, 2, 6}, 3, inv_freq);
     expect_same(x, rt, "rerotated into another cache");
@@ -233,6 +239,36 @@ Test(kvcache_borrow, rerotation_and_per_head_sets_take_rows_of_their_own)
                   "%s", err.msg);
     expect_same(p, rp, "per-head sets in place");
     free_caches((kv_cache *[]){base, a, r, t, rt, x, p, rp}, 8);
+}
+
+Test(kvcache_borrow, a_rerotated_fork_borrows_its_values_and_turns_its_own_keys)
+{
+    int keep[N], n = scattered(keep);
+    double inv_freq[D / 2];
+    rope_freqs(inv_freq);
+    kv_error err;
+    kv_cache *base = filled(N), *a = kv_cache_new(LAYERS, HEADS, D, 1, &err);
+    kv_cache *r = kv_cache_fork(base, 0, &err);
+    gather(base, a, keep, n, inv_freq);
+    gather(r, r, keep, n, inv_freq);
+    cr_assert(kv_cache_borrows(a));
+    cr_assert(a->layers[0].k_stored == 0 && a->layers[0].v_stored == n);
+    expect_same(a, r, "rerotated into a borrower");
+    append(a, 9, 6);
+    append(r, 9, 6);
+    int k2[] = {0, 2, 3, 7, 11, 12, 13, n + 1, n + 4, n + 8};
+    gather(a, a, k2, 10, inv_freq); /* decode-time eviction: keys turn again, values by index */
+    gather(r, r, k2, 10, inv_freq);
+    cr_assert(a->layers[0].v_stored == 7);
+    expect_same(a, r, "rerotated again in place");
+    kv_cache *f = kv_cache_fork(a, 0, &err), *g = compressed(a, (int[]){1, 4, 6, 8}, 4);
+    kv_cache *rg = copied(r, (int[]){1, 4, 6, 8}, 4);
+    cr_assert(kv_cache_borrows(g) && g->layers[0].k_stored == 0 && g->layers[0].v_stored == 3);
+    kv_cache_free(base);
+    kv_cache_free(a);
+    expect_same(f, r, "a fork of it, after it and its lender went");
+    expect_same(g, rg, "its own compressed fork");
+    free_caches((kv_cache *[]){f, g, rg, r}, 4);
 }
 
 Test(kvcache_borrow, a_borrower_stores_at_another_precision_as_a_copy_would)
