@@ -30,9 +30,11 @@
  * equal-count per_head, which it equals when the counts agree.
  *
  * Borrowed rows. A fork compressed from an F32 cache (kv_cache_gather into another cache, one
- * set, no rerotation) copies no row: its slots [0, k_stored) read the rows of the cache it
- * came from, the lender, through a map (srow), as if they were a stored form of their own
- * (kv_cache_borrows); only the tokens it appends later get rows of its own. A sweep's forks
+ * set) copies no row: its slots [0, k_stored) read the rows of the cache it came from, the
+ * lender, through a map (srow), as if they were a stored form of their own (kv_cache_borrows);
+ * only the tokens it appends later get rows of its own. With rerotation its values are
+ * borrowed and its keys, which turn, are its own: each part has its own count of borrowed
+ * slots, the keys' never more than the values'. A sweep's forks
  * were most of its fresh memory (16 forks of a 2,048-token prompt: 3.7 GB at Qwen3-0.6B),
  * and fresh memory costs the kernel's page faults. The lender's rows stay where they are
  * while any fork reads them (kv_shared counts the readers): a lender that would move or
@@ -77,10 +79,10 @@ typedef struct kv_cache_layer {
     int k_stored;    /* slots [0, k_stored) hold their keys at the cache's
                         precision (kv_cache_commit), the rest at full precision;
                         in an F32 cache, the slots whose rows are borrowed */
-    int v_stored;    /* the same for values (equal to k_stored where borrowed) */
+    int v_stored;    /* the same for values (where borrowed, at least k_stored) */
     const float *bk, *bv; /* borrowed rows (kv_cache_borrows): the lender's keys
                              and values, [row][n_kv_heads * head_dim] */
-    int32_t *srow;   /* [cap]: the row of bk and bv that holds slot s < k_stored */
+    int32_t *srow;   /* [cap]: the row of bk and bv that holds slot s < v_stored */
 } kv_cache_layer;
 
 /* Rows a cache lends to others (kvcache.c): freed by the last holder. */
