@@ -183,7 +183,8 @@ typedef enum kv_cache_part { KV_KEYS, KV_VALUES } kv_cache_part;
 /* Whether the cache stores at another precision than F32. */
 static inline bool kv_cache_stores(const kv_cache *c) { return c->quant.precision != KV_PREC_F32; }
 
-/* Whether an F32 cache reads its slots [0, k_stored) from a lender's rows. */
+/* Whether an F32 cache reads slots of its own from a lender's rows (below
+ * each part's stored count). */
 static inline bool kv_cache_borrows(const kv_cache *c) { return c->borrowed != NULL; }
 
 /* The borrowed row of slot `slot` (below the part's stored slots) of a
