@@ -1249,11 +1249,13 @@ static int borrow_layer(const kv_cache *src, kv_cache *dst, int layer, const kv_
     }
     d->k_stored = nk;
     d->v_stored = nv;
-    /* its own rows: the rest, and room to append */
     double *cs = malloc((size_t)src->head_dim * sizeof *cs); /* cos | sin of a delta */
-    if (!cs || full_resize(dst, d, grown(0, n - nk + 1), grown(0, n - nv + 1), err) != 0) {
+    if (!cs)
+        return kv_fail(err, "KV cache: out of memory");
+    /* its own rows: the rest, and room to append */
+    if (full_resize(dst, d, grown(0, n - nk + 1), grown(0, n - nv + 1), err) != 0) {
         free(cs);
-        return cs ? -1 : kv_fail(err, "KV cache: out of memory");
+        return -1;
     }
     copy_kept(src, s, dst, d, KV_KEYS, k, nk, cs);
     copy_kept(src, s, dst, d, KV_VALUES, k, nv, cs);
