@@ -34,13 +34,11 @@ static void stats_add_row(const kv_attn_stats_request *req, kv_attn_stats *s, in
                     (store ? 0.0 : s->win_sums[w][off + (size_t)j]) + p[j];
 }
 
-/* The F32 row of slot s of a part: the cache's own row, or the lender's
- * row it borrows (kvcache.h: "Borrowed rows"); not for a stored slot. */
+/* The F32 row of slot s of a part (kvcache.h: "Borrowed rows"); not for a
+ * stored slot. */
 static const float *slot_row(const decode_job *j, kv_cache_part part, int s)
 {
-    if (s < kv_cache_stored(j->cl, part))
-        return kv_cache_borrowed_row(j->c, j->cl, part, s);
-    return kv_cache_full_row(j->c, j->cl, part, s);
+    return kv_cache_f32_row(j->c, j->cl, part, s);
 }
 
 /* Widest row (floats) whose eight borrowed copies rows_at gathers on the

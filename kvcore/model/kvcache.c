@@ -93,6 +93,13 @@ static void shared_release(kv_shared *s)
     free(s);
 }
 
+/* The rows c has lent, or NULL. Lending changes no row, so a const cache
+ * may have lent: only `lent` changes, atomically. */
+static kv_shared *lent_of(const kv_cache *c)
+{
+    return atomic_load(&((kv_cache *)c)->lent);
+}
+
 /* c's rows as lent, one more holder of them; the first call lends them
  * (the lender is a holder too). Lending changes no row, so a const cache
  * lends: the forks of one prompt are made at once on the pool's threads,
@@ -100,8 +107,7 @@ static void shared_release(kv_shared *s)
  * memory. */
 static kv_shared *lend(const kv_cache *c)
 {
-    kv_cache *lender = (kv_cache *)c; /* only `lent` changes, atomically */
-    kv_shared *s = atomic_load(&lender->lent);
+    kv_shared *s = lent_of(c);
     if (!s) {
         size_t n = 2 * (size_t)c->n_layers;
         if (!(s = malloc(sizeof *s + n * sizeof *s->blocks)))
@@ -113,7 +119,7 @@ static kv_shared *lend(const kv_cache *c)
             s->blocks[2 * l + 1] = block_of(c, &c->layers[l], KV_VALUES);
         }
         kv_shared *first = NULL;
-        if (!atomic_compare_exchange_strong(&lender->lent, &first, s)) {
+        if (!atomic_compare_exchange_strong(&((kv_cache *)c)->lent, &first, s)) {
             free(s);
             s = first;
         }
@@ -124,7 +130,7 @@ static kv_shared *lend(const kv_cache *c)
 /* Whether a part's block in layer l of c is one it lent. */
 static bool lent_block(const kv_cache *c, const kv_cache_layer *l, kv_cache_part part)
 {
-    kv_shared *s = atomic_load(&((kv_cache *)c)->lent);
+    kv_shared *s = lent_of(c);
     return s && block_of(c, l, part) == s->blocks[2 * (l - c->layers) + (int)part];
 }
 
@@ -310,7 +316,7 @@ void kv_cache_free(kv_cache *c)
         free(l->vlen);
         free(l->gap);
     }
-    shared_release(atomic_load(&c->lent));
+    shared_release(lent_of(c));
     shared_release(c->borrowed);
     free(c->layers);
     free(c);
@@ -546,10 +552,8 @@ static const float *heads_of(const kv_cache *c, const kv_cache_layer *l, kv_cach
                              int slot, int h0, int heads, float *buf)
 {
     size_t at = (size_t)h0 * (size_t)c->head_dim;
-    if (slot >= kv_cache_stored(l, part))
-        return kv_cache_full_row(c, l, part, slot) + at;
-    if (kv_cache_borrows(c))
-        return kv_cache_borrowed_row(c, l, part, slot) + at;
+    if (slot >= kv_cache_stored(l, part) || kv_cache_borrows(c))
+        return kv_cache_f32_row(c, l, part, slot) + at;
     load(c, l, part, slot, at, (size_t)heads * (size_t)c->head_dim, buf);
     return buf;
 }
@@ -649,14 +653,6 @@ void kv_cache_commit(kv_cache *c, int layer)
         kv_cache_measure_values(c, l, from, l->len - from);
 }
 
-/* Slot s's F32 row in a cache that stores none: its own, or one it
- * borrows. */
-static const float *f32_row(const kv_cache *c, const kv_cache_layer *l, kv_cache_part part, int s)
-{
-    return s < kv_cache_stored(l, part) ? kv_cache_borrowed_row(c, l, part, s)
-                                        : kv_cache_full_row(c, l, part, s);
-}
-
 /* The fork of an unstored layer src into d at d's precision: each slot's
  * keys and values are stored as they are read from src's rows (no F32
  * copy first), as kv_cache_commit would store them; keys by channel leave
@@ -667,7 +663,7 @@ static int store_layer_from(kv_cache *f, kv_cache_layer *d, const kv_cache *c,
     size_t row = (size_t)kv_cache_row(c);
     int len = src->len, keys = len;
     for (int s = 0; s < len; s++)
-        store(f, d, KV_VALUES, s, 0, row, f32_row(c, src, KV_VALUES, s));
+        store(f, d, KV_VALUES, s, 0, row, kv_cache_f32_row(c, src, KV_VALUES, s));
     if (f->quant.key_by_channel) { /* a block's rows are consecutive where none is borrowed */
         int G = f->quant.key_group;
         float *block = kv_cache_borrows(c) ? malloc((size_t)G * row * sizeof *block) : NULL;
@@ -680,18 +676,18 @@ static int store_layer_from(kv_cache *f, kv_cache_layer *d, const kv_cache *c,
                 x = kv_cache_full_row(c, src, KV_KEYS, s);
             else
                 for (int t = 0; t < G; t++)
-                    memcpy(block + (size_t)t * row, f32_row(c, src, KV_KEYS, s + t),
+                    memcpy(block + (size_t)t * row, kv_cache_f32_row(c, src, KV_KEYS, s + t),
                            row * sizeof *block);
             store_key_block(f, d, s, x);
         }
         free(block);
     } else
         for (int s = 0; s < len; s++)
-            store(f, d, KV_KEYS, s, 0, row, f32_row(c, src, KV_KEYS, s));
+            store(f, d, KV_KEYS, s, 0, row, kv_cache_f32_row(c, src, KV_KEYS, s));
     if (full_resize(f, d, len - keys, 0, err) != 0)
         return -1;
     for (int s = keys; s < len; s++)
-        memcpy(d->k + (size_t)(s - keys) * row, f32_row(c, src, KV_KEYS, s), row * sizeof(float));
+        memcpy(d->k + (size_t)(s - keys) * row, kv_cache_f32_row(c, src, KV_KEYS, s), row * sizeof(float));
     d->k_stored = keys;
     d->v_stored = len;
     if (len > 0) /* the norms of the values as stored, as a commit measures them */
@@ -1160,7 +1156,7 @@ static kv_shared *lender_of(const kv_cache *src, const kv_cache_layer *s)
 {
     if (kv_cache_borrows(src))
         return src->borrowed;
-    kv_shared *lent = atomic_load(&((kv_cache *)src)->lent);
+    kv_shared *lent = lent_of(src);
     if (lent && !(lent_block(src, s, KV_KEYS) && lent_block(src, s, KV_VALUES)))
         return NULL; /* it took rows of this layer back since */
     return lent;
@@ -1176,7 +1172,7 @@ static bool can_borrow(const kv_cache *src, const kv_cache *dst, int layer, cons
         dst->layers[layer].len != 0)
         return false;
     kv_shared *from = lender_of(src, s);
-    bool lends = from || !atomic_load(&((kv_cache *)src)->lent);
+    bool lends = from || !lent_of(src);
     return lends && (!dst->borrowed || dst->borrowed == from);
 }
 
@@ -1202,7 +1198,7 @@ static void copy_kept(const kv_cache *src, const kv_cache_layer *s, kv_cache *ds
     size_t row = (size_t)kv_cache_row(src);
     for (int j = d_stored; j < k->n_keep[0]; j++) {
         int from = k->keep[j], shift = part == KV_KEYS && k->inv_freq ? j - from : 0;
-        const float *x = f32_row(src, s, part, from);
+        const float *x = kv_cache_f32_row(src, s, part, from);
         float *y = kv_cache_full_row(dst, d, part, j);
         if (shift != 0 && shift != delta)
             angles(k->inv_freq, half, delta = shift, cs);

@@ -226,6 +226,16 @@ static inline float *kv_cache_full_row(const kv_cache *c, const kv_cache_layer *
            kv_cache_row_offset(kv_cache_stored(l, part), slot, kv_cache_row(c));
 }
 
+/* The F32 row of slot `slot` in a cache that stores none: its own row, or
+ * the lender's row it borrows. */
+static inline const float *kv_cache_f32_row(const kv_cache *c, const kv_cache_layer *l,
+                                            kv_cache_part part, int slot)
+{
+    if (slot < kv_cache_stored(l, part))
+        return kv_cache_borrowed_row(c, l, part, slot);
+    return kv_cache_full_row(c, l, part, slot);
+}
+
 /* The stored codes of slot `slot` (below the part's stored slots), from KV
  * head `head` on. */
 static inline const uint8_t *kv_cache_codes(const kv_cache *c, const kv_cache_layer *l,
