@@ -687,7 +687,8 @@ static int store_layer_from(kv_cache *f, kv_cache_layer *d, const kv_cache *c,
     if (full_resize(f, d, len - keys, 0, err) != 0)
         return -1;
     for (int s = keys; s < len; s++)
-        memcpy(d->k + (size_t)(s - keys) * row, kv_cache_f32_row(c, src, KV_KEYS, s), row * sizeof(float));
+        memcpy(d->k + (size_t)(s - keys) * row, kv_cache_f32_row(c, src, KV_KEYS, s),
+               row * sizeof(float));
     d->k_stored = keys;
     d->v_stored = len;
     if (len > 0) /* the norms of the values as stored, as a commit measures them */
