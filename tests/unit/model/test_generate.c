@@ -446,6 +446,27 @@ Test(generate_cli, bench_sweep_compares_modes_and_the_machine_limit)
         snprintf(line, sizeof line, "# repeat 1, %s: cold ", modes[i]);
         cr_assert(strstr(r.err, line), "no '%s' in:\n%s", line, r.err);
     }
+    char want[64];
+    snprintf(want, sizeof want, "threads, kernels %s)", kv_isa_name(kv_isa_detected()));
+    cr_assert(strstr(r.out, want), "%s", r.out);
+    tu_result_free(&r);
+
+    /* The limit is the forced level's: at avx2 the AVX2 FMA loop and no
+     * BF16 arithmetic, as the modes' processes run. A bad level fails
+     * before any mode runs. */
+    setenv(KV_ISA_ENV, "avx2", 1);
+    r = tu_kvbench("bench", "sweep", "--model", dir, "--prompt-tokens", "40", "--gen-tokens", "2",
+                   "--configs", "1", "--threads", "2", "--buffer-mib", "64", NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "GFLOP/s, BF16 none, read "), "%s", r.out);
+    cr_assert(strstr(r.out, "threads, kernels avx2)"), "%s", r.out);
+    tu_result_free(&r);
+    setenv(KV_ISA_ENV, "sse9", 1);
+    r = tu_kvbench("bench", "sweep", "--model", dir, "--prompt-tokens", "40", NULL);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert_str_eq(r.err, "kvbench: bench sweep: KVBENCH_ISA: unknown instruction-set level "
+                            "'sse9' (want avx2, avx512 or avx512bf16)\n");
+    unsetenv(KV_ISA_ENV);
     tu_result_free(&r);
     free(dir);
 }
