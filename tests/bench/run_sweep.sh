@@ -20,8 +20,9 @@
 #   tests/bench/run_sweep.sh MODEL_DIR [COMPUTE] [THREADS] [PRECISION ...]
 #   (defaults: f32 2, no precision rows; KVBENCH=path/to/kvbench, default build/harness/kvbench)
 #
-# Benchmarks unset OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE (the project's rule); the CPU ratios
-# are the ones to trust on a shared machine. Compare with `bench sweep --configs 16`'s
+# OpenBLAS runs its own choice of kernels, or with KVBENCH_ISA=avx2 its Haswell ones, so that the
+# whole run is an AVX2 machine's (tests/bench/bench_env.sh); the CPU ratios are the ones to trust
+# on a shared machine. Compare with `bench sweep --configs 16`'s
 # "limit batched/full" column (tests/bench/sweep_table.sh) for the machine's limit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,7 +36,7 @@ shift $(($# < 3 ? $# : 3))
 kvbench=$(realpath "${KVBENCH:-build/harness/kvbench}")
 [ -x "$kvbench" ] || { echo "run_sweep.sh: $kvbench: not built (./kvbench.sh setup)" >&2; exit 1; }
 [ -x /usr/bin/time ] || { echo "run_sweep.sh: /usr/bin/time: missing (apt-get install time)" >&2; exit 1; }
-unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
+. tests/bench/bench_env.sh # OpenBLAS's own kernels; its Haswell ones with KVBENCH_ISA=avx2
 
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -87,9 +88,9 @@ for r in "${rows[@]}"; do
 done
 end=$(date -u +%H:%M) load1=$(cut -d' ' -f1 /proc/loadavg)
 
-level=$("$kvbench" version --libraries | sed -n 's/^kernels \([a-z0-9]*\).*/\1/p')
+levels=$(bench_levels "$kvbench")
 echo "\`kvbench run\` of one 2,048-token multi_news article, 64 new tokens, compute $compute," \
-  "$threads threads, kernels $level, $start–$end UTC, load $load0 → $load1:"
+  "$threads threads, $levels, $start–$end UTC, load $load0 → $load1:"
 echo
 echo "| run | wall s | CPU s | of it system | wall / full | CPU / full | engine wall / full | engine CPU / full | minor faults | peak RSS |"
 echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"

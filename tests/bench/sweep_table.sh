@@ -8,7 +8,8 @@
 # after another, each mode in a process of its own that runs it twice: cold, its first pass on
 # fresh memory as a one-sample `kvbench run`, and warm, its second as a run's later samples)
 # under /usr/bin/time -v, and prints the Markdown table of wall and CPU ratios to the full cache
-# alone for both passes, with the kernel level, the machine's load and the peak RSS of the
+# alone for both passes, with the kernel level (KVBENCH_ISA=avx2: OpenBLAS's Haswell kernels too,
+# tests/bench/bench_env.sh), the machine's load and the peak RSS of the
 # largest mode's process. The CPU ratios are the ones to trust on a shared machine (a
 # neighbour's load moves the wall times).
 set -euo pipefail
@@ -22,7 +23,7 @@ model=$1 prompt=${2:-2048} gen=${3:-64} configs=${4:-4,16,31} threads=${5:-2} re
 kvbench=${KVBENCH:-build/harness/kvbench}
 [ -x "$kvbench" ] || { echo "sweep_table.sh: $kvbench: not built (./kvbench.sh setup)" >&2; exit 1; }
 [ -x /usr/bin/time ] || { echo "sweep_table.sh: /usr/bin/time: missing (apt-get install time)" >&2; exit 1; }
-unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE # benchmarks run OpenBLAS's own choice (the project's rule)
+. tests/bench/bench_env.sh # OpenBLAS's own kernels; its Haswell ones with KVBENCH_ISA=avx2
 
 out=$(mktemp) err=$(mktemp)
 trap 'rm -f "$out" "$err"' EXIT
@@ -35,10 +36,10 @@ if ! /usr/bin/time -v "$kvbench" bench sweep --model "$model" --prompt-tokens "$
 fi
 end=$(date -u +%H:%M) load1=$(cut -d' ' -f1 /proc/loadavg)
 
-level=$("$kvbench" version --libraries | sed -n 's/^kernels \([a-z0-9]*\).*/\1/p')
+levels=$(bench_levels "$kvbench")
 rss_kib=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$err")
 echo "\`kvbench bench sweep --prompt-tokens $prompt --gen-tokens $gen --configs $configs" \
-  "--threads $threads --repeats $repeats\` on $(basename "$model"), kernels $level," \
+  "--threads $threads --repeats $repeats\` on $(basename "$model"), $levels," \
   "$start–$end UTC, load $load0 → $load1:"
 echo
 echo "| pass | configs | batched / full (wall) | sequential / full (wall) | batched / full (CPU) | sequential / full (CPU) | batched / full at the machine's limit |"
