@@ -42,8 +42,10 @@ static int run(const kb_args *a)
         kb_error("%s", err.msg);
         return KB_EXIT_FAIL;
     }
-    printf("kernels %s (CPU: %s; %s=avx2|avx512|avx512bf16 forces a lower level)\n",
-           kv_isa_name(kv_isa_active()), kv_isa_name(kv_isa_detected()), KV_ISA_ENV);
+    printf("kernels %s (CPU: %s; built with -march=%s; %s=avx2|avx512|avx512bf16 forces a "
+           "lower level)\n",
+           kv_isa_name(kv_isa_active()), kv_isa_name(kv_isa_detected()), KB_BUILD_MARCH,
+           KV_ISA_ENV);
     char dnnl[256];
     kv_dnnl_describe(dnnl, sizeof dnnl);
     printf("%s\n", dnnl);

@@ -11,10 +11,13 @@ if [ "${KVBENCH_ISA:-}" = avx2 ]; then
   export OPENBLAS_CORETYPE=Haswell
 fi
 
-# bench_levels KVBENCH: "kernels LEVEL, OpenBLAS CORE" as that binary runs here (OpenBLAS's
-# configuration names its core just before MAX_THREADS).
+# bench_levels KVBENCH: "kernels LEVEL (-march=M), OpenBLAS CORE" as that binary runs here
+# (OpenBLAS's configuration names its core just before MAX_THREADS). The -march matters for
+# a forced AVX2 run: only an x86-64-v3 build (meson setup build-v3 -Dmarch=x86-64-v3) runs the
+# AVX2 kernels as an AVX2 machine does; a native build on an AVX-512 CPU gives them 32 registers.
 bench_levels() {
-  "$1" version --libraries | awk '/^kernels / { k = $2 }
+  "$1" version --libraries | awk '/^kernels / { k = $2; m = $0
+      sub(/.*built with -march=/, "", m); sub(/;.*/, "", m) }
     /^OpenBLAS / { for (i = 3; i <= NF; i++) if ($i ~ /^MAX_THREADS/) o = $(i - 1) }
-    END { printf "kernels %s, OpenBLAS %s", k, o }'
+    END { printf "kernels %s (-march=%s), OpenBLAS %s", k, m, o }'
 }

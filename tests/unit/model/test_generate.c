@@ -647,6 +647,7 @@ Test(generate_cli, compute_mode_and_kernel_level_are_reported)
     snprintf(want, sizeof want, "kernels %s (CPU: %s;", kv_isa_name(kv_isa_detected()),
              kv_isa_name(kv_isa_detected()));
     cr_assert(strstr(r.out, want), "%s", r.out);
+    cr_assert(strstr(r.out, "; built with -march="), "%s", r.out);
     /* each mode's prefill path: oneDNN's BF16 matmul only at avx512bf16 */
     bool onednn = kv_isa_detected() >= KV_ISA_AVX512BF16;
     cr_assert(strstr(r.out, onednn ? "bf16 mode oneDNN bf16 x bf16 -> f32"
