@@ -21,14 +21,14 @@
 #   (defaults: f32 2, no precision rows; KVBENCH=path/to/kvbench, default build/harness/kvbench)
 #
 # OpenBLAS runs its own choice of kernels, or with KVBENCH_ISA=avx2 its Haswell ones, so that the
-# whole run is an AVX2 machine's (tests/bench/bench_env.sh); the CPU ratios are the ones to trust
-# on a shared machine. Compare with `bench sweep --configs 16`'s
-# "limit batched/full" column (tests/bench/sweep_table.sh) for the machine's limit.
+# whole run is an AVX2 machine's (tests/bench/bench_env.sh; for that, build with -Dmarch=x86-64-v3
+# too). The CPU ratios are the ones to trust on a shared machine. Compare with `bench sweep
+# --configs 16`'s "limit batched/full" column (tests/bench/sweep_table.sh) for the machine's limit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 if [ $# -lt 1 ]; then
-  sed -n '16,17p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '/^#   tests\/bench\/run_sweep.sh /,/^#   (defaults/p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 fi
 model=$(realpath "$1") compute=${2:-f32} threads=${3:-2}
