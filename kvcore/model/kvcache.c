@@ -60,6 +60,19 @@ static int *front_of(kv_cache_layer *l, kv_cache_part part)
     return part == KV_KEYS ? &l->k_front : &l->v_front;
 }
 
+/* The number of rows a part's block holds from its full rows on. */
+static int *row_count_of(kv_cache_layer *l, kv_cache_part part)
+{
+    return part == KV_KEYS ? &l->k_rows : &l->v_rows;
+}
+
+/* A part's stored (or, in a borrower, borrowed) slots: kv_cache_stored's
+ * count, to be set. */
+static int *stored_of(kv_cache_layer *l, kv_cache_part part)
+{
+    return part == KV_KEYS ? &l->k_stored : &l->v_stored;
+}
+
 /* The start of the block holding a part's full rows (what malloc gave). */
 static float *block_of(const kv_cache *c, const kv_cache_layer *l, kv_cache_part part)
 {
@@ -141,7 +154,7 @@ static int keep_own(const kv_cache *c, kv_cache_layer *l, kv_cache_part part, kv
 {
     if (!lent_block(c, l, part))
         return 0;
-    int rows = part == KV_KEYS ? l->k_rows : l->v_rows;
+    int rows = *row_count_of(l, part);
     size_t row = (size_t)kv_cache_row(c) * sizeof(float);
     float *own = malloc((size_t)rows * row);
     if (!own)
@@ -608,7 +621,7 @@ static void store_slots(const kv_cache *c, kv_cache_layer *l, kv_cache_part part
     for (int s = from; s < to; s++)
         store(c, l, part, s, 0, row, kv_cache_full_row(c, l, part, s));
     drop_full(c, l, part, to - from);
-    *(part == KV_KEYS ? &l->k_stored : &l->v_stored) = to;
+    *stored_of(l, part) = to;
 }
 
 /* Stores keys by channel of block [s, s + key_group) from x, its rows
@@ -997,7 +1010,7 @@ static int move_part(part_move *m, kv_error *err)
         memcpy(copy, m->s_full, (size_t)s_full * row * sizeof *copy);
         m->s_full = copy;
     }
-    int need = m->len - m->d_stored + 1, rows = m->part == KV_KEYS ? m->d->k_rows : m->d->v_rows;
+    int need = m->len - m->d_stored + 1, rows = *row_count_of(m->d, m->part);
     if (rows_apart(m->dst) && need > rows &&
         full_resize(m->dst, m->d, m->part == KV_KEYS ? need : m->d->k_rows,
                     m->part == KV_KEYS ? m->d->v_rows : need, err) != 0) {
@@ -1018,7 +1031,7 @@ static int move_part(part_move *m, kv_error *err)
                 continue;
             move_one(m, j, g, from);
         }
-    *(m->part == KV_KEYS ? &m->d->k_stored : &m->d->v_stored) = m->d_stored;
+    *stored_of(m->d, m->part) = m->d_stored;
     free(copy);
     return 0;
 }
@@ -1098,7 +1111,7 @@ static void shift_front(part_move *m)
 {
     kv_cache_layer *l = m->d;
     int up = l->len - m->k->n_keep[0], *front = front_of(l, m->part);
-    int rows = m->part == KV_KEYS ? l->k_rows : l->v_rows;
+    int rows = *row_count_of(l, m->part);
     if (rows - l->cap - *front < up)
         unshift(m->dst, l, m->part);
     float **at = rows_of(l, m->part);
@@ -1145,8 +1158,8 @@ static int unborrow(const kv_cache *c, kv_cache_layer *l, kv_cache_part part, kv
     free(block_of(c, l, part));
     *rows_of(l, part) = own;
     *front_of(l, part) = 0;
-    *(part == KV_KEYS ? &l->k_rows : &l->v_rows) = (int)rows;
-    *(part == KV_KEYS ? &l->k_stored : &l->v_stored) = 0;
+    *row_count_of(l, part) = (int)rows;
+    *stored_of(l, part) = 0;
     return 0;
 }
 
